@@ -1,0 +1,96 @@
+"""Every exception Postkit raises, in one hierarchy under :class:`PostkitError`.
+
+Errors raised inside the SQL module carry a SQLSTATE of the class ``PKQ``; :data:`SQLSTATE_ERRORS`
+maps each one to its exception here, and a test keeps that table in step with the SQL files.
+
+Driver errors that Postkit does not own (a lost connection, a serialization failure, a
+deadlock) are not wrapped: they reach the caller as the driver raised them, so existing
+retry logic keeps working.
+"""
+
+from __future__ import annotations
+
+
+class PostkitError(Exception):
+    """Base class of every Postkit exception."""
+
+
+class ConfigurationError(PostkitError):
+    """Postkit cannot find or start a database: a bad DSN, or no embedded server available."""
+
+
+class SchemaNotInstalledError(PostkitError):
+    """The queue schema is missing or older than this SDK needs. Run ``postkit install``."""
+
+
+class ClientClosedError(PostkitError):
+    """The cursor or connection given to the client is closed."""
+
+
+class ValidationError(PostkitError, ValueError):
+    """An argument is invalid. Raised before anything is written."""
+
+
+class InvalidNameError(ValidationError):
+    """A namespace, queue, worker id or unique key is null, blank, not text or too long."""
+
+
+class InvalidPayloadError(ValidationError):
+    """A payload is missing, not JSON-serializable or holds text PostgreSQL cannot store."""
+
+
+class InvalidPriorityError(ValidationError):
+    """A priority is not an integer from -32768 to 32767."""
+
+
+class InvalidMaxAttemptsError(ValidationError):
+    """max_attempts is not an integer from 1 to 1000."""
+
+
+class InvalidDurationError(ValidationError):
+    """A delay, visibility timeout, extension or backoff is negative, zero where not allowed,
+    too long, or not a duration."""
+
+
+class InvalidJobIdError(ValidationError):
+    """A job id is missing or not an integer."""
+
+
+class InvalidLimitError(ValidationError):
+    """A limit (how many jobs or rows to return) is out of range."""
+
+
+class InvalidClaimTokenError(ValidationError):
+    """A claim token is not a UUID."""
+
+
+# SQLSTATE raised by the SQL module -> the exception the SDK raises for it.
+SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
+    "PKQ01": InvalidNameError,
+    "PKQ02": InvalidPayloadError,
+    "PKQ03": InvalidPriorityError,
+    "PKQ04": InvalidMaxAttemptsError,
+    "PKQ05": InvalidDurationError,
+    "PKQ06": InvalidJobIdError,
+    "PKQ07": InvalidLimitError,
+    # The schema, or one of its functions, is not there: not installed, or an older version.
+    "3F000": SchemaNotInstalledError,  # invalid_schema_name
+    "42883": SchemaNotInstalledError,  # undefined_function
+}
+
+__all__ = [
+    "SQLSTATE_ERRORS",
+    "ClientClosedError",
+    "ConfigurationError",
+    "InvalidClaimTokenError",
+    "InvalidDurationError",
+    "InvalidJobIdError",
+    "InvalidLimitError",
+    "InvalidMaxAttemptsError",
+    "InvalidNameError",
+    "InvalidPayloadError",
+    "InvalidPriorityError",
+    "PostkitError",
+    "SchemaNotInstalledError",
+    "ValidationError",
+]

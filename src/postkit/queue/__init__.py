@@ -1,0 +1,31 @@
+"""The Postkit queue: push, pull, ack, nack, fail, visibility timeouts and dead letters.
+
+    from postkit.queue import QueueClient, install
+
+    install(connection)                       # once; idempotent, upgrades in place
+    queue = QueueClient(cursor, namespace="my-app")
+    queue.push("send_otp", {"user_id": "42"})
+"""
+
+from postkit.queue.client import QueueClient
+from postkit.queue.job import DeadLetter, Job, NackOutcome, QueuePolicy
+from postkit.queue.migrations import (
+    InstallResult,
+    install,
+    install_script,
+    installed_version,
+    latest_version,
+)
+
+__all__ = [
+    "DeadLetter",
+    "InstallResult",
+    "Job",
+    "NackOutcome",
+    "QueueClient",
+    "QueuePolicy",
+    "install",
+    "install_script",
+    "installed_version",
+    "latest_version",
+]

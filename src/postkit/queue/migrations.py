@@ -1,0 +1,172 @@
+"""The queue's SQL module: numbered migrations, rendered into one idempotent install script.
+
+The migrations live in ``postkit/queue/sql/NNN_name.sql``. :func:`install_script` renders them
+into a single script that anyone can run with psql (``postkit sql | psql "$DSN"``): it takes an
+advisory lock so that concurrent installers queue up, creates the schema and the
+``postkit_queue.migrations`` table, then applies each migration that table has not recorded,
+in order, and records it. Running the script again is a no-op; running it against an older
+install upgrades it in place. :func:`install` runs the very same script from Python.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+
+from postkit.errors import ClientClosedError
+from postkit.queue.rows import first_value
+
+SCHEMA = "postkit_queue"
+
+# An arbitrary constant: the advisory lock that serializes concurrent installs ("postkit" in hex).
+_INSTALL_LOCK_KEY = 0x706F73746B6974
+_FILE_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+_BODY_QUOTE = "$postkit_migration$"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered migration file."""
+
+    version: int
+    name: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """What :func:`install` found and did."""
+
+    previous_version: int
+    """The version installed before the call; 0 when the schema was absent."""
+    version: int
+    """The version installed after the call."""
+    applied: tuple[int, ...]
+    """The migrations this call applied, in order; empty when there was nothing to do."""
+
+
+@cache
+def migrations() -> tuple[Migration, ...]:
+    """All migrations shipped with this package, in version order.
+
+    Raises:
+        RuntimeError: the package's migration files are misnumbered (a packaging bug).
+    """
+    found = []
+    for entry in resources.files("postkit.queue").joinpath("sql").iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match is None:
+            continue
+        sql = entry.read_text(encoding="utf-8")
+        if _BODY_QUOTE in sql:
+            raise RuntimeError(f"{entry.name} must not contain {_BODY_QUOTE}")
+        found.append(Migration(int(match.group(1)), match.group(2), sql))
+    found.sort(key=lambda migration: migration.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations must be numbered 1..N without gaps: {found!r}")
+    return tuple(found)
+
+
+def latest_version() -> int:
+    """The newest migration version this package ships."""
+    return migrations()[-1].version
+
+
+def install_script(*, target_version: int | None = None, transaction: bool = True) -> str:
+    """Render the migrations up to ``target_version`` (default: all) as one idempotent script.
+
+    With ``transaction=True`` the script carries its own ``BEGIN``/``COMMIT``, as psql needs it;
+    :func:`install` renders it without them and runs it inside a transaction of its own.
+
+    Raises:
+        ValueError: ``target_version`` is not a shipped version.
+    """
+    target = latest_version() if target_version is None else target_version
+    if not 1 <= target <= latest_version():
+        raise ValueError(f"target_version must be between 1 and {latest_version()}, got {target}")
+    parts = [
+        f"-- Postkit queue module, migrations 1 to {target}. Safe to run again: each migration",
+        f"-- is applied once and recorded in {SCHEMA}.migrations.",
+    ]
+    if transaction:
+        parts.append("BEGIN;")
+    parts += [
+        "-- Concurrent installers wait here for each other instead of racing on CREATE.",
+        f"SELECT pg_advisory_xact_lock({_INSTALL_LOCK_KEY});",
+        f"CREATE SCHEMA IF NOT EXISTS {SCHEMA};",
+        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (",
+        "    version    integer     PRIMARY KEY,",
+        "    name       text        NOT NULL,",
+        "    applied_at timestamptz NOT NULL DEFAULT now()",
+        ");",
+    ]
+    for migration in migrations()[:target]:
+        parts += [
+            "",
+            f"-- Migration {migration.version}: {migration.name}",
+            "DO $postkit_install$",
+            "BEGIN",
+            f"    IF EXISTS (SELECT 1 FROM {SCHEMA}.migrations WHERE version = {migration.version})",
+            "    THEN",
+            "        RETURN;",
+            "    END IF;",
+            f"    EXECUTE {_BODY_QUOTE}",
+            migration.sql.rstrip(),
+            f"{_BODY_QUOTE};",
+            f"    INSERT INTO {SCHEMA}.migrations (version, name)",
+            f"    VALUES ({migration.version}, '{migration.name}');",
+            "END",
+            "$postkit_install$;",
+        ]
+    if transaction:
+        parts.append("COMMIT;")
+    return "\n".join(parts) + "\n"
+
+
+def installed_version(cursor: Any) -> int:
+    """The newest migration recorded in the database the cursor is connected to; 0 if none."""
+    cursor.execute(f"SELECT to_regclass('{SCHEMA}.migrations') IS NOT NULL")
+    if not first_value(cursor.fetchone()):
+        return 0
+    cursor.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.migrations")
+    return int(first_value(cursor.fetchone()))
+
+
+def install(target: Any, *, target_version: int | None = None) -> InstallResult:
+    """Install the queue schema, or upgrade an older install in place. Idempotent.
+
+    Args:
+        target: a psycopg 3 connection, which gets a transaction of its own (committed on
+            return; a savepoint instead, if the connection is already inside a transaction),
+            or any DB-API cursor, which runs the script in the caller's transaction: the caller
+            commits.
+        target_version: stop after this migration (for tests of upgrades); default: the newest.
+
+    Returns:
+        the versions before and after, and which migrations this call applied.
+
+    Raises:
+        ClientClosedError: the connection or cursor is closed.
+        ValueError: ``target_version`` is not a shipped version.
+    """
+    script = install_script(target_version=target_version, transaction=False)
+    if isinstance(target, psycopg.Connection):
+        if target.closed:
+            raise ClientClosedError("install() was given a closed connection")
+        with target.transaction(), target.cursor() as cursor:
+            return _run_install(cursor, script)
+    if getattr(target, "closed", False):
+        raise ClientClosedError("install() was given a closed cursor")
+    return _run_install(target, script)
+
+
+def _run_install(cursor: Any, script: str) -> InstallResult:
+    before = installed_version(cursor)
+    cursor.execute(script)
+    after = installed_version(cursor)
+    return InstallResult(before, after, tuple(range(before + 1, after + 1)))

@@ -1,0 +1,72 @@
+-- Postkit queue, migration 2: per-queue settings.
+--
+-- A queue may override the defaults its jobs get when push and pull do not say: max_attempts,
+-- the visibility timeout of a claim, and the base and cap of nack's exponential backoff.
+-- A job's own push arguments still win over its queue's settings.
+
+CREATE TABLE postkit_queue.queue_settings (
+    namespace          text        NOT NULL,
+    queue              text        NOT NULL,
+    max_attempts       integer     CHECK (max_attempts BETWEEN 1 AND 1000),
+    visibility_timeout interval,
+    backoff_base       interval,
+    backoff_cap        interval,
+    updated_at         timestamptz NOT NULL,
+    -- Serves queue_policy: one primary-key lookup per push, pull or nack that uses a default.
+    PRIMARY KEY (namespace, queue)
+);
+
+CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
+    p_namespace text, p_queue text,
+    OUT max_attempts integer, OUT visibility_timeout interval,
+    OUT backoff_base interval, OUT backoff_cap interval)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(s.max_attempts, 20),
+           coalesce(s.visibility_timeout, interval '30 seconds'),
+           coalesce(s.backoff_base, interval '1 second'),
+           coalesce(s.backoff_cap, interval '1 hour')
+    FROM (SELECT) AS defaults
+    LEFT JOIN postkit_queue.queue_settings s
+           ON s.namespace = p_namespace AND s.queue = p_queue
+$$;
+
+-- configure_queue: set a queue's defaults. NULL leaves a setting at the built-in default.
+-- Returns the policy now in force.
+CREATE FUNCTION postkit_queue.configure_queue(
+    p_namespace          text,
+    p_queue              text,
+    p_max_attempts       integer  DEFAULT NULL,
+    p_visibility_timeout interval DEFAULT NULL,
+    p_backoff_base       interval DEFAULT NULL,
+    p_backoff_cap        interval DEFAULT NULL,
+    OUT max_attempts integer, OUT visibility_timeout interval,
+    OUT backoff_base interval, OUT backoff_cap interval)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_max_attempts(p_max_attempts);
+    PERFORM postkit_queue.check_duration(
+        'visibility_timeout', p_visibility_timeout, false, interval '12 hours');
+    PERFORM postkit_queue.check_duration('backoff_base', p_backoff_base, false, interval '1 day');
+    PERFORM postkit_queue.check_duration('backoff_cap', p_backoff_cap, false, interval '30 days');
+
+    INSERT INTO postkit_queue.queue_settings AS s (
+        namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap, updated_at)
+    VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
+            p_backoff_cap, postkit_queue.clock())
+    ON CONFLICT (namespace, queue) DO UPDATE
+    SET max_attempts = EXCLUDED.max_attempts,
+        visibility_timeout = EXCLUDED.visibility_timeout,
+        backoff_base = EXCLUDED.backoff_base,
+        backoff_cap = EXCLUDED.backoff_cap,
+        updated_at = EXCLUDED.updated_at;
+
+    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap
+    FROM postkit_queue.queue_policy(p_namespace, p_queue);
+END
+$$;
