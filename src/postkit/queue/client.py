@@ -135,9 +135,7 @@ class QueueClient:
         )
         return jobs[0] if jobs else None
 
-    def ack(
-        self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None
-    ) -> bool:
+    def ack(self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None) -> bool:
         """The job succeeded: remove it from the queue.
 
         ``job`` is a :class:`Job` (whose claim token is then the fence) or a job id with the

@@ -111,7 +111,7 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
             f"-- Migration {migration.version}: {migration.name}",
             "DO $postkit_install$",
             "BEGIN",
-            f"    IF EXISTS (SELECT 1 FROM {SCHEMA}.migrations WHERE version = {migration.version})",
+            f"    IF EXISTS (SELECT FROM {SCHEMA}.migrations WHERE version = {migration.version})",
             "    THEN",
             "        RETURN;",
             "    END IF;",
@@ -166,6 +166,9 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
 
 
 def _run_install(cursor: Any, script: str) -> InstallResult:
+    # Wait for concurrent installers before reading the version, so that ``applied`` reports
+    # only what this call applied (the script takes the same transaction-level lock again).
+    cursor.execute(f"SELECT pg_advisory_xact_lock({_INSTALL_LOCK_KEY})")
     before = installed_version(cursor)
     cursor.execute(script)
     after = installed_version(cursor)

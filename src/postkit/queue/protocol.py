@@ -34,6 +34,9 @@ JobRef = Job | int
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+# The escape json.dumps writes for a NUL character: \u0000 after an even number of backslashes
+# (an odd run would make it the literal text "\\u0000", which PostgreSQL stores fine).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @cache
@@ -41,7 +44,9 @@ def queries() -> dict[str, str]:
     """The named statements of ``queries.sql``."""
     text = resources.files("postkit.queue").joinpath("queries.sql").read_text(encoding="utf-8")
     pieces = _QUERY_HEADER.split(text)[1:]
-    return {name: body.strip().rstrip(";") for name, body in zip(pieces[::2], pieces[1::2])}
+    return {
+        name: body.strip().rstrip(";") for name, body in zip(pieces[::2], pieces[1::2], strict=True)
+    }
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ def _payload(value: object) -> str:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise errors.InvalidPayloadError(f"payload is not JSON-serializable: {exc}") from exc
-    if "\\u0000" in text:
+    if _JSON_NUL.search(text):
         raise errors.InvalidPayloadError("payload must not contain a NUL character (\\u0000)")
     return text
 
@@ -310,7 +315,9 @@ def extend_visibility(
 
 
 def tick_timeouts(namespace: str, *, limit: int) -> Call[int]:
-    params = _base(namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32))
+    params = _base(
+        namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)
+    )
     return Call("tick_timeouts", params, lambda rows: int(_scalar(rows)))
 
 

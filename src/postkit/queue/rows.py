@@ -18,7 +18,7 @@ def as_dicts(description: Sequence[Any] | None, rows: Sequence[Any]) -> list[dic
     if isinstance(rows[0], Mapping):
         return [dict(row) for row in rows]
     names = [column[0] for column in description or ()]
-    return [dict(zip(names, row)) for row in rows]
+    return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 def first_value(row: Any) -> Any:

@@ -211,7 +211,9 @@ AS $$
     SELECT p_job.state = 'running'
        AND CASE WHEN p_claim_token IS NOT NULL
                 THEN p_job.claim_token = p_claim_token
-                     AND (p_worker_id IS NULL OR p_job.worker_id = p_worker_id)
+                     -- IS NOT DISTINCT FROM, not =: a job claimed without a worker_id must not
+                     -- make this NULL, which nack and fail would read as "holds the claim".
+                     AND (p_worker_id IS NULL OR p_job.worker_id IS NOT DISTINCT FROM p_worker_id)
                 ELSE p_job.worker_id IS NOT DISTINCT FROM p_worker_id
            END
 $$;
@@ -426,11 +428,12 @@ BEGIN
     END IF;
 
     SELECT * INTO v_policy FROM postkit_queue.queue_policy(v_job.namespace, v_job.queue);
-    -- The exponent is clamped so that a large attempt count cannot overflow the interval.
-    v_delay := coalesce(p_backoff, least(
-        coalesce(v_job.backoff_cap, v_policy.backoff_cap),
-        coalesce(v_job.backoff_base, v_policy.backoff_base)
-            * power(2, least(v_job.attempts - 1, 40)) * (1 + random())));
+    -- Computed in seconds and capped before it becomes an interval: base * 2^40 overflows the
+    -- interval type for any base above a few seconds, so the cap must apply first.
+    v_delay := coalesce(p_backoff, make_interval(secs => least(
+        extract(epoch FROM coalesce(v_job.backoff_cap, v_policy.backoff_cap))::float8,
+        extract(epoch FROM coalesce(v_job.backoff_base, v_policy.backoff_base))::float8
+            * power(2, least(v_job.attempts - 1, 40)) * (1 + random()))));
 
     UPDATE postkit_queue.jobs
     SET state = 'pending', run_at = v_now + v_delay, errors = v_errors,

@@ -1,0 +1,117 @@
+"""Shared fixtures: a real PostgreSQL for every test, never a mock.
+
+The server is the one ``POSTKIT_TEST_DSN`` names, or else an embedded PostgreSQL that this test
+session starts in a temporary directory and stops at the end. The queue schema is installed
+once per session; each test works in a namespace of its own, so tests never see each other's
+jobs. Tests that need a database of their own (installs, upgrades) get one from
+``fresh_database``; tests that crash the server get a server of their own from
+``own_server``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from postkit.embedded import EmbeddedServer
+from postkit.queue import QueueClient, install
+
+
+@pytest.fixture(scope="session")
+def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A DSN for the server under test: POSTKIT_TEST_DSN, else a fresh embedded server."""
+    named = os.environ.get("POSTKIT_TEST_DSN")
+    if named:
+        yield named
+        return
+    server = EmbeddedServer(tmp_path_factory.mktemp("embedded") / "pgdata")
+    yield server.start()
+
+
+@pytest.fixture(scope="session")
+def dsn(server_dsn: str) -> str:
+    """The server under test, with the queue schema installed."""
+    with psycopg.connect(server_dsn) as connection:
+        install(connection)
+    return server_dsn
+
+
+@pytest.fixture
+def connect(dsn: str) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Open extra connections to the server under test; all are closed after the test."""
+    opened: list[psycopg.Connection] = []
+
+    def _connect(**kwargs: object) -> psycopg.Connection:
+        connection = psycopg.connect(dsn, **kwargs)  # type: ignore[arg-type]
+        opened.append(connection)
+        return connection
+
+    yield _connect
+    for connection in opened:
+        connection.close()
+
+
+@pytest.fixture
+def conn(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
+    """A connection in a transaction of its own (psycopg's default: not autocommit)."""
+    return connect()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def queue(conn: psycopg.Connection, namespace: str) -> QueueClient:
+    """A client on ``conn`` in this test's namespace."""
+    return QueueClient(conn.cursor(), namespace=namespace)
+
+
+@pytest.fixture
+def make_client(
+    connect: Callable[..., psycopg.Connection], namespace: str
+) -> Callable[[], QueueClient]:
+    """Clients on connections of their own, as separate workers would have."""
+    return lambda: QueueClient(connect().cursor(), namespace=namespace)
+
+
+@pytest.fixture
+def shift_clock() -> Callable[[QueueClient, float], None]:
+    """Move the queue's clock of one client's session forward by some seconds, to exercise
+    deadlines and delays without sleeping (the SQL module reads time only through
+    postkit_queue.clock(), which adds the session's postkit_queue.clock_offset)."""
+
+    def _shift(client: QueueClient, seconds: float) -> None:
+        client.cursor.execute(
+            "SELECT set_config('postkit_queue.clock_offset', %s, false)", (f"{seconds} seconds",)
+        )
+
+    return _shift
+
+
+@pytest.fixture
+def fresh_database(server_dsn: str) -> Iterator[str]:
+    """A DSN for a new, empty database on the server under test, dropped afterwards."""
+    name = f"postkit_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """An embedded server for this test alone, for tests that crash or restart it."""
+    server = EmbeddedServer(tmp_path / "pgdata")
+    server.start()
+    yield server
+    server.stop()

@@ -1,0 +1,104 @@
+"""The command line: `postkit install`, `postkit sql` and `postkit demo`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from postkit.cli import main
+from postkit.queue import latest_version
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_help_lists_the_commands_with_an_example() -> None:
+    code, output = run("--help")
+
+    assert code == 0
+    for command in ("install", "sql", "demo"):
+        assert command in output
+    assert "postkit sql | psql" in output
+
+
+@pytest.mark.parametrize("command", ["install", "sql", "demo"])
+def test_every_command_has_help(command: str) -> None:
+    code, output = run(command, "--help")
+
+    assert code == 0
+    assert "Usage: main" in output or "Usage: postkit" in output
+    assert len(output.splitlines()) > 5
+
+
+def test_sql_prints_one_transactional_script_with_every_migration() -> None:
+    code, output = run("sql")
+
+    assert code == 0
+    assert output.count("BEGIN;") == 1 and output.rstrip().endswith("COMMIT;")
+    assert "CREATE TABLE postkit_queue.jobs" in output
+    assert f"-- Migration {latest_version()}:" in output
+
+
+def test_install_json_reports_what_it_applied_then_nothing_the_second_time(
+    fresh_database: str,
+) -> None:
+    first = json.loads(run("install", "--dsn", fresh_database, "--json")[1])
+    second = json.loads(run("install", "--dsn", fresh_database, "--json")[1])
+
+    assert first == {
+        "previous_version": 0,
+        "version": latest_version(),
+        "applied": list(range(1, latest_version() + 1)),
+    }
+    assert second["applied"] == [] and second["version"] == latest_version()
+
+
+def test_unreachable_database_gives_one_line_and_exit_code_1_without_traceback() -> None:
+    code, output = run("install", "--dsn", "postgresql://nobody@127.0.0.1:1/none")
+
+    assert code == 1
+    assert output.startswith("Error: ")
+    assert "Traceback" not in output
+
+
+def test_demo_tells_the_whole_story(dsn: str) -> None:
+    code, output = run("demo", "--dsn", dsn, "--json")
+
+    assert code == 0, output
+    summary = json.loads(output)
+    assert summary["registrations_rolled_back"] == 1
+    assert summary["done"] + len(summary["dead_lettered"]) == summary["users_registered"]
+    assert sorted(d["reason"] for d in summary["dead_lettered"]) == [
+        "attempts_exhausted",
+        "failed",
+    ]
+    assert summary["retried"] >= 3
+    assert summary["rescued"] == 1 and summary["stale_ack_refused"] is True
+    assert summary["otp_codes_stored"] == summary["done"]
+    assert summary["provider_sends"] == summary["done"] + 1
+    assert len(summary["users_messaged_twice"]) == 1
+
+
+def test_demo_runs_on_the_embedded_server_when_no_dsn_is_given(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("POSTKIT_DSN", "DATABASE_URL")}
+    env["POSTKIT_DATA_DIR"] = str(tmp_path / "pgdata")
+
+    result = subprocess.run(
+        [sys.executable, "-m", "postkit.cli", "demo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "Summary" in result.stdout and "stale ack refused" in result.stdout
+    assert (tmp_path / "pgdata" / "PG_VERSION").exists()
