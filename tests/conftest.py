@@ -30,8 +30,9 @@ def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if named:
         yield named
         return
-    server = EmbeddedServer(tmp_path_factory.mktemp("embedded") / "pgdata")
+    server = EmbeddedServer(tmp_path_factory.mktemp("embedded") / "pgdata", stop_at_exit=False)
     yield server.start()
+    server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +112,7 @@ def fresh_database(server_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
     """An embedded server for this test alone, for tests that crash or restart it."""
-    server = EmbeddedServer(tmp_path / "pgdata")
+    server = EmbeddedServer(tmp_path / "pgdata", stop_at_exit=False)
     server.start()
     yield server
     server.stop()

@@ -58,6 +58,8 @@ class EmbeddedServer:
 
     Starting reuses a running server on the same directory, or starts it (running ``initdb``
     first on an empty directory). The server listens on a Unix socket in ``data_dir`` only.
+    With ``stop_at_exit`` (the default), it stops when the last process that started or joined
+    it exits; without, it runs until :meth:`stop`.
     """
 
     def __init__(self, data_dir: Path, *, stop_at_exit: bool = True) -> None:

@@ -10,6 +10,8 @@ retry logic keeps working.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class PostkitError(Exception):
     """Base class of every Postkit exception."""
@@ -64,6 +66,20 @@ class InvalidClaimTokenError(ValidationError):
     """A claim token is not a UUID."""
 
 
+class PermanentError(PostkitError):
+    """Raise from a worker handler to fail the job for good: it moves to the dead-letter queue
+    with this error, whatever attempts it has left."""
+
+
+class RetryLater(PostkitError):
+    """Raise from a worker handler to retry the job after ``delay`` seconds (or a timedelta)
+    instead of the queue's exponential backoff. It still counts as a failed attempt."""
+
+    def __init__(self, message: str = "retry requested", *, delay: float | timedelta) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
 # SQLSTATE raised by the SQL module -> the exception the SDK raises for it.
 SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ01": InvalidNameError,
@@ -90,7 +106,9 @@ __all__ = [
     "InvalidNameError",
     "InvalidPayloadError",
     "InvalidPriorityError",
+    "PermanentError",
     "PostkitError",
+    "RetryLater",
     "SchemaNotInstalledError",
     "ValidationError",
 ]

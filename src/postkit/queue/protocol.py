@@ -314,6 +314,43 @@ def extend_visibility(
     return Call("extend_visibility", params, _scalar)
 
 
+def release(
+    namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object
+) -> Call[bool]:
+    return Call("release", _base(namespace, **_claim(job, worker_id, claim_token)), _scalar)
+
+
+def _queue_list(queues: object) -> list[str]:
+    if isinstance(queues, str) or not hasattr(queues, "__iter__"):
+        raise errors.InvalidNameError("queues must be a list of queue names")
+    names = [_text("queue", queue, required=True) for queue in queues]
+    if not names:
+        raise errors.InvalidNameError("queues must name at least one queue")
+    return [name for name in names if name is not None]
+
+
+@dataclass(frozen=True)
+class NextDue:
+    """When the earliest pending job falls due, read with the database's clock."""
+
+    seconds: float | None
+    """Seconds until it is due (0 or less: due now); None when nothing is pending."""
+
+
+def next_run_at(namespace: str, queues: list[str]) -> Call[NextDue]:
+    def parse(rows: Rows) -> NextDue:
+        due, now = rows[0]["next_run_at"], rows[0]["now"]
+        return NextDue(None if due is None else (due - now).total_seconds())
+
+    return Call("next_run_at", _base(namespace, queues=_queue_list(queues)), parse)
+
+
+def channels(namespace: str, queues: list[str]) -> Call[list[str]]:
+    """The LISTEN channels of these queues (the SQL module names them)."""
+    params = _base(namespace, queues=_queue_list(queues))
+    return Call("channels", params, lambda rows: [row["channel"] for row in rows])
+
+
 def tick_timeouts(namespace: str, *, limit: int) -> Call[int]:
     params = _base(
         namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)

@@ -65,3 +65,14 @@ FROM postkit_queue.configure_queue(
     %(visibility_timeout)s::float8 * interval '1 second',
     %(backoff_base)s::float8 * interval '1 second',
     %(backoff_cap)s::float8 * interval '1 second') AS p;
+
+-- name: release
+SELECT postkit_queue.release(
+    %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::uuid);
+
+-- name: next_run_at
+SELECT postkit_queue.next_run_at(%(namespace)s, %(queues)s::text[]) AS next_run_at,
+       postkit_queue.clock() AS now;
+
+-- name: channels
+SELECT postkit_queue.channel(%(namespace)s, q) AS channel FROM unnest(%(queues)s::text[]) AS q;

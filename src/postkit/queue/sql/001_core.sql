@@ -126,7 +126,7 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF btrim(p_value) = '' THEN
+    IF btrim(p_value, E' \t\n\r\f\v') = '' THEN  -- btrim alone strips only spaces
         RAISE EXCEPTION 'postkit: % must not be empty or blank', p_what USING ERRCODE = 'PKQ01';
     END IF;
     IF char_length(p_value) > 128 THEN
@@ -253,6 +253,33 @@ BEGIN
 END
 $$;
 
+-- The LISTEN/NOTIFY channel of one queue: 'postkit_' and an md5 of the namespace and queue, so
+-- any names fit PostgreSQL's 63-byte channel limit and a listener hears only its own queues.
+CREATE FUNCTION postkit_queue.channel(p_namespace text, p_queue text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'postkit_' || md5(p_namespace || chr(31) || p_queue)
+$$;
+
+-- Tell listeners of a queue that a job may be ready, when the current transaction commits.
+-- PostgreSQL delivers identical notifications (same channel, same payload) of one transaction
+-- once, so a transaction that pushes a thousand jobs to a queue sends one notification and takes
+-- the commit-time notify lock once. A session may SET postkit_queue.notify = off (a bulk load,
+-- a benchmark of the cost); waiting workers then find the jobs at their next fallback poll.
+CREATE FUNCTION postkit_queue.notify(p_namespace text, p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off' THEN
+        PERFORM pg_notify(postkit_queue.channel(p_namespace, p_queue), '');
+    END IF;
+END
+$$;
+
 -- ---------------------------------------------------------------------------------------------
 -- The state machine.
 -- ---------------------------------------------------------------------------------------------
@@ -305,6 +332,9 @@ BEGIN
         p_unique_key, p_backoff_base, p_backoff_cap, v_now)
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id INTO v_id;
+    IF v_id IS NOT NULL THEN
+        PERFORM postkit_queue.notify(p_namespace, p_queue);
+    END IF;
     RETURN v_id;
 END
 $$;
@@ -439,6 +469,8 @@ BEGIN
     SET state = 'pending', run_at = v_now + v_delay, errors = v_errors,
         worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
     WHERE namespace = v_job.namespace AND id = v_job.id;
+    -- Waiting workers wake, find nothing ready yet, and sleep until this retry falls due.
+    PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
     RETURN 'retried';
 END
 $$;
@@ -507,6 +539,38 @@ BEGIN
 END
 $$;
 
+-- release: give a claimed job back at once without spending an attempt, for a worker that is
+-- shutting down before it could run the job. Returns false when the caller no longer holds
+-- the claim.
+CREATE FUNCTION postkit_queue.release(
+    p_namespace   text,
+    p_job_id      bigint,
+    p_worker_id   text DEFAULT NULL,
+    p_claim_token uuid DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+
+    UPDATE postkit_queue.jobs j
+    SET state = 'pending', attempts = j.attempts - 1, run_at = postkit_queue.clock(),
+        worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
+    WHERE j.namespace = p_namespace AND j.id = p_job_id
+      AND postkit_queue.holds_claim(j, p_worker_id, p_claim_token)
+    RETURNING j.queue INTO v_queue;
+    IF v_queue IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM postkit_queue.notify(p_namespace, v_queue);
+    RETURN true;
+END
+$$;
+
 -- tick_timeouts: return expired claims to the queue, or dead-letter them when their attempts
 -- are spent (a job whose worker crashes every time must not loop forever). Any number of
 -- tickers may run at once: SKIP LOCKED hands each expired row to exactly one of them, and a
@@ -548,6 +612,7 @@ BEGIN
             SET state = 'pending', run_at = v_now, errors = v_errors,
                 worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
             WHERE namespace = v_job.namespace AND id = v_job.id;
+            PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
             outcome := 'retried';
         END IF;
         RETURN NEXT;
@@ -580,6 +645,18 @@ AS $$
            d.failed_at
     FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND d.job_id = p_job_id
+$$;
+
+-- next_run_at: when the earliest pending job of these queues falls due (NULL: none pending).
+-- A waiting worker sleeps no longer than this. Scans jobs_pull_idx for each queue.
+CREATE FUNCTION postkit_queue.next_run_at(p_namespace text, p_queues text[])
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT min(j.run_at)
+    FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.queue = ANY (p_queues) AND j.state = 'pending'
 $$;
 
 -- dead_letters: the newest dead letters of a namespace, of one queue or of all.
