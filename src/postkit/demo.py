@@ -2,31 +2,37 @@
 
 1. Server A registers users; each registration saves the user and queues its OTP in one
    transaction. One registration fails halfway and leaves neither a user nor a job.
-2. Three worker processes (server-b, server-c, server-d) send the OTPs through a flaky fake
-   provider: temporary errors are nacked and retried with backoff, a phone number that is not
-   on WhatsApp is failed into the dead-letter queue, and one cursed OTP keeps failing until its
-   attempts are spent.
-3. One worker sends an OTP and then hangs before it can ack. It is killed with SIGKILL;
-   tick_timeouts rescues the job, another worker completes it, and the dead worker's late ack
-   is refused.
+2. Three worker processes (server-b, server-c, server-d) run the worker runtime and send the
+   OTPs through a flaky fake provider: temporary errors are retried with backoff, a phone number
+   that is not on WhatsApp goes to the dead-letter queue, and one cursed OTP keeps failing until
+   its attempts are spent. Each OTP code is stored in the ack's transaction.
+3. One worker sends an OTP and then hangs before it can ack. It is killed with SIGKILL; its
+   heartbeats stop, a tick_timeouts call rescues the job, another worker completes it, and the
+   dead worker's late ack is refused.
 4. A summary: done, retried, dead-lettered (with their errors), rescued.
+
+The story is told from the workers' own structured log events, forwarded to this process.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
-import queue as stdlib_queue
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from multiprocessing.synchronize import Event
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import psycopg
 
-from postkit.queue import QueueClient, install
+from postkit import errors
+from postkit.queue import Job, QueueClient, install
+from postkit.queue.worker import Handlers, Worker
 
 NAMESPACE = "postkit-demo"
 QUEUE = "send_otp"
@@ -54,8 +60,8 @@ class TemporaryError(Exception):
     """The provider failed this time; trying again later may work."""
 
 
-class PermanentError(Exception):
-    """The provider will never accept this request."""
+class NotOnWhatsApp(errors.PermanentError):
+    """The provider will never accept this request: the worker runtime fails the job."""
 
 
 @dataclass(frozen=True)
@@ -79,61 +85,99 @@ class Cast:
         )
 
 
-class FlakyProvider:
-    """A fake OTP provider: somebody else's computer, slow, unavailable or saying no."""
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened in a worker process, sent to the narrator."""
 
-    def __init__(self, cast: Cast, sends: psycopg.Connection) -> None:
-        self._cast = cast
-        self._sends = sends  # autocommit: the provider's log survives our rollbacks and crashes
+    worker: str
+    kind: str  # a worker log event (claimed, ack, retried, ...) or "hang"
+    job_id: int | None = None
+    attempt: int | None = None
+    detail: str = ""
+    count: int | None = None
 
-    def send(self, user_id: int, attempt: int, worker_id: str) -> None:
-        if user_id == self._cast.not_on_whatsapp:
-            raise PermanentError(f"+1555010{user_id:04d} is not registered on WhatsApp")
-        if user_id == self._cast.cursed or (user_id in self._cast.flaky and attempt == 1):
+
+class EventPipe:
+    """A worker's end of its own pipe to the narrator. One pipe per worker: a worker killed in
+    the middle of a send can only break its own pipe, never the others' (a shared
+    multiprocessing.Queue would stay locked forever)."""
+
+    def __init__(self, worker: str, connection: Connection) -> None:
+        self.worker = worker
+        self._connection = connection
+        self._lock = threading.Lock()  # handler threads and the runtime's threads share it
+
+    def send(self, event: Event) -> None:
+        with self._lock:
+            self._connection.send(event)
+
+
+class _ForwardEvents(logging.Handler):
+    """Sends the worker runtime's structured log records to the demo's narrator."""
+
+    def __init__(self, pipe: EventPipe) -> None:
+        super().__init__(logging.INFO)
+        self._pipe = pipe
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kind = getattr(record, "event", None)
+        if kind is not None:
+            self._pipe.send(
+                Event(
+                    self._pipe.worker,
+                    kind,
+                    getattr(record, "job_id", None),
+                    getattr(record, "attempt", None),
+                    record.getMessage(),
+                    getattr(record, "count", None),
+                )
+            )
+
+
+def otp_handlers(cast: Cast, worker_id: str, dsn: str, events: EventPipe) -> Handlers:
+    """The send_otp handler of one worker, talking to the flaky provider."""
+    handlers = Handlers()
+    provider_log = psycopg.connect(dsn, autocommit=True)  # the provider is not transactional
+
+    @handlers.register(QUEUE, transactional=True)
+    def send_otp(job: Job, cursor: Any) -> None:
+        user_id = int(job.payload["user_id"])
+        if user_id == cast.not_on_whatsapp:
+            raise NotOnWhatsApp(f"+1555010{user_id:04d} is not registered on WhatsApp")
+        if user_id == cast.cursed or (user_id in cast.flaky and job.attempts == 1):
             raise TemporaryError("Meta is down: 503 Service Unavailable")
-        self._sends.execute(
+        provider_log.execute(
             "INSERT INTO postkit_demo.provider_sends (user_id, worker_id) VALUES (%s, %s)",
             (user_id, worker_id),
         )
+        if user_id == cast.hangs_after_send and job.attempts == 1:
+            events.send(Event(worker_id, "hang", job.id, job.attempts, str(job.claim_token)))
+            time.sleep(3600)  # wedged: only SIGKILL ends this
+        # Written in the ack's transaction: the code is stored once, however often the OTP is sent.
+        cursor.execute(
+            "INSERT INTO postkit_demo.otp_codes (user_id, code, worker_id) VALUES (%s, %s, %s)",
+            (user_id, f"{(user_id * 7919) % 1000000:06d}", worker_id),
+        )
+
+    return handlers
 
 
-def run_worker(dsn: str, worker_id: str, cast: Cast, events: Any, stop: Event) -> None:
-    """The article's worker loop, in a process of its own: pull, try, then ack, nack or fail."""
-    with psycopg.connect(dsn) as conn, psycopg.connect(dsn, autocommit=True) as sends:
-        queue = QueueClient(conn.cursor(), namespace=NAMESPACE)
-        provider = FlakyProvider(cast, sends)
-        while not stop.is_set():
-            job = queue.pull(QUEUE, worker_id=worker_id, visibility_timeout=VISIBILITY_TIMEOUT)
-            conn.commit()  # the claim sticks
-            if job is None:
-                stop.wait(0.05)
-                continue
-            user_id = int(job["payload"]["user_id"])
-            try:
-                provider.send(user_id, job["attempts"], worker_id)
-            except TemporaryError as error:
-                outcome = queue.nack_outcome(job, error=error, worker_id=worker_id)
-                conn.commit()
-                events.put((worker_id, "nack", job["id"], user_id, job["attempts"], outcome.value))
-                continue
-            except PermanentError as error:
-                queue.fail(job, error=error, worker_id=worker_id)
-                conn.commit()
-                events.put((worker_id, "fail", job["id"], user_id, job["attempts"], str(error)))
-                continue
-            if user_id == cast.hangs_after_send and job["attempts"] == 1:
-                events.put(
-                    (worker_id, "hang", job["id"], user_id, job["attempts"], job["claim_token"])
-                )
-                time.sleep(3600)  # wedged: only SIGKILL ends this
-            # The OTP code is stored in the ack's transaction: both commit or neither does.
-            conn.execute(
-                "INSERT INTO postkit_demo.otp_codes (user_id, code, worker_id) VALUES (%s, %s, %s)",
-                (user_id, f"{(user_id * 7919) % 1000000:06d}", worker_id),
-            )
-            acked = queue.ack(job, worker_id=worker_id)
-            conn.commit()
-            events.put((worker_id, "ack", job["id"], user_id, job["attempts"], acked))
+def run_worker(dsn: str, worker_id: str, cast: Cast, connection: Connection) -> None:
+    """One worker process: the Postkit runtime with the send_otp handler. SIGTERM stops it."""
+    events = EventPipe(worker_id, connection)
+    logging.getLogger("postkit.worker").addHandler(_ForwardEvents(events))
+    logging.getLogger("postkit.worker").setLevel(logging.INFO)
+    Worker(
+        dsn,
+        otp_handlers(cast, worker_id, dsn, events),
+        namespace=NAMESPACE,
+        worker_id=worker_id,
+        concurrency=1,
+        visibility_timeout=VISIBILITY_TIMEOUT,
+        poll_interval=1.0,
+        tick_interval=0.5,
+        grace_period=2.0,
+    ).run()
 
 
 @dataclass
@@ -165,6 +209,7 @@ def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -
     started = time.monotonic()
     cast = Cast.for_users(users)
     summary = Summary()
+    users_of_jobs: dict[int, int] = {}
 
     def step(text: str) -> None:
         say(f"[{time.monotonic() - started:5.2f}s] {text}")
@@ -184,6 +229,8 @@ def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -
                 "INSERT INTO postkit_demo.users (id, email) VALUES (%s, %s)", (user_id, email)
             )
             pushed = queue.push(QUEUE, {"user_id": str(user_id)})
+            if pushed is not None:
+                users_of_jobs[pushed] = user_id
             if user_id == cast.rolled_back:
                 conn.rollback()  # server A loses power after the push, before the commit
                 summary.registrations_rolled_back += 1
@@ -193,62 +240,59 @@ def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -
             summary.users_registered += 1
             step(f"server-a  {email}: registered, job {pushed} queued")
 
-        say("2. Three workers send the OTPs through a flaky provider")
+        say("2. Three workers run the Postkit runtime and send OTPs through a flaky provider")
         context = multiprocessing.get_context("spawn")
-        events = context.Queue()
-        stop = context.Event()
-        workers = {
-            name: context.Process(
-                target=run_worker, args=(dsn, name, cast, events, stop), name=name, daemon=True
+        workers: dict[str, BaseProcess] = {}
+        pipes: list[Connection] = []
+        for name in WORKERS:
+            reader, writer = context.Pipe(duplex=False)
+            workers[name] = context.Process(
+                target=run_worker, args=(dsn, name, cast, writer), name=name, daemon=True
             )
-            for name in WORKERS
-        }
-        for process in workers.values():
-            process.start()
-        hung_claim: tuple[str, int, str] | None = None
+            workers[name].start()
+            writer.close()
+            pipes.append(reader)
+        hung: Event | None = None
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                try:
-                    worker, kind, job_id, user_id, attempt, detail = events.get(timeout=0.25)
-                except stdlib_queue.Empty:
-                    worker = ""
-                if worker:
-                    hung_claim = _narrate(
-                        step, summary, worker, kind, job_id, user_id, attempt, detail, hung_claim
-                    )
-                    if kind == "hang":
+                for event in _receive(pipes, timeout=0.25):
+                    _narrate(step, summary, event, users_of_jobs)
+                    if event.kind == "hang":
+                        hung = event
                         say("3. A worker dies after sending the OTP, before its ack")
-                        os.kill(workers[worker].pid or 0, signal.SIGKILL)
-                        summary.killed_worker = worker
-                        step(f"{worker}  killed with SIGKILL while holding job {job_id}")
-                # The scheduled process of the article: tick_timeouts every so often.
-                rescued = queue.tick_timeouts()
-                conn.commit()
-                if rescued:
-                    summary.rescued += rescued
-                    step(f"ticker    tick_timeouts rescued {rescued} expired claim(s)")
+                        os.kill(workers[event.worker].pid or 0, signal.SIGKILL)
+                        summary.killed_worker = event.worker
+                        step(
+                            f"{event.worker}  killed with SIGKILL holding job {event.job_id};"
+                            " its heartbeats stop"
+                        )
                 remaining = conn.execute(
                     "SELECT count(*) FROM postkit_queue.jobs WHERE namespace = %s", (NAMESPACE,)
                 ).fetchone()
                 conn.commit()
                 if remaining is not None and remaining[0] == 0:
                     break
+            say("4. All jobs are settled: the workers shut down gracefully (SIGTERM)")
         finally:
-            stop.set()
             for process in workers.values():
-                process.join(timeout=5)
+                if process.is_alive():
+                    os.kill(process.pid or 0, signal.SIGTERM)
+            for process in workers.values():
+                process.join(timeout=10)
                 if process.is_alive():
                     process.kill()
+        for event in _receive(pipes, timeout=0):
+            _narrate(step, summary, event, users_of_jobs)
 
-        if hung_claim is not None:
-            worker, job_id, token = hung_claim
+        if hung is not None and hung.job_id is not None:
             # The dead worker "reconnects" and tries to ack with the claim it held.
-            summary.stale_ack_refused = not queue.ack(job_id, worker_id=worker, claim_token=token)
+            acked = queue.ack(hung.job_id, worker_id=hung.worker, claim_token=hung.detail)
             conn.commit()
+            summary.stale_ack_refused = not acked
             step(
-                f"{worker}  comes back and acks job {job_id}: refused "
-                f"(ack returned {not summary.stale_ack_refused}); the job is no longer its own"
+                f"{hung.worker}  comes back and acks job {hung.job_id}: ack returned {acked};"
+                " the job is no longer its own"
             )
 
         summary.dead_lettered = [
@@ -277,31 +321,37 @@ def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -
     return summary
 
 
+def _receive(pipes: list[Connection], *, timeout: float) -> list[Event]:
+    """Every event waiting in the pipes (waiting up to ``timeout`` for the first). A pipe whose
+    worker died is dropped."""
+    received: list[Event] = []
+    for ready in wait(list(pipes), timeout=timeout):
+        assert isinstance(ready, Connection)
+        try:
+            while ready.poll():
+                received.append(ready.recv())
+        except (EOFError, OSError):
+            pipes.remove(ready)
+    return received
+
+
 def _narrate(
-    step: Callable[[str], None],
-    summary: Summary,
-    worker: str,
-    kind: str,
-    job_id: int,
-    user_id: int,
-    attempt: int,
-    detail: Any,
-    hung_claim: tuple[str, int, str] | None,
-) -> tuple[str, int, str] | None:
-    where = f"job {job_id} (user {user_id}, attempt {attempt})"
-    if kind == "ack":
+    step: Callable[[str], None], summary: Summary, event: Event, users_of_jobs: dict[int, int]
+) -> None:
+    """Tell one worker event, in the runtime's own words, and count it."""
+    user = f" [user {users_of_jobs[event.job_id]}]" if event.job_id in users_of_jobs else ""
+    if event.kind == "ack":
         summary.done += 1
-        step(f"{worker}  sent OTP, acked {where}")
-    elif kind == "nack":
-        summary.retried += detail == "retried"
-        then = "retry with backoff" if detail == "retried" else "attempts spent: dead-lettered"
-        step(f"{worker}  provider down, nacked {where} -> {then}")
-    elif kind == "fail":
-        step(f"{worker}  permanent error, failed {where} -> dead-letter queue: {detail}")
-    elif kind == "hang":
-        step(f"{worker}  sent OTP for {where}, then hung before its ack")
-        return (worker, job_id, str(detail))
-    return hung_claim
+    elif event.kind == "retried":
+        summary.retried += 1
+    elif event.kind == "reclaimed":
+        summary.rescued += event.count or 0
+    elif event.kind == "hang":
+        step(f"{event.worker}  sent the OTP of job {event.job_id}{user}, then hung before its ack")
+        return
+    elif event.kind not in ("dead_lettered", "stale", "claim_lost"):
+        return
+    step(f"{event.worker}  {event.detail.splitlines()[0]}{user}")
 
 
 def render_summary(summary: Summary) -> str:
@@ -345,6 +395,6 @@ def render_summary(summary: Summary) -> str:
             lines.append(
                 f"  job {dead['job_id']:<5} user {dead['user_id']:<3} "
                 f"{dead['reason']:<19} after {dead['attempts']} attempt(s): "
-                f"{dead['error']}"
+                f"{(dead['error'] or '').splitlines()[0]}"
             )
     return "\n".join(lines)

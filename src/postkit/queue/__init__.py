@@ -8,7 +8,10 @@ queue.push("send_otp", {"user_id": "42"})
 """
 
 from postkit.queue.client import QueueClient
+from postkit.queue.client_async import AsyncQueueClient
 from postkit.queue.job import DeadLetter, Job, NackOutcome, QueuePolicy
+from postkit.queue.listen import WorkListener
+from postkit.queue.listen_async import AsyncWorkListener
 from postkit.queue.migrations import (
     InstallResult,
     install,
@@ -18,12 +21,15 @@ from postkit.queue.migrations import (
 )
 
 __all__ = [
+    "AsyncQueueClient",
+    "AsyncWorkListener",
     "DeadLetter",
     "InstallResult",
     "Job",
     "NackOutcome",
     "QueueClient",
     "QueuePolicy",
+    "WorkListener",
     "install",
     "install_script",
     "installed_version",

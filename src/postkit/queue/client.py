@@ -1,4 +1,11 @@
-"""The synchronous queue client: the article's API on top of the caller's own cursor."""
+# Generated from client_async.py by tools/async_to_sync.py: edit that file, not this one.
+"""The queue client: the article's API on top of the caller's own cursor.
+
+client_async.py is the source of both clients: the asyncio client (for psycopg 3 async cursors)
+is written there, and client.py, the synchronous client (for any DB-API cursor), is generated
+from it by tools/async_to_sync.py; a test checks that the two are in step. Both only execute the
+calls that postkit.queue.protocol builds, so they share every statement, check and error.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +28,9 @@ class QueueClient:
     a pull's claim sticks when the caller commits; an ack commits with whatever else the caller
     wrote in its transaction.
 
-    Any DB-API cursor works: psycopg 3 (tuple, dict or namedtuple rows), psycopg2, or Django's
-    ``connection.cursor()``.
+    The synchronous client takes any DB-API cursor: psycopg 3 (tuple, dict or namedtuple rows),
+    psycopg2, or Django's ``connection.cursor()``. The asyncio client takes a psycopg 3 async
+    cursor.
 
     Invalid arguments raise a :class:`postkit.errors.ValidationError` subclass before anything
     is written. When the SQL module rejects a value, the database aborts the current transaction
@@ -124,16 +132,34 @@ class QueueClient:
         Returns:
             the claimed job, or None when no job is ready.
         """
-        jobs = self._run(
+        jobs = self.pull_batch(
+            queue, limit=1, worker_id=worker_id, visibility_timeout=visibility_timeout
+        )
+        return jobs[0] if jobs else None
+
+    def pull_batch(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        worker_id: str | None = None,
+        visibility_timeout: Duration | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` (1..1000) ready jobs of ``queue`` in one round trip, each as
+        :meth:`pull` would claim it.
+
+        Returns:
+            the claimed jobs, in no particular order; empty when none is ready.
+        """
+        return self._run(
             protocol.pull(
                 self._namespace,
                 queue,
                 worker_id=worker_id,
                 visibility_timeout=visibility_timeout,
-                limit=1,
+                limit=limit,
             )
         )
-        return jobs[0] if jobs else None
 
     def ack(self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None) -> bool:
         """The job succeeded: remove it from the queue.
@@ -239,6 +265,20 @@ class QueueClient:
                 worker_id=worker_id,
                 claim_token=claim_token,
             )
+        )
+
+    def release(
+        self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None
+    ) -> bool:
+        """Give a claimed job back without running it: it is pending again at once, and the
+        attempt this claim counted is returned (a worker shutting down uses this).
+
+        Returns:
+            True if the job was released; False, with nothing changed, when the caller no
+            longer holds the claim.
+        """
+        return self._run(
+            protocol.release(self._namespace, job, worker_id=worker_id, claim_token=claim_token)
         )
 
     def tick_timeouts(self, *, limit: int = 1000) -> int:

@@ -1,0 +1,94 @@
+# Generated from listen_async.py by tools/async_to_sync.py: edit that file, not this one.
+"""Waiting for work without polling: LISTEN/NOTIFY on a dedicated connection.
+
+Every push (and every retry, rescue or release) notifies its queue's channel when its
+transaction commits. A listener holds one autocommit connection that LISTENs on the channels of
+its queues, and :meth:`WorkListener.wait_for_work` blocks until a notification arrives, the
+earliest delayed job falls due, or the timeout passes. The timeout is only a fallback poll: a
+missed notification costs latency, never a job.
+
+listen_async.py is the source of both listeners: the synchronous one in listen.py is generated
+from it by tools/async_to_sync.py.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from postkit.queue import protocol
+from postkit.queue.rows import as_dicts
+
+
+class WorkListener:
+    """Waits until a job may be ready in some queues of one namespace.
+
+    Use :meth:`connect` to open the dedicated connection, or pass an open autocommit
+    connection that is used for nothing else. Close it with :meth:`close` or ``with``.
+    """
+
+    def __init__(self, connection: psycopg.Connection[Any], namespace: str, queues: list[str]):
+        self._connection = connection
+        self._namespace = namespace
+        self._queues = list(queues)
+        self._listening = False
+
+    @classmethod
+    def connect(cls, dsn: str, namespace: str, queues: list[str]) -> WorkListener:
+        """Open a dedicated autocommit connection to ``dsn`` and LISTEN on ``queues``."""
+        connection = psycopg.Connection.connect(dsn, autocommit=True)
+        listener = cls(connection, namespace, queues)
+        listener.listen()
+        return listener
+
+    def _run(self, call: protocol.Call[Any]) -> Any:
+        cursor = self._connection.cursor()
+        cursor.execute(call.sql, call.params)
+        return call.parse(as_dicts(cursor.description, cursor.fetchall()))
+
+    def listen(self) -> None:
+        """LISTEN on the queues' channels. Notifications sent from now on are not missed."""
+        if self._listening:
+            return
+        for channel in self._run(protocol.channels(self._namespace, self._queues)):
+            self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self._listening = True
+
+    def wait_for_work(self, timeout: float = 5.0) -> bool:
+        """Block until a job may be ready, or ``timeout`` seconds pass.
+
+        Returns at once when a job of these queues is already due. Otherwise waits for a
+        notification, but no longer than until the earliest delayed job falls due.
+
+        Returns:
+            True when woken because a job may be ready (a notification, or a due job); False
+            when the timeout passed with neither. Either way the caller should pull: a
+            notification can be missed (a reconnect, a NOTIFY from a session that disabled
+            them), and the timeout is the fallback poll that still finds the job.
+        """
+        self.listen()
+        due = self._run(protocol.next_run_at(self._namespace, self._queues))
+        if due.seconds is not None and due.seconds <= 0:
+            return True
+        wait = timeout if due.seconds is None else min(timeout, due.seconds)
+        for _ in self._connection.notifies(timeout=max(wait, 0.0), stop_after=1):
+            return True
+        return wait < timeout
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> WorkListener:
+        self.listen()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

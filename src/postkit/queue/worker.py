@@ -1,0 +1,597 @@
+"""The worker runtime: register handlers per queue, then ``run()``.
+
+    handlers = Handlers()
+
+    @handlers.register("send_otp")
+    def send_otp(job):
+        otp_provider.send(job.payload["user_id"])
+
+    Worker(dsn, handlers, namespace="my-app", concurrency=8).run()
+
+What the runtime does for you:
+
+- **Concurrency.** Up to ``concurrency`` jobs at once: sync handlers on threads, ``async def``
+  handlers as tasks on one event loop. It claims in batches up to its free slots, one round trip
+  per queue, and when the queues are empty it waits on LISTEN/NOTIFY (see ``listen.py``) with
+  ``poll_interval`` as the fallback poll.
+- **Outcomes.** A handler that returns acks its job. :class:`~postkit.errors.PermanentError`
+  fails it into the dead-letter queue, :class:`~postkit.errors.RetryLater` retries it after the
+  delay it names, and any other exception nacks it with the error and a traceback summary.
+- **Transactional handlers** (``transactional=True``) receive a cursor in the ack's transaction:
+  their writes and the ack commit together, or, when the claim went stale, roll back together.
+- **Heartbeats.** Every third of the visibility timeout the claims of running jobs are extended,
+  so a long healthy job is never reclaimed while a dead worker's job expires within one timeout.
+- **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts``; many
+  workers ticking at once is safe. A lost connection is retried with backoff.
+- **Graceful shutdown.** SIGTERM or SIGINT stops claiming; running jobs get ``grace_period``
+  seconds to finish, then each is released (pending again at once, its attempt returned). A
+  second signal exits immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import queue as stdlib_queue
+import random
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+
+from postkit.errors import PermanentError, RetryLater
+from postkit.queue.client import QueueClient
+from postkit.queue.job import Job
+from postkit.queue.listen import WorkListener
+
+logger = logging.getLogger("postkit.worker")
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+_TRACEBACK_FRAMES = 5
+_MAX_BACKOFF = 30.0
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """One registered handler."""
+
+    function: Callable[..., Any]
+    transactional: bool
+    is_async: bool
+
+
+class Handlers(Mapping[str, HandlerSpec]):
+    """Handlers by queue name. A module registers its handlers here; ``postkit worker`` finds
+    the module's ``Handlers`` and runs them."""
+
+    def __init__(self, handlers: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self._specs: dict[str, HandlerSpec] = {}
+        for queue, function in (handlers or {}).items():
+            self.add(queue, function)
+
+    def add(self, queue: str, function: Callable[..., Any], *, transactional: bool = False) -> None:
+        """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
+        ``transactional``).
+
+        Raises:
+            ValueError: the queue already has a handler, or an ``async def`` handler is
+                transactional (the ack's transaction lives on a synchronous connection).
+        """
+        if queue in self._specs:
+            raise ValueError(f"queue {queue!r} already has a handler")
+        is_async = inspect.iscoroutinefunction(function)
+        if is_async and transactional:
+            raise ValueError("transactional handlers must be synchronous functions")
+        self._specs[queue] = HandlerSpec(function, transactional, is_async)
+
+    def register(self, queue: str, *, transactional: bool = False) -> Callable[[F], F]:
+        """Decorator form of :meth:`add`."""
+
+        def decorate(function: F) -> F:
+            self.add(queue, function, transactional=transactional)
+            return function
+
+        return decorate
+
+    def __getitem__(self, queue: str) -> HandlerSpec:
+        return self._specs[queue]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker since it started."""
+
+    acked: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    stale: int = 0
+    released: int = 0
+    reclaimed: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def processed(self) -> int:
+        return self.acked + self.retried + self.dead_lettered + self.stale
+
+
+def error_summary(error: BaseException) -> str:
+    """'Type: message' and the last frames of the traceback, for the job's error history."""
+    frames = traceback.format_tb(error.__traceback__)[-_TRACEBACK_FRAMES:]
+    return f"{type(error).__name__}: {error}\n" + "".join(frames)
+
+
+class Worker:
+    """Runs registered handlers for jobs of one namespace. See the module docstring."""
+
+    def __init__(
+        self,
+        dsn: str,
+        handlers: Handlers | Mapping[str, Callable[..., Any]],
+        *,
+        namespace: str = "default",
+        queues: list[str] | None = None,
+        worker_id: str | None = None,
+        concurrency: int = 8,
+        visibility_timeout: float = 30.0,
+        poll_interval: float = 5.0,
+        tick_interval: float = 10.0,
+        grace_period: float = 30.0,
+        report_interval: float | None = None,
+        report: Callable[[WorkerStats], None] | None = None,
+    ) -> None:
+        """
+        Args:
+            dsn: the database; the worker opens a pool of ``concurrency + 2`` connections and
+                one more to listen on.
+            handlers: a :class:`Handlers`, or a mapping of queue name to handler function.
+            queues: the queues to work (default: every queue with a handler).
+            worker_id: the name the worker claims under (default: ``hostname-pid``).
+            visibility_timeout: seconds each claim lasts between heartbeats.
+            poll_interval: the longest wait between pulls when no notification arrives.
+            tick_interval: mean seconds between calls to ``tick_timeouts``.
+            grace_period: seconds running jobs get to finish after a stop is requested.
+            report_interval, report: call ``report(stats)`` this often (seconds).
+
+        Raises:
+            ValueError: a queue has no handler, or a number is out of range.
+        """
+        self.handlers = handlers if isinstance(handlers, Handlers) else Handlers(handlers)
+        self.queues = list(queues) if queues is not None else list(self.handlers)
+        missing = [queue for queue in self.queues if queue not in self.handlers]
+        if missing or not self.queues:
+            raise ValueError(f"no handler for queue(s) {missing or 'any'}")
+        if concurrency < 1 or visibility_timeout <= 0 or poll_interval <= 0:
+            raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
+        self.dsn = dsn
+        self.namespace = namespace
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.concurrency = concurrency
+        self.visibility_timeout = visibility_timeout
+        self.poll_interval = poll_interval
+        self.tick_interval = tick_interval
+        self.grace_period = grace_period
+        self.report_interval = report_interval
+        self._report = report
+        self.stats = WorkerStats()
+
+        self._stopping = threading.Event()
+        self._closed = threading.Event()
+        self._lock = threading.Condition()
+        self._in_flight: dict[int, Job] = {}
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._listener: WorkListener | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._next_queue = 0
+        self._signals = 0
+        # Sync handlers run on `concurrency` threads fed by this queue; there are never more
+        # jobs in flight than threads, so a claimed job starts at once.
+        self._sync_jobs: stdlib_queue.SimpleQueue[tuple[Job, HandlerSpec]] = (
+            stdlib_queue.SimpleQueue()
+        )
+
+    # ---------------------------------------------------------------------------------------
+    # Lifecycle
+    # ---------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Work until :meth:`stop` (or SIGTERM/SIGINT, when called from the main thread), then
+        shut down gracefully. Returns after the shutdown."""
+        self._install_signal_handlers()
+        self._pool = psycopg_pool.ConnectionPool(
+            self.dsn,
+            min_size=1,
+            max_size=self.concurrency + 2,
+            check=psycopg_pool.ConnectionPool.check_connection,
+            open=True,
+            name=f"postkit-worker-{self.worker_id}",
+        )
+        self._start_thread(self._heartbeat_loop, "heartbeat")
+        for number in range(self.concurrency):
+            self._start_thread(self._sync_job_loop, f"handler-{number}")
+        if any(self.handlers[queue].is_async for queue in self.queues):
+            self._loop = asyncio.new_event_loop()
+            self._start_thread(self._loop.run_forever, "event-loop")
+        logger.info(
+            "worker %s started on %s (namespace %s, concurrency %d)",
+            self.worker_id,
+            ", ".join(self.queues),
+            self.namespace,
+            self.concurrency,
+            extra={"event": "started", "worker_id": self.worker_id},
+        )
+        try:
+            self._main_loop()
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        """Stop claiming jobs and shut down gracefully; :meth:`run` returns when done.
+        Safe to call from any thread or a signal handler."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+        # Wake the main loop if it is waiting on LISTEN: notify our own first queue.
+        threading.Thread(target=self._wake_listener, daemon=True).start()
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_signal(signum: int, _frame: object) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                logger.warning("second signal: exiting now; running jobs will be reclaimed")
+                os._exit(128 + signum)
+            logger.warning(
+                "signal %s: finishing running jobs (up to %.0fs), then releasing the rest",
+                signal.Signals(signum).name,
+                self.grace_period,
+            )
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def _start_thread(self, target: Callable[[], object], name: str) -> None:
+        threading.Thread(target=target, name=f"postkit-{name}", daemon=True).start()
+
+    # ---------------------------------------------------------------------------------------
+    # The main loop: claim, dispatch, wait, tick.
+    # ---------------------------------------------------------------------------------------
+
+    def _main_loop(self) -> None:
+        failures = 0
+        next_tick = time.monotonic()
+        next_report = time.monotonic() + (self.report_interval or 0)
+        while not self._stopping.is_set():
+            try:
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._tick()
+                    next_tick = now + self.tick_interval * random.uniform(0.5, 1.5)
+                if self.report_interval and self._report and now >= next_report:
+                    self._report(self.stats)
+                    next_report = now + self.report_interval
+                free = self.concurrency - len(self._in_flight)
+                if free <= 0:
+                    with self._lock:
+                        self._lock.wait_for(
+                            lambda: (
+                                len(self._in_flight) < self.concurrency or self._stopping.is_set()
+                            ),
+                            timeout=self.poll_interval,
+                        )
+                    continue
+                if self._claim(free):
+                    failures = 0
+                    continue
+                self._wait_for_work(min(self.poll_interval, max(next_tick - now, 0.01)))
+                failures = 0
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                failures += 1
+                delay = min(_MAX_BACKOFF, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1)
+                logger.warning(
+                    "database error (%s); retrying in %.1fs",
+                    exc,
+                    delay,
+                    extra={"event": "db_error"},
+                )
+                self._close_listener()
+                self._stopping.wait(delay)
+
+    def _claim(self, free: int) -> int:
+        """Claim up to ``free`` jobs, trying the queues in turn from a rotating start."""
+        claimed = 0
+        for offset in range(len(self.queues)):
+            queue = self.queues[(self._next_queue + offset) % len(self.queues)]
+            jobs = self._with_client(
+                functools.partial(self._pull_batch, queue=queue, limit=free - claimed)
+            )
+            for job in jobs:
+                self._dispatch(job)
+            claimed += len(jobs)
+            if claimed >= free:
+                break
+        self._next_queue = (self._next_queue + 1) % len(self.queues)
+        return claimed
+
+    def _pull_batch(self, client: QueueClient, *, queue: str, limit: int) -> list[Job]:
+        return client.pull_batch(
+            queue, limit=limit, worker_id=self.worker_id, visibility_timeout=self.visibility_timeout
+        )
+
+    def _wait_for_work(self, timeout: float) -> None:
+        if self._listener is None:
+            self._listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+        self._listener.wait_for_work(timeout=timeout)
+
+    def _wake_listener(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as connection:
+                connection.execute(
+                    "SELECT pg_notify(postkit_queue.channel(%s, %s), '')",
+                    (self.namespace, self.queues[0]),
+                )
+        except psycopg.Error:
+            pass  # the main loop still wakes at its next poll
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._listener.close()
+            self._listener = None
+
+    def _tick(self) -> None:
+        reclaimed = self._with_client(lambda client: client.tick_timeouts())
+        if reclaimed:
+            self.stats.reclaimed += reclaimed
+            logger.info(
+                "reclaimed %d expired claim(s)",
+                reclaimed,
+                extra={"event": "reclaimed", "count": reclaimed},
+            )
+
+    def _with_client(self, action: Callable[[QueueClient], T]) -> T:
+        """Run ``action`` on a pooled connection in a transaction of its own, committed."""
+        assert self._pool is not None
+        with self._pool.connection() as connection:
+            return action(QueueClient(connection.cursor(), namespace=self.namespace))
+
+    # ---------------------------------------------------------------------------------------
+    # Running one job.
+    # ---------------------------------------------------------------------------------------
+
+    def _dispatch(self, job: Job) -> None:
+        spec = self.handlers[job.queue]
+        with self._lock:
+            self._in_flight[job.id] = job
+        logger.info(
+            "claimed job %d (%s, attempt %d of %d)",
+            job.id,
+            job.queue,
+            job.attempts,
+            job.max_attempts,
+            extra=_job_fields(job, "claimed"),
+        )
+        if spec.is_async:
+            assert self._loop is not None
+            asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
+        else:
+            self._sync_jobs.put((job, spec))
+
+    def _sync_job_loop(self) -> None:
+        while True:
+            job, spec = self._sync_jobs.get()
+            self._run_sync(job, spec)
+
+    def _run_sync(self, job: Job, spec: HandlerSpec) -> None:
+        started = time.monotonic()
+        try:
+            if spec.transactional:
+                self._run_transactional(job, spec)
+            else:
+                spec.function(job)
+                self._settle(job, "ack", started)
+        except BaseException as error:
+            self._settle_error(job, error, started)
+        finally:
+            self._finish(job)
+
+    def _run_transactional(self, job: Job, spec: HandlerSpec) -> None:
+        """The handler's writes and the ack share one transaction: both commit, or neither."""
+        assert self._pool is not None
+        started = time.monotonic()
+        with self._pool.connection() as connection, connection.transaction() as transaction:
+            cursor = connection.cursor()
+            spec.function(job, cursor)
+            acked = QueueClient(cursor, namespace=self.namespace).ack(job)
+            if not acked:
+                raise psycopg.Rollback(transaction)
+        self._record(job, "ack" if acked else "stale", started)
+
+    async def _run_async(self, job: Job, spec: HandlerSpec) -> None:
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            await spec.function(job)
+        except BaseException as error:
+            await loop.run_in_executor(None, self._settle_error, job, error, started)
+        else:
+            await loop.run_in_executor(None, self._settle, job, "ack", started)
+        finally:
+            self._finish(job)
+
+    def _settle_error(self, job: Job, error: BaseException, started: float) -> None:
+        if isinstance(error, PermanentError):
+            self._settle(job, "fail", started, error=error_summary(error))
+        elif isinstance(error, RetryLater):
+            delay = error.delay
+            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+            self._settle(job, "nack", started, error=error_summary(error), backoff=seconds)
+        else:
+            self._settle(job, "nack", started, error=error_summary(error))
+
+    def _settle(
+        self,
+        job: Job,
+        action: str,
+        started: float,
+        *,
+        error: str | None = None,
+        backoff: float | None = None,
+    ) -> None:
+        """Ack, nack or fail ``job`` under its own claim, retrying a lost connection a few
+        times. If it never gets through, the claim expires and the job is redelivered."""
+        for attempt in range(5):
+            if self._closed.is_set():
+                return
+            try:
+                outcome = self._with_client(
+                    lambda client: _settle_call(client, job, action, error, backoff)
+                )
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                logger.warning(
+                    "could not settle job %d (%s); retrying",
+                    job.id,
+                    exc,
+                    extra=_job_fields(job, "settle_error"),
+                )
+                time.sleep(min(_MAX_BACKOFF, 0.2 * 2**attempt))
+                continue
+            self._record(job, outcome, started, error)
+            return
+
+    def _record(self, job: Job, outcome: str, started: float, error: str | None = None) -> None:
+        milliseconds = (time.monotonic() - started) * 1000
+        counters = {
+            "ack": "acked",
+            "retried": "retried",
+            "dead_lettered": "dead_lettered",
+            "stale": "stale",
+        }
+        with self._lock:
+            setattr(self.stats, counters[outcome], getattr(self.stats, counters[outcome]) + 1)
+        first_line = (error or "").split("\n", 1)[0]
+        messages = {
+            "ack": "acked job %d in %.1f ms",
+            "retried": "nacked job %d after %.1f ms: will retry (" + first_line + ")",
+            "dead_lettered": "dead-lettered job %d after %.1f ms (" + first_line + ")",
+            "stale": "job %d finished after %.1f ms but its claim was stale: not settled",
+        }
+        level = logging.WARNING if outcome == "stale" else logging.INFO
+        logger.log(
+            level,
+            messages[outcome],
+            job.id,
+            milliseconds,
+            extra=_job_fields(job, outcome, duration_ms=round(milliseconds, 3)),
+        )
+
+    def _finish(self, job: Job) -> None:
+        with self._lock:
+            self._in_flight.pop(job.id, None)
+            self._lock.notify_all()
+
+    # ---------------------------------------------------------------------------------------
+    # Heartbeats and shutdown.
+    # ---------------------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.visibility_timeout / 3
+        while not self._closed.wait(interval):
+            with self._lock:
+                running = list(self._in_flight.values())
+            if not running:
+                continue
+            try:
+                lost = self._with_client(functools.partial(self._extend_claims, jobs=running))
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                logger.warning("heartbeat failed (%s)", exc, extra={"event": "heartbeat_error"})
+                continue
+            for job in lost:
+                if job.id in self._in_flight:
+                    logger.warning(
+                        "lost the claim of job %d: it was reclaimed or settled elsewhere",
+                        job.id,
+                        extra=_job_fields(job, "claim_lost"),
+                    )
+
+    def _extend_claims(self, client: QueueClient, *, jobs: list[Job]) -> list[Job]:
+        """Extend each claim; return the jobs whose claim was lost."""
+        return [
+            job
+            for job in jobs
+            if not client.extend_visibility(job, extension=self.visibility_timeout)
+        ]
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            self._lock.wait_for(lambda: not self._in_flight, timeout=self.grace_period)
+            unfinished = list(self._in_flight.values())
+        for job in unfinished:
+            try:
+                released = self._with_client(functools.partial(QueueClient.release, job=job))
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                logger.warning("could not release job %d (%s)", job.id, exc)
+                continue
+            if released:
+                self.stats.released += 1
+                logger.info(
+                    "released job %d: still running at the end of the grace period",
+                    job.id,
+                    extra=_job_fields(job, "released"),
+                )
+        self._closed.set()
+        self._close_listener()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._pool is not None:
+            self._pool.close(timeout=5)
+        logger.info(
+            "worker %s stopped: %d acked, %d retried, %d dead-lettered, %d released",
+            self.worker_id,
+            self.stats.acked,
+            self.stats.retried,
+            self.stats.dead_lettered,
+            self.stats.released,
+            extra={"event": "stopped", "worker_id": self.worker_id},
+        )
+
+
+def _settle_call(
+    client: QueueClient, job: Job, action: str, error: str | None, backoff: float | None
+) -> str:
+    if action == "ack":
+        return "ack" if client.ack(job) else "stale"
+    if action == "fail":
+        return "dead_lettered" if client.fail(job, error=error) else "stale"
+    return client.nack_outcome(job, error=error, backoff=backoff).value
+
+
+def _job_fields(job: Job, event: str, **more: Any) -> dict[str, Any]:
+    return {"event": event, "job_id": job.id, "queue": job.queue, "attempt": job.attempts, **more}
+
+
+__all__ = ["HandlerSpec", "Handlers", "Worker", "WorkerStats", "error_summary"]
