@@ -81,6 +81,9 @@ CASES: dict[str, Bad] = {
     "namespace-bytes": Bad(Name, "namespace", PY, lambda q, j: as_namespace(b"ns")(q).push(Q, 1)),
     "namespace-blank-pull": Bad(Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).pull(Q)),
     "namespace-blank-ack": Bad(Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).ack(j)),
+    "namespace-blank-get-job": Bad(
+        Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).get_job(j.id)
+    ),
     "namespace-blank-tick": Bad(
         Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).tick_timeouts()
     ),
@@ -88,6 +91,10 @@ CASES: dict[str, Bad] = {
     "worker-id-empty": Bad(Name, "worker_id", SQL, lambda q, j: q.pull(Q, worker_id="")),
     "worker-id-129-chars": Bad(Name, "worker_id", SQL, lambda q, j: q.pull(Q, worker_id=LONG)),
     "worker-id-int": Bad(Name, "worker_id", PY, lambda q, j: q.pull(Q, worker_id=7)),
+    "worker-id-empty-ack": Bad(Name, "worker_id", SQL, lambda q, j: q.ack(j.id, worker_id="")),
+    "worker-id-blank-release": Bad(
+        Name, "worker_id", SQL, lambda q, j: q.release(j.id, worker_id=" ")
+    ),
     "unique-key-blank": Bad(Name, "unique_key", SQL, lambda q, j: q.push(Q, 1, unique_key=" ")),
     # Durations.
     "visibility-timeout-zero": Bad(

@@ -7,6 +7,7 @@
 --                 │                 ├──nack, attempts left────────> pending (run_at = now + backoff)
 --                 │                 ├──nack, attempts spent───────> dead_letters
 --                 │                 ├──fail───────────────────────> dead_letters
+--                 ├─────────────────┤  release (a worker shutting down; the attempt is returned)
 --                 └──tick_timeouts──┤  (claim expired, attempts left)
 --                                   └──tick_timeouts, attempts spent> dead_letters
 --
@@ -408,6 +409,7 @@ AS $$
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
     -- The DELETE locks the row by primary key. If a ticker or another settle holds it, we wait,
     -- then re-check the fence against the row as they left it.
     DELETE FROM postkit_queue.jobs j
@@ -442,6 +444,7 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
     PERFORM postkit_queue.check_duration('backoff', p_backoff, true, interval '30 days');
 
     SELECT * INTO v_job FROM postkit_queue.jobs j
@@ -493,6 +496,7 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
 
     SELECT * INTO v_job FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
@@ -526,6 +530,7 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
     IF p_extension IS NULL THEN
         RAISE EXCEPTION 'postkit: extension must not be null' USING ERRCODE = 'PKQ05';
     END IF;
@@ -556,6 +561,7 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
 
     UPDATE postkit_queue.jobs j
     SET state = 'pending', attempts = j.attempts - 1, run_at = postkit_queue.clock(),
@@ -631,9 +637,14 @@ RETURNS TABLE (
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
     errors jsonb, created_at timestamptz, failed_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    -- Two primary-key lookups: a job is in exactly one of the two tables.
+    RETURN QUERY
     SELECT j.namespace, j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts,
            j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
            j.visible_until, j.errors, j.created_at, NULL::timestamptz
@@ -644,7 +655,8 @@ AS $$
            d.max_attempts, d.unique_key, d.worker_id, NULL, NULL, NULL, d.errors, d.created_at,
            d.failed_at
     FROM postkit_queue.dead_letters d
-    WHERE d.namespace = p_namespace AND d.job_id = p_job_id
+    WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
+END
 $$;
 
 -- next_run_at: when the earliest pending job of these queues falls due (NULL: none pending).
