@@ -10,7 +10,10 @@ jobs. Tests that need a database of their own (installs, upgrades) get one from
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,16 +26,31 @@ from postkit.embedded import EmbeddedServer
 from postkit.queue import QueueClient, install
 
 
+@contextlib.contextmanager
+def embedded_server() -> Iterator[EmbeddedServer]:
+    """A new embedded server, stopped and deleted afterwards. Its directory is not under
+    pytest's tmp_path: pytest prunes old base directories, which would pull the data directory
+    from under a server still in use by a concurrent test session."""
+    directory = Path(tempfile.mkdtemp(prefix="postkit-test-"))
+    server = EmbeddedServer(directory / "pgdata", stop_at_exit=False)
+    try:
+        server.start()
+        yield server
+    finally:
+        with contextlib.suppress(Exception):
+            server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_dsn() -> Iterator[str]:
     """A DSN for the server under test: POSTKIT_TEST_DSN, else a fresh embedded server."""
     named = os.environ.get("POSTKIT_TEST_DSN")
     if named:
         yield named
         return
-    server = EmbeddedServer(tmp_path_factory.mktemp("embedded") / "pgdata", stop_at_exit=False)
-    yield server.start()
-    server.stop()
+    with embedded_server() as server:
+        yield server.dsn
 
 
 @pytest.fixture(scope="session")
@@ -110,9 +128,7 @@ def fresh_database(server_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+def own_server() -> Iterator[EmbeddedServer]:
     """An embedded server for this test alone, for tests that crash or restart it."""
-    server = EmbeddedServer(tmp_path / "pgdata", stop_at_exit=False)
-    server.start()
-    yield server
-    server.stop()
+    with embedded_server() as server:
+        yield server

@@ -1,0 +1,1 @@
+"""Postkit's benchmarks. Run ``python -m benchmarks --help``."""
