@@ -1,0 +1,417 @@
+"""`postkit worker`: real worker processes against the test server.
+
+Each test writes a handler module into its tmp_path and runs
+``python -m postkit.cli worker tasks`` there. Waits are bounded polls on the database or on
+files the processes write; nothing sleeps and hopes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from postkit.cli import main
+from postkit.queue import QueueClient
+
+pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
+
+TIMEOUT = 15.0
+"""Seconds any single wait may take before the test fails."""
+
+RUNS_TABLE = "postkit_test_cli_worker_runs"
+
+TASKS = f"""
+import os
+import time
+from pathlib import Path
+
+from postkit.errors import PermanentError
+from postkit.queue.worker import Handlers
+
+# Every process that imports this module says so: the tests see restarts here.
+with open(Path(__file__).with_name("pids.txt"), "a") as pids:
+    pids.write(f"{{os.getpid()}}\\n")
+
+handlers = Handlers()
+
+
+@handlers.register("emails", transactional=True)
+def send_email(job, cursor):
+    time.sleep(job.payload.get("sleep", 0))
+    cursor.execute(
+        "INSERT INTO {RUNS_TABLE} (namespace, job_id, worker_id, pid) VALUES (%s, %s, %s, %s)",
+        (job.namespace, job.id, job.worker_id, os.getpid()),
+    )
+
+
+@handlers.register("reports")
+def build_report(job):
+    if job.payload.get("broken"):
+        raise PermanentError("this report cannot be built")
+"""
+
+
+# -------------------------------------------------------------------------------------------
+# Helpers
+# -------------------------------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], T], what: str, timeout: float = TIMEOUT) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class WorkerProcess:
+    """A `postkit worker` process, its output in a file."""
+
+    def __init__(self, args: list[str], cwd: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log: IO[str] = log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "postkit.cli", "worker", *args],
+            cwd=cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def terminate(self) -> int:
+        """SIGTERM, then the exit code (bounded wait)."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.wait()
+
+    def wait(self) -> int:
+        try:
+            return self.process.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker did not exit:\n{self.output()}") from None
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def runs(
+    connect: Callable[..., psycopg.Connection[Any]], namespace: str
+) -> Callable[[], list[tuple[int, str, int]]]:
+    """The jobs the `emails` handler ran in this test's namespace: (job_id, worker_id, pid)."""
+    connection = connect(autocommit=True)
+    connection.execute(
+        f"CREATE TABLE IF NOT EXISTS {RUNS_TABLE} "
+        "(namespace text, job_id bigint, worker_id text, pid integer)"
+    )
+
+    def _runs() -> list[tuple[int, str, int]]:
+        return connection.execute(
+            f"SELECT job_id, worker_id, pid FROM {RUNS_TABLE} WHERE namespace = %s",
+            (namespace,),
+        ).fetchall()
+
+    return _runs
+
+
+@pytest.fixture
+def pending(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> Callable[[], int]:
+    """How many jobs of this test's namespace are still in postkit_queue.jobs."""
+    connection = connect(autocommit=True)
+
+    def _pending() -> int:
+        row = connection.execute(
+            "SELECT count(*) FROM postkit_queue.jobs WHERE namespace = %s", (namespace,)
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    return _pending
+
+
+@pytest.fixture
+def push(make_client: Callable[[], QueueClient]) -> Callable[..., list[int]]:
+    """Push ``count`` jobs with ``payload`` to ``queue`` in one committed transaction."""
+    client = make_client()
+
+    def _push(queue: str, count: int, payload: dict[str, Any] | None = None) -> list[int]:
+        ids = [client.push(queue, payload or {}) for _ in range(count)]
+        client.cursor.connection.commit()
+        return [job_id for job_id in ids if job_id is not None]
+
+    return _push
+
+
+@pytest.fixture
+def tasks_dir(tmp_path: Path) -> Path:
+    (tmp_path / "tasks.py").write_text(TASKS)
+    return tmp_path
+
+
+def import_pids(directory: Path) -> list[int]:
+    """The pids of every process that imported tasks.py, in order."""
+    path = directory / "pids.txt"
+    if not path.exists():
+        return []
+    return [int(line) for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+
+
+def is_our_worker(pid: int, namespace: str) -> bool:
+    """True if ``pid`` is alive and a worker of this test (never touch anyone else's pid)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"postkit.cli" in command and namespace.encode() in command
+
+
+@pytest.fixture
+def start_worker(
+    tasks_dir: Path, dsn: str, namespace: str
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start `postkit worker tasks` in tasks_dir on this test's namespace; everything it
+    started is gone after the test, even when the test fails."""
+    started: list[WorkerProcess] = []
+
+    def _start(*args: str) -> WorkerProcess:
+        worker = WorkerProcess(
+            ["tasks", "--dsn", dsn, "--namespace", namespace, "--poll-interval", "0.5", *args],
+            cwd=tasks_dir,
+            log_path=tasks_dir / f"worker-{len(started)}.log",
+        )
+        started.append(worker)
+        return worker
+
+    yield _start
+    for worker in started:
+        worker.close()
+    for pid in import_pids(tasks_dir):
+        if is_our_worker(pid, namespace):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_cli(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "postkit.cli", "worker", *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def reported_jobs(output: str) -> int:
+    """The jobs counted by the throughput lines of ``output``."""
+    return sum(int(count.replace(",", "")) for count in re.findall(r"([\d,]+) jobs in ", output))
+
+
+# -------------------------------------------------------------------------------------------
+# Help and errors
+# -------------------------------------------------------------------------------------------
+
+
+def test_help_teaches_with_an_example_handler_module() -> None:
+    result = CliRunner().invoke(main, ["worker", "--help"])
+
+    assert result.exit_code == 0
+    assert "handlers = Handlers()" in result.output
+    assert '@handlers.register("send_email")' in result.output
+    assert "postkit worker tasks" in result.output
+    for option in ("--queue", "--concurrency", "--processes", "--log-format", "--verbose"):
+        assert option in result.output
+
+
+@pytest.mark.parametrize(
+    ("module_text", "spec", "message"),
+    [
+        ("x = 1\n", "tasks", "tasks defines no Handlers; create one with `handlers = Handlers()`"),
+        (
+            "from postkit.queue.worker import Handlers\na = Handlers()\nb = Handlers()\n",
+            "tasks",
+            "tasks defines several Handlers (a, b); name one, e.g. tasks:a",
+        ),
+        ("x = 1\n", "tasks:handlers", "tasks:handlers is not defined, not a postkit Handlers"),
+        ("x = 1\n", "nosuch.tasks", "cannot import nosuch.tasks: no module named 'nosuch'"),
+    ],
+    ids=["no-handlers", "several-handlers", "missing-attribute", "missing-module"],
+)
+def test_a_module_without_one_handlers_is_a_one_line_error(
+    tmp_path: Path, dsn: str, module_text: str, spec: str, message: str
+) -> None:
+    (tmp_path / "tasks.py").write_text(module_text)
+
+    result = run_cli(tmp_path, spec, "--dsn", dsn)
+
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"Error: {message}")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_queue_is_a_clear_error(tasks_dir: Path, dsn: str) -> None:
+    result = run_cli(tasks_dir, "tasks", "--queue", "emails", "--queue", "sms", "--dsn", dsn)
+
+    assert result.returncode == 2
+    assert (
+        "Invalid value for '--queue': tasks:handlers has no handler for 'sms'; "
+        "it registers 'emails', 'reports'" in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_a_database_without_the_queue_schema_is_a_one_line_error(
+    tasks_dir: Path, fresh_database: str
+) -> None:
+    result = run_cli(tasks_dir, "tasks", "--dsn", fresh_database)
+
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: the queue schema is not installed")
+    assert "run `postkit install` first" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -------------------------------------------------------------------------------------------
+# One process
+# -------------------------------------------------------------------------------------------
+
+
+def test_the_worker_processes_pushed_jobs_then_exits_0_on_sigterm(
+    start_worker: Callable[..., WorkerProcess],
+    push: Callable[..., list[int]],
+    pending: Callable[[], int],
+    runs: Callable[[], list[tuple[int, str, int]]],
+) -> None:
+    worker = start_worker("--report-interval", "0.2")
+    emails = push("emails", 20)
+    push("reports", 4)
+    push("reports", 1, {"broken": True})
+
+    wait_until(lambda: pending() == 0, "the worker to settle every job")
+    code = worker.terminate()
+
+    output = worker.output()
+    assert code == 0, output
+    assert sorted(job_id for job_id, _, pid in runs() if pid == worker.pid) == sorted(emails)
+    # Quiet by default: no line per job, but throughput lines that add up to every job.
+    assert "acked job" not in output and "claimed job" not in output
+    assert reported_jobs(output) == 25, output
+    assert re.search(
+        r"^\[postkit\] [\d,]+ jobs in [\d.]+s \([\d.,]+/s\): [\d,]+ acked, ", output, re.M
+    )
+    assert sum(int(count) for count in re.findall(r"(\d+) dead-lettered", output)) == 1
+
+
+def test_verbose_logs_a_line_per_job(
+    start_worker: Callable[..., WorkerProcess],
+    push: Callable[..., list[int]],
+    pending: Callable[[], int],
+) -> None:
+    worker = start_worker("-v", "--queue", "reports")
+    ids = push("reports", 5)
+
+    wait_until(lambda: pending() == 0, "the worker to settle every job")
+    assert worker.terminate() == 0
+
+    output = worker.output()
+    assert sorted(int(i) for i in re.findall(r"acked job (\d+) in", output)) == sorted(ids)
+    assert sorted(int(i) for i in re.findall(r"claimed job (\d+) \(reports", output)) == sorted(ids)
+
+
+def test_json_log_format_writes_one_object_per_line_with_the_event_fields(
+    start_worker: Callable[..., WorkerProcess],
+    push: Callable[..., list[int]],
+    pending: Callable[[], int],
+) -> None:
+    worker = start_worker("-v", "--log-format", "json")
+    good = push("reports", 2)
+    (broken,) = push("reports", 1, {"broken": True})
+
+    wait_until(lambda: pending() == 0, "the worker to settle every job")
+    assert worker.terminate() == 0
+
+    lines = [json.loads(line) for line in worker.output().splitlines()]
+    assert all({"ts", "level", "logger", "message"} <= line.keys() for line in lines)
+    acked = [line for line in lines if line.get("event") == "ack"]
+    assert sorted(line["job_id"] for line in acked) == sorted(good)
+    assert all(line["queue"] == "reports" and line["attempt"] == 1 for line in acked)
+    assert all(isinstance(line["duration_ms"], float) for line in acked)
+    (dead,) = [line for line in lines if line.get("event") == "dead_lettered"]
+    assert dead["job_id"] == broken and "cannot be built" in dead["message"]
+    reports = [line for line in lines if line.get("event") == "report"]
+    assert sum(line["jobs"] for line in reports) == 3
+    assert sum(line["dead_lettered"] for line in reports) == 1
+
+
+# -------------------------------------------------------------------------------------------
+# Several processes under the supervisor
+# -------------------------------------------------------------------------------------------
+
+
+def test_processes_share_the_work_a_killed_one_is_restarted_and_sigterm_stops_all(
+    start_worker: Callable[..., WorkerProcess],
+    push: Callable[..., list[int]],
+    pending: Callable[[], int],
+    runs: Callable[[], list[tuple[int, str, int]]],
+    tasks_dir: Path,
+    namespace: str,
+) -> None:
+    supervisor = start_worker("--processes", "2", "--concurrency", "1", "--worker-id", "pool")
+
+    def children() -> list[int]:
+        return [pid for pid in import_pids(tasks_dir) if pid != supervisor.pid]
+
+    def work_until(condition: Callable[[], bool], what: str) -> None:
+        """Push small batches of slow-ish jobs until ``condition`` holds (bounded)."""
+
+        def round_of_work() -> bool:
+            if pending() == 0:
+                push("emails", 4, {"sleep": 0.05})
+            return condition()
+
+        wait_until(round_of_work, what)
+
+    first, second = wait_until(lambda: children() if len(children()) == 2 else [], "2 children")
+    work_until(
+        lambda: {worker_id for _, worker_id, _ in runs()} == {"pool-0", "pool-1"},
+        "both processes to run jobs",
+    )
+    assert {pid for _, _, pid in runs()} == {first, second}
+    wait_until(lambda: pending() == 0, "every job to be settled")  # nothing dies holding a job
+
+    os.kill(first, signal.SIGKILL)
+    (restarted,) = wait_until(lambda: children()[2:], "the killed process to be restarted")
+    work_until(lambda: restarted in {pid for _, _, pid in runs()}, "the new process to run jobs")
+    wait_until(lambda: pending() == 0, "every job to be settled")
+
+    assert supervisor.terminate() == 0, supervisor.output()
+    output = supervisor.output()
+    assert f"(pid {first}) was killed by SIGKILL; restarting in" in output
+    assert not any(is_our_worker(pid, namespace) for pid in (second, restarted))
+    assert re.search(r"^\[postkit\] pool-[01]: [\d,]+ jobs in ", output, re.M)
