@@ -66,6 +66,18 @@ class InvalidClaimTokenError(ValidationError):
     """A claim token is not a UUID."""
 
 
+class JobRunningError(PostkitError):
+    """The job is running: its worker holds the claim, so it cannot be cancelled."""
+
+
+class InvalidStateError(ValidationError):
+    """A job state filter is not one of pending, scheduled, running or dead."""
+
+
+class InvalidScheduleError(ValidationError):
+    """A schedule's cron expression, time zone or interval is invalid."""
+
+
 class PermanentError(PostkitError):
     """Raise from a worker handler to fail the job for good: it moves to the dead-letter queue
     with this error, whatever attempts it has left."""
@@ -89,6 +101,9 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ05": InvalidDurationError,
     "PKQ06": InvalidJobIdError,
     "PKQ07": InvalidLimitError,
+    "PKQ08": JobRunningError,
+    "PKQ09": InvalidStateError,
+    "PKQ10": InvalidScheduleError,
     # The schema, or one of its functions, is not there: not installed, or an older version.
     "3F000": SchemaNotInstalledError,  # invalid_schema_name
     "42883": SchemaNotInstalledError,  # undefined_function
@@ -106,6 +121,9 @@ __all__ = [
     "InvalidNameError",
     "InvalidPayloadError",
     "InvalidPriorityError",
+    "InvalidScheduleError",
+    "InvalidStateError",
+    "JobRunningError",
     "PermanentError",
     "PostkitError",
     "RetryLater",

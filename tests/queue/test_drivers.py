@@ -85,7 +85,7 @@ def shape(value: Any) -> Any:
 
 
 VARYING = {"id", "job_id", "namespace", "claim_token", "run_at", "claimed_at", "visible_until"}
-VARYING |= {"created_at", "failed_at", "at"}
+VARYING |= {"created_at", "failed_at", "at", "expires_at"}
 
 
 def portable(value: Any) -> Any:

@@ -9,11 +9,23 @@ calls that postkit.queue.protocol builds, so they share every statement, check a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from postkit import errors
 from postkit.queue import protocol
-from postkit.queue.job import DeadLetter, Job, NackOutcome, QueuePolicy
+from postkit.queue.job import (
+    DeadLetter,
+    Fired,
+    Job,
+    NackOutcome,
+    Pruned,
+    QueuePolicy,
+    QueueStats,
+    Redriven,
+    Schedule,
+)
 from postkit.queue.protocol import Duration, JobRef
 from postkit.queue.rows import as_dicts
 
@@ -303,13 +315,252 @@ class QueueClient:
         """
         return self._run(protocol.get_job(self._namespace, job_id))
 
-    def dead_letters(self, queue: str | None = None, *, limit: int = 100) -> list[DeadLetter]:
-        """The newest dead letters of this namespace (of one queue, if given), newest first.
+    def dead_letters(
+        self,
+        queue: str | None = None,
+        *,
+        limit: int = 100,
+        failed_after: datetime | None = None,
+        failed_before: datetime | None = None,
+        error_contains: str | None = None,
+        include_redriven: bool = False,
+        after: DeadLetter | None = None,
+    ) -> list[DeadLetter]:
+        """The dead letters of this namespace, newest first: of one queue, failed in a time
+        range, or whose last error contains a substring (case-insensitive), if given.
 
         Each keeps the payload, the last error and every attempt's error, the attempt count,
-        the queue, the last worker and the timestamps.
+        the queue, the last worker and the timestamps. Redriven dead letters are left out
+        unless ``include_redriven``. For the next page, pass the last one of this page as
+        ``after``.
         """
-        return self._run(protocol.dead_letters(self._namespace, queue, limit=limit))
+        return self._run(
+            protocol.dead_letters(
+                self._namespace,
+                queue,
+                limit=limit,
+                failed_after=failed_after,
+                failed_before=failed_before,
+                error_contains=error_contains,
+                include_redriven=include_redriven,
+                after=after,
+            )
+        )
+
+    def pull_any(
+        self,
+        queues: list[str],
+        *,
+        limit: int = 1,
+        worker_id: str | None = None,
+        visibility_timeout: Duration | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` ready jobs from several queues, in the order the queues are
+        given: the first queue is emptied before the second is tried. A paused queue is
+        skipped. Each claim is as :meth:`pull` makes it."""
+        return self._run(
+            protocol.pull_any(
+                self._namespace,
+                queues,
+                worker_id=worker_id,
+                visibility_timeout=visibility_timeout,
+                limit=limit,
+            )
+        )
+
+    def push_batch(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        delay: Duration | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        unique_keys: Sequence[str | None] | None = None,
+    ) -> list[int | None]:
+        """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
+        transaction; listeners get one notification.
+
+        Returns:
+            one entry per payload, in order: the new job's id, or None when its unique key
+            (``unique_keys[i]``) matched a live job or an earlier payload of the batch.
+        """
+        return self._run(
+            protocol.push_batch(
+                self._namespace,
+                queue,
+                payloads,
+                delay=delay,
+                priority=priority,
+                max_attempts=max_attempts,
+                unique_keys=unique_keys,
+            )
+        )
+
+    def ack_batch(self, jobs: Sequence[Job], *, worker_id: str | None = None) -> bool:
+        """Acknowledge many claimed jobs in one round trip, all or nothing.
+
+        Returns:
+            True if every job was still held by its claim and all are acknowledged; False,
+            with nothing changed, if any claim was stale.
+        """
+        return self._run(protocol.ack_batch(self._namespace, jobs, worker_id=worker_id))
+
+    def stats(self, queue: str | None = None, *, cap: int = 100_000) -> list[QueueStats]:
+        """Per queue (or one queue): pending, scheduled, running and dead counts, the age of
+        the oldest ready job, outcomes in the last minute and hour, and mean attempts.
+
+        Fast at any size: live counts are exact up to ``cap`` and then reported as ``cap``
+        with ``counts_capped`` set; outcomes come from counters kept as jobs settle.
+        """
+        return self._run(protocol.stats(self._namespace, queue, cap=cap))
+
+    def jobs(
+        self, queue: str, state: str = "pending", *, limit: int = 100, after_id: int = 0
+    ) -> list[Job]:
+        """The jobs of ``queue`` in ``state`` ('pending' = ready now, 'scheduled', 'running'
+        or 'dead'), by id. For the next page pass the last id as ``after_id``.
+
+        Raises:
+            InvalidStateError: an unknown state.
+        """
+        return self._run(
+            protocol.jobs(self._namespace, queue, state, limit=limit, after_id=after_id)
+        )
+
+    def redrive(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        failed_after: datetime | None = None,
+        failed_before: datetime | None = None,
+        error_contains: str | None = None,
+        to_queue: str | None = None,
+        limit: int = 1000,
+        dry_run: bool = False,
+    ) -> list[Redriven]:
+        """Retry dead letters as new jobs with fresh attempts: the ones in ``job_ids``, or else
+        every one matching the filters, into their own queue or ``to_queue``.
+
+        Each dead letter is redriven at most once, even by two operators at once; it stays in
+        the dead-letter queue, linked to its new job (``redriven_job_id``). With ``dry_run``
+        nothing changes: the result is what would be retried.
+        """
+        return self._run(
+            protocol.redrive(
+                self._namespace,
+                job_ids=job_ids,
+                queue=queue,
+                failed_after=failed_after,
+                failed_before=failed_before,
+                error_contains=error_contains,
+                to_queue=to_queue,
+                limit=limit,
+                dry_run=dry_run,
+            )
+        )
+
+    def purge_dead_letters(self, *, older_than: Duration, queue: str | None = None) -> int:
+        """Delete the dead letters (of one queue, if given) that failed more than
+        ``older_than`` ago. Returns how many."""
+        return self._run(
+            protocol.purge_dead_letters(self._namespace, older_than=older_than, queue=queue)
+        )
+
+    def cancel(self, job_id: int) -> bool:
+        """Remove a pending or scheduled job.
+
+        Returns:
+            True if it was cancelled; False if no such live job exists.
+
+        Raises:
+            JobRunningError: the job is running; its worker holds the claim.
+        """
+        return self._run(protocol.cancel(self._namespace, job_id))
+
+    def pause_queue(self, queue: str) -> bool:
+        """Stop handing out jobs of ``queue``; pushes are still accepted. Returns True."""
+        return self._run(protocol.set_queue_paused(self._namespace, queue, paused=True))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Hand out jobs of ``queue`` again. Returns False (not paused)."""
+        return self._run(protocol.set_queue_paused(self._namespace, queue, paused=False))
+
+    def purge_queue(self, queue: str) -> int:
+        """Delete every pending and scheduled job of ``queue``; running jobs are left to their
+        workers. Returns how many were deleted."""
+        return self._run(protocol.purge_queue(self._namespace, queue))
+
+    def prune(self, *, limit: int = 1000) -> Pruned:
+        """Apply retention once: delete up to ``limit`` expired archived jobs and dead letters
+        and old outcome counters. The worker runtime calls this on its tick."""
+        return self._run(protocol.prune(self._namespace, limit=limit))
+
+    def create_schedule(
+        self,
+        name: str,
+        queue: str,
+        payload: Any,
+        *,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        every: Duration | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> Schedule:
+        """Create (or replace) the schedule ``name``: push ``payload`` to ``queue`` at the
+        times of a 5-field ``cron`` expression in ``timezone``, or ``every`` interval.
+
+        Raises:
+            InvalidScheduleError: a bad cron expression or time zone, or not exactly one of
+                ``cron`` and ``every``.
+        """
+        now = self._run(protocol.clock())
+        return self._run(
+            protocol.save_schedule(
+                self._namespace,
+                name,
+                queue,
+                payload,
+                now=now,
+                cron=cron,
+                timezone=timezone,
+                every=every,
+                priority=priority,
+                max_attempts=max_attempts,
+            )
+        )
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of this namespace, by name."""
+        return self._run(protocol.schedules(self._namespace))
+
+    def pause_schedule(self, name: str) -> bool:
+        """Stop firing a schedule. Returns False when there is no such schedule."""
+        return self._run(protocol.set_schedule_paused(self._namespace, name, paused=True))
+
+    def resume_schedule(self, name: str) -> bool:
+        """Fire a paused schedule again (once at once, if a run fell due while paused)."""
+        return self._run(protocol.set_schedule_paused(self._namespace, name, paused=False))
+
+    def delete_schedule(self, name: str) -> bool:
+        """Delete a schedule. Returns False when there is no such schedule."""
+        return self._run(protocol.delete_schedule(self._namespace, name))
+
+    def tick_schedules(self, *, limit: int = 100) -> list[Fired]:
+        """Fire every due schedule once, in the caller's transaction; commit to make it stick.
+
+        Any number of tickers may run at once: due schedules are locked (SKIP LOCKED) and each
+        run is fenced on its due time, so each fires exactly once. Runs missed while nothing
+        ticked collapse into one (the catch-up policy).
+        """
+        fired = []
+        for run in self._run(protocol.due_schedules(self._namespace, limit=limit)):
+            outcome = self._run(protocol.fire_schedule(self._namespace, run))
+            if outcome is not None:
+                fired.append(outcome)
+        return fired
 
     def configure_queue(
         self,
@@ -319,8 +570,13 @@ class QueueClient:
         visibility_timeout: Duration | None = None,
         backoff_base: Duration | None = None,
         backoff_cap: Duration | None = None,
+        retain_completed: Duration | None = None,
+        retain_dead: Duration | None = None,
     ) -> QueuePolicy:
-        """Set the defaults of ``queue``'s jobs; None restores the built-in default.
+        """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept; None
+        restores the built-in default (max_attempts 20, visibility timeout 30 s, backoff from
+        1 s doubling up to 1 h, completed jobs deleted at once, dead letters kept 30 days).
+        Pausing is separate: :meth:`pause_queue`.
 
         Returns:
             the policy now in force.
@@ -333,5 +589,7 @@ class QueueClient:
                 visibility_timeout=visibility_timeout,
                 backoff_base=backoff_base,
                 backoff_cap=backoff_cap,
+                retain_completed=retain_completed,
+                retain_dead=retain_dead,
             )
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -83,6 +83,11 @@ class DeadLetter(_RecordMapping):
     namespace: str
     created_at: datetime
     failed_at: datetime
+    expires_at: datetime
+    """When retention prunes it (the queue's retain_dead after failed_at)."""
+    redriven_job_id: int | None
+    """The job it was retried as, once an operator redrove it."""
+    redriven_at: datetime | None
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -96,6 +101,12 @@ class QueuePolicy(_RecordMapping):
     """Seconds: the first retry comes after between one and two times this."""
     backoff_cap: float
     """Seconds: the longest a retry waits."""
+    paused: bool
+    """A paused queue hands out no jobs; pushes are still accepted."""
+    retain_completed: float | None
+    """Seconds completed jobs are kept in the archive; None: deleted at once."""
+    retain_dead: float
+    """Seconds dead letters are kept before pruning."""
 
 
 class NackOutcome(str, enum.Enum):
@@ -107,3 +118,83 @@ class NackOutcome(str, enum.Enum):
     """Its attempts were spent: the job moved to the dead-letter queue."""
     STALE = "stale"
     """The caller no longer held the claim; nothing changed."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class QueueStats(_RecordMapping):
+    """One queue at a glance. Live counts are exact up to the cap given to ``stats``; beyond
+    it they read as the cap and ``counts_capped`` is true."""
+
+    queue: str
+    paused: bool
+    pending: int
+    """Ready to run now."""
+    scheduled: int
+    """Waiting for their run_at (delayed, or retrying after a backoff)."""
+    running: int
+    dead: int
+    """In the dead-letter queue, not yet redriven."""
+    counts_capped: bool
+    oldest_ready_age: timedelta | None
+    """How long the oldest ready job has waited; None when none is ready."""
+    completed_last_minute: int
+    completed_last_hour: int
+    failed_last_minute: int
+    """Dead-lettered in the current minute."""
+    failed_last_hour: int
+    retried_last_hour: int
+    rescued_last_hour: int
+    """Expired claims returned to the queue by tick_timeouts."""
+    mean_attempts: float | None
+    """Mean attempts of the jobs completed in the last hour."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class Redriven(_RecordMapping):
+    """One dead letter retried (or, in a dry run, that would be)."""
+
+    job_id: int
+    queue: str
+    """The queue it goes (or would go) to."""
+    new_job_id: int | None
+    """The new job; None in a dry run."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class Pruned(_RecordMapping):
+    """What one retention pass deleted."""
+
+    completed_jobs: int
+    dead_letters: int
+    stats_rows: int
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class Schedule(_RecordMapping):
+    """A recurring job: a cron expression in a time zone, or a fixed interval."""
+
+    name: str
+    queue: str
+    payload: Any
+    cron: str | None
+    timezone: str
+    every: timedelta | None
+    priority: int
+    max_attempts: int | None
+    paused: bool
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: int | None
+    namespace: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class Fired(_RecordMapping):
+    """One schedule run fired by ``tick_schedules``."""
+
+    name: str
+    job_id: int
+    due_at: datetime
+    next_run_at: datetime

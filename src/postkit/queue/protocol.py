@@ -14,15 +14,28 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from functools import cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
 
 from postkit import errors
-from postkit.queue.job import DeadLetter, Job, NackOutcome, QueuePolicy
+from postkit.queue.job import (
+    DeadLetter,
+    Fired,
+    Job,
+    NackOutcome,
+    Pruned,
+    QueuePolicy,
+    QueueStats,
+    Redriven,
+    Schedule,
+)
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
@@ -31,6 +44,7 @@ Duration = timedelta | float | int
 JobRef = Job | int
 """A job, or its id. A ``Job`` also carries its claim token, the fence."""
 
+_UTC = timezone.utc
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
@@ -103,6 +117,14 @@ def _seconds(what: str, value: object) -> float | None:
     if not math.isfinite(value):
         raise errors.InvalidDurationError(f"{what} must be finite, got {value}")
     return float(value)
+
+
+def _time(what: str, value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise errors.InvalidDurationError(f"{what} must be a timezone-aware datetime")
+    return value
 
 
 def _payload(value: object) -> str:
@@ -206,6 +228,9 @@ def _dead_letter(row: dict[str, Any]) -> DeadLetter:
         namespace=row["namespace"],
         created_at=row["created_at"],
         failed_at=row["failed_at"],
+        expires_at=row["expires_at"],
+        redriven_job_id=row["redriven_job_id"],
+        redriven_at=row["redriven_at"],
     )
 
 
@@ -363,11 +388,27 @@ def get_job(namespace: str, job_id: int) -> Call[Job | None]:
     return Call("get_job", params, _optional_job)
 
 
-def dead_letters(namespace: str, queue: str | None, *, limit: int) -> Call[list[DeadLetter]]:
+def dead_letters(
+    namespace: str,
+    queue: str | None,
+    *,
+    limit: int,
+    failed_after: datetime | None = None,
+    failed_before: datetime | None = None,
+    error_contains: str | None = None,
+    include_redriven: bool = False,
+    after: DeadLetter | None = None,
+) -> Call[list[DeadLetter]]:
     params = _base(
         namespace,
         queue=_text("queue", queue, required=False),
         limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        failed_after=_time("failed_after", failed_after),
+        failed_before=_time("failed_before", failed_before),
+        error_contains=_text("error_contains", error_contains, required=False),
+        include_redriven=bool(include_redriven),
+        after_failed_at=None if after is None else after.failed_at,
+        after_job_id=None if after is None else after.job_id,
     )
     return Call("dead_letters", params, lambda rows: [_dead_letter(row) for row in rows])
 
@@ -380,6 +421,8 @@ def configure_queue(
     visibility_timeout: Duration | None,
     backoff_base: Duration | None,
     backoff_cap: Duration | None,
+    retain_completed: Duration | None,
+    retain_dead: Duration | None,
 ) -> Call[QueuePolicy]:
     params = _base(
         namespace,
@@ -390,8 +433,314 @@ def configure_queue(
         visibility_timeout=_seconds("visibility_timeout", visibility_timeout),
         backoff_base=_seconds("backoff_base", backoff_base),
         backoff_cap=_seconds("backoff_cap", backoff_cap),
+        retain_completed=_seconds("retain_completed", retain_completed),
+        retain_dead=_seconds("retain_dead", retain_dead),
     )
     return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
+
+
+def clock() -> Call[datetime]:
+    """The queue's clock (the database's, plus any test offset)."""
+    return Call("clock", {}, _scalar)
+
+
+def pull_any(
+    namespace: str,
+    queues: list[str],
+    *,
+    worker_id: str | None,
+    visibility_timeout: Duration | None,
+    limit: int,
+) -> Call[list[Job]]:
+    params = _base(
+        namespace,
+        queues=_queue_list(queues),
+        worker_id=_text("worker_id", worker_id, required=False),
+        visibility_timeout=_seconds("visibility_timeout", visibility_timeout),
+        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+    )
+    return Call("pull_any", params, lambda rows: [_job(row) for row in rows])
+
+
+def push_batch(
+    namespace: str,
+    queue: str,
+    payloads: Sequence[object],
+    *,
+    delay: Duration | None,
+    priority: int,
+    max_attempts: int | None,
+    unique_keys: Sequence[str | None] | None,
+) -> Call[list[int | None]]:
+    if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Sequence):
+        raise errors.InvalidPayloadError("payloads must be a list of JSON-serializable values")
+    keys = None
+    if unique_keys is not None:
+        keys = [_text("unique_key", key, required=False) for key in unique_keys]
+    params = _base(
+        namespace,
+        queue=_text("queue", queue, required=True),
+        payloads=_payload(list(payloads)),
+        delay=_seconds("delay", delay),
+        priority=_integer("priority", priority, errors.InvalidPriorityError, bounds=_INT32),
+        max_attempts=_integer(
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=_INT32
+        ),
+        unique_keys=keys,
+    )
+    return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
+
+
+def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> Call[bool]:
+    if isinstance(jobs, Job) or not all(isinstance(job, Job) for job in jobs):
+        raise errors.InvalidJobIdError("ack_batch takes a list of Job objects (their claims)")
+    claims = [_claim(job, None, None) for job in jobs]
+    params = _base(
+        namespace,
+        job_ids=[claim["job_id"] for claim in claims],
+        claim_tokens=[claim["claim_token"] for claim in claims],
+        worker_id=_text("worker_id", worker_id, required=False),
+    )
+    return Call("ack_batch", params, _scalar)
+
+
+def _stats(row: dict[str, Any]) -> QueueStats:
+    return QueueStats(**row)
+
+
+def stats(namespace: str, queue: str | None, *, cap: int) -> Call[list[QueueStats]]:
+    params = _base(
+        namespace,
+        queue=_text("queue", queue, required=False),
+        cap=_integer("cap", cap, errors.InvalidLimitError, bounds=_INT32),
+    )
+    return Call("stats", params, lambda rows: [_stats(row) for row in rows])
+
+
+JOB_STATES = ("pending", "scheduled", "running", "dead")
+
+
+def jobs(namespace: str, queue: str, state: str, *, limit: int, after_id: int) -> Call[list[Job]]:
+    if not isinstance(state, str):
+        raise errors.InvalidStateError(f"state must be one of {', '.join(JOB_STATES)}")
+    params = _base(
+        namespace,
+        queue=_text("queue", queue, required=True),
+        state=state,
+        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        after_id=_claim(after_id, None, None)["job_id"],
+    )
+    return Call("jobs", params, lambda rows: [_job(row) for row in rows])
+
+
+def redrive(
+    namespace: str,
+    *,
+    job_ids: Sequence[int] | None,
+    queue: str | None,
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    error_contains: str | None,
+    to_queue: str | None,
+    limit: int,
+    dry_run: bool,
+) -> Call[list[Redriven]]:
+    ids = None if job_ids is None else [_claim(job_id, None, None)["job_id"] for job_id in job_ids]
+    params = _base(
+        namespace,
+        job_ids=ids,
+        queue=_text("queue", queue, required=False),
+        failed_after=_time("failed_after", failed_after),
+        failed_before=_time("failed_before", failed_before),
+        error_contains=_text("error_contains", error_contains, required=False),
+        to_queue=_text("to_queue", to_queue, required=False),
+        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        dry_run=bool(dry_run),
+    )
+    return Call("redrive", params, lambda rows: [Redriven(**row) for row in rows])
+
+
+def purge_dead_letters(namespace: str, *, older_than: Duration, queue: str | None) -> Call[int]:
+    seconds = _seconds("older_than", older_than)
+    if seconds is None:
+        raise errors.InvalidDurationError("older_than is required")
+    params = _base(namespace, older_than=seconds, queue=_text("queue", queue, required=False))
+    return Call("purge_dead_letters", params, lambda rows: int(_scalar(rows)))
+
+
+def cancel(namespace: str, job_id: int) -> Call[bool]:
+    return Call("cancel", _base(namespace, job_id=_claim(job_id, None, None)["job_id"]), _scalar)
+
+
+def set_queue_paused(namespace: str, queue: str, *, paused: bool) -> Call[bool]:
+    params = _base(namespace, queue=_text("queue", queue, required=True))
+    return Call("pause_queue" if paused else "resume_queue", params, _scalar)
+
+
+def purge_queue(namespace: str, queue: str) -> Call[int]:
+    params = _base(namespace, queue=_text("queue", queue, required=True))
+    return Call("purge_queue", params, lambda rows: int(_scalar(rows)))
+
+
+def prune(namespace: str, *, limit: int) -> Call[Pruned]:
+    params = _base(
+        namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)
+    )
+    return Call("prune", params, lambda rows: Pruned(**rows[0]))
+
+
+# --------------------------------------------------------------------------------------------
+# Schedules. The SQL module owns which runs are due and fires each exactly once; cron
+# expressions are parsed here, with croniter.
+# --------------------------------------------------------------------------------------------
+
+
+def _schedule(row: dict[str, Any]) -> Schedule:
+    fields = {key: value for key, value in row.items() if key != "now"}
+    fields["payload"] = _json(row["payload"])
+    return Schedule(**fields)
+
+
+def _zone(timezone: object) -> ZoneInfo:
+    if not isinstance(timezone, str):
+        raise errors.InvalidScheduleError("timezone must be a time zone name such as 'UTC'")
+    try:
+        return ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise errors.InvalidScheduleError(f"unknown time zone {timezone!r}") from exc
+
+
+def next_run_after(
+    moment: datetime,
+    *,
+    cron: str | None,
+    timezone: str,
+    every: timedelta | None,
+    due_at: datetime | None = None,
+) -> datetime:
+    """The first run of a schedule strictly after ``moment``.
+
+    A cron schedule runs at the times its expression names, in ``timezone`` (so "0 9 * * *"
+    stays at 9 am across daylight-saving changes). An interval schedule keeps its phase: runs
+    fall at ``due_at + k * every``. Runs between ``due_at`` and ``moment`` are skipped: that is
+    the catch-up policy, one run for a gap of any length.
+    """
+    if every is not None:
+        start = due_at or moment
+        steps = max(0, int((moment - start) / every)) + 1
+        return start + steps * every
+    if cron is None:
+        raise errors.InvalidScheduleError("a schedule needs a cron expression or an interval")
+    local = moment.astimezone(_zone(timezone))
+    return croniter(cron, local).get_next(datetime).astimezone(_UTC)  # type: ignore[no-any-return]
+
+
+def check_cron(cron: str) -> str:
+    if not isinstance(cron, str) or len(cron.split()) != 5 or not croniter.is_valid(cron):
+        raise errors.InvalidScheduleError(
+            f"not a 5-field cron expression (minute hour day month weekday): {cron!r}"
+        )
+    return cron
+
+
+def save_schedule(
+    namespace: str,
+    name: str,
+    queue: str,
+    payload: object,
+    *,
+    now: datetime,
+    cron: str | None,
+    timezone: str,
+    every: Duration | None,
+    priority: int,
+    max_attempts: int | None,
+) -> Call[Schedule]:
+    if (cron is None) == (every is None):
+        raise errors.InvalidScheduleError("give exactly one of cron= and every=")
+    seconds = _seconds("every", every)
+    interval = None if seconds is None else timedelta(seconds=seconds)
+    if interval is not None and interval < timedelta(seconds=1):
+        raise errors.InvalidScheduleError("a schedule runs at most every second")
+    _zone(timezone)
+    first = next_run_after(
+        now, cron=None if cron is None else check_cron(cron), timezone=timezone, every=interval
+    )
+    params = _base(
+        namespace,
+        name=_text("schedule name", name, required=True),
+        queue=_text("queue", queue, required=True),
+        payload=_payload(payload),
+        next_run_at=first,
+        cron=cron,
+        timezone=timezone,
+        every=seconds,
+        priority=_integer("priority", priority, errors.InvalidPriorityError, bounds=_INT32),
+        max_attempts=_integer(
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=_INT32
+        ),
+    )
+    return Call("save_schedule", params, lambda rows: _schedule(rows[0]))
+
+
+def schedules(namespace: str) -> Call[list[Schedule]]:
+    return Call("schedules", _base(namespace), lambda rows: [_schedule(row) for row in rows])
+
+
+def set_schedule_paused(namespace: str, name: str, *, paused: bool) -> Call[bool]:
+    params = _base(namespace, name=_text("schedule name", name, required=True), paused=paused)
+    return Call("set_schedule_paused", params, _scalar)
+
+
+def delete_schedule(namespace: str, name: str) -> Call[bool]:
+    params = _base(namespace, name=_text("schedule name", name, required=True))
+    return Call("delete_schedule", params, _scalar)
+
+
+@dataclass(frozen=True)
+class DueRun:
+    """A due schedule, locked for this transaction, with the run to fire and the next one."""
+
+    schedule: Schedule
+    next_run_at: datetime
+
+
+def due_schedules(namespace: str, *, limit: int) -> Call[list[DueRun]]:
+    def parse(rows: Rows) -> list[DueRun]:
+        due = []
+        for row in rows:
+            schedule = _schedule(row)
+            following = next_run_after(
+                row["now"],
+                cron=schedule.cron,
+                timezone=schedule.timezone,
+                every=schedule.every,
+                due_at=schedule.next_run_at,
+            )
+            due.append(DueRun(schedule, following))
+        return due
+
+    params = _base(
+        namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)
+    )
+    return Call("due_schedules", params, parse)
+
+
+def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | None]:
+    params = _base(
+        namespace,
+        name=run.schedule.name,
+        due_at=run.schedule.next_run_at,
+        next_run_at=run.next_run_at,
+    )
+
+    def parse(rows: Rows) -> Fired | None:
+        job_id = _scalar(rows)
+        if job_id is None:
+            return None
+        return Fired(run.schedule.name, job_id, run.schedule.next_run_at, run.next_run_at)
+
+    return Call("fire_schedule", params, parse)
 
 
 # --------------------------------------------------------------------------------------------

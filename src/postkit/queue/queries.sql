@@ -52,19 +52,27 @@ FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
 -- name: dead_letters
 SELECT d.namespace, d.job_id, d.queue, d.payload::text AS payload, d.priority, d.attempts,
        d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::text AS errors,
-       d.created_at, d.failed_at
-FROM postkit_queue.dead_letters(%(namespace)s, %(queue)s, %(limit)s::integer) AS d;
+       d.created_at, d.failed_at, d.expires_at, d.redriven_job_id, d.redriven_at
+FROM postkit_queue.dead_letters(
+    %(namespace)s, %(queue)s, %(limit)s::integer, %(failed_after)s::timestamptz,
+    %(failed_before)s::timestamptz, %(error_contains)s, %(include_redriven)s::boolean,
+    %(after_failed_at)s::timestamptz, %(after_job_id)s::bigint) AS d;
 
 -- name: configure_queue
 SELECT p.max_attempts,
        extract(epoch FROM p.visibility_timeout)::float8 AS visibility_timeout,
        extract(epoch FROM p.backoff_base)::float8 AS backoff_base,
-       extract(epoch FROM p.backoff_cap)::float8 AS backoff_cap
+       extract(epoch FROM p.backoff_cap)::float8 AS backoff_cap,
+       p.paused,
+       extract(epoch FROM p.retain_completed)::float8 AS retain_completed,
+       extract(epoch FROM p.retain_dead)::float8 AS retain_dead
 FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
     %(visibility_timeout)s::float8 * interval '1 second',
     %(backoff_base)s::float8 * interval '1 second',
-    %(backoff_cap)s::float8 * interval '1 second') AS p;
+    %(backoff_cap)s::float8 * interval '1 second',
+    %(retain_completed)s::float8 * interval '1 second',
+    %(retain_dead)s::float8 * interval '1 second') AS p;
 
 -- name: release
 SELECT postkit_queue.release(
@@ -76,3 +84,98 @@ SELECT postkit_queue.next_run_at(%(namespace)s, %(queues)s::text[]) AS next_run_
 
 -- name: channels
 SELECT postkit_queue.channel(%(namespace)s, q) AS channel FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: clock
+SELECT postkit_queue.clock() AS now;
+
+-- name: pull_any
+SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority, j.run_at,
+       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::text AS claim_token,
+       j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at
+FROM postkit_queue.pull_any(
+    %(namespace)s, %(queues)s::text[], %(worker_id)s,
+    %(visibility_timeout)s::float8 * interval '1 second',
+    %(limit)s::integer) AS j;
+
+-- name: push_batch
+SELECT b.id FROM postkit_queue.push_batch(
+    %(namespace)s, %(queue)s, %(payloads)s::jsonb,
+    %(delay)s::float8 * interval '1 second',
+    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::text[]) AS b
+ORDER BY b.ordinality;
+
+-- name: ack_batch
+SELECT postkit_queue.ack_batch(
+    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::uuid[], %(worker_id)s);
+
+-- name: stats
+SELECT s.queue, s.paused, s.pending, s.scheduled, s.running, s.dead, s.counts_capped,
+       s.oldest_ready_age, s.completed_last_minute, s.completed_last_hour,
+       s.failed_last_minute, s.failed_last_hour, s.retried_last_hour, s.rescued_last_hour,
+       s.mean_attempts::float8 AS mean_attempts
+FROM postkit_queue.stats(%(namespace)s, %(queue)s, %(cap)s::integer) AS s;
+
+-- name: jobs
+SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority, j.run_at,
+       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::text AS claim_token,
+       j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at, j.failed_at
+FROM postkit_queue.jobs(
+    %(namespace)s, %(queue)s, %(state)s, %(limit)s::integer, %(after_id)s::bigint) AS j;
+
+-- name: redrive
+SELECT r.job_id, r.queue, r.new_job_id
+FROM postkit_queue.redrive(
+    %(namespace)s, %(job_ids)s::bigint[], %(queue)s, %(failed_after)s::timestamptz,
+    %(failed_before)s::timestamptz, %(error_contains)s, %(to_queue)s, %(limit)s::integer,
+    %(dry_run)s::boolean) AS r;
+
+-- name: purge_dead_letters
+SELECT postkit_queue.purge_dead_letters(
+    %(namespace)s, %(older_than)s::float8 * interval '1 second', %(queue)s) AS purged;
+
+-- name: cancel
+SELECT postkit_queue.cancel(%(namespace)s, %(job_id)s::bigint);
+
+-- name: pause_queue
+SELECT postkit_queue.pause_queue(%(namespace)s, %(queue)s);
+
+-- name: resume_queue
+SELECT postkit_queue.resume_queue(%(namespace)s, %(queue)s);
+
+-- name: purge_queue
+SELECT postkit_queue.purge_queue(%(namespace)s, %(queue)s) AS purged;
+
+-- name: prune
+SELECT p.completed_jobs, p.dead_letters, p.stats_rows
+FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
+
+-- name: save_schedule
+SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
+       s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
+       s.created_at, s.updated_at
+FROM postkit_queue.save_schedule(
+    %(namespace)s, %(name)s, %(queue)s, %(payload)s::jsonb, %(next_run_at)s::timestamptz,
+    %(cron)s, %(timezone)s, %(every)s::float8 * interval '1 second', %(priority)s::integer,
+    %(max_attempts)s::integer) AS s;
+
+-- name: schedules
+SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
+       s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
+       s.created_at, s.updated_at
+FROM postkit_queue.schedules(%(namespace)s) AS s;
+
+-- name: set_schedule_paused
+SELECT postkit_queue.set_schedule_paused(%(namespace)s, %(name)s, %(paused)s::boolean);
+
+-- name: delete_schedule
+SELECT postkit_queue.delete_schedule(%(namespace)s, %(name)s);
+
+-- name: due_schedules
+SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
+       s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
+       s.created_at, s.updated_at, postkit_queue.clock() AS now
+FROM postkit_queue.due_schedules(%(namespace)s, %(limit)s::integer) AS s;
+
+-- name: fire_schedule
+SELECT postkit_queue.fire_schedule(
+    %(namespace)s, %(name)s, %(due_at)s::timestamptz, %(next_run_at)s::timestamptz) AS job_id;

@@ -345,6 +345,10 @@ class Worker:
     def _wait_for_work(self, timeout: float) -> None:
         if self._listener is None:
             self._listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+        # stop() sets _stopping, then notifies. A notification sent before the LISTEN above was
+        # lost, but then _stopping is already set: check it now that we listen.
+        if self._stopping.is_set():
+            return
         self._listener.wait_for_work(timeout=timeout)
 
     def _wake_listener(self) -> None:
@@ -364,6 +368,9 @@ class Worker:
             self._listener = None
 
     def _tick(self) -> None:
+        """The maintenance a deployment would otherwise need crons for, each in a transaction
+        of its own: reclaim expired claims, fire due schedules, apply retention. Any number of
+        workers may do this at once."""
         reclaimed = self._with_client(lambda client: client.tick_timeouts())
         if reclaimed:
             self.stats.reclaimed += reclaimed
@@ -371,6 +378,22 @@ class Worker:
                 "reclaimed %d expired claim(s)",
                 reclaimed,
                 extra={"event": "reclaimed", "count": reclaimed},
+            )
+        for fired in self._with_client(lambda client: client.tick_schedules()):
+            logger.info(
+                "schedule %s fired job %d; next run at %s",
+                fired.name,
+                fired.job_id,
+                fired.next_run_at.isoformat(),
+                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
+            )
+        pruned = self._with_client(lambda client: client.prune())
+        if pruned.completed_jobs or pruned.dead_letters:
+            logger.info(
+                "retention pruned %d archived job(s) and %d dead letter(s)",
+                pruned.completed_jobs,
+                pruned.dead_letters,
+                extra={"event": "pruned"},
             )
 
     def _with_client(self, action: Callable[[QueueClient], T]) -> T:
@@ -404,7 +427,16 @@ class Worker:
     def _sync_job_loop(self) -> None:
         while True:
             job, spec = self._sync_jobs.get()
-            self._run_sync(job, spec)
+            try:
+                self._run_sync(job, spec)
+            except Exception:
+                # A settle that raised (not a lost connection: the database rejected it) must
+                # not kill this thread, or the worker would claim jobs it never runs.
+                logger.exception(
+                    "could not settle job %d: its claim will expire and it will be redelivered",
+                    job.id,
+                    extra=_job_fields(job, "settle_error"),
+                )
 
     def _run_sync(self, job: Job, spec: HandlerSpec) -> None:
         started = time.monotonic()

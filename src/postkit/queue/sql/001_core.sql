@@ -92,6 +92,11 @@ CREATE TABLE postkit_queue.dead_letters (
     errors       jsonb       NOT NULL,  -- every attempt's error, oldest first
     created_at   timestamptz NOT NULL,
     failed_at    timestamptz NOT NULL,
+    -- When the dead letter may be pruned (the queue's retain_dead after failed_at).
+    expires_at   timestamptz NOT NULL,
+    -- Set once, when an operator retries the dead letter: the job it became.
+    redriven_job_id bigint,
+    redriven_at     timestamptz,
     PRIMARY KEY (namespace, job_id)
 );
 
@@ -99,16 +104,37 @@ CREATE TABLE postkit_queue.dead_letters (
 CREATE INDEX dead_letters_failed_at_idx
     ON postkit_queue.dead_letters (namespace, failed_at DESC, job_id DESC);
 
--- The defaults a queue's jobs get when the caller does not say. Every function asks here, so the
--- defaults live in one place; migration 2 lets each queue override them.
+-- Serves prune(): the dead letters of a namespace whose retention ran out.
+CREATE INDEX dead_letters_expires_at_idx ON postkit_queue.dead_letters (namespace, expires_at);
+
+-- A queue's policy: the defaults its jobs get when the caller does not say, whether it is
+-- paused, and how long finished jobs are kept (retain_completed NULL: deleted at once). Every
+-- function asks here, so the defaults live in one place; migration 2 lets each queue override
+-- them.
 CREATE FUNCTION postkit_queue.queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
-    OUT backoff_base interval, OUT backoff_cap interval)
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT 20, interval '30 seconds', interval '1 second', interval '1 hour'
+    SELECT 20, interval '30 seconds', interval '1 second', interval '1 hour', false,
+           NULL::interval, interval '30 days'
+$$;
+
+-- Called by every state change that ends an attempt, with its outcome: 'completed' (ack),
+-- 'retried' (nack with attempts left), 'rescued' (an expired claim returned to the queue) or
+-- 'dead' (dead-lettered). A no-op here; migration 3 keeps statistics and archives completed
+-- jobs in it, without touching the state machine.
+CREATE FUNCTION postkit_queue.record_outcome(
+    p_job postkit_queue.jobs, p_outcome text, p_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+END
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -246,11 +272,13 @@ BEGIN
     DELETE FROM postkit_queue.jobs WHERE namespace = p_job.namespace AND id = p_job.id;
     INSERT INTO postkit_queue.dead_letters (
         namespace, job_id, queue, payload, priority, attempts, max_attempts, unique_key,
-        worker_id, reason, error, errors, created_at, failed_at)
+        worker_id, reason, error, errors, created_at, failed_at, expires_at)
     VALUES (
         p_job.namespace, p_job.id, p_job.queue, p_job.payload, p_job.priority, p_job.attempts,
         p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
-        p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at);
+        p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
+        p_at + (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_dead);
+    PERFORM postkit_queue.record_outcome(p_job, 'dead', p_at);
 END
 $$;
 
@@ -355,15 +383,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now     timestamptz := postkit_queue.clock();
+    v_policy  record;
     v_timeout interval;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
-    v_timeout := coalesce(p_visibility_timeout,
-                          (postkit_queue.queue_policy(p_namespace, p_queue)).visibility_timeout);
     PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
-    PERFORM postkit_queue.check_duration('visibility_timeout', v_timeout, false, interval '12 hours');
     PERFORM postkit_queue.check_limit(p_limit, 1000);
+    SELECT * INTO v_policy FROM postkit_queue.queue_policy(p_namespace, p_queue);
+    v_timeout := coalesce(p_visibility_timeout, v_policy.visibility_timeout);
+    PERFORM postkit_queue.check_duration('visibility_timeout', v_timeout, false, interval '12 hours');
+    IF v_policy.paused THEN
+        RETURN;  -- a paused queue hands out nothing; pushes are still accepted
+    END IF;
 
     -- One range scan of jobs_pull_idx. FOR UPDATE SKIP LOCKED steps over rows another
     -- transaction is claiming right now, so concurrent pullers never wait on each other and
@@ -406,6 +438,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_job postkit_queue.jobs;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
@@ -414,8 +448,13 @@ BEGIN
     -- then re-check the fence against the row as they left it.
     DELETE FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
-      AND postkit_queue.holds_claim(j, p_worker_id, p_claim_token);
-    RETURN FOUND;
+      AND postkit_queue.holds_claim(j, p_worker_id, p_claim_token)
+    RETURNING j.* INTO v_job;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM postkit_queue.record_outcome(v_job, 'completed', postkit_queue.clock());
+    RETURN true;
 END
 $$;
 
@@ -474,6 +513,7 @@ BEGIN
     WHERE namespace = v_job.namespace AND id = v_job.id;
     -- Waiting workers wake, find nothing ready yet, and sleep until this retry falls due.
     PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
+    PERFORM postkit_queue.record_outcome(v_job, 'retried', v_now);
     RETURN 'retried';
 END
 $$;
@@ -619,6 +659,7 @@ BEGIN
                 worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
             WHERE namespace = v_job.namespace AND id = v_job.id;
             PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
+            PERFORM postkit_queue.record_outcome(v_job, 'rescued', v_now);
             outcome := 'retried';
         END IF;
         RETURN NEXT;
@@ -671,9 +712,20 @@ AS $$
     WHERE j.namespace = p_namespace AND j.queue = ANY (p_queues) AND j.state = 'pending'
 $$;
 
--- dead_letters: the newest dead letters of a namespace, of one queue or of all.
+-- dead_letters: the newest dead letters of a namespace, newest first, filtered by queue, by
+-- when they failed and by a substring of their last error (case-insensitive). Redriven ones are
+-- left out unless p_include_redriven. Keyset pagination: pass the failed_at and job_id of the
+-- last row of a page to get the next one.
 CREATE FUNCTION postkit_queue.dead_letters(
-    p_namespace text, p_queue text DEFAULT NULL, p_limit integer DEFAULT 100)
+    p_namespace         text,
+    p_queue             text        DEFAULT NULL,
+    p_limit             integer     DEFAULT 100,
+    p_failed_after      timestamptz DEFAULT NULL,
+    p_failed_before     timestamptz DEFAULT NULL,
+    p_error_contains    text        DEFAULT NULL,
+    p_include_redriven  boolean     DEFAULT false,
+    p_after_failed_at   timestamptz DEFAULT NULL,
+    p_after_job_id      bigint      DEFAULT NULL)
 RETURNS SETOF postkit_queue.dead_letters
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -682,9 +734,18 @@ BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, false);
     PERFORM postkit_queue.check_limit(p_limit, 10000);
+    -- A range scan of dead_letters_failed_at_idx, newest first, from the page cursor.
     RETURN QUERY
     SELECT * FROM postkit_queue.dead_letters d
-    WHERE d.namespace = p_namespace AND (p_queue IS NULL OR d.queue = p_queue)
+    WHERE d.namespace = p_namespace
+      AND (p_queue IS NULL OR d.queue = p_queue)
+      AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+      AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+      AND (p_error_contains IS NULL
+           OR strpos(lower(coalesce(d.error, '')), lower(p_error_contains)) > 0)
+      AND (p_include_redriven OR d.redriven_job_id IS NULL)
+      AND (p_after_failed_at IS NULL
+           OR (d.failed_at, d.job_id) < (p_after_failed_at, coalesce(p_after_job_id, 0)))
     ORDER BY d.failed_at DESC, d.job_id DESC
     LIMIT p_limit;
 END

@@ -11,6 +11,9 @@ CREATE TABLE postkit_queue.queue_settings (
     visibility_timeout interval,
     backoff_base       interval,
     backoff_cap        interval,
+    paused             boolean     NOT NULL DEFAULT false,
+    retain_completed   interval,
+    retain_dead        interval,
     updated_at         timestamptz NOT NULL,
     -- Serves queue_policy: one primary-key lookup per push, pull or nack that uses a default.
     PRIMARY KEY (namespace, queue)
@@ -19,21 +22,27 @@ CREATE TABLE postkit_queue.queue_settings (
 CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
-    OUT backoff_base interval, OUT backoff_cap interval)
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(s.max_attempts, 20),
            coalesce(s.visibility_timeout, interval '30 seconds'),
            coalesce(s.backoff_base, interval '1 second'),
-           coalesce(s.backoff_cap, interval '1 hour')
+           coalesce(s.backoff_cap, interval '1 hour'),
+           coalesce(s.paused, false),
+           s.retain_completed,
+           coalesce(s.retain_dead, interval '30 days')
     FROM (SELECT) AS defaults
     LEFT JOIN postkit_queue.queue_settings s
            ON s.namespace = p_namespace AND s.queue = p_queue
 $$;
 
--- configure_queue: set a queue's defaults. NULL leaves a setting at the built-in default.
--- Returns the policy now in force.
+-- configure_queue: set a queue's defaults and retention. NULL puts a setting back to the
+-- built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to 1 h;
+-- completed jobs deleted at once; dead letters kept 30 days). Pausing is separate
+-- (pause_queue). Returns the policy now in force.
 CREATE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
     p_queue              text,
@@ -41,8 +50,11 @@ CREATE FUNCTION postkit_queue.configure_queue(
     p_visibility_timeout interval DEFAULT NULL,
     p_backoff_base       interval DEFAULT NULL,
     p_backoff_cap        interval DEFAULT NULL,
+    p_retain_completed   interval DEFAULT NULL,
+    p_retain_dead        interval DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
-    OUT backoff_base interval, OUT backoff_cap interval)
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -54,19 +66,26 @@ BEGIN
         'visibility_timeout', p_visibility_timeout, false, interval '12 hours');
     PERFORM postkit_queue.check_duration('backoff_base', p_backoff_base, false, interval '1 day');
     PERFORM postkit_queue.check_duration('backoff_cap', p_backoff_cap, false, interval '30 days');
+    PERFORM postkit_queue.check_duration(
+        'retain_completed', p_retain_completed, false, interval '3650 days');
+    PERFORM postkit_queue.check_duration('retain_dead', p_retain_dead, false, interval '3650 days');
 
     INSERT INTO postkit_queue.queue_settings AS s (
-        namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap, updated_at)
+        namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
+        retain_completed, retain_dead, updated_at)
     VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
-            p_backoff_cap, postkit_queue.clock())
+            p_backoff_cap, p_retain_completed, p_retain_dead, postkit_queue.clock())
     ON CONFLICT (namespace, queue) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts,
         visibility_timeout = EXCLUDED.visibility_timeout,
         backoff_base = EXCLUDED.backoff_base,
         backoff_cap = EXCLUDED.backoff_cap,
+        retain_completed = EXCLUDED.retain_completed,
+        retain_dead = EXCLUDED.retain_dead,
         updated_at = EXCLUDED.updated_at;
 
-    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap
+    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
+                  retain_completed, retain_dead
     FROM postkit_queue.queue_policy(p_namespace, p_queue);
 END
 $$;
