@@ -78,6 +78,15 @@ class InvalidScheduleError(ValidationError):
     """A schedule's cron expression, time zone or interval is invalid."""
 
 
+class InvalidAccessError(ValidationError):
+    """A role does not exist, or an access kind is not producer, worker or operator."""
+
+
+class PermissionDeniedError(PostkitError):
+    """The current role may not do this: it lacks the table privilege (see
+    ``grant_access``), or tenant isolation keeps it out of that namespace."""
+
+
 class PermanentError(PostkitError):
     """Raise from a worker handler to fail the job for good: it moves to the dead-letter queue
     with this error, whatever attempts it has left."""
@@ -104,6 +113,9 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ08": JobRunningError,
     "PKQ09": InvalidStateError,
     "PKQ10": InvalidScheduleError,
+    "PKQ11": InvalidAccessError,
+    # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
+    "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
     "3F000": SchemaNotInstalledError,  # invalid_schema_name
     "42883": SchemaNotInstalledError,  # undefined_function
@@ -113,6 +125,7 @@ __all__ = [
     "SQLSTATE_ERRORS",
     "ClientClosedError",
     "ConfigurationError",
+    "InvalidAccessError",
     "InvalidClaimTokenError",
     "InvalidDurationError",
     "InvalidJobIdError",
@@ -125,6 +138,7 @@ __all__ = [
     "InvalidStateError",
     "JobRunningError",
     "PermanentError",
+    "PermissionDeniedError",
     "PostkitError",
     "RetryLater",
     "SchemaNotInstalledError",

@@ -346,6 +346,23 @@ BEGIN
 END
 $$;
 
+-- Operator actions that a worker's table privileges would otherwise allow (a worker may delete
+-- jobs, since ack does) check for the operator grant explicitly: write access to the queue
+-- settings, which grant_access gives operators only. Owners and superusers pass.
+CREATE FUNCTION postkit_queue.require_operator(p_action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT has_table_privilege('postkit_queue.queue_settings', 'UPDATE') THEN
+        RAISE EXCEPTION 'postkit: permission denied to %: the role needs operator access '
+                        '(postkit_queue.grant_access(role, ''operator''))', p_action
+            USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
 -- cancel: remove a pending or scheduled job. Returns false when no such live job exists. A
 -- running job cannot be cancelled (its worker holds the claim): that raises PKQ08.
 CREATE FUNCTION postkit_queue.cancel(p_namespace text, p_job_id bigint)
@@ -358,6 +375,7 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.require_operator('cancel a job');
     -- Lock the row so a concurrent pull cannot claim it between the check and the delete.
     SELECT j.state INTO v_state FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
@@ -421,6 +439,7 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.require_operator('purge a queue');
     DELETE FROM postkit_queue.jobs j
     WHERE (j.namespace, j.id) IN (
         SELECT p.namespace, p.id FROM postkit_queue.jobs p

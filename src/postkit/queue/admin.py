@@ -1,0 +1,55 @@
+"""Administering an installation: who may use the queue, and for which namespaces.
+
+Postkit's functions run with the caller's own privileges (none is SECURITY DEFINER), so what a
+database role may do is decided by the table privileges it holds and, once tenant isolation is
+on, by row-level security. These calls run the SQL functions of migration 5; each runs in the
+caller's transaction (commit afterwards) and needs the queue's owner or a superuser.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from postkit import errors
+from postkit.queue.protocol import translate_error
+
+Access = Literal["producer", "worker", "operator"]
+ACCESS_KINDS: tuple[Access, ...] = ("producer", "worker", "operator")
+
+
+def _call(cursor: Any, statement: str, params: tuple[object, ...]) -> None:
+    try:
+        cursor.execute(statement, params)
+    except Exception as exc:
+        translated = translate_error(exc)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def grant_access(cursor: Any, role: str, access: Access) -> None:
+    """Give ``role`` what a producer (push), a worker (pull and settle) or an operator
+    (everything: redrive, purge, settings, schedules) needs, and nothing more.
+
+    Raises:
+        InvalidAccessError: no such role, or an unknown access kind.
+    """
+    if access not in ACCESS_KINDS:
+        raise errors.InvalidAccessError(f"access must be one of {', '.join(ACCESS_KINDS)}")
+    _call(cursor, "SELECT postkit_queue.grant_access(%s, %s)", (role, access))
+
+
+def enable_tenant_isolation(cursor: Any) -> None:
+    """Turn on row-level security: from now on each role other than the owner sees and
+    changes only the rows of the namespaces assigned to it, through Postkit or by hand."""
+    _call(cursor, "SELECT postkit_queue.enable_tenant_isolation()", ())
+
+
+def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
+    """Let ``role`` (and every role that is a member of it) use ``namespace``.
+
+    Raises:
+        InvalidAccessError: no such role.
+        InvalidNameError: an invalid namespace.
+    """
+    _call(cursor, "SELECT postkit_queue.assign_namespace(%s, %s)", (namespace, role))
