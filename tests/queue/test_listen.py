@@ -1,0 +1,268 @@
+"""WorkListener and AsyncWorkListener: woken by the commit of a push, never by a rollback,
+never by another queue; the timeout is only a fallback poll. Every test runs against both."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from postkit.queue import AsyncWorkListener, QueueClient, WorkListener
+
+Q = "emails"
+
+
+class ListenerSide:
+    """A listener of either kind on a connection the test knows, driven synchronously."""
+
+    def __init__(
+        self,
+        listener: WorkListener | AsyncWorkListener,
+        backend_pid: int,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        self.listener = listener
+        self.backend_pid = backend_pid
+        self._loop = loop
+
+    def _await(self, value: Any) -> Any:
+        if self._loop is None:
+            return value
+        return self._loop.run_until_complete(value)
+
+    def listen(self) -> None:
+        self._await(self.listener.listen())
+
+    def wait_for_work(self, timeout: float) -> bool:
+        woken: bool = self._await(self.listener.wait_for_work(timeout=timeout))
+        return woken
+
+
+OpenListener = Callable[..., ListenerSide]
+
+
+@pytest.fixture(params=["sync", "async"])
+def listener_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def open_listener(
+    listener_kind: str,
+    dsn: str,
+    namespace: str,
+    connect: Callable[..., psycopg.Connection[Any]],
+) -> Iterator[OpenListener]:
+    """Open a listener of this test's kind on an autocommit connection of its own."""
+    loop = asyncio.new_event_loop() if listener_kind == "async" else None
+    async_connections: list[psycopg.AsyncConnection[Any]] = []
+
+    def _open(queues: list[str] | None = None, *, on_namespace: str | None = None) -> ListenerSide:
+        names = queues or [Q]
+        where = on_namespace or namespace
+        if loop is None:
+            connection = connect(autocommit=True)
+            listener: WorkListener | AsyncWorkListener = WorkListener(connection, where, names)
+            return ListenerSide(listener, connection.info.backend_pid, None)
+        async_connection = loop.run_until_complete(
+            psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        )
+        async_connections.append(async_connection)
+        listener = AsyncWorkListener(async_connection, where, names)
+        return ListenerSide(listener, async_connection.info.backend_pid, loop)
+
+    yield _open
+    if loop is not None:
+        for async_connection in async_connections:
+            loop.run_until_complete(async_connection.close())
+        loop.close()
+
+
+@pytest.fixture
+def producer(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> QueueClient:
+    """A client that pushes from a connection of its own (commits are the test's to make)."""
+    return QueueClient(connect().cursor(), namespace=namespace)
+
+
+@pytest.fixture
+def observer(connect: Callable[..., psycopg.Connection[Any]]) -> psycopg.Connection[Any]:
+    """An autocommit connection for looking at the server (pg_stat_activity, raw LISTEN)."""
+    return connect(autocommit=True)
+
+
+def last_query_start(observer: psycopg.Connection[Any], pid: int) -> Any:
+    row = observer.execute(
+        "SELECT query_start FROM pg_stat_activity WHERE pid = %s", (pid,)
+    ).fetchone()
+    assert row is not None, f"no backend {pid}"
+    return row[0]
+
+
+def wait_until_blocked_in_wait(observer: psycopg.Connection[Any], pid: int, after: Any) -> None:
+    """Wait until the listener's session has run a new due-job check (one that started after
+    ``after``) and is idle: from then on it waits for a notification, so anything that wakes
+    it before its timeout is a notification."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        row = observer.execute(
+            "SELECT state, query, query_start FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row is not None and row[0] == "idle" and "next_run_at" in row[1] and row[2] > after:
+            return
+        time.sleep(0.01)
+    pytest.fail(f"the listener (backend {pid}) never reached its wait within 10 s")
+
+
+def listen_raw(observer: psycopg.Connection[Any], namespace: str, queue: str) -> str:
+    [(channel,)] = observer.execute(
+        "SELECT postkit_queue.channel(%s, %s)", (namespace, queue)
+    ).fetchall()
+    observer.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    return str(channel)
+
+
+def test_a_committed_push_wakes_a_waiting_listener_before_its_fallback_poll(
+    open_listener: OpenListener, producer: QueueClient, observer: psycopg.Connection[Any]
+) -> None:
+    listener = open_listener()
+    listener.listen()
+
+    def wait_into(results: list[bool]) -> None:
+        results.append(listener.wait_for_work(timeout=30))
+
+    for round_ in range(2):  # woken again after a first wake-up: no notification is lost
+        results: list[bool] = []
+        started = time.monotonic()
+        before = last_query_start(observer, listener.backend_pid)
+        thread = threading.Thread(target=wait_into, args=(results,))
+        thread.start()
+        wait_until_blocked_in_wait(observer, listener.backend_pid, after=before)
+
+        producer.push(Q, {"n": round_})
+        producer.cursor.connection.commit()
+        thread.join(timeout=10)
+
+        assert not thread.is_alive(), f"round {round_}: the committed push did not wake it"
+        assert results == [True]
+        assert time.monotonic() - started < 30, "woken by the notification, not the timeout"
+        # Claim the job, so that the next round finds nothing due and must be notified.
+        assert producer.pull(Q) is not None
+        producer.cursor.connection.commit()
+
+
+def test_connect_opens_a_dedicated_connection_that_the_context_manager_closes(
+    listener_kind: str, dsn: str, namespace: str, producer: QueueClient
+) -> None:
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+
+    if listener_kind == "sync":
+        with WorkListener.connect(dsn, namespace, [Q]) as listener:
+            assert listener.wait_for_work(timeout=30) is True
+        connection: Any = listener._connection
+    else:
+
+        async def use() -> Any:
+            async with await AsyncWorkListener.connect(dsn, namespace, [Q]) as listener:
+                assert await listener.wait_for_work(timeout=30) is True
+            return listener._connection
+
+        connection = asyncio.run(use())
+    assert connection.autocommit
+    assert connection.closed
+
+
+def test_a_rolled_back_push_does_not_wake_the_listener(
+    open_listener: OpenListener, producer: QueueClient
+) -> None:
+    listener = open_listener()
+    listener.listen()
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.rollback()
+    assert listener.wait_for_work(timeout=0.5) is False
+
+
+def test_returns_at_once_when_a_job_is_already_due(
+    open_listener: OpenListener, producer: QueueClient
+) -> None:
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+    # Opened after the push: no notification is waiting, the due job alone answers.
+    listener = open_listener()
+    started = time.monotonic()
+    assert listener.wait_for_work(timeout=30) is True
+    assert time.monotonic() - started < 30
+
+
+def test_a_delayed_job_wakes_the_listener_when_it_falls_due_and_not_before(
+    open_listener: OpenListener, producer: QueueClient
+) -> None:
+    pushed_at = time.monotonic()
+    producer.push(Q, {"n": 1}, delay=1.0)
+    producer.cursor.connection.commit()
+    assert producer.pull(Q) is None, "the delayed job is not due yet"
+    producer.cursor.connection.commit()
+
+    # Opened after the push, so its notification is not waiting: only the due time wakes it.
+    listener = open_listener()
+    assert listener.wait_for_work(timeout=30) is True
+    elapsed = time.monotonic() - pushed_at
+    assert 0.9 <= elapsed < 30, f"woke {elapsed:.2f}s after the push"
+    job = producer.pull(Q)
+    assert job is not None, "the job is due when the listener wakes"
+    producer.cursor.connection.commit()
+
+
+def test_one_transaction_of_pushes_sends_one_notification(
+    producer: QueueClient, observer: psycopg.Connection[Any], namespace: str
+) -> None:
+    channel = listen_raw(observer, namespace, Q)
+    for n in range(100):
+        producer.push(Q, {"n": n})
+    producer.cursor.connection.commit()
+
+    notes = list(observer.notifies(timeout=1))
+    assert [note.channel for note in notes] == [channel]
+
+
+def test_notify_off_sends_nothing_but_the_fallback_finds_the_job(
+    open_listener: OpenListener,
+    producer: QueueClient,
+    observer: psycopg.Connection[Any],
+    namespace: str,
+) -> None:
+    listen_raw(observer, namespace, Q)
+    listener = open_listener()
+    listener.listen()
+    producer.cursor.execute("SET postkit_queue.notify = off")
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+
+    assert list(observer.notifies(timeout=0.5)) == [], "no notification with notify = off"
+    started = time.monotonic()
+    assert listener.wait_for_work(timeout=30) is True, "the due job is found without a notify"
+    assert time.monotonic() - started < 30
+
+
+def test_listeners_of_other_queues_and_namespaces_are_not_woken(
+    open_listener: OpenListener, producer: QueueClient
+) -> None:
+    other_queue = open_listener(["sms"])
+    other_namespace = open_listener([Q], on_namespace="another-namespace")
+    own = open_listener([Q, "sms"])
+    for listener in (other_queue, other_namespace, own):
+        listener.listen()
+
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+
+    assert own.wait_for_work(timeout=30) is True
+    assert other_queue.wait_for_work(timeout=0.5) is False
+    assert other_namespace.wait_for_work(timeout=0.5) is False

@@ -1,0 +1,711 @@
+"""The worker runtime against a real server: in-process (``Worker.run`` on a thread, stopped
+with ``stop()``) and as real processes receiving real signals.
+
+Nothing here sleeps and hopes: tests wait on events, barriers, a subprocess's output lines, or
+poll the database with a bounded deadline and a message that says what never happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue as stdlib_queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from postkit.errors import PermanentError, RetryLater
+from postkit.queue import Job, QueueClient, WorkListener
+from postkit.queue import worker as worker_module
+from postkit.queue.worker import Handlers, Worker, error_summary
+
+Q = "work"
+Shift = Callable[[QueueClient, float], None]
+StartWorker = Callable[..., Worker]
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers and fixtures.
+# ---------------------------------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], Any], message: str, timeout: float = 15.0) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail with ``message`` if it never
+    does within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{message} (waited {timeout:.0f}s)")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def worker_dsn(dsn: str, namespace: str) -> str:
+    """The server under test, under an application_name that marks this test's workers."""
+    return psycopg.conninfo.make_conninfo(dsn, application_name=f"pk-{namespace}")
+
+
+@pytest.fixture
+def client(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> QueueClient:
+    """An autocommit client: each push commits at once; reads see the latest state."""
+    return QueueClient(connect(autocommit=True).cursor(), namespace=namespace)
+
+
+@pytest.fixture
+def start_worker(worker_dsn: str, namespace: str) -> Iterator[StartWorker]:
+    """Start workers on threads; each is stopped and must have shut down after the test.
+
+    By default the fallback poll and the tick are far longer than any test waits, so a test
+    that sees a job run promptly saw the worker woken by a notification.
+    """
+    running: list[tuple[Worker, threading.Thread]] = []
+
+    def _start(handlers: Handlers | dict[str, Callable[..., Any]], **options: Any) -> Worker:
+        options = {"poll_interval": 30.0, "tick_interval": 60.0, "grace_period": 2.0, **options}
+        worker = Worker(worker_dsn, handlers, namespace=namespace, **options)
+        thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
+        thread.start()
+        running.append((worker, thread))
+        return worker
+
+    yield _start
+    for worker, _ in running:
+        worker.stop()
+    for _, thread in running:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the worker did not shut down within 30 s of stop()"
+
+
+def next_item(items: stdlib_queue.SimpleQueue[T], message: str, timeout: float = 15.0) -> T:
+    """The next item a handler put in ``items``; fail with ``message`` if none comes."""
+    try:
+        return items.get(timeout=timeout)
+    except stdlib_queue.Empty:
+        pytest.fail(f"{message} (waited {timeout:.0f}s)")
+
+
+def gone(client: QueueClient, job_id: int) -> Callable[[], bool]:
+    return lambda: client.get_job(job_id) is None
+
+
+def db_seconds_until(client: QueueClient, job: Job) -> float:
+    client.cursor.execute("SELECT postkit_queue.clock()")
+    now = client.cursor.fetchone()[0]
+    assert job.run_at is not None
+    return float((job.run_at - now).total_seconds())
+
+
+def pushed(client: QueueClient, payload: Any = None, queue: str = Q, **kwargs: Any) -> int:
+    job_id = client.push(queue, payload if payload is not None else {}, **kwargs)
+    assert job_id is not None
+    return job_id
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration and construction.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_handlers_reject_a_second_handler_and_async_transactional_ones() -> None:
+    handlers = Handlers()
+    handlers.add(Q, lambda job: None)
+    with pytest.raises(ValueError, match="already has a handler"):
+        handlers.add(Q, lambda job: None)
+
+    async def handler(job: Job) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="synchronous"):
+        handlers.add("other", handler, transactional=True)
+    assert list(handlers) == [Q] and len(handlers) == 1
+
+
+def test_a_worker_needs_a_handler_for_each_queue(dsn: str) -> None:
+    with pytest.raises(ValueError, match="no handler"):
+        Worker(dsn, {Q: lambda job: None}, queues=[Q, "unknown"])
+    with pytest.raises(ValueError, match="no handler"):
+        Worker(dsn, {})
+    with pytest.raises(ValueError, match="positive"):
+        Worker(dsn, {Q: lambda job: None}, concurrency=0)
+
+
+def test_error_summary_has_the_error_and_the_last_frames() -> None:
+    def inner() -> None:
+        raise KeyError("missing")
+
+    try:
+        inner()
+    except KeyError as error:
+        summary = error_summary(error)
+    assert summary.startswith("KeyError: 'missing'\n")
+    assert "in inner" in summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcomes.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("registration", ["decorator", "add", "dict"])
+def test_a_returning_handler_acks_its_job(
+    start_worker: StartWorker, client: QueueClient, registration: str
+) -> None:
+    seen: list[tuple[int, Any, int]] = []
+
+    def handle(job: Job) -> None:
+        seen.append((job.id, job.payload, job.attempts))
+
+    handlers: Handlers | dict[str, Callable[..., Any]]
+    if registration == "decorator":
+        handlers = Handlers()
+        assert handlers.register(Q)(handle) is handle
+    elif registration == "add":
+        handlers = Handlers()
+        handlers.add(Q, handle)
+    else:
+        handlers = {Q: handle}
+    worker = start_worker(handlers)
+
+    job_id = pushed(client, {"user": 42})
+    wait_until(gone(client, job_id), "the job was never acked")
+    assert seen == [(job_id, {"user": 42}, 1)]
+    assert worker.stats.acked == 1
+    assert client.dead_letters() == []
+
+
+def test_an_exception_nacks_with_the_error_and_a_traceback_summary(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    def explode(job: Job) -> None:
+        raise ValueError("boom")
+
+    worker = start_worker({Q: explode})
+    job_id = pushed(client, max_attempts=5, backoff_base=60)
+
+    job = wait_until(
+        lambda: (found := client.get_job(job_id)) is not None and found.errors and found,
+        "the failing job was never nacked",
+    )
+    assert job.state == "pending" and job.attempts == 1
+    [entry] = job.errors
+    assert entry["kind"] == "nack"
+    assert entry["attempt"] == 1
+    assert entry["error"].startswith("ValueError: boom\n")
+    assert "in explode" in entry["error"], "the traceback summary names the handler's frame"
+    assert 'raise ValueError("boom")' in entry["error"]
+    assert db_seconds_until(client, job) > 50, "the retry waits the job's backoff"
+    wait_until(lambda: worker.stats.retried == 1, "the worker never counted the retry")
+
+
+def test_permanent_error_dead_letters_at_once(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    def reject(job: Job) -> None:
+        raise PermanentError("invalid address")
+
+    worker = start_worker({Q: reject})
+    job_id = pushed(client, {"to": "nobody"}, max_attempts=20)
+
+    [dead] = wait_until(client.dead_letters, "the job was never dead-lettered")
+    assert (dead.job_id, dead.reason, dead.attempts) == (job_id, "failed", 1)
+    assert dead.error is not None and dead.error.startswith("PermanentError: invalid address\n")
+    assert "in reject" in dead.error
+    assert dead.payload == {"to": "nobody"}
+    wait_until(lambda: worker.stats.dead_lettered == 1, "the worker never counted it")
+
+
+@pytest.mark.parametrize("delay", [120, timedelta(minutes=2)], ids=["seconds", "timedelta"])
+def test_retry_later_retries_after_the_delay_it_names(
+    start_worker: StartWorker, client: QueueClient, delay: float | timedelta
+) -> None:
+    def later(job: Job) -> None:
+        raise RetryLater("rate limited", delay=delay)
+
+    start_worker({Q: later})
+    job_id = pushed(client, backoff_base=1, backoff_cap=2)
+
+    job = wait_until(
+        lambda: (found := client.get_job(job_id)) is not None and found.errors and found,
+        "the job was never retried",
+    )
+    assert job.state == "pending" and job.attempts == 1
+    assert job.errors[0]["error"].startswith("RetryLater: rate limited\n")
+    remaining = db_seconds_until(client, job)
+    assert 100 < remaining <= 120, f"run_at is {remaining:.1f}s away, not about 120s"
+
+
+def test_a_job_that_cannot_be_settled_does_not_cost_the_worker_a_handler_thread(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    """Regression: a settle that raised (here the database rejects a negative RetryLater delay)
+    killed the handler thread; with concurrency=1 the worker then claimed jobs it never ran."""
+    ran: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+
+    def handle(job: Job) -> None:
+        if job.payload["bad"]:
+            raise RetryLater("a delay the database rejects", delay=-1)
+        ran.put(job.id)
+
+    bad = pushed(client, {"bad": True}, priority=10)
+    good = pushed(client, {"bad": False})
+    start_worker({Q: handle}, concurrency=1)
+
+    assert next_item(ran, "the good job never ran") == good
+    wait_until(gone(client, good), "the good job was never acked")
+    stuck = client.get_job(bad)
+    assert stuck is not None and stuck.state == "running", "left to expire and be redelivered"
+
+
+def test_async_handlers_run_on_the_event_loop_next_to_sync_ones(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    handlers = Handlers()
+    seen: list[str] = []
+
+    @handlers.register("async-ok")
+    async def async_ok(job: Job) -> None:
+        await asyncio.sleep(0)
+        seen.append("async-ok")
+
+    @handlers.register("async-bad")
+    async def async_bad(job: Job) -> None:
+        await asyncio.sleep(0)
+        raise PermanentError("no")
+
+    @handlers.register("sync-ok")
+    def sync_ok(job: Job) -> None:
+        seen.append("sync-ok")
+
+    worker = start_worker(handlers)
+    ok = pushed(client, queue="async-ok")
+    bad = pushed(client, queue="async-bad")
+    plain = pushed(client, queue="sync-ok")
+
+    wait_until(gone(client, ok), "the async job was never acked")
+    wait_until(gone(client, plain), "the sync job was never acked")
+    dead = wait_until(
+        lambda: (found := client.get_job(bad)) is not None and found.state == "dead" and found,
+        "the failing async job was never dead-lettered",
+    )
+    assert dead.errors[-1]["error"].startswith("PermanentError: no\n")
+    assert sorted(seen) == ["async-ok", "sync-ok"]
+    wait_until(lambda: worker.stats.acked == 2, "the worker never counted both acks")
+
+
+def test_a_push_wakes_an_idle_worker_without_waiting_for_its_poll(
+    start_worker: StartWorker,
+    client: QueueClient,
+    connect: Callable[..., psycopg.Connection[Any]],
+    worker_dsn: str,
+) -> None:
+    handled: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    start_worker({Q: lambda job: handled.put(job.id)}, poll_interval=60.0)
+    observer = connect(autocommit=True)
+    application = psycopg.conninfo.conninfo_to_dict(worker_dsn)["application_name"]
+    wait_until(
+        lambda: observer.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND state = 'idle'"
+            " AND query LIKE '%%next_run_at%%'",
+            (application,),
+        ).fetchone(),
+        "the worker never started waiting on its listener",
+    )
+
+    job_id = pushed(client)
+    assert next_item(handled, "the worker slept through the notification", 10) == job_id
+
+
+def test_stop_wakes_a_worker_whose_listener_was_not_yet_listening(
+    worker_dsn: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: stop() notifies the listener to wake it; when that notification went out
+    before the listener's LISTEN, the worker slept a whole poll_interval before stopping."""
+    worker = Worker(
+        worker_dsn, {Q: lambda job: None}, namespace=namespace, poll_interval=60, tick_interval=60
+    )
+    woken = threading.Event()
+    wake = worker._wake_listener
+
+    def wake_and_tell() -> None:
+        wake()
+        woken.set()
+
+    monkeypatch.setattr(worker, "_wake_listener", wake_and_tell)
+
+    class StoppedWhileConnecting(WorkListener):
+        @classmethod
+        def connect(cls, dsn: str, namespace: str, queues: list[str]) -> WorkListener:
+            worker.stop()
+            assert woken.wait(timeout=10), "stop() never sent its wake-up notification"
+            return super().connect(dsn, namespace, queues)
+
+    monkeypatch.setattr(worker_module, "WorkListener", StoppedWhileConnecting)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "stop() did not wake the worker before its 60 s poll"
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrency, transactions, heartbeats.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_concurrency_runs_that_many_jobs_at_once(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    barrier = threading.Barrier(5)  # four handlers and this test
+
+    def meet(job: Job) -> None:
+        barrier.wait(timeout=15)
+
+    worker = start_worker({Q: meet}, concurrency=4)
+    job_ids = [pushed(client, {"n": n}) for n in range(4)]
+
+    barrier.wait(timeout=15)  # raises BrokenBarrierError unless four jobs run at once
+    for job_id in job_ids:
+        wait_until(gone(client, job_id), f"job {job_id} was never acked")
+    assert worker.stats.acked == 4
+
+
+@pytest.fixture
+def table(connect: Callable[..., psycopg.Connection[Any]]) -> Iterator[sql.Identifier]:
+    """A table for handlers to write to."""
+    admin = connect(autocommit=True)
+    name = sql.Identifier(f"worker_test_{uuid.uuid4().hex[:12]}")
+    admin.execute(sql.SQL("CREATE TABLE {} (job_id bigint PRIMARY KEY)").format(name))
+    yield name
+    admin.execute(sql.SQL("DROP TABLE {}").format(name))
+
+
+def written(client: QueueClient, table: sql.Identifier) -> list[int]:
+    client.cursor.execute(sql.SQL("SELECT job_id FROM {} ORDER BY job_id").format(table))
+    return [row[0] for row in client.cursor.fetchall()]
+
+
+def test_a_transactional_handler_commits_its_writes_with_the_ack(
+    start_worker: StartWorker, client: QueueClient, table: sql.Identifier
+) -> None:
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def record(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
+
+    worker = start_worker(handlers)
+    job_id = pushed(client)
+    wait_until(gone(client, job_id), "the job was never acked")
+    assert written(client, table) == [job_id]
+    assert worker.stats.acked == 1
+
+
+def test_a_failing_transactional_handler_leaves_no_writes_and_nacks(
+    start_worker: StartWorker, client: QueueClient, table: sql.Identifier
+) -> None:
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def record_then_fail(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
+        raise RuntimeError("after the write")
+
+    start_worker(handlers)
+    job_id = pushed(client, backoff_base=60)
+    job = wait_until(
+        lambda: (found := client.get_job(job_id)) is not None and found.errors and found,
+        "the job was never nacked",
+    )
+    assert job.errors[0]["error"].startswith("RuntimeError: after the write\n")
+    assert written(client, table) == []
+
+
+def test_a_stale_claim_rolls_back_the_handlers_writes_and_does_not_ack(
+    start_worker: StartWorker,
+    client: QueueClient,
+    table: sql.Identifier,
+    make_client: Callable[[], QueueClient],
+    shift_clock: Shift,
+) -> None:
+    ticker = make_client()
+    reclaimed: list[int] = []
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def record_while_reclaimed(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
+        # Another process decides this claim expired and hands the job back to the queue.
+        shift_clock(ticker, 3600)
+        reclaimed.append(ticker.tick_timeouts())
+        ticker.cursor.connection.commit()
+
+    # A long visibility timeout: no heartbeat touches the row while the ticker reclaims it.
+    worker = start_worker(handlers, visibility_timeout=600)
+    job_id = pushed(client)
+
+    wait_until(lambda: worker.stats.stale == 1, "the stale ack was never recorded")
+    assert reclaimed == [1]
+    assert written(client, table) == [], "the handler's write rolled back with the stale ack"
+    job = client.get_job(job_id)
+    assert job is not None, "the stale worker did not ack the job"
+    assert (job.state, job.attempts) == ("pending", 1)
+    assert [entry["kind"] for entry in job.errors] == ["timeout"]
+    assert worker.stats.acked == 0
+
+
+def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
+    start_worker: StartWorker, make_client: Callable[[], QueueClient], client: QueueClient
+) -> None:
+    started = threading.Event()
+    finish = threading.Event()
+    attempts: list[int] = []
+
+    def long_job(job: Job) -> None:
+        attempts.append(job.attempts)
+        started.set()
+        finish.wait(timeout=30)
+
+    worker = start_worker({Q: long_job}, visibility_timeout=1.0)
+    job_id = pushed(client)
+    assert started.wait(timeout=15), "the job never started"
+    first = client.get_job(job_id)
+    assert first is not None and first.visible_until is not None
+
+    ticker = make_client()
+    deadline = time.monotonic() + 3.5  # three and a half visibility timeouts
+    ticks = 0
+    while time.monotonic() < deadline:
+        assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was reclaimed"
+        ticker.cursor.connection.commit()
+        ticks += 1
+        time.sleep(0.3)
+    assert ticks >= 10
+    running = client.get_job(job_id)
+    assert running is not None and running.state == "running"
+    assert running.claim_token == first.claim_token
+    assert running.visible_until is not None and running.visible_until > first.visible_until
+
+    finish.set()
+    wait_until(gone(client, job_id), "the job was never acked")
+    assert attempts == [1]
+    assert worker.stats.acked == 1
+
+
+def test_a_delayed_job_does_not_run_before_it_falls_due(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    ran: stdlib_queue.SimpleQueue[float] = stdlib_queue.SimpleQueue()
+    start_worker({Q: lambda job: ran.put(time.monotonic())})
+
+    pushed_at = time.monotonic()
+    pushed(client, delay=1.0)
+    ran_at = next_item(ran, "the delayed job never ran")
+    assert ran_at - pushed_at >= 0.9, f"ran {ran_at - pushed_at:.2f}s after the push"
+
+
+def test_the_worker_recovers_from_dropped_connections(
+    start_worker: StartWorker,
+    client: QueueClient,
+    connect: Callable[..., psycopg.Connection[Any]],
+    worker_dsn: str,
+) -> None:
+    handled: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    worker = start_worker({Q: lambda job: handled.put(job.id)})
+    first = pushed(client)
+    assert next_item(handled, "the first job never ran") == first
+    wait_until(gone(client, first), "the first job was never acked")
+
+    admin = connect(autocommit=True)
+    application = psycopg.conninfo.conninfo_to_dict(worker_dsn)["application_name"]
+    # Wait until the worker idles on its listener, so both its pool and its LISTEN connection
+    # are cut.
+    wait_until(
+        lambda: admin.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND state = 'idle'"
+            " AND query LIKE '%%next_run_at%%'",
+            (application,),
+        ).fetchone(),
+        "the worker never started waiting on its listener",
+    )
+    [(terminated,)] = admin.execute(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name = %s",
+        (application,),
+    ).fetchall()
+    assert terminated >= 2, "expected to cut the pool's and the listener's connections"
+
+    second = pushed(client)
+    assert next_item(handled, "the worker never came back", 20) == second
+    wait_until(gone(client, second), "the second job was never acked")
+    assert worker.stats.acked == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Real processes, real signals.
+# ---------------------------------------------------------------------------------------------
+
+WORKER_SCRIPT = textwrap.dedent(
+    """
+    import logging
+    import os
+    import sys
+    import time
+
+    from postkit.queue.worker import Handlers, Worker
+
+    dsn, namespace = sys.argv[1], sys.argv[2]
+    grace, visibility = float(sys.argv[3]), float(sys.argv[4])
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="log %(message)s")
+    handlers = Handlers()
+
+
+    @handlers.register("work")
+    def work(job):
+        print(f"started {job.id}", flush=True)
+        go = job.payload.get("go")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (go and os.path.exists(go)):
+            time.sleep(0.01)
+        print(f"finished {job.id}", flush=True)
+
+
+    Worker(
+        dsn, handlers, namespace=namespace, grace_period=grace, visibility_timeout=visibility
+    ).run()
+    print("exited", flush=True)
+    """
+)
+
+
+class WorkerProcess:
+    """A worker in a process of its own, whose output the test reads line by line."""
+
+    def __init__(self, script: Path, dsn: str, namespace: str, *, grace: float, visibility: float):
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), dsn, namespace, str(grace), str(visibility)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=script.parent,
+        )
+        self.output: list[str] = []
+        self._lines: stdlib_queue.SimpleQueue[str | None] = stdlib_queue.SimpleQueue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def expect(self, prefix: str, timeout: float = 15.0) -> str:
+        """Read lines until one starts with ``prefix``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except stdlib_queue.Empty:
+                pytest.fail(f"no line {prefix!r} within {timeout:.0f}s; output: {self.output}")
+            if line is None:
+                pytest.fail(f"the worker exited before printing {prefix!r}: {self.output}")
+            self.output.append(line)
+            if line.startswith(prefix):
+                return line
+
+    def wait(self, timeout: float = 15.0) -> int:
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the worker did not exit within {timeout:.0f}s; output: {self.output}")
+        while (line := self._lines.get(timeout=5)) is not None:
+            self.output.append(line)
+        return code
+
+
+@pytest.fixture
+def spawn_worker(
+    tmp_path: Path, dsn: str, namespace: str
+) -> Iterator[Callable[..., WorkerProcess]]:
+    script = tmp_path / "worker_script.py"
+    script.write_text(WORKER_SCRIPT, encoding="utf-8")
+    spawned: list[WorkerProcess] = []
+
+    def _spawn(*, grace: float = 1.0, visibility: float = 30.0) -> WorkerProcess:
+        worker = WorkerProcess(script, dsn, namespace, grace=grace, visibility=visibility)
+        spawned.append(worker)
+        return worker
+
+    yield _spawn
+    for worker in spawned:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait(timeout=10)
+
+
+def test_sigterm_releases_a_job_still_running_after_the_grace_period(
+    spawn_worker: Callable[..., WorkerProcess], client: QueueClient
+) -> None:
+    job_id = pushed(client)
+    worker = spawn_worker(grace=1.0, visibility=30.0)
+    assert worker.expect("started") == f"started {job_id}"
+
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.output
+    assert any(line.startswith(f"log released job {job_id}") for line in worker.output)
+    assert f"finished {job_id}" not in worker.output
+
+    job = client.get_job(job_id)
+    assert job is not None
+    assert (job.state, job.attempts, job.worker_id) == ("pending", 0, None)
+    assert job.errors == (), "a release is not a failed attempt"
+
+
+def test_sigterm_lets_a_job_finish_within_the_grace_period(
+    spawn_worker: Callable[..., WorkerProcess], client: QueueClient, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    job_id = pushed(client, {"go": str(go)})
+    worker = spawn_worker(grace=10.0, visibility=30.0)
+    worker.expect(f"started {job_id}")
+
+    worker.process.send_signal(signal.SIGTERM)
+    worker.expect("log signal SIGTERM")
+    go.touch()  # the job finishes only now, during the shutdown
+    worker.expect(f"finished {job_id}")
+    assert worker.wait() == 0, worker.output
+    assert any(line.startswith(f"log acked job {job_id}") for line in worker.output)
+    assert client.get_job(job_id) is None, "the job finished in the grace period was acked"
+
+
+def test_a_killed_workers_job_is_redelivered_after_its_visibility_timeout(
+    spawn_worker: Callable[..., WorkerProcess], client: QueueClient, start_worker: StartWorker
+) -> None:
+    job_id = pushed(client)
+    doomed = spawn_worker(visibility=1.0)
+    doomed.expect(f"started {job_id}")
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    assert doomed.process.wait(timeout=10) == -signal.SIGKILL
+
+    redelivered: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
+    worker = start_worker({Q: redelivered.put}, tick_interval=0.2)
+    job = next_item(redelivered, "the job was never redelivered")
+    assert job.id == job_id
+    assert job.attempts == 2, "the killed worker's attempt counts"
+    assert [entry["kind"] for entry in job.errors] == ["timeout"]
+    wait_until(gone(client, job_id), "the redelivered job was never acked")
+    assert worker.stats.reclaimed == 1
