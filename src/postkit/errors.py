@@ -97,6 +97,15 @@ class RetryLater(PostkitError):
     instead of the queue's exponential backoff. It still counts as a failed attempt."""
 
     def __init__(self, message: str = "retry requested", *, delay: float | timedelta) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not (0 <= seconds <= 30 * 86400)
+        ):
+            raise InvalidDurationError(
+                f"RetryLater delay must be between 0 seconds and 30 days, got {delay!r}"
+            )
         super().__init__(message)
         self.delay = delay
 

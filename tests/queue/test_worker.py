@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from postkit.errors import PermanentError, RetryLater
+from postkit.errors import InvalidDurationError, PermanentError, RetryLater
 from postkit.queue import Job, QueueClient, WorkListener
 from postkit.queue import worker as worker_module
 from postkit.queue.worker import Handlers, Worker, error_summary
@@ -253,13 +253,16 @@ def test_retry_later_retries_after_the_delay_it_names(
 def test_a_job_that_cannot_be_settled_does_not_cost_the_worker_a_handler_thread(
     start_worker: StartWorker, client: QueueClient
 ) -> None:
-    """Regression: a settle that raised (here the database rejects a negative RetryLater delay)
-    killed the handler thread; with concurrency=1 the worker then claimed jobs it never ran."""
+    """Regression: a settle that raised (here the database rejects a negative retry delay,
+    smuggled past RetryLater's own check) killed the handler thread; with concurrency=1 the
+    worker then claimed jobs it never ran."""
     ran: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
 
     def handle(job: Job) -> None:
         if job.payload["bad"]:
-            raise RetryLater("a delay the database rejects", delay=-1)
+            retry = RetryLater("a delay the database rejects", delay=1)
+            retry.delay = -1
+            raise retry
         ran.put(job.id)
 
     bad = pushed(client, {"bad": True}, priority=10)
@@ -270,6 +273,13 @@ def test_a_job_that_cannot_be_settled_does_not_cost_the_worker_a_handler_thread(
     wait_until(gone(client, good), "the good job was never acked")
     stuck = client.get_job(bad)
     assert stuck is not None and stuck.state == "running", "left to expire and be redelivered"
+
+
+def test_retry_later_refuses_a_delay_the_queue_would_reject() -> None:
+    with pytest.raises(InvalidDurationError):
+        RetryLater(delay=-1)
+    with pytest.raises(InvalidDurationError):
+        RetryLater(delay=timedelta(days=31))
 
 
 def test_async_handlers_run_on_the_event_loop_next_to_sync_ones(

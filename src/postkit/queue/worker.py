@@ -307,7 +307,8 @@ class Worker:
                 if self._claim(free):
                     failures = 0
                     continue
-                self._wait_for_work(min(self.poll_interval, max(next_tick - now, 0.01)))
+                wake_by = min(next_tick, next_report) if self.report_interval else next_tick
+                self._wait_for_work(min(self.poll_interval, max(wake_by - now, 0.01)))
                 failures = 0
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 failures += 1
@@ -427,16 +428,8 @@ class Worker:
     def _sync_job_loop(self) -> None:
         while True:
             job, spec = self._sync_jobs.get()
-            try:
+            with _settle_errors_logged(job):
                 self._run_sync(job, spec)
-            except Exception:
-                # A settle that raised (not a lost connection: the database rejected it) must
-                # not kill this thread, or the worker would claim jobs it never runs.
-                logger.exception(
-                    "could not settle job %d: its claim will expire and it will be redelivered",
-                    job.id,
-                    extra=_job_fields(job, "settle_error"),
-                )
 
     def _run_sync(self, job: Job, spec: HandlerSpec) -> None:
         started = time.monotonic()
@@ -467,11 +460,13 @@ class Worker:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         try:
-            await spec.function(job)
-        except BaseException as error:
-            await loop.run_in_executor(None, self._settle_error, job, error, started)
-        else:
-            await loop.run_in_executor(None, self._settle, job, "ack", started)
+            with _settle_errors_logged(job):
+                try:
+                    await spec.function(job)
+                except BaseException as error:
+                    await loop.run_in_executor(None, self._settle_error, job, error, started)
+                else:
+                    await loop.run_in_executor(None, self._settle, job, "ack", started)
         finally:
             self._finish(job)
 
@@ -609,6 +604,21 @@ class Worker:
             self.stats.dead_lettered,
             self.stats.released,
             extra={"event": "stopped", "worker_id": self.worker_id},
+        )
+
+
+@contextlib.contextmanager
+def _settle_errors_logged(job: Job) -> Iterator[None]:
+    """A settle the database rejected (not a lost connection, which is retried) must not kill
+    the thread or task running it, or the worker would claim jobs it never runs. The job's claim
+    expires and it is redelivered."""
+    try:
+        yield
+    except Exception:
+        logger.exception(
+            "could not settle job %d: its claim will expire and it will be redelivered",
+            job.id,
+            extra=_job_fields(job, "settle_error"),
         )
 
 
