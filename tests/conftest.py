@@ -53,12 +53,28 @@ def server_dsn() -> Iterator[str]:
         yield server.dsn
 
 
+@contextlib.contextmanager
+def new_database(server_dsn: str) -> Iterator[str]:
+    """A new, empty database on the server, dropped afterwards (with any connections left)."""
+    name = f"postkit_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 @pytest.fixture(scope="session")
-def dsn(server_dsn: str) -> str:
-    """The server under test, with the queue schema installed."""
-    with psycopg.connect(server_dsn) as connection:
-        install(connection)
-    return server_dsn
+def dsn(server_dsn: str) -> Iterator[str]:
+    """A database of this test session's own on the server under test, with the queue schema
+    installed. Its own, so that whatever an earlier run left in the server's databases cannot
+    change the outcome."""
+    with new_database(server_dsn) as database:
+        with psycopg.connect(database) as connection:
+            install(connection)
+        yield database
 
 
 @pytest.fixture
@@ -119,12 +135,8 @@ def shift_clock() -> Callable[[QueueClient, float], None]:
 @pytest.fixture
 def fresh_database(server_dsn: str) -> Iterator[str]:
     """A DSN for a new, empty database on the server under test, dropped afterwards."""
-    name = f"postkit_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with new_database(server_dsn) as database:
+        yield database
 
 
 @pytest.fixture
