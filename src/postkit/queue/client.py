@@ -397,6 +397,40 @@ class QueueClient:
             )
         )
 
+    def ack_many(self, jobs: Sequence[Job]) -> list[int]:
+        """Acknowledge many claimed jobs in one round trip, each fenced on its own claim.
+
+        Returns:
+            the ids acknowledged; a job whose claim went stale is skipped, not an error.
+        """
+        return self._run(protocol.ack_many(self._namespace, jobs))
+
+    def ack_and_pull(
+        self,
+        queue: str,
+        acks: Sequence[Job],
+        *,
+        limit: int,
+        worker_id: str | None = None,
+        visibility_timeout: Duration | None = None,
+    ) -> tuple[list[int], list[Job]]:
+        """A worker's round trip: acknowledge ``acks`` (as :meth:`ack_many`) and claim up to
+        ``limit`` jobs of ``queue`` (as :meth:`pull_batch`), in one statement.
+
+        Returns:
+            the ids acknowledged, and the jobs claimed.
+        """
+        return self._run(
+            protocol.ack_and_pull(
+                self._namespace,
+                queue,
+                acks,
+                worker_id=worker_id,
+                visibility_timeout=visibility_timeout,
+                limit=limit,
+            )
+        )
+
     def ack_batch(self, jobs: Sequence[Job], *, worker_id: str | None = None) -> bool:
         """Acknowledge many claimed jobs in one round trip, all or nothing.
 
@@ -516,21 +550,20 @@ class QueueClient:
             InvalidScheduleError: a bad cron expression or time zone, or not exactly one of
                 ``cron`` and ``every``.
         """
-        now = self._run(protocol.clock())
-        return self._run(
-            protocol.save_schedule(
-                self._namespace,
-                name,
-                queue,
-                payload,
-                now=now,
-                cron=cron,
-                timezone=timezone,
-                every=every,
-                priority=priority,
-                max_attempts=max_attempts,
-            )
+        # Checked before the clock is read, so that a bad schedule raises before any SQL.
+        schedule = protocol.new_schedule(
+            self._namespace,
+            name,
+            queue,
+            payload,
+            cron=cron,
+            timezone=timezone,
+            every=every,
+            priority=priority,
+            max_attempts=max_attempts,
         )
+        now = self._run(protocol.clock())
+        return self._run(protocol.save_schedule(schedule, now=now))
 
     def schedules(self) -> list[Schedule]:
         """Every schedule of this namespace, by name."""

@@ -504,6 +504,44 @@ def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> 
     return Call("ack_batch", params, _scalar)
 
 
+def _claims(jobs: Sequence[Job]) -> dict[str, list[Any]]:
+    if isinstance(jobs, Job) or not all(isinstance(job, Job) for job in jobs):
+        raise errors.InvalidJobIdError("expected a list of Job objects (their claims)")
+    return {
+        "job_ids": [job.id for job in jobs],
+        "claim_tokens": [_claim_token(job.claim_token) for job in jobs],
+    }
+
+
+def ack_many(namespace: str, jobs: Sequence[Job]) -> Call[list[int]]:
+    return Call("ack_many", _base(namespace, **_claims(jobs)), lambda rows: list(_scalar(rows)))
+
+
+def ack_and_pull(
+    namespace: str,
+    queue: str,
+    acks: Sequence[Job],
+    *,
+    worker_id: str | None,
+    visibility_timeout: Duration | None,
+    limit: int,
+) -> Call[tuple[list[int], list[Job]]]:
+    params = _base(
+        namespace,
+        **_claims(acks),
+        queue=_text("queue", queue, required=True),
+        worker_id=_text("worker_id", worker_id, required=False),
+        visibility_timeout=_seconds("visibility_timeout", visibility_timeout),
+        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+    )
+
+    def parse(rows: Rows) -> tuple[list[int], list[Job]]:
+        acked = list(rows[0]["acked"]) if rows else []
+        return acked, [_job(row) for row in rows if row["id"] is not None]
+
+    return Call("ack_and_pull", params, parse)
+
+
 def _stats(row: dict[str, Any]) -> QueueStats:
     return QueueStats(**row)
 
@@ -643,19 +681,31 @@ def check_cron(cron: str) -> str:
     return cron
 
 
-def save_schedule(
+@dataclass(frozen=True)
+class NewSchedule:
+    """A schedule checked and ready to save, but for its first run time: that is computed
+    from the database's clock (see :func:`save_schedule`)."""
+
+    params: Mapping[str, Any]
+    cron: str | None
+    timezone: str
+    every: timedelta | None
+
+
+def new_schedule(
     namespace: str,
     name: str,
     queue: str,
     payload: object,
     *,
-    now: datetime,
     cron: str | None,
     timezone: str,
     every: Duration | None,
     priority: int,
     max_attempts: int | None,
-) -> Call[Schedule]:
+) -> NewSchedule:
+    """Every check of a schedule that needs no database, so that a bad one raises before any
+    SQL runs (even the read of the clock its first run is computed from)."""
     if (cron is None) == (every is None):
         raise errors.InvalidScheduleError("give exactly one of cron= and every=")
     seconds = _seconds("every", every)
@@ -663,15 +713,13 @@ def save_schedule(
     if interval is not None and interval < timedelta(seconds=1):
         raise errors.InvalidScheduleError("a schedule runs at most every second")
     _zone(timezone)
-    first = next_run_after(
-        now, cron=None if cron is None else check_cron(cron), timezone=timezone, every=interval
-    )
+    if cron is not None:
+        check_cron(cron)
     params = _base(
         namespace,
         name=_text("schedule name", name, required=True),
         queue=_text("queue", queue, required=True),
         payload=_payload(payload),
-        next_run_at=first,
         cron=cron,
         timezone=timezone,
         every=seconds,
@@ -680,6 +728,14 @@ def save_schedule(
             "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=_INT32
         ),
     )
+    return NewSchedule(params, cron, timezone, interval)
+
+
+def save_schedule(schedule: NewSchedule, *, now: datetime) -> Call[Schedule]:
+    first = next_run_after(
+        now, cron=schedule.cron, timezone=schedule.timezone, every=schedule.every
+    )
+    params = {**schedule.params, "next_run_at": first}
     return Call("save_schedule", params, lambda rows: _schedule(rows[0]))
 
 

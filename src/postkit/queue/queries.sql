@@ -179,3 +179,21 @@ FROM postkit_queue.due_schedules(%(namespace)s, %(limit)s::integer) AS s;
 -- name: fire_schedule
 SELECT postkit_queue.fire_schedule(
     %(namespace)s, %(name)s, %(due_at)s::timestamptz, %(next_run_at)s::timestamptz) AS job_id;
+
+-- name: ack_many
+SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::uuid[])
+       AS acked;
+
+-- name: ack_and_pull
+-- A worker's round trip: acknowledge what finished and claim the next batch, in one statement
+-- and one transaction. The two touch different rows (running ones, pending ones), so their
+-- order does not matter.
+SELECT a.acked, j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority,
+       j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
+       j.claim_token::text AS claim_token, j.claimed_at, j.visible_until,
+       j.errors::text AS errors, j.created_at
+FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::uuid[])
+     AS a(acked)
+LEFT JOIN LATERAL postkit_queue.pull(
+    %(namespace)s, %(queue)s, %(worker_id)s,
+    %(visibility_timeout)s::float8 * interval '1 second', %(limit)s::integer) AS j ON true;

@@ -11,9 +11,14 @@
 What the runtime does for you:
 
 - **Concurrency.** Up to ``concurrency`` jobs at once: sync handlers on threads, ``async def``
-  handlers as tasks on one event loop. It claims in batches up to its free slots, one round trip
-  per queue, and when the queues are empty it waits on LISTEN/NOTIFY (see ``listen.py``) with
-  ``poll_interval`` as the fallback poll.
+  handlers as tasks on one event loop. When the queues are empty it waits on LISTEN/NOTIFY (see
+  ``listen.py``) with ``poll_interval`` as the fallback poll.
+- **Batching.** Jobs that succeed are acknowledged in batches: each round trip to the database
+  acknowledges every job that finished since the last one and claims as many new jobs as there
+  are free slots, in one statement and one transaction. The worker's own transactions (claims,
+  acks, retries) commit asynchronously (``synchronous_commit = off``): if the database crashes
+  in the instant after such a commit, the claim or ack is lost and the job is simply delivered
+  again, which at-least-once delivery allows. Transactional handlers commit synchronously.
 - **Outcomes.** A handler that returns acks its job. :class:`~postkit.errors.PermanentError`
   fails it into the dead-letter queue, :class:`~postkit.errors.RetryLater` retries it after the
   delay it names, and any other exception nacks it with the error and a traceback summary.
@@ -198,8 +203,12 @@ class Worker:
         self._closed = threading.Event()
         self._lock = threading.Condition()
         self._in_flight: dict[int, Job] = {}
+        # Jobs whose handler succeeded, waiting for the next batched ack, with their start time.
+        self._finished: list[tuple[Job, float]] = []
+        # Set by the listener thread when a job may be ready; cleared by the main loop.
+        self._work_hint = threading.Event()
+        self._hint_taken = threading.Event()
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
-        self._listener: WorkListener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_queue = 0
         self._signals = 0
@@ -222,10 +231,12 @@ class Worker:
             min_size=1,
             max_size=self.concurrency + 2,
             check=psycopg_pool.ConnectionPool.check_connection,
+            configure=_asynchronous_commit,
             open=True,
             name=f"postkit-worker-{self.worker_id}",
         )
         self._start_thread(self._heartbeat_loop, "heartbeat")
+        self._start_thread(self._listen_loop, "listener")
         for number in range(self.concurrency):
             self._start_thread(self._sync_job_loop, f"handler-{number}")
         if any(self.handlers[queue].is_async for queue in self.queues):
@@ -252,8 +263,6 @@ class Worker:
         self._stopping.set()
         with self._lock:
             self._lock.notify_all()
-        # Wake the main loop if it is waiting on LISTEN: notify our own first queue.
-        threading.Thread(target=self._wake_listener, daemon=True).start()
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -285,6 +294,7 @@ class Worker:
         failures = 0
         next_tick = time.monotonic()
         next_report = time.monotonic() + (self.report_interval or 0)
+        want_jobs = True
         while not self._stopping.is_set():
             try:
                 now = time.monotonic()
@@ -294,22 +304,32 @@ class Worker:
                 if self.report_interval and self._report and now >= next_report:
                     self._report(self.stats)
                     next_report = now + self.report_interval
+                if self._work_hint.is_set():
+                    self._work_hint.clear()
+                    self._hint_taken.set()
+                    want_jobs = True
+                with self._lock:
+                    acks, self._finished = self._finished, []
                 free = self.concurrency - len(self._in_flight)
-                if free <= 0:
-                    with self._lock:
-                        self._lock.wait_for(
-                            lambda: (
-                                len(self._in_flight) < self.concurrency or self._stopping.is_set()
-                            ),
-                            timeout=self.poll_interval,
-                        )
-                    continue
-                if self._claim(free):
+                if acks or (want_jobs and free > 0):
+                    claimed = self._settle_and_claim(acks, free if want_jobs else 0)
+                    # Keep claiming while the queues give jobs; once they run dry, wait for a
+                    # notification (or the fallback poll) before asking again.
+                    want_jobs = claimed > 0 or (want_jobs and free <= 0)
                     failures = 0
                     continue
                 wake_by = min(next_tick, next_report) if self.report_interval else next_tick
-                self._wait_for_work(min(self.poll_interval, max(wake_by - now, 0.01)))
-                failures = 0
+                with self._lock:
+                    woken = self._lock.wait_for(
+                        lambda: (
+                            bool(self._finished)
+                            or self._work_hint.is_set()
+                            or self._stopping.is_set()
+                        ),
+                        timeout=max(min(self.poll_interval, wake_by - now), 0.0),
+                    )
+                if not woken and time.monotonic() < wake_by:
+                    want_jobs = True  # the fallback poll: a notification may have been missed
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 failures += 1
                 delay = min(_MAX_BACKOFF, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1)
@@ -319,54 +339,83 @@ class Worker:
                     delay,
                     extra={"event": "db_error"},
                 )
-                self._close_listener()
                 self._stopping.wait(delay)
 
-    def _claim(self, free: int) -> int:
-        """Claim up to ``free`` jobs, trying the queues in turn from a rotating start."""
-        claimed = 0
-        for offset in range(len(self.queues)):
-            queue = self.queues[(self._next_queue + offset) % len(self.queues)]
-            jobs = self._with_client(
-                functools.partial(self._pull_batch, queue=queue, limit=free - claimed)
-            )
-            for job in jobs:
-                self._dispatch(job)
-            claimed += len(jobs)
-            if claimed >= free:
-                break
+    def _settle_and_claim(self, acks: list[tuple[Job, float]], limit: int) -> int:
+        """One transaction: acknowledge ``acks`` and claim up to ``limit`` jobs, trying the
+        queues in turn from a rotating start. Returns how many jobs it claimed."""
+        first = self._next_queue
         self._next_queue = (self._next_queue + 1) % len(self.queues)
-        return claimed
-
-    def _pull_batch(self, client: QueueClient, *, queue: str, limit: int) -> list[Job]:
-        return client.pull_batch(
-            queue, limit=limit, worker_id=self.worker_id, visibility_timeout=self.visibility_timeout
+        acked, jobs = self._with_client(
+            functools.partial(
+                self._ack_and_pull, acks=[job for job, _ in acks], limit=limit, first=first
+            )
         )
+        self._record_acks(acks, set(acked))
+        for job in jobs:
+            self._dispatch(job)
+        return len(jobs)
 
-    def _wait_for_work(self, timeout: float) -> None:
-        if self._listener is None:
-            self._listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
-        # stop() sets _stopping, then notifies. A notification sent before the LISTEN above was
-        # lost, but then _stopping is already set: check it now that we listen.
-        if self._stopping.is_set():
-            return
-        self._listener.wait_for_work(timeout=timeout)
+    def _ack_and_pull(
+        self, client: QueueClient, *, acks: list[Job], limit: int, first: int
+    ) -> tuple[list[int], list[Job]]:
+        if limit <= 0:
+            return client.ack_many(acks), []
+        count = len(self.queues)
+        order = [self.queues[(first + offset) % count] for offset in range(count)]
+        acked, jobs = client.ack_and_pull(
+            order[0],
+            acks,
+            limit=limit,
+            worker_id=self.worker_id,
+            visibility_timeout=self.visibility_timeout,
+        )
+        for queue in order[1:]:
+            if len(jobs) >= limit:
+                break
+            jobs += client.pull_batch(
+                queue,
+                limit=limit - len(jobs),
+                worker_id=self.worker_id,
+                visibility_timeout=self.visibility_timeout,
+            )
+        return acked, jobs
 
-    def _wake_listener(self) -> None:
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as connection:
-                connection.execute(
-                    "SELECT pg_notify(postkit_queue.channel(%s, %s), '')",
-                    (self.namespace, self.queues[0]),
+    def _listen_loop(self) -> None:
+        """Turn notifications into wake-ups for the main loop, on a connection of its own."""
+        listener: WorkListener | None = None
+        failures = 0
+        while not self._closed.is_set():
+            try:
+                if listener is None:
+                    listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+                if listener.wait_for_work(timeout=self.poll_interval):
+                    self._hint_taken.clear()
+                    with self._lock:
+                        self._work_hint.set()
+                        self._lock.notify_all()
+                    # Wait until the main loop takes the hint: while every slot is busy a due
+                    # job would otherwise make wait_for_work return at once, over and over.
+                    while not self._hint_taken.wait(0.5) and not self._closed.is_set():
+                        pass
+                failures = 0
+            except psycopg.Error as exc:
+                failures += 1
+                if listener is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        listener.close()
+                    listener = None
+                delay = min(_MAX_BACKOFF, 0.5 * 2 ** min(failures, 6))
+                logger.warning(
+                    "listener connection failed (%s); reconnecting in %.1fs",
+                    exc,
+                    delay,
+                    extra={"event": "db_error"},
                 )
-        except psycopg.Error:
-            pass  # the main loop still wakes at its next poll
-
-    def _close_listener(self) -> None:
-        if self._listener is not None:
+                self._closed.wait(delay)
+        if listener is not None:
             with contextlib.suppress(psycopg.Error):
-                self._listener.close()
-            self._listener = None
+                listener.close()
 
     def _tick(self) -> None:
         """The maintenance a deployment would otherwise need crons for, each in a transaction
@@ -411,14 +460,15 @@ class Worker:
         spec = self.handlers[job.queue]
         with self._lock:
             self._in_flight[job.id] = job
-        logger.info(
-            "claimed job %d (%s, attempt %d of %d)",
-            job.id,
-            job.queue,
-            job.attempts,
-            job.max_attempts,
-            extra=_job_fields(job, "claimed"),
-        )
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "claimed job %d (%s, attempt %d of %d)",
+                job.id,
+                job.queue,
+                job.attempts,
+                job.max_attempts,
+                extra=_job_fields(job, "claimed"),
+            )
         if spec.is_async:
             assert self._loop is not None
             asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
@@ -438,11 +488,16 @@ class Worker:
                 self._run_transactional(job, spec)
             else:
                 spec.function(job)
-                self._settle(job, "ack", started)
         except BaseException as error:
-            self._settle_error(job, error, started)
-        finally:
+            try:
+                self._settle_error(job, error, started)
+            finally:
+                self._finish(job)
+            return
+        if spec.transactional:
             self._finish(job)
+        else:
+            self._complete(job, started)
 
     def _run_transactional(self, job: Job, spec: HandlerSpec) -> None:
         """The handler's writes and the ack share one transaction: both commit, or neither."""
@@ -450,6 +505,8 @@ class Worker:
         started = time.monotonic()
         with self._pool.connection() as connection, connection.transaction() as transaction:
             cursor = connection.cursor()
+            # The handler's writes are the application's: they commit durably.
+            cursor.execute("SET LOCAL synchronous_commit = on")
             spec.function(job, cursor)
             acked = QueueClient(cursor, namespace=self.namespace).ack(job)
             if not acked:
@@ -460,15 +517,15 @@ class Worker:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         try:
-            with _settle_errors_logged(job):
-                try:
-                    await spec.function(job)
-                except BaseException as error:
+            await spec.function(job)
+        except BaseException as error:
+            try:
+                with _settle_errors_logged(job):
                     await loop.run_in_executor(None, self._settle_error, job, error, started)
-                else:
-                    await loop.run_in_executor(None, self._settle, job, "ack", started)
-        finally:
-            self._finish(job)
+            finally:
+                self._finish(job)
+        else:
+            self._complete(job, started)
 
     def _settle_error(self, job: Job, error: BaseException, started: float) -> None:
         if isinstance(error, PermanentError):
@@ -536,6 +593,28 @@ class Worker:
             extra=_job_fields(job, outcome, duration_ms=round(milliseconds, 3)),
         )
 
+    def _complete(self, job: Job, started: float) -> None:
+        """The handler succeeded: free the slot and queue the job for the next batched ack."""
+        with self._lock:
+            self._in_flight.pop(job.id, None)
+            self._finished.append((job, started))
+            self._lock.notify_all()
+
+    def _record_acks(self, acks: list[tuple[Job, float]], acked: set[int]) -> None:
+        with self._lock:
+            self.stats.acked += len(acked)
+        for job, started in acks:
+            if job.id not in acked:
+                self._record(job, "stale", started)
+            elif logger.isEnabledFor(logging.INFO):
+                milliseconds = (time.monotonic() - started) * 1000
+                logger.info(
+                    "acked job %d in %.1f ms",
+                    job.id,
+                    milliseconds,
+                    extra=_job_fields(job, "ack", duration_ms=round(milliseconds, 3)),
+                )
+
     def _finish(self, job: Job) -> None:
         with self._lock:
             self._in_flight.pop(job.id, None)
@@ -574,9 +653,22 @@ class Worker:
         ]
 
     def _shutdown(self) -> None:
-        with self._lock:
-            self._lock.wait_for(lambda: not self._in_flight, timeout=self.grace_period)
-            unfinished = list(self._in_flight.values())
+        deadline = time.monotonic() + self.grace_period
+        while True:
+            with self._lock:
+                self._lock.wait_for(
+                    lambda: not self._in_flight or bool(self._finished),
+                    timeout=max(deadline - time.monotonic(), 0),
+                )
+                acks, self._finished = self._finished, []
+                unfinished = list(self._in_flight.values())
+            if acks:
+                try:
+                    self._settle_and_claim(acks, 0)
+                except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                    logger.warning("could not acknowledge %d job(s) (%s)", len(acks), exc)
+            if not unfinished or time.monotonic() >= deadline:
+                break
         for job in unfinished:
             try:
                 released = self._with_client(functools.partial(QueueClient.release, job=job))
@@ -591,7 +683,6 @@ class Worker:
                     extra=_job_fields(job, "released"),
                 )
         self._closed.set()
-        self._close_listener()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._pool is not None:
@@ -620,6 +711,12 @@ def _settle_errors_logged(job: Job) -> Iterator[None]:
             job.id,
             extra=_job_fields(job, "settle_error"),
         )
+
+
+def _asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
+    """Pool connections commit the worker's bookkeeping without waiting for the WAL flush."""
+    connection.execute("SET synchronous_commit = off")
+    connection.commit()
 
 
 def _settle_call(

@@ -123,12 +123,13 @@ AS $$
            NULL::interval, interval '30 days'
 $$;
 
--- Called by every state change that ends an attempt, with its outcome: 'completed' (ack),
--- 'retried' (nack with attempts left), 'rescued' (an expired claim returned to the queue) or
--- 'dead' (dead-lettered). A no-op here; migration 3 keeps statistics and archives completed
--- jobs in it, without touching the state machine.
-CREATE FUNCTION postkit_queue.record_outcome(
-    p_job postkit_queue.jobs, p_outcome text, p_at timestamptz)
+-- Called by every state change that ends attempts, with the jobs and their outcome:
+-- 'completed' (ack), 'retried' (nack with attempts left), 'rescued' (an expired claim returned
+-- to the queue) or 'dead' (dead-lettered). A no-op here; migration 3 keeps statistics and
+-- archives completed jobs in it, without touching the state machine. It takes an array so that
+-- a batch of acks costs one call.
+CREATE FUNCTION postkit_queue.record_outcomes(
+    p_jobs postkit_queue.jobs[], p_outcome text, p_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -278,7 +279,7 @@ BEGIN
         p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
         p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
         p_at + (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_dead);
-    PERFORM postkit_queue.record_outcome(p_job, 'dead', p_at);
+    PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead', p_at);
 END
 $$;
 
@@ -453,8 +454,48 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM postkit_queue.record_outcome(v_job, 'completed', postkit_queue.clock());
+    PERFORM postkit_queue.record_outcomes(ARRAY[v_job], 'completed', postkit_queue.clock());
     RETURN true;
+END
+$$;
+
+-- ack_many: acknowledge many claims in one call and one statement. Each job is fenced on its
+-- own claim token; the ones the caller no longer holds are skipped, not an error. Returns the
+-- ids acknowledged. A row a ticker or another settle holds is waited for and re-checked, as in
+-- ack. Workers batch their acks through this (or ack_and_pull, in queries.sql), which turns a
+-- commit per job into a commit per batch.
+CREATE FUNCTION postkit_queue.ack_many(
+    p_namespace text, p_job_ids bigint[], p_claim_tokens uuid[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_done postkit_queue.jobs[];
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    IF p_job_ids IS NULL OR p_claim_tokens IS NULL
+       OR cardinality(p_job_ids) <> cardinality(p_claim_tokens) THEN
+        RAISE EXCEPTION 'postkit: ack_many needs one claim token per job id'
+            USING ERRCODE = 'PKQ06';
+    END IF;
+    IF cardinality(p_job_ids) = 0 THEN
+        RETURN '{}';
+    END IF;
+    -- Primary-key lookups for the listed ids (a nested loop over the unnested arrays).
+    WITH done AS (
+        DELETE FROM postkit_queue.jobs j
+        USING unnest(p_job_ids, p_claim_tokens) AS claim(id, token)
+        WHERE j.namespace = p_namespace AND j.id = claim.id
+          AND j.state = 'running' AND j.claim_token = claim.token
+        RETURNING j AS job
+    )
+    SELECT array_agg(done.job) INTO v_done FROM done;
+    IF v_done IS NULL THEN
+        RETURN '{}';
+    END IF;
+    PERFORM postkit_queue.record_outcomes(v_done, 'completed', postkit_queue.clock());
+    RETURN ARRAY(SELECT (unnest(v_done)).id);
 END
 $$;
 
@@ -513,7 +554,7 @@ BEGIN
     WHERE namespace = v_job.namespace AND id = v_job.id;
     -- Waiting workers wake, find nothing ready yet, and sleep until this retry falls due.
     PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
-    PERFORM postkit_queue.record_outcome(v_job, 'retried', v_now);
+    PERFORM postkit_queue.record_outcomes(ARRAY[v_job], 'retried', v_now);
     RETURN 'retried';
 END
 $$;
@@ -659,7 +700,7 @@ BEGIN
                 worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
             WHERE namespace = v_job.namespace AND id = v_job.id;
             PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
-            PERFORM postkit_queue.record_outcome(v_job, 'rescued', v_now);
+            PERFORM postkit_queue.record_outcomes(ARRAY[v_job], 'rescued', v_now);
             outcome := 'retried';
         END IF;
         RETURN NEXT;

@@ -41,22 +41,29 @@ CREATE TABLE postkit_queue.queue_stats (
     PRIMARY KEY (namespace, queue, minute, slot)
 );
 
-CREATE OR REPLACE FUNCTION postkit_queue.record_outcome(
-    p_job postkit_queue.jobs, p_outcome text, p_at timestamptz)
+-- Serves queues() (one index probe per queue that has dead letters) and stats() (each queue's
+-- dead count stops at the cap), however many dead letters other queues of the namespace hold.
+CREATE INDEX dead_letters_queue_idx ON postkit_queue.dead_letters (namespace, queue, job_id)
+    WHERE redriven_job_id IS NULL;
+
+CREATE OR REPLACE FUNCTION postkit_queue.record_outcomes(
+    p_jobs postkit_queue.jobs[], p_outcome text, p_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_keep interval;
 BEGIN
+    -- One upsert per queue of the batch, however many jobs it settled.
     INSERT INTO postkit_queue.queue_stats AS s (
         namespace, queue, minute, slot, completed, retried, rescued, dead, completed_attempts)
-    VALUES (
-        p_job.namespace, p_job.queue, date_trunc('minute', p_at), pg_backend_pid() % 8,
-        (p_outcome = 'completed')::int, (p_outcome = 'retried')::int,
-        (p_outcome = 'rescued')::int, (p_outcome = 'dead')::int,
-        CASE WHEN p_outcome = 'completed' THEN p_job.attempts ELSE 0 END)
+    SELECT j.namespace, j.queue, date_trunc('minute', p_at), pg_backend_pid() % 8,
+           count(*) FILTER (WHERE p_outcome = 'completed'),
+           count(*) FILTER (WHERE p_outcome = 'retried'),
+           count(*) FILTER (WHERE p_outcome = 'rescued'),
+           count(*) FILTER (WHERE p_outcome = 'dead'),
+           coalesce(sum(j.attempts) FILTER (WHERE p_outcome = 'completed'), 0)
+    FROM unnest(p_jobs) AS j
+    GROUP BY j.namespace, j.queue
     ON CONFLICT (namespace, queue, minute, slot) DO UPDATE
     SET completed = s.completed + EXCLUDED.completed,
         retried = s.retried + EXCLUDED.retried,
@@ -65,23 +72,24 @@ BEGIN
         completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
 
     IF p_outcome = 'completed' THEN
-        v_keep := (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_completed;
-        IF v_keep IS NOT NULL THEN
-            INSERT INTO postkit_queue.completed_jobs (
-                namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
-                created_at, completed_at, expires_at)
-            VALUES (
-                p_job.namespace, p_job.id, p_job.queue, p_job.payload, p_job.priority,
-                p_job.attempts, p_job.worker_id, p_job.errors, p_job.created_at, p_at,
-                p_at + v_keep);
-        END IF;
+        -- Archive the jobs of queues that keep completed jobs (retain_completed is set).
+        INSERT INTO postkit_queue.completed_jobs (
+            namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
+            created_at, completed_at, expires_at)
+        SELECT j.namespace, j.id, j.queue, j.payload, j.priority, j.attempts, j.worker_id,
+               j.errors, j.created_at, p_at, p_at + keep.retain_completed
+        FROM unnest(p_jobs) AS j
+        CROSS JOIN LATERAL (
+            SELECT (postkit_queue.queue_policy(j.namespace, j.queue)).retain_completed) keep
+        WHERE keep.retain_completed IS NOT NULL;
     END IF;
 END
 $$;
 
 -- The queues a namespace has: configured ones, ones with live jobs, dead letters or recent
 -- outcomes. Live queues come from a skip scan of jobs_pull_idx (one index probe per distinct
--- queue, however many jobs) plus the running rows, which are bounded by the workers' slots.
+-- queue, however many jobs) plus the running rows, which are bounded by the workers' slots;
+-- queues with dead letters from a skip scan of dead_letters_queue_idx.
 CREATE FUNCTION postkit_queue.queues(p_namespace text)
 RETURNS SETOF text
 LANGUAGE sql STABLE
@@ -97,6 +105,17 @@ AS $$
                 ORDER BY j.queue LIMIT 1)
         FROM pending_queues q
         WHERE q.queue IS NOT NULL
+    ), dead_queues(queue) AS (
+        (SELECT d.queue FROM postkit_queue.dead_letters d
+         WHERE d.namespace = p_namespace AND d.redriven_job_id IS NULL
+         ORDER BY d.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT d.queue FROM postkit_queue.dead_letters d
+                WHERE d.namespace = p_namespace AND d.redriven_job_id IS NULL
+                  AND d.queue > q.queue
+                ORDER BY d.queue LIMIT 1)
+        FROM dead_queues q
+        WHERE q.queue IS NOT NULL
     )
     SELECT queue FROM pending_queues WHERE queue IS NOT NULL
     UNION
@@ -108,8 +127,7 @@ AS $$
     SELECT s.queue FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute >= postkit_queue.clock() - interval '1 hour'
     UNION
-    SELECT d.queue FROM postkit_queue.dead_letters d
-    WHERE d.namespace = p_namespace AND d.redriven_job_id IS NULL
+    SELECT queue FROM dead_queues WHERE queue IS NOT NULL
 $$;
 
 -- stats: per queue, how many jobs are pending (ready now), scheduled (delayed), running and
@@ -516,6 +534,8 @@ BEGIN
         RAISE EXCEPTION 'postkit: % unique keys for % payloads', cardinality(p_unique_keys),
             jsonb_array_length(p_payloads) USING ERRCODE = 'PKQ01';
     END IF;
+    -- Each key as push checks it (a NULL entry means no key).
+    PERFORM postkit_queue.check_name('unique_key', k, false) FROM unnest(p_unique_keys) AS k;
     IF p_priority IS NULL OR p_priority NOT BETWEEN -32768 AND 32767 THEN
         RAISE EXCEPTION 'postkit: priority must be between -32768 and 32767, got %', p_priority
             USING ERRCODE = 'PKQ03';
@@ -565,7 +585,7 @@ AS $$
 DECLARE
     v_now   timestamptz := postkit_queue.clock();
     v_held  integer;
-    v_job   postkit_queue.jobs;
+    v_done  postkit_queue.jobs[];
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
@@ -587,13 +607,13 @@ BEGIN
     IF v_held <> cardinality(p_job_ids) THEN
         RETURN false;
     END IF;
-    FOR v_job IN
+    WITH done AS (
         DELETE FROM postkit_queue.jobs j
         WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids)
-        RETURNING j.*
-    LOOP
-        PERFORM postkit_queue.record_outcome(v_job, 'completed', v_now);
-    END LOOP;
+        RETURNING j AS job
+    )
+    SELECT array_agg(done.job) INTO v_done FROM done;
+    PERFORM postkit_queue.record_outcomes(v_done, 'completed', v_now);
     RETURN true;
 END
 $$;
@@ -613,17 +633,21 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_limit(p_limit, 100000);
-    -- Each DELETE takes its batch from a range scan of the expires_at index.
+    -- Each DELETE takes its batch from a range scan of the expires_at index, oldest first (the
+    -- ORDER BY keeps the scan on the index in plpgsql's generic plan too, where the LIMIT is
+    -- unknown and a sequential scan would otherwise look as cheap).
     DELETE FROM postkit_queue.completed_jobs c
     WHERE (c.namespace, c.job_id) IN (
         SELECT e.namespace, e.job_id FROM postkit_queue.completed_jobs e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS completed_jobs = ROW_COUNT;
     DELETE FROM postkit_queue.dead_letters d
     WHERE (d.namespace, d.job_id) IN (
         SELECT e.namespace, e.job_id FROM postkit_queue.dead_letters e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS dead_letters = ROW_COUNT;
     DELETE FROM postkit_queue.queue_stats s
