@@ -230,7 +230,9 @@ class Worker:
             self.dsn,
             min_size=1,
             max_size=self.concurrency + 2,
-            check=psycopg_pool.ConnectionPool.check_connection,
+            # Autocommit: each of the worker's calls is one statement, hence one transaction
+            # and one round trip; the few that need more say so (_with_client).
+            kwargs={"autocommit": True},
             configure=_asynchronous_commit,
             open=True,
             name=f"postkit-worker-{self.worker_id}",
@@ -429,7 +431,8 @@ class Worker:
                 reclaimed,
                 extra={"event": "reclaimed", "count": reclaimed},
             )
-        for fired in self._with_client(lambda client: client.tick_schedules()):
+        # One transaction: the due schedules stay locked until each has fired.
+        for fired in self._with_client(lambda client: client.tick_schedules(), transaction=True):
             logger.info(
                 "schedule %s fired job %d; next run at %s",
                 fired.name,
@@ -446,11 +449,16 @@ class Worker:
                 extra={"event": "pruned"},
             )
 
-    def _with_client(self, action: Callable[[QueueClient], T]) -> T:
-        """Run ``action`` on a pooled connection in a transaction of its own, committed."""
+    def _with_client(self, action: Callable[[QueueClient], T], *, transaction: bool = False) -> T:
+        """Run ``action`` on a pooled autocommit connection: each statement commits on its own,
+        or, with ``transaction``, all of them together."""
         assert self._pool is not None
         with self._pool.connection() as connection:
-            return action(QueueClient(connection.cursor(), namespace=self.namespace))
+            client = QueueClient(connection.cursor(), namespace=self.namespace)
+            if not transaction:
+                return action(client)
+            with connection.transaction():
+                return action(client)
 
     # ---------------------------------------------------------------------------------------
     # Running one job.
@@ -716,7 +724,6 @@ def _settle_errors_logged(job: Job) -> Iterator[None]:
 def _asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
     """Pool connections commit the worker's bookkeeping without waiting for the WAL flush."""
     connection.execute("SET synchronous_commit = off")
-    connection.commit()
 
 
 def _settle_call(

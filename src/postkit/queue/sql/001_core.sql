@@ -59,7 +59,17 @@ CREATE TABLE postkit_queue.jobs (
     created_at    timestamptz NOT NULL,
     PRIMARY KEY (namespace, id),
     CHECK ((state = 'running') = (claim_token IS NOT NULL AND visible_until IS NOT NULL))
-) WITH (fillfactor = 70);  -- free space on each page so claim and retry updates can stay HOT
+) WITH (
+    -- Free space on each page, for the new row versions that claims and retries write.
+    fillfactor = 70,
+    -- The table churns: every job is inserted, updated and deleted within seconds. Vacuum and
+    -- analyze it after 1-2% of it changed instead of PostgreSQL's default 20%, so dead index
+    -- entries are cleared quickly and statistics follow the backlog.
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
+);
 
 -- Serves pull: one range scan over the pending rows of one (namespace, queue) in pull order.
 -- Partial, so running rows never appear in it and the scan never steps over claimed work.
@@ -381,6 +391,11 @@ CREATE FUNCTION postkit_queue.pull(
 RETURNS SETOF postkit_queue.jobs
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+-- The claim must walk jobs_pull_idx in order whatever the statistics say. For a namespace the
+-- planner has no statistics on yet (a new one, or a burst faster than ANALYZE) it would
+-- otherwise pick the primary key and sort every pending row of the namespace, on every pull.
+-- The index already delivers the order, so a Sort is never the right plan here.
+SET enable_sort = off
 AS $$
 DECLARE
     v_now     timestamptz := postkit_queue.clock();
@@ -404,7 +419,7 @@ BEGIN
     -- it is returned.
     RETURN QUERY
     WITH next AS (
-        SELECT j.namespace, j.id
+        SELECT j.id
         FROM postkit_queue.jobs j
         WHERE j.namespace = p_namespace
           AND j.queue = p_queue
@@ -421,8 +436,9 @@ BEGIN
         claim_token   = gen_random_uuid(),
         claimed_at    = v_now,
         visible_until = v_now + v_timeout
-    FROM next
-    WHERE j.namespace = next.namespace AND j.id = next.id
+    -- The claimed ids, as one array: primary-key lookups, never a join the planner could turn
+    -- into a scan of the table.
+    WHERE j.namespace = p_namespace AND j.id = ANY (ARRAY(SELECT next.id FROM next))
     RETURNING j.*;
 END
 $$;
@@ -482,12 +498,14 @@ BEGIN
     IF cardinality(p_job_ids) = 0 THEN
         RETURN '{}';
     END IF;
-    -- Primary-key lookups for the listed ids (a nested loop over the unnested arrays).
+    -- Primary-key lookups for the listed ids; each row is then checked against the token
+    -- given for its id. A matching token implies a running job (the table's CHECK ties
+    -- claim_token to state 'running'); saying state = 'running' here as well would invite the
+    -- planner to scan every running row through jobs_deadline_idx instead.
     WITH done AS (
         DELETE FROM postkit_queue.jobs j
-        USING unnest(p_job_ids, p_claim_tokens) AS claim(id, token)
-        WHERE j.namespace = p_namespace AND j.id = claim.id
-          AND j.state = 'running' AND j.claim_token = claim.token
+        WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids)
+          AND j.claim_token = p_claim_tokens[array_position(p_job_ids, j.id)]
         RETURNING j AS job
     )
     SELECT array_agg(done.job) INTO v_done FROM done;
@@ -666,6 +684,7 @@ CREATE FUNCTION postkit_queue.tick_timeouts(p_namespace text, p_limit integer DE
 RETURNS TABLE (job_id bigint, outcome text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET enable_sort = off  -- read expired claims off jobs_deadline_idx in order, as in pull
 AS $$
 DECLARE
     v_now    timestamptz := postkit_queue.clock();

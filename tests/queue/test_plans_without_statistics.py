@@ -1,0 +1,71 @@
+"""The hot paths keep their plans when the planner knows nothing about a namespace.
+
+A namespace created after the last ANALYZE, or a burst of jobs faster than autovacuum, looks
+empty to the planner. The claim must still walk the pull index in order instead of sorting
+every pending row of the namespace on every pull. These tests capture the plans PostgreSQL
+really runs inside the functions, with auto_explain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from postkit.queue import QueueClient, install
+
+
+@pytest.fixture
+def explained(fresh_database: str) -> Iterator[tuple[psycopg.Connection, list[str]]]:
+    """A superuser session whose nested statements' plans are collected as notices."""
+    with psycopg.connect(fresh_database, autocommit=True) as connection:
+        install(connection)
+        # Statistics that know only another namespace: the one under test looks empty.
+        QueueClient(connection.cursor(), namespace="known").push_batch("emails", [1] * 500)
+        connection.execute("ANALYZE postkit_queue.jobs")
+        QueueClient(connection.cursor(), namespace="fresh").push_batch("emails", [1] * 5000)
+        plans: list[str] = []
+        connection.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        connection.execute("LOAD 'auto_explain'")
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "auto_explain.log_level = notice",
+            "client_min_messages = notice",
+        ):
+            connection.execute(f"SET {setting}")
+        yield connection, plans
+
+
+def plan_of(plans: list[str], statement_start: str) -> str:
+    matching = [plan for plan in plans if statement_start in plan]
+    assert matching, f"no plan for a statement starting {statement_start!r}"
+    return matching[-1]
+
+
+def test_pull_walks_the_pull_index_for_a_namespace_without_statistics(
+    explained: tuple[psycopg.Connection, list[str]],
+) -> None:
+    connection, plans = explained
+
+    claimed = QueueClient(connection.cursor(), namespace="fresh").pull_batch("emails", limit=16)
+
+    plan = plan_of(plans, "WITH next AS")
+    assert len(claimed) == 16
+    assert "jobs_pull_idx" in plan and "Sort" not in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_ack_many_deletes_by_primary_key_for_a_namespace_without_statistics(
+    explained: tuple[psycopg.Connection, list[str]],
+) -> None:
+    connection, plans = explained
+    client = QueueClient(connection.cursor(), namespace="fresh")
+    claimed = client.pull_batch("emails", limit=16)
+
+    acked = client.ack_many(claimed)
+
+    plan = plan_of(plans, "WITH done AS")
+    assert sorted(acked) == sorted(job.id for job in claimed)
+    assert "jobs_pkey" in plan and "Seq Scan" not in plan, plan
