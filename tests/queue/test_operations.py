@@ -1,0 +1,611 @@
+"""Operating a queue: listing jobs and dead letters, redrive, purge, cancel, pause, retention.
+
+One guarantee per test, against the real database. Time moves only through the session clock
+offset (``shift_clock``); the one concurrent case forces its interleaving with
+``pg_blocking_pids`` instead of hoping for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.pq import TransactionStatus
+
+from postkit import errors
+from postkit.queue import QueueClient
+from postkit.queue.job import DeadLetter, Job
+
+Shift = Callable[[QueueClient, float], None]
+
+Q = "emails"
+OTHER = "reports"
+UNKNOWN_JOB_ID = 2**62
+BLOCK_TIMEOUT = 10.0
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers.
+# --------------------------------------------------------------------------------------------
+
+
+def db_clock(client: QueueClient) -> datetime:
+    client.cursor.execute("SELECT postkit_queue.clock()")
+    now: datetime = client.cursor.fetchone()[0]
+    return now
+
+
+def commit(client: QueueClient) -> None:
+    client.cursor.connection.commit()
+
+
+def pulled(client: QueueClient, queue: str = Q, **kwargs: Any) -> Job:
+    job = client.pull(queue, **kwargs)
+    assert job is not None
+    return job
+
+
+def pushed(client: QueueClient, queue: str = Q, payload: Any = None, **kwargs: Any) -> int:
+    job_id = client.push(queue, {"n": 0} if payload is None else payload, **kwargs)
+    assert job_id is not None
+    return job_id
+
+
+def bury(
+    client: QueueClient, queue: str = Q, *, error: str = "boom", payload: Any = None, **push: Any
+) -> int:
+    """Push a job to ``queue``, claim it and fail it: returns the id of its dead letter."""
+    job_id = pushed(client, queue, payload, **push)
+    job = pulled(client, queue)
+    assert job.id == job_id, "the queue held another ready job"
+    assert client.fail(job, error=error)
+    return job_id
+
+
+def dead_ids(letters: list[DeadLetter]) -> list[int]:
+    return [letter.job_id for letter in letters]
+
+
+def live_jobs(client: QueueClient, queue: str) -> list[int]:
+    """Every live job of ``queue``, in any state, by id."""
+    client.cursor.execute(
+        "SELECT id FROM postkit_queue.jobs WHERE namespace = %s AND queue = %s ORDER BY id",
+        (client.namespace, queue),
+    )
+    return [row[0] for row in client.cursor.fetchall()]
+
+
+def one_stats(client: QueueClient, queue: str) -> Any:
+    (stats,) = client.stats(queue)
+    return stats
+
+
+def backend_pid(client: QueueClient) -> int:
+    return int(client.cursor.connection.info.backend_pid)
+
+
+def wait_until_blocked(
+    monitor: psycopg.Connection, waiter: int, holder: int, pending: Future[Any]
+) -> None:
+    """Return once backend ``waiter`` waits on a lock that backend ``holder`` holds; fail after
+    BLOCK_TIMEOUT seconds, or if the waiting call returned instead of blocking."""
+    deadline = time.monotonic() + BLOCK_TIMEOUT
+    blockers: list[int] = []
+    while time.monotonic() < deadline:
+        if pending.done():
+            raise AssertionError(
+                f"backend {waiter} was expected to wait for backend {holder}, but its call "
+                f"returned without blocking: {pending.result()!r}"
+            )
+        row = monitor.execute("SELECT pg_blocking_pids(%s)", (waiter,)).fetchone()
+        blockers = list(row[0]) if row else []
+        if holder in blockers:
+            return
+        time.sleep(0.005)
+    raise AssertionError(
+        f"backend {waiter} was not seen blocked by backend {holder} within {BLOCK_TIMEOUT} s "
+        f"(last pg_blocking_pids: {blockers})"
+    )
+
+
+@pytest.fixture
+def monitor(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
+    """An autocommit connection that only watches the others' locks."""
+    return connect(autocommit=True)
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        yield pool
+
+
+# --------------------------------------------------------------------------------------------
+# jobs(): listing by state, with keyset pagination.
+# --------------------------------------------------------------------------------------------
+
+
+def test_jobs_lists_the_jobs_of_a_queue_in_each_state(queue: QueueClient) -> None:
+    dead = bury(queue, priority=9)
+    running = pushed(queue, priority=5)
+    assert pulled(queue).id == running
+    ready = [pushed(queue), pushed(queue)]
+    scheduled = [pushed(queue, delay=600)]
+    bury(queue, OTHER)
+    pushed(queue, OTHER)
+
+    listed = {state: queue.jobs(Q, state) for state in ("pending", "scheduled", "running", "dead")}
+
+    assert {state: [job.id for job in jobs] for state, jobs in listed.items()} == {
+        "pending": ready,
+        "scheduled": scheduled,
+        "running": [running],
+        "dead": [dead],
+    }
+    assert [job.state for job in listed["running"]] == ["running"]
+    (buried,) = listed["dead"]
+    assert (buried.state, buried.queue, buried.attempts) == ("dead", Q, 1)
+    assert buried.failed_at is not None and buried.run_at is None
+
+
+def test_jobs_pages_by_after_id_return_every_job_exactly_once(queue: QueueClient) -> None:
+    ready = []
+    for n in range(23):
+        ready.append(pushed(queue, payload={"n": n}))
+        pushed(queue, payload={"later": n}, delay=600)  # interleaved: filtered out of each page
+
+    pages: list[list[int]] = []
+    after = 0
+    while page := queue.jobs(Q, "pending", limit=5, after_id=after):
+        pages.append([job.id for job in page])
+        after = page[-1].id
+
+    assert [len(page) for page in pages] == [5, 5, 5, 5, 3]
+    assert [job_id for page in pages for job_id in page] == ready
+
+
+@pytest.mark.parametrize(
+    ("state", "refused_by_sql"),
+    [("done", True), ("PENDING", True), ("", True), (None, False), (1, False)],
+    ids=["done", "uppercase", "empty", "none", "int"],
+)
+def test_jobs_with_an_unknown_state_raises_invalid_state(
+    queue: QueueClient, conn: psycopg.Connection, state: Any, refused_by_sql: bool
+) -> None:
+    with pytest.raises(errors.InvalidStateError, match="pending"):
+        queue.jobs(Q, state)
+
+    expected = TransactionStatus.INERROR if refused_by_sql else TransactionStatus.IDLE
+    assert conn.info.transaction_status == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Dead letters: filters and pagination.
+# --------------------------------------------------------------------------------------------
+
+
+def test_dead_letters_of_one_queue(queue: QueueClient) -> None:
+    mine = [bury(queue), bury(queue)]
+    bury(queue, OTHER)
+
+    assert dead_ids(queue.dead_letters(Q)) == mine[::-1]  # newest first
+
+
+def test_dead_letters_failed_after_is_inclusive_and_failed_before_exclusive(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    ids = []
+    for offset in (0, 100, 200):
+        shift_clock(queue, offset)
+        ids.append(bury(queue))
+    shift_clock(queue, 0)
+    first, middle, last = ids
+    failed_at = {letter.job_id: letter.failed_at for letter in queue.dead_letters(Q)}
+
+    assert dead_ids(queue.dead_letters(Q, failed_after=failed_at[middle])) == [last, middle]
+    assert dead_ids(queue.dead_letters(Q, failed_before=failed_at[middle])) == [first]
+    assert dead_ids(
+        queue.dead_letters(Q, failed_after=failed_at[middle], failed_before=failed_at[last])
+    ) == [middle]
+
+
+def test_dead_letters_whose_error_contains_a_substring_ignoring_case(queue: QueueClient) -> None:
+    timeout = bury(queue, error="Timeout talking to SMTP relay")
+    bury(queue, error="ValueError: bad address")
+    refused = bury(queue, error="smtp: 550 mailbox unavailable")
+
+    assert dead_ids(queue.dead_letters(error_contains="SMTP")) == [refused, timeout]
+    assert dead_ids(queue.dead_letters(error_contains="sMtP rElAy")) == [timeout]
+    assert queue.dead_letters(error_contains="%") == []  # a substring, not a LIKE pattern
+
+
+def test_redriven_dead_letters_are_listed_only_when_asked(queue: QueueClient) -> None:
+    kept, redriven = bury(queue), bury(queue)
+    (done,) = queue.redrive([redriven])
+
+    assert dead_ids(queue.dead_letters(Q)) == [kept]
+    listed = {letter.job_id: letter for letter in queue.dead_letters(Q, include_redriven=True)}
+    assert sorted(listed) == [kept, redriven]
+    assert listed[redriven].redriven_job_id == done.new_job_id
+    assert listed[kept].redriven_job_id is None
+
+
+def test_dead_letter_pages_return_every_dead_letter_once_newest_first(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    # Five dead letters share one failed_at (one tick_timeouts buries them in one statement),
+    # so the cursor must break ties by job id.
+    tied = [pushed(queue, max_attempts=1) for _ in range(5)]
+    for _ in tied:
+        pulled(queue, visibility_timeout=1)
+    shift_clock(queue, 2)
+    assert queue.tick_timeouts() == 5
+    later = [bury(queue) for _ in range(7)]
+    everything = queue.dead_letters(Q, limit=100)
+    assert len({letter.failed_at for letter in everything if letter.job_id in tied}) == 1
+
+    pages: list[list[DeadLetter]] = []
+    after: DeadLetter | None = None
+    while page := queue.dead_letters(Q, limit=4, after=after):
+        pages.append(page)
+        after = page[-1]
+
+    assert [len(page) for page in pages] == [4, 4, 4]
+    paged = [letter for page in pages for letter in page]
+    assert dead_ids(paged) == dead_ids(everything)
+    assert sorted(dead_ids(paged)) == sorted(tied + later)
+    assert [(d.failed_at, d.job_id) for d in paged] == sorted(
+        ((d.failed_at, d.job_id) for d in paged), reverse=True
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Redrive.
+# --------------------------------------------------------------------------------------------
+
+
+def test_redrive_retries_a_dead_letter_in_its_own_queue_as_a_fresh_job(
+    queue: QueueClient,
+) -> None:
+    pushed(queue, payload={"to": "ada@example.com"}, priority=3, max_attempts=2)
+    for _ in range(2):
+        assert queue.nack(pulled(queue), error="smtp down", backoff=0)
+    (letter,) = queue.dead_letters(Q)
+    assert (letter.reason, letter.attempts) == ("attempts_exhausted", 2)
+
+    (redriven,) = queue.redrive([letter.job_id])
+
+    assert (redriven.job_id, redriven.queue) == (letter.job_id, Q)
+    assert redriven.new_job_id is not None and redriven.new_job_id != letter.job_id
+    fresh = queue.get_job(redriven.new_job_id)
+    assert fresh is not None
+    assert (fresh.state, fresh.queue, fresh.payload) == ("pending", Q, {"to": "ada@example.com"})
+    assert (fresh.attempts, fresh.max_attempts, fresh.priority, fresh.errors) == (0, 2, 3, ())
+    assert pulled(queue).id == redriven.new_job_id
+
+
+def test_a_redriven_dead_letter_keeps_its_link_and_leaves_the_dead_count(
+    queue: QueueClient,
+) -> None:
+    job_id = bury(queue)
+    assert one_stats(queue, Q).dead == 1
+
+    (redriven,) = queue.redrive([job_id])
+
+    (letter,) = queue.dead_letters(Q, include_redriven=True)
+    assert letter.redriven_job_id == redriven.new_job_id
+    assert letter.redriven_at is not None and letter.redriven_at >= letter.failed_at
+    assert queue.dead_letters(Q) == []
+    stats = one_stats(queue, Q)
+    assert (stats.dead, stats.pending) == (0, 1)
+    dead = queue.get_job(job_id)
+    assert dead is not None and dead.state == "dead"  # the dead letter itself stays
+
+
+def test_redrive_into_another_queue(queue: QueueClient) -> None:
+    job_id = bury(queue, payload={"report": 7})
+
+    (redriven,) = queue.redrive([job_id], to_queue=OTHER)
+
+    assert redriven.queue == OTHER
+    assert queue.pull(Q) is None
+    job = pulled(queue, OTHER)
+    assert (job.id, job.payload, job.attempts) == (redriven.new_job_id, {"report": 7}, 1)
+
+
+def test_redriving_a_dead_letter_twice_does_nothing_the_second_time(queue: QueueClient) -> None:
+    job_id = bury(queue)
+    (first,) = queue.redrive([job_id])
+
+    assert queue.redrive([job_id]) == []
+    assert queue.redrive(queue=Q) == []
+    assert live_jobs(queue, Q) == [first.new_job_id]
+
+
+def test_a_dry_run_returns_what_would_be_redriven_and_changes_nothing(
+    queue: QueueClient,
+) -> None:
+    ids = [bury(queue), bury(queue)]
+    before = queue.dead_letters(Q)
+
+    would = queue.redrive(queue=Q, to_queue=OTHER, dry_run=True)
+
+    assert [(r.job_id, r.queue, r.new_job_id) for r in would] == [
+        (ids[0], OTHER, None),
+        (ids[1], OTHER, None),
+    ]
+    assert queue.dead_letters(Q) == before
+    assert live_jobs(queue, Q) == [] and live_jobs(queue, OTHER) == []
+
+
+def test_redrive_by_filter_retries_exactly_the_matching_dead_letters(
+    queue: QueueClient,
+) -> None:
+    smtp = [bury(queue, error="SMTP timeout"), bury(queue, error="smtp timeout again")]
+    bury(queue, error="bad address")
+    bury(queue, OTHER, error="SMTP timeout")
+
+    redriven = queue.redrive(queue=Q, error_contains="smtp")
+
+    assert [r.job_id for r in redriven] == smtp
+    assert live_jobs(queue, Q) == sorted(r.new_job_id or 0 for r in redriven)
+    assert live_jobs(queue, OTHER) == []
+    remaining = sorted(dead_ids(queue.dead_letters()))
+    assert [r.job_id for r in queue.redrive(limit=1)] == remaining[:1]  # lowest id first
+
+
+def test_two_operators_redriving_one_dead_letter_create_one_job(
+    make_client: Callable[[], QueueClient],
+    monitor: psycopg.Connection,
+    executor: ThreadPoolExecutor,
+) -> None:
+    first, second = make_client(), make_client()
+    job_id = bury(first)
+    commit(first)
+
+    (redriven,) = first.redrive([job_id])  # transaction left open: the dead letter stays locked
+    racing = executor.submit(second.redrive, [job_id])
+    wait_until_blocked(monitor, backend_pid(second), backend_pid(first), racing)
+    commit(first)
+
+    assert racing.result(timeout=BLOCK_TIMEOUT) == []
+    commit(second)
+    assert live_jobs(second, Q) == [redriven.new_job_id]
+    (letter,) = second.dead_letters(Q, include_redriven=True)
+    assert letter.redriven_job_id == redriven.new_job_id
+
+
+# --------------------------------------------------------------------------------------------
+# purge_dead_letters and cancel.
+# --------------------------------------------------------------------------------------------
+
+
+def test_purge_dead_letters_deletes_those_that_failed_longer_ago_than_asked(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    old = bury(queue)
+    old_elsewhere = bury(queue, OTHER)
+    shift_clock(queue, 3600)
+    recent = bury(queue)
+
+    assert queue.purge_dead_letters(older_than=1800, queue=Q) == 1
+    assert dead_ids(queue.dead_letters()) == [recent, old_elsewhere]
+    assert queue.purge_dead_letters(older_than=timedelta(minutes=30)) == 1
+    assert dead_ids(queue.dead_letters()) == [recent]
+    assert old not in dead_ids(queue.dead_letters(include_redriven=True))
+
+
+@pytest.mark.parametrize("delay", [0, 600], ids=["pending", "scheduled"])
+def test_cancel_removes_a_waiting_job(queue: QueueClient, delay: int) -> None:
+    job_id = pushed(queue, delay=delay)
+
+    assert queue.cancel(job_id) is True
+
+    assert queue.get_job(job_id) is None
+    assert live_jobs(queue, Q) == []
+
+
+def test_cancelling_a_running_job_raises_job_running_and_changes_nothing(
+    queue: QueueClient, conn: psycopg.Connection
+) -> None:
+    pushed(queue)
+    job = pulled(queue, worker_id="w")
+    conn.commit()
+
+    with pytest.raises(errors.JobRunningError, match="running") as raised:
+        queue.cancel(job.id)
+
+    assert str(job.id) in str(raised.value)
+    conn.rollback()
+    still = queue.get_job(job.id)
+    assert still is not None and (still.state, still.claim_token) == ("running", job.claim_token)
+    assert queue.ack(job)
+
+
+def test_cancelling_an_unknown_job_returns_false(queue: QueueClient, other_namespace: str) -> None:
+    elsewhere = QueueClient(queue.cursor, namespace=other_namespace)
+    foreign = pushed(elsewhere)
+
+    assert queue.cancel(UNKNOWN_JOB_ID) is False
+    assert queue.cancel(foreign) is False
+    assert elsewhere.get_job(foreign) is not None
+
+
+@pytest.fixture
+def other_namespace(namespace: str) -> str:
+    return f"{namespace}-other"
+
+
+# --------------------------------------------------------------------------------------------
+# pause_queue, resume_queue, purge_queue.
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_paused_queue_hands_out_nothing_and_still_accepts_pushes(queue: QueueClient) -> None:
+    waiting = pushed(queue)
+
+    assert queue.pause_queue(Q) is True
+
+    assert queue.pull(Q) is None
+    assert queue.pull_batch(Q, limit=10) == []
+    assert queue.pull_any([Q], limit=10) == []
+    accepted = pushed(queue)
+    assert live_jobs(queue, Q) == [waiting, accepted]
+    elsewhere = pushed(queue, OTHER)
+    assert pulled(queue, OTHER).id == elsewhere  # other queues are unaffected
+
+
+def test_a_resumed_queue_hands_out_its_jobs_again(queue: QueueClient) -> None:
+    job_id = pushed(queue)
+    queue.pause_queue(Q)
+
+    assert queue.resume_queue(Q) is False
+
+    assert pulled(queue).id == job_id
+
+
+def test_stats_show_whether_a_queue_is_paused(queue: QueueClient) -> None:
+    pushed(queue)
+    assert one_stats(queue, Q).paused is False
+
+    queue.pause_queue(Q)
+    assert one_stats(queue, Q).paused is True
+    assert [s.queue for s in queue.stats() if s.paused] == [Q]
+
+    queue.resume_queue(Q)
+    assert one_stats(queue, Q).paused is False
+
+
+def test_pausing_and_configuring_a_queue_leave_each_others_settings_alone(
+    queue: QueueClient,
+) -> None:
+    queue.configure_queue(Q, max_attempts=3)
+
+    queue.pause_queue(Q)
+    assert pushed(queue) and queue.jobs(Q)[0].max_attempts == 3
+    policy = queue.configure_queue(Q, max_attempts=4)
+
+    assert (policy.paused, policy.max_attempts) == (True, 4)
+
+
+def test_purge_queue_deletes_pending_and_scheduled_jobs_and_leaves_running_ones(
+    queue: QueueClient,
+) -> None:
+    pushed(queue)
+    running = pulled(queue)
+    pushed(queue)
+    pushed(queue)
+    pushed(queue, delay=600)
+    elsewhere = pushed(queue, OTHER)
+
+    assert queue.purge_queue(Q) == 3
+
+    assert live_jobs(queue, Q) == [running.id]
+    assert live_jobs(queue, OTHER) == [elsewhere]
+    assert queue.ack(running)
+    assert queue.purge_queue(Q) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Retention: the completed-jobs archive, dead-letter expiry, and prune.
+# --------------------------------------------------------------------------------------------
+
+
+def archived(client: QueueClient) -> list[dict[str, Any]]:
+    client.cursor.execute(
+        """
+        SELECT job_id, queue, payload::text AS payload, attempts, completed_at, expires_at
+        FROM postkit_queue.completed_jobs WHERE namespace = %s ORDER BY job_id
+        """,
+        (client.namespace,),
+    )
+    names = [column.name for column in client.cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in client.cursor.fetchall()]
+
+
+def acked(client: QueueClient, queue: str = Q, payload: Any = None) -> int:
+    job_id = pushed(client, queue, payload)
+    job = pulled(client, queue)
+    assert job.id == job_id and client.ack(job)
+    return job_id
+
+
+def test_a_queue_that_retains_completed_jobs_archives_each_ack(queue: QueueClient) -> None:
+    policy = queue.configure_queue(Q, retain_completed=60)
+    assert policy.retain_completed == 60.0
+
+    job_id = acked(queue, payload={"kept": True})
+    acked(queue, OTHER)  # no retention configured: deleted at once
+
+    (row,) = archived(queue)
+    assert (row["job_id"], row["queue"], row["payload"], row["attempts"]) == (
+        job_id,
+        Q,
+        '{"kept": true}',
+        1,
+    )
+    assert row["expires_at"] - row["completed_at"] == timedelta(seconds=60)
+    assert queue.get_job(job_id) is None  # archived, not live
+
+
+def test_prune_deletes_archived_jobs_past_their_retention_in_bounded_batches(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    queue.configure_queue(Q, retain_completed=60)
+    for _ in range(3):
+        acked(queue)
+    assert queue.prune().completed_jobs == 0  # not expired yet
+
+    shift_clock(queue, 61)
+
+    assert queue.prune(limit=2).completed_jobs == 2
+    assert len(archived(queue)) == 1
+    assert queue.prune(limit=2).completed_jobs == 1
+    assert archived(queue) == []
+
+
+def test_dead_letters_expire_after_the_queues_retain_dead(queue: QueueClient) -> None:
+    queue.configure_queue(OTHER, retain_dead=3600)
+
+    bury(queue)
+    bury(queue, OTHER)
+
+    expiry = {d.queue: d.expires_at - d.failed_at for d in queue.dead_letters()}
+    assert expiry == {Q: timedelta(days=30), OTHER: timedelta(hours=1)}
+
+
+def test_prune_deletes_expired_dead_letters(queue: QueueClient, shift_clock: Shift) -> None:
+    queue.configure_queue(Q, retain_dead=60)
+    bury(queue)
+    kept = bury(queue, OTHER)  # the default: 30 days
+
+    shift_clock(queue, 61)
+
+    assert queue.prune().dead_letters == 1
+    assert dead_ids(queue.dead_letters(include_redriven=True)) == [kept]
+    shift_clock(queue, timedelta(days=30, seconds=1).total_seconds())
+    assert queue.prune().dead_letters == 1
+    assert queue.dead_letters(include_redriven=True) == []
+
+
+def test_prune_deletes_outcome_counters_older_than_two_hours(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    shift_clock(queue, -3 * 3600)
+    acked(queue)
+    shift_clock(queue, 0)
+    acked(queue)
+
+    assert queue.prune().stats_rows == 1
+
+    queue.cursor.execute(
+        "SELECT minute FROM postkit_queue.queue_stats WHERE namespace = %s", (queue.namespace,)
+    )
+    (minute,) = (row[0] for row in queue.cursor.fetchall())
+    assert db_clock(queue) - minute < timedelta(minutes=2)
+    assert one_stats(queue, Q).completed_last_hour == 1
