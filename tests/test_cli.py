@@ -8,11 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
 from postkit.cli import main
-from postkit.queue import latest_version
+from postkit.queue import QueueClient, latest_version
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -102,3 +103,13 @@ def test_demo_runs_on_the_embedded_server_when_no_dsn_is_given(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     assert "Summary" in result.stdout and "stale ack refused" in result.stdout
     assert (tmp_path / "pgdata" / "PG_VERSION").exists()
+
+
+def test_demo_starts_clean_after_an_operator_paused_its_queue(dsn: str) -> None:
+    with psycopg.connect(dsn) as connection:
+        QueueClient(connection.cursor(), namespace="postkit-demo").pause_queue("send_otp")
+
+    code, output = run("demo", "--dsn", dsn, "--json")
+
+    assert code == 0, output
+    assert json.loads(output)["done"] > 0

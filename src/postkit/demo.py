@@ -42,6 +42,8 @@ MAX_ATTEMPTS = 4
 
 # The app's own tables. otp_codes is written in the ack's transaction (exactly once per user);
 # provider_sends is the provider's log, outside our transactions (at least once per user).
+# Each run starts clean: whatever an earlier run (or an operator trying the CLI on the demo's
+# namespace: a paused queue, a schedule) left behind is removed first.
 _APP_SCHEMA = """
 CREATE SCHEMA IF NOT EXISTS postkit_demo;
 CREATE TABLE IF NOT EXISTS postkit_demo.users (
@@ -53,6 +55,8 @@ CREATE TABLE IF NOT EXISTS postkit_demo.provider_sends (
 TRUNCATE postkit_demo.users, postkit_demo.otp_codes, postkit_demo.provider_sends;
 DELETE FROM postkit_queue.jobs WHERE namespace = 'postkit-demo';
 DELETE FROM postkit_queue.dead_letters WHERE namespace = 'postkit-demo';
+DELETE FROM postkit_queue.queue_settings WHERE namespace = 'postkit-demo';
+DELETE FROM postkit_queue.schedules WHERE namespace = 'postkit-demo';
 """
 
 

@@ -1,0 +1,253 @@
+"""Helpers of the ``postkit`` command line: duration and time arguments, aligned tables for
+people, and JSON for scripts. No dependency beyond click."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any]  # generic from click 8.4 on
+else:
+    _ParamType = click.ParamType
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_DURATION_EXAMPLES = "30s, 5m, 2h, 7d or 1h30m"
+
+
+# -------------------------------------------------------------------------------------------
+# Durations and times
+# -------------------------------------------------------------------------------------------
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration written like ``30s``, ``5m``, ``2h``, ``7d``, ``2w`` or ``1h30m`` (a number
+    and a unit, repeated; decimals allowed: ``1.5h``).
+
+    Raises:
+        ValueError: anything else, with a message that shows the accepted forms.
+    """
+    compact = text.strip().lower().replace(" ", "")
+    if not compact:
+        raise ValueError(f"expected a duration such as {_DURATION_EXAMPLES}, got an empty value")
+    if re.fullmatch(r"\d+(?:\.\d+)?", compact):
+        raise ValueError(
+            f"{text!r} has no unit; add one: {compact}s, {compact}m, {compact}h or {compact}d"
+        )
+    position, seconds = 0, 0.0
+    for match in _DURATION.finditer(compact):
+        if match.start() != position:
+            break
+        seconds += float(match.group(1)) * _UNITS[match.group(2)]
+        position = match.end()
+    if position != len(compact):
+        raise ValueError(f"{text!r} is not a duration; use e.g. {_DURATION_EXAMPLES}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{text!r} is too long a duration") from None
+
+
+def parse_time(text: str, *, now: datetime | None = None) -> datetime:
+    """A moment: a duration ago (``2h`` is two hours before ``now``), or an ISO 8601 time
+    (``2025-01-31``, ``2025-01-31T09:00``, ``2025-01-31 09:00:00+01:00``; UTC unless it
+    names an offset).
+
+    Raises:
+        ValueError: neither form.
+    """
+    now = now or datetime.now(timezone.utc)
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither a duration ago ({_DURATION_EXAMPLES}) nor an ISO time "
+            "(2025-01-31 or 2025-01-31T09:00, UTC unless it names an offset)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+class DurationType(_ParamType):
+    """A click parameter for :func:`parse_duration`; converts to a timedelta."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class TimeType(_ParamType):
+    """A click parameter for :func:`parse_time`; converts to an aware datetime."""
+
+    name = "duration|time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return parse_time(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class SecondsType(_ParamType):
+    """A positive number of seconds, or a duration (``5s``, ``1m``); converts to float."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                seconds = parse_duration(str(value)).total_seconds()
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        if not 0 < seconds < float("inf"):
+            self.fail(f"must be a positive number of seconds, got {value!r}", param, ctx)
+        return seconds
+
+
+DURATION = DurationType()
+TIME = TimeType()
+SECONDS = SecondsType()
+
+
+def format_duration(value: timedelta | float | None) -> str:
+    """A short, readable duration: ``850ms``, ``42s``, ``4m12s``, ``2h05m``, ``3d04h``."""
+    if value is None:
+        return "-"
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        return f"{sign}{seconds * 1000:.0f}ms"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{sign}{days}d{hours:02d}h"
+    if hours:
+        return f"{sign}{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{sign}{minutes}m{secs:02d}s"
+    return f"{sign}{secs}s"
+
+
+def format_time(value: datetime | str | None) -> str:
+    """A moment in UTC, to the second: ``2025-01-31 09:00:05``. Tables say it is UTC."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# -------------------------------------------------------------------------------------------
+# Text
+# -------------------------------------------------------------------------------------------
+
+
+def first_line(text: str | None) -> str:
+    """The first non-empty line of ``text`` (errors may carry a traceback after it)."""
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, with an ellipsis when cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """``1 job``, ``2 jobs``."""
+    return f"{count} {noun if count == 1 else (plural_noun or noun + 's')}"
+
+
+def render_table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], *, right: Iterable[str] = ()
+) -> str:
+    """Plain aligned columns under upper-case headers; the ``right`` columns are right-aligned
+    (numbers). None renders as ``-``. Trailing spaces are trimmed."""
+    right_aligned = set(right)
+    cells = [list(headers)] + [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[index]) for row in cells) for index in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [
+            cell.rjust(width) if header in right_aligned else cell.ljust(width)
+            for cell, width, header in zip(row, widths, headers, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def render_fields(fields: Sequence[tuple[str, object]], *, indent: str = "  ") -> str:
+    """``label  value`` lines with the values aligned."""
+    width = max((len(label) for label, _ in fields), default=0)
+    return "\n".join(
+        f"{indent}{label.ljust(width)}  {'-' if value is None else value}".rstrip()
+        for label, value in fields
+    )
+
+
+# -------------------------------------------------------------------------------------------
+# JSON
+# -------------------------------------------------------------------------------------------
+
+
+def to_jsonable(value: Any) -> Any:
+    """SDK records (dataclasses, mappings), times and durations as plain JSON values: times in
+    ISO 8601, durations in seconds."""
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: to_jsonable(getattr(value, field.name))
+            for field in dataclasses.fields(value)
+        }
+    if isinstance(value, Mapping):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(item) for item in value]
+    return str(value)  # Decimal, UUID
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(to_jsonable(value), ensure_ascii=False, indent=2))

@@ -1,0 +1,658 @@
+"""Operating the queue from the command line: stats, jobs, dlq, queue, schedule and tick.
+
+Every command runs against the test server in a namespace of its own, through click's
+CliRunner (the `postkit tick` loop also as a real process, to stop it with SIGTERM). The
+tests set up jobs with the SDK, run a command, and check both what it printed and what it
+changed in the database.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from postkit.cli import main
+from postkit.cli_format import format_duration, parse_duration, parse_time, render_table
+from postkit.queue import QueueClient
+
+Run = Callable[..., Result]
+
+
+@pytest.fixture
+def run(dsn: str, namespace: str) -> Run:
+    """Run `postkit ARGS --dsn DSN --namespace NS`; ``input`` answers prompts."""
+
+    def _run(*args: str, input: str | None = None) -> Result:
+        return CliRunner().invoke(
+            main, [*args, "--dsn", dsn, "--namespace", namespace], input=input
+        )
+
+    return _run
+
+
+@pytest.fixture
+def client(make_client: Callable[[], QueueClient]) -> QueueClient:
+    return make_client()
+
+
+def commit(client: QueueClient) -> None:
+    client.cursor.connection.commit()
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def as_json(result: Result) -> Any:
+    return json.loads(ok(result).stdout)
+
+
+def fails_cleanly(result: Result, code: int | None = None) -> str:
+    """The command failed with a message, not a traceback; returns its output."""
+    assert result.exit_code != 0, result.output
+    if code is not None:
+        assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert "Error" in result.output or "Aborted" in result.output, result.output
+    return result.output
+
+
+def bury(client: QueueClient, queue: str, user: str, error: str, *, fail: bool = False) -> int:
+    """Push a job with one attempt, claim it and nack (or fail) it: a dead letter."""
+    job_id = client.push(queue, {"user_id": user}, max_attempts=1)
+    job = client.pull(queue, worker_id="server-b")
+    assert job is not None and job.id == job_id
+    if fail:
+        client.fail(job, error=error)
+    else:
+        client.nack(job, error=error)
+    commit(client)
+    return job.id
+
+
+@pytest.fixture
+def dead(client: QueueClient) -> dict[str, int]:
+    """The article's two dead letters: a cursed OTP and a number not on WhatsApp."""
+    cursed = bury(client, "send_otp", "11", "TemporaryError: Meta is down: 503\n  File x.py")
+    whatsapp = bury(
+        client, "send_otp", "4", "NotOnWhatsApp: +1555 is not registered on WhatsApp", fail=True
+    )
+    return {"cursed": cursed, "whatsapp": whatsapp}
+
+
+def live_job_ids(client: QueueClient, queue: str) -> list[int]:
+    rows = client.jobs(queue, "pending") + client.jobs(queue, "scheduled")
+    commit(client)
+    return sorted(job.id for job in rows)
+
+
+# -------------------------------------------------------------------------------------------
+# Help and bad arguments
+# -------------------------------------------------------------------------------------------
+
+COMMANDS = [
+    ["stats"],
+    ["jobs"],
+    ["dlq"],
+    ["dlq", "list"],
+    ["dlq", "show"],
+    ["dlq", "retry"],
+    ["dlq", "purge"],
+    ["queue"],
+    ["queue", "pause"],
+    ["queue", "resume"],
+    ["queue", "purge"],
+    ["schedule"],
+    ["schedule", "create"],
+    ["schedule", "list"],
+    ["schedule", "pause"],
+    ["schedule", "resume"],
+    ["schedule", "delete"],
+    ["tick"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help_with_an_example(command: list[str]) -> None:
+    result = CliRunner().invoke(main, [*command, "--help"])
+
+    assert result.exit_code == 0, result.output
+    assert "Example:" in result.output
+    assert f"postkit {' '.join(command)}" in result.output.split("Example:")[1]
+
+
+def test_the_main_help_lists_the_operating_commands() -> None:
+    output = ok(CliRunner().invoke(main, ["--help"])).output
+
+    for command in ("stats", "jobs", "dlq", "queue", "schedule", "tick"):
+        assert f"postkit {command}" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["jobs", "q", "--state", "done"], "Invalid value for '--state'"),
+        (["jobs", "q", "--limit", "0"], "Invalid value for '--limit'"),
+        (["dlq", "purge", "--older-than", "7 days"], "is not a duration"),
+        (["dlq", "purge", "--older-than", "30"], "has no unit"),
+        (["dlq", "purge"], "Missing option '--older-than'"),
+        (["dlq", "list", "--since", "yesterday"], "neither a duration ago"),
+        (["dlq", "show", "abc"], "Invalid value for 'JOB_ID'"),
+        (["dlq", "retry"], "say which dead letters to retry"),
+        (["schedule", "create", "s", "--queue", "q"], "exactly one of --cron and --every"),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--cron", "* * * * *", "--every", "1m"],
+            "exactly one of --cron and --every",
+        ),
+        (["schedule", "create", "s", "--queue", "q", "--every", "5x"], "is not a duration"),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--every", "1m", "--timezone", "UTC"],
+            "--timezone applies to --cron",
+        ),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--every", "1m", "--payload", "{x"],
+            "not valid JSON",
+        ),
+        (["tick", "--interval", "0"], "must be a positive number of seconds"),
+        (["tick", "--interval", "soon"], "is not a duration"),
+    ],
+)
+def test_a_bad_argument_is_a_usage_error_without_a_traceback(
+    run: Run, args: list[str], message: str
+) -> None:
+    output = fails_cleanly(run(*args), code=2)
+
+    assert message in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["schedule", "create", "s", "--queue", "q", "--cron", "61 * * * *"],
+            "Error: not a 5-field cron expression",
+        ),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--cron", "0 9 * * *", "--timezone", "X/Y"],
+            "Error: unknown time zone 'X/Y'",
+        ),
+        (["schedule", "create", "s", "--queue", "q", "--every", "0s"], "Error: "),
+        (["schedule", "pause", "nope"], "Error: no schedule named 'nope'"),
+        (["schedule", "resume", "nope"], "Error: no schedule named 'nope'"),
+        (["schedule", "delete", "nope", "--yes"], "Error: no schedule named 'nope'"),
+        (["dlq", "show", "999999999"], "Error: no job 999999999"),
+        (["stats", "--queue", " "], "Error: queue must not be empty or blank"),
+    ],
+)
+def test_a_rejected_value_is_one_line_and_exit_code_1(
+    run: Run, args: list[str], message: str
+) -> None:
+    output = fails_cleanly(run(*args), code=1)
+
+    assert output.startswith(message)
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_a_database_without_the_schema_is_one_line(fresh_database: str) -> None:
+    result = CliRunner().invoke(main, ["stats", "--dsn", fresh_database])
+
+    output = fails_cleanly(result, code=1)
+    assert "run `postkit install`" in output
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_an_unreachable_database_is_one_line() -> None:
+    result = CliRunner().invoke(main, ["dlq", "list", "--dsn", "postgresql://x@127.0.0.1:1/x"])
+
+    output = fails_cleanly(result, code=1)
+    assert len(output.strip().splitlines()) == 1
+
+
+# -------------------------------------------------------------------------------------------
+# stats and jobs
+# -------------------------------------------------------------------------------------------
+
+
+def test_stats_counts_each_queue(run: Run, client: QueueClient, dead: dict[str, int]) -> None:
+    for _ in range(3):
+        client.push("emails", {})
+    client.push("emails", {}, delay=3600)
+    commit(client)
+
+    rows = {row["queue"]: row for row in as_json(run("stats", "--json"))}
+
+    assert set(rows) == {"emails", "send_otp"}
+    assert rows["emails"]["pending"] == 3 and rows["emails"]["scheduled"] == 1
+    assert rows["emails"]["paused"] is False
+    assert isinstance(rows["emails"]["oldest_ready_age"], float)
+    assert rows["send_otp"]["dead"] == 2 and rows["send_otp"]["failed_last_hour"] == 2
+    only = as_json(run("stats", "--queue", "emails", "--json"))
+    assert [row["queue"] for row in only] == ["emails"]
+    table = ok(run("stats")).output.splitlines()
+    assert table[0].split()[:6] == ["QUEUE", "STATE", "PENDING", "SCHEDULED", "RUNNING", "DEAD"]
+    assert table[1].split()[:6] == ["emails", "active", "3", "1", "0", "0"]
+    assert table[2].split()[:6] == ["send_otp", "active", "0", "0", "0", "2"]
+
+
+def test_stats_of_an_empty_namespace_says_so(run: Run, namespace: str) -> None:
+    assert ok(run("stats")).output == f"No queues in namespace {namespace!r} yet.\n"
+    assert as_json(run("stats", "--json")) == []
+
+
+def test_jobs_pages_with_the_printed_cursor(run: Run, client: QueueClient, namespace: str) -> None:
+    ids = [client.push("emails", {"n": n}) for n in range(5)]
+    commit(client)
+
+    first = as_json(run("jobs", "emails", "--limit", "2", "--json"))
+    assert [job["id"] for job in first["jobs"]] == ids[:2]
+    assert first["next_after_id"] == ids[1]
+    assert first["jobs"][0]["payload"] == {"n": 0} and first["jobs"][0]["state"] == "pending"
+    text = ok(run("jobs", "emails", "--limit", "2", "--after-id", str(ids[1]))).output
+    assert f"--after-id {ids[3]} --namespace {namespace}" in text
+    assert text.splitlines()[0].split()[:3] == ["ID", "ATTEMPTS", "PRIORITY"]
+    last = as_json(run("jobs", "emails", "--limit", "2", "--after-id", str(ids[3]), "--json"))
+    assert [job["id"] for job in last["jobs"]] == [ids[4]] and last["next_after_id"] is None
+    assert "Next page" not in ok(run("jobs", "emails", "--after-id", str(ids[3]))).output
+
+
+def test_jobs_by_state(run: Run, client: QueueClient, dead: dict[str, int]) -> None:
+    client.push("emails", {"to": "ada"})
+    later = client.push("emails", {}, delay=3600)
+    commit(client)
+    claimed = client.pull("emails", worker_id="server-c")
+    commit(client)
+    assert claimed is not None
+
+    running = ok(run("jobs", "emails", "--state", "running")).output
+    assert "server-c" in running and "CLAIM ENDS (UTC)" in running
+    scheduled = as_json(run("jobs", "emails", "--state", "scheduled", "--json"))["jobs"]
+    assert [job["id"] for job in scheduled] == [later]
+    dead_jobs = as_json(run("jobs", "send_otp", "--state", "dead", "--json"))["jobs"]
+    assert sorted(job["id"] for job in dead_jobs) == sorted(dead.values())
+    assert "No pending jobs in queue 'emails'." in ok(run("jobs", "emails")).output
+
+
+# -------------------------------------------------------------------------------------------
+# dlq
+# -------------------------------------------------------------------------------------------
+
+
+def test_dlq_list_filters_by_queue_time_and_error(
+    run: Run, client: QueueClient, dead: dict[str, int]
+) -> None:
+    other = bury(client, "emails", "9", "SMTP 550")
+
+    everything = as_json(run("dlq", "list", "--json"))
+    assert [row["job_id"] for row in everything] == [other, dead["whatsapp"], dead["cursed"]]
+    assert everything[2]["reason"] == "attempts_exhausted"
+    assert everything[2]["payload"] == {"user_id": "11"}
+
+    def ids(*args: str) -> list[int]:
+        return [row["job_id"] for row in as_json(run("dlq", "list", *args, "--json"))]
+
+    assert ids("--queue", "send_otp") == [dead["whatsapp"], dead["cursed"]]
+    assert ids("--error", "META IS DOWN") == [dead["cursed"]]
+    assert ids("--since", "1h", "--queue", "emails") == [other]
+    assert ids("--until", "1h") == []
+    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    assert ids("--until", tomorrow, "--limit", "1") == [other]
+    table = ok(run("dlq", "list", "--queue", "send_otp")).output
+    assert table.splitlines()[0].split()[:2] == ["JOB", "QUEUE"]
+    assert "TemporaryError: Meta is down: 503" in table and "File x.py" not in table
+    assert "not registered on WhatsApp" in table
+    assert "No dead letters" in ok(run("dlq", "list", "--queue", "nothing-here")).output
+
+
+def test_dlq_show_prints_one_attempt_per_line(
+    run: Run, client: QueueClient, namespace: str
+) -> None:
+    job_id = client.push("send_otp", {"user_id": "11"}, max_attempts=3)
+    commit(client)
+    for attempt in range(3):
+        job = client.pull("send_otp", worker_id=f"server-{attempt}")
+        assert job is not None
+        client.nack(job, error=f"Meta is down (attempt {attempt + 1})\n  File x.py", backoff=0)
+        commit(client)
+
+    output = ok(run("dlq", "show", str(job_id))).output
+    assert f"Job {job_id} of queue send_otp: attempts_exhausted after 3 of 3 attempts" in output
+    assert '{"user_id": "11"}' in output
+    history = [line for line in output.splitlines() if line.strip().startswith("#")]
+    assert len(history) == 3
+    for number, line in enumerate(history, start=1):
+        assert line.split()[:2] == [f"#{number}", "nack"]
+        assert line.endswith(f"Meta is down (attempt {number})")
+    assert "File x.py" not in output
+    assert ok(run("dlq", "show", str(job_id), "--full")).output.count("File x.py") == 3
+    shown = as_json(run("dlq", "show", str(job_id), "--json"))
+    assert shown["job_id"] == job_id and shown["reason"] == "attempts_exhausted"
+    assert [entry["worker_id"] for entry in shown["errors"]] == ["server-0", "server-1", "server-2"]
+    assert shown["redriven_job_id"] is None
+
+
+def test_dlq_show_of_a_live_job_says_where_it_is(run: Run, client: QueueClient) -> None:
+    job_id = client.push("emails", {})
+    commit(client)
+
+    output = fails_cleanly(run("dlq", "show", str(job_id)), code=1)
+
+    assert f"job {job_id} is not a dead letter: it is pending in queue 'emails'" in output
+
+
+def test_dlq_retry_dry_run_changes_nothing(
+    run: Run, client: QueueClient, dead: dict[str, int]
+) -> None:
+    planned = as_json(run("dlq", "retry", str(dead["cursed"]), "--dry-run", "--json"))
+
+    assert planned == {
+        "dry_run": True,
+        "retried": [{"job_id": dead["cursed"], "queue": "send_otp", "new_job_id": None}],
+        "missing": [],
+    }
+    text = ok(run("dlq", "retry", "--queue", "send_otp", "--dry-run")).output
+    assert "Would retry 2 dead letters" in text and "Dry run: nothing changed." in text
+    assert live_job_ids(client, "send_otp") == []
+    assert len(client.dead_letters("send_otp")) == 2
+
+
+def test_dlq_retry_asks_and_declining_changes_nothing(
+    run: Run, client: QueueClient, dead: dict[str, int]
+) -> None:
+    result = run("dlq", "retry", str(dead["cursed"]), input="n\n")
+
+    output = fails_cleanly(result, code=1)
+    assert "Will retry 1 dead letter" in output
+    assert "Retry 1 dead letter as a new job? [y/N]" in output and "Aborted" in output
+    assert live_job_ids(client, "send_otp") == []
+    assert client.dead_letters("send_otp")[1].redriven_job_id is None
+
+
+def test_dlq_retry_confirmed_makes_a_new_job_once(
+    run: Run, client: QueueClient, dead: dict[str, int], namespace: str
+) -> None:
+    output = ok(run("dlq", "retry", str(dead["cursed"]), input="y\n")).output
+
+    (new_job,) = live_job_ids(client, "send_otp")
+    assert "Retried 1 dead letter as a new job" in output and str(new_job) in output
+    job = client.get_job(new_job)
+    assert job is not None and job.payload == {"user_id": "11"} and job.attempts == 0
+    redriven = client.dead_letters("send_otp", include_redriven=True)
+    commit(client)
+    assert {d.job_id: d.redriven_job_id for d in redriven}[dead["cursed"]] == new_job
+
+    again = run("dlq", "retry", str(dead["cursed"]), "--yes")
+    assert again.exit_code == 1
+    assert f"job {dead['cursed']} is not in the dead-letter queue of namespace" in again.output
+    assert live_job_ids(client, "send_otp") == [new_job]
+
+
+def test_dlq_retry_by_filter_into_another_queue_with_yes(
+    run: Run, client: QueueClient, dead: dict[str, int]
+) -> None:
+    result = as_json(
+        run("dlq", "retry", "--error", "whatsapp", "--to-queue", "manual_review", "--yes", "--json")
+    )
+
+    (retried,) = result["retried"]
+    assert retried["job_id"] == dead["whatsapp"] and retried["queue"] == "manual_review"
+    assert live_job_ids(client, "manual_review") == [retried["new_job_id"]]
+    assert live_job_ids(client, "send_otp") == []
+    nothing = ok(run("dlq", "retry", "--error", "whatsapp", "--yes")).output
+    assert "No dead letters match" in nothing
+
+
+def test_dlq_retry_all_and_limit(run: Run, client: QueueClient, dead: dict[str, int]) -> None:
+    first = as_json(run("dlq", "retry", "--all", "--limit", "1", "--yes", "--json"))
+    second = as_json(run("dlq", "retry", "--all", "--yes", "--json"))
+
+    assert [row["job_id"] for row in first["retried"]] == [dead["cursed"]]
+    assert [row["job_id"] for row in second["retried"]] == [dead["whatsapp"]]
+    assert len(live_job_ids(client, "send_otp")) == 2
+
+
+def test_dlq_purge_asks_then_deletes(run: Run, client: QueueClient, dead: dict[str, int]) -> None:
+    young = ok(run("dlq", "purge", "--older-than", "1h", "--yes")).output
+    assert young == "Deleted 0 dead letters.\n"
+
+    declined = fails_cleanly(run("dlq", "purge", "--older-than", "0s", input="n\n"), code=1)
+    assert "Delete 2 dead letter(s) that failed more than 0s ago?" in declined
+    assert len(client.dead_letters()) == 2
+    commit(client)
+
+    purged = as_json(
+        run("dlq", "purge", "--older-than", "0s", "--queue", "send_otp", "--json", "--yes")
+    )
+    assert purged == {"deleted": 2}
+    assert client.dead_letters() == []
+
+
+# -------------------------------------------------------------------------------------------
+# queue
+# -------------------------------------------------------------------------------------------
+
+
+def test_queue_pause_and_resume(run: Run, client: QueueClient, namespace: str) -> None:
+    client.push("emails", {})
+    commit(client)
+
+    assert "Paused queue emails" in ok(run("queue", "pause", "emails")).output
+    assert client.pull("emails") is None
+    commit(client)
+    assert as_json(run("stats", "--json"))[0]["paused"] is True
+    assert "paused" in ok(run("stats")).output
+
+    assert as_json(run("queue", "resume", "emails", "--json")) == {
+        "queue": "emails",
+        "paused": False,
+    }
+    assert client.pull("emails") is not None
+    commit(client)
+
+
+def test_queue_purge_asks_and_leaves_running_jobs(run: Run, client: QueueClient) -> None:
+    for delay in (None, None, 3600):
+        client.push("emails", {}, delay=delay)
+    commit(client)
+    running = client.pull("emails", worker_id="server-b")
+    commit(client)
+    assert running is not None
+
+    declined = fails_cleanly(run("queue", "purge", "emails", input="n\n"), code=1)
+    assert "Delete 2 pending and scheduled job(s) of queue emails?" in declined
+    assert len(live_job_ids(client, "emails")) == 2
+
+    assert as_json(run("queue", "purge", "emails", "--yes", "--json")) == {
+        "queue": "emails",
+        "deleted": 2,
+    }
+    assert live_job_ids(client, "emails") == []
+    assert client.get_job(running.id) is not None
+    commit(client)
+    assert "Deleted 0 pending and scheduled jobs" in ok(run("queue", "purge", "emails")).output
+
+
+# -------------------------------------------------------------------------------------------
+# schedule
+# -------------------------------------------------------------------------------------------
+
+
+def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient) -> None:
+    created = as_json(
+        run(
+            "schedule", "create", "nightly-report", "--queue", "reports",
+            "--cron", "0 3 * * *", "--timezone", "Europe/Paris",
+            "--payload", '{"kind": "daily"}', "--priority", "5", "--max-attempts", "3",
+            "--json",
+        )
+    )  # fmt: skip
+    assert created["cron"] == "0 3 * * *" and created["timezone"] == "Europe/Paris"
+    assert created["payload"] == {"kind": "daily"} and created["priority"] == 5
+    assert created["max_attempts"] == 3 and created["every"] is None
+    text = ok(run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "5m")).output
+    assert text.startswith("Created schedule heartbeat: pushes {} to pings, every 5m00s")
+    replaced = ok(run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "1h"))
+    assert replaced.output.startswith("Replaced schedule heartbeat")
+
+    listed = as_json(run("schedule", "list", "--json"))
+    assert [row["name"] for row in listed] == ["heartbeat", "nightly-report"]
+    assert listed[0]["every"] == 3600.0
+    table = ok(run("schedule", "list")).output
+    assert 'cron "0 3 * * *" Europe/Paris' in table and "every 1h00m" in table
+
+    assert ok(run("schedule", "pause", "heartbeat")).output == "Paused schedule heartbeat.\n"
+    assert [row["paused"] for row in as_json(run("schedule", "list", "--json"))] == [True, False]
+    assert as_json(run("schedule", "resume", "heartbeat", "--json"))["paused"] is False
+
+    declined = fails_cleanly(run("schedule", "delete", "heartbeat", input="n\n"), code=1)
+    assert "Delete schedule heartbeat? [y/N]" in declined
+    assert len(client.schedules()) == 2
+    commit(client)
+    assert ok(run("schedule", "delete", "heartbeat", "--yes")).output == (
+        "Deleted schedule heartbeat.\n"
+    )
+    assert [row.name for row in client.schedules()] == ["nightly-report"]
+
+
+# -------------------------------------------------------------------------------------------
+# tick
+# -------------------------------------------------------------------------------------------
+
+
+def make_due(connect: Callable[..., psycopg.Connection], namespace: str, name: str) -> None:
+    with connect() as connection:
+        connection.execute(
+            "UPDATE postkit_queue.schedules SET next_run_at = now() - interval '1 second'"
+            " WHERE namespace = %s AND name = %s",
+            (namespace, name),
+        )
+
+
+def test_tick_once_reclaims_fires_and_reports(
+    run: Run,
+    client: QueueClient,
+    connect: Callable[..., psycopg.Connection],
+    namespace: str,
+) -> None:
+    idle = ok(run("tick", "--once")).output
+    assert "nothing to do" in idle
+
+    job_id = client.push("emails", {})
+    commit(client)
+    assert client.pull("emails", worker_id="gone", visibility_timeout=0.05) is not None
+    commit(client)
+    ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h"))
+    make_due(connect, namespace, "beat")
+    time.sleep(0.1)  # the claim expires
+
+    report = as_json(run("tick", "--once", "--json"))
+
+    assert report["reclaimed"] == 1
+    (fired,) = report["fired"]
+    assert fired["name"] == "beat"
+    assert live_job_ids(client, "emails") == [job_id]
+    assert live_job_ids(client, "pings") == [fired["job_id"]]
+    make_due(connect, namespace, "beat")
+    text = ok(run("tick", "--once")).output
+    assert "schedule beat pushed job" in text and "next run" in text
+
+
+def test_tick_runs_until_sigterm(
+    dsn: str, namespace: str, connect: Callable[..., psycopg.Connection], tmp_path: Path
+) -> None:
+    in_namespace = ["--dsn", dsn, "--namespace", namespace]
+    ok(
+        CliRunner().invoke(
+            main,
+            ["schedule", "create", "beat", "--queue", "pings", "--every", "1h", *in_namespace],
+        )
+    )
+    make_due(connect, namespace, "beat")
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        ticker = subprocess.Popen(
+            [sys.executable, "-m", "postkit.cli", "tick", "--interval", "0.2", *in_namespace],
+            stdout=stdout,
+            stderr=stderr,
+        )
+        try:
+            deadline = time.monotonic() + 15
+            while "schedule beat pushed job" not in out.read_text():
+                assert ticker.poll() is None, err.read_text()
+                assert time.monotonic() < deadline, (out.read_text(), err.read_text())
+                time.sleep(0.05)
+            ticker.send_signal(signal.SIGTERM)
+            code = ticker.wait(timeout=10)
+        finally:
+            if ticker.poll() is None:
+                ticker.kill()
+                ticker.wait()
+
+    assert code == 0, err.read_text()
+    assert "Ticking namespace" in err.read_text() and "Stopped." in err.read_text()
+    assert "Traceback" not in err.read_text()
+    assert out.read_text().count("schedule beat pushed job") == 1
+
+
+# -------------------------------------------------------------------------------------------
+# The helpers
+# -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30),
+        ("5m", 300),
+        ("2h", 7200),
+        ("7d", 604800),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("2w", 1209600),
+        (" 10 M ", 600),
+        ("0s", 0),
+    ],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "5 minutes", "-5m", "5m-", "m5", "1e3s", "h", "5mm"])
+def test_junk_durations_are_rejected(text: str) -> None:
+    with pytest.raises(ValueError, match=r"duration|unit"):
+        parse_duration(text)
+
+
+def test_times_are_a_duration_ago_or_iso() -> None:
+    now = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
+
+    assert parse_time("2h", now=now) == datetime(2025, 1, 31, 10, 0, tzinfo=timezone.utc)
+    assert parse_time("2025-01-30T09:00", now=now) == datetime(2025, 1, 30, 9, tzinfo=timezone.utc)
+    assert parse_time("2025-01-30 09:00+01:00", now=now).utcoffset() == timedelta(hours=1)
+    with pytest.raises(ValueError, match="is neither a duration ago"):
+        parse_time("last tuesday", now=now)
+
+
+def test_format_duration_and_tables() -> None:
+    assert [format_duration(s) for s in (0.25, 42, 252, 7500, 273600)] == [
+        "250ms",
+        "42s",
+        "4m12s",
+        "2h05m",
+        "3d04h",
+    ]
+    assert format_duration(None) == "-" and format_duration(0) == "0s"
+    table = render_table(["NAME", "COUNT"], [["a", 5], ["long name", None]], right=["COUNT"])
+    assert table.splitlines() == ["NAME       COUNT", "a              5", "long name      -"]
