@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import inspect
 import re
-from importlib import resources
 
 import psycopg
 import pytest
 
 from postkit import errors
+from postkit.queue import install_script
 from postkit.queue.protocol import translate_error
 
 ERRCODE = re.compile(r"ERRCODE\s*=\s*'([0-9A-Z]{5})'")
 
 
 def sql_errcodes() -> set[str]:
-    sql_dir = resources.files("postkit.queue").joinpath("sql")
-    files = [entry for entry in sql_dir.iterdir() if entry.name.endswith(".sql")]
-    assert files
-    return {code for entry in files for code in ERRCODE.findall(entry.read_text("utf-8"))}
+    """Every SQLSTATE the installed SQL can raise: the migrations, and the install script that
+    applies them."""
+    return set(ERRCODE.findall(install_script()))
 
 
 def exception_classes() -> list[type[BaseException]]:
@@ -64,13 +63,14 @@ def test_every_validation_error_is_also_a_value_error() -> None:
     assert all(issubclass(cls, ValueError) for cls in validation)
 
 
-def test_every_pkq_sqlstate_but_a_running_job_maps_to_a_validation_error() -> None:
-    refusals = {code for code in PKQ_CODES if code != "PKQ08"}
+def test_every_pkq_sqlstate_is_a_validation_error_but_a_running_job_and_a_mismatch() -> None:
+    refusals = {code for code in PKQ_CODES if code not in ("PKQ08", "PKQ12")}
 
     assert all(
         issubclass(errors.SQLSTATE_ERRORS[code], errors.ValidationError) for code in refusals
     )
     assert errors.SQLSTATE_ERRORS["PKQ08"] is errors.JobRunningError
+    assert errors.SQLSTATE_ERRORS["PKQ12"] is errors.SchemaMismatchError
 
 
 def raised_by(conn: psycopg.Connection, statement: str) -> psycopg.Error:

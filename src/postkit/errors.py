@@ -25,6 +25,11 @@ class SchemaNotInstalledError(PostkitError):
     """The queue schema is missing or older than this SDK needs. Run ``postkit install``."""
 
 
+class SchemaMismatchError(SchemaNotInstalledError):
+    """The installed schema was set up from different migration files than this Postkit
+    ships (an edited or foreign migration): installing over it could corrupt it."""
+
+
 class ClientClosedError(PostkitError):
     """The cursor or connection given to the client is closed."""
 
@@ -123,6 +128,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ09": InvalidStateError,
     "PKQ10": InvalidScheduleError,
     "PKQ11": InvalidAccessError,
+    "PKQ12": SchemaMismatchError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -150,6 +156,7 @@ __all__ = [
     "PermissionDeniedError",
     "PostkitError",
     "RetryLater",
+    "SchemaMismatchError",
     "SchemaNotInstalledError",
     "ValidationError",
 ]

@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from postkit import errors
 from postkit.queue import QueueClient, install, install_script, installed_version, latest_version
 from postkit.queue.migrations import migrations
 
@@ -228,3 +229,23 @@ def test_install_script_rejects_an_unknown_target_version() -> None:
         install_script(target_version=latest_version() + 1)
     with pytest.raises(ValueError, match="target_version"):
         install_script(target_version=0)
+
+
+def test_a_database_set_up_from_other_migration_files_is_refused_unchanged(
+    fresh_database: str,
+) -> None:
+    with psycopg.connect(fresh_database) as connection:
+        install(connection)
+        connection.execute(
+            "UPDATE postkit_queue.migrations SET checksum = 'edited' WHERE version = 1"
+        )
+        connection.execute(
+            "DELETE FROM postkit_queue.migrations WHERE version = %s", (latest_version(),)
+        )
+        connection.commit()
+
+        with pytest.raises(errors.SchemaMismatchError, match="migration 1"):
+            install(connection)
+        connection.rollback()
+
+        assert version_of(fresh_database) == latest_version() - 1

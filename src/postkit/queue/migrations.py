@@ -10,6 +10,7 @@ install upgrades it in place. :func:`install` runs the very same script from Pyt
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -36,6 +37,13 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def checksum(self) -> str:
+        """A fingerprint of the file, recorded when the migration is applied. A migration is
+        never edited once released; if the recorded fingerprint differs, the database was set
+        up by a different Postkit and the install stops rather than guess."""
+        return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,7 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (",
         "    version    integer     PRIMARY KEY,",
         "    name       text        NOT NULL,",
+        "    checksum   text,",
         "    applied_at timestamptz NOT NULL DEFAULT now()",
         ");",
     ]
@@ -110,16 +119,27 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
             "",
             f"-- Migration {migration.version}: {migration.name}",
             "DO $postkit_install$",
+            "DECLARE",
+            "    v_recorded text;",
             "BEGIN",
-            f"    IF EXISTS (SELECT FROM {SCHEMA}.migrations WHERE version = {migration.version})",
-            "    THEN",
+            f"    SELECT checksum INTO v_recorded FROM {SCHEMA}.migrations",
+            f"    WHERE version = {migration.version};",
+            "    IF FOUND THEN",
+            f"        IF v_recorded IS DISTINCT FROM '{migration.checksum}' THEN",
+            "            RAISE EXCEPTION 'postkit: migration "
+            f"{migration.version} ({migration.name})"
+            " in this database is not the one this Postkit ships (checksum %, expected"
+            f" {migration.checksum}): it was installed by another version. Reinstall the schema"
+            " or use the matching Postkit.', coalesce(v_recorded, 'none')",
+            "                USING ERRCODE = 'PKQ12';",
+            "        END IF;",
             "        RETURN;",
             "    END IF;",
             f"    EXECUTE {_BODY_QUOTE}",
             migration.sql.rstrip(),
             f"{_BODY_QUOTE};",
-            f"    INSERT INTO {SCHEMA}.migrations (version, name)",
-            f"    VALUES ({migration.version}, '{migration.name}');",
+            f"    INSERT INTO {SCHEMA}.migrations (version, name, checksum)",
+            f"    VALUES ({migration.version}, '{migration.name}', '{migration.checksum}');",
             "END",
             "$postkit_install$;",
         ]
@@ -152,6 +172,8 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
 
     Raises:
         ClientClosedError: the connection or cursor is closed.
+        SchemaMismatchError: a migration recorded in the database differs from the one this
+            Postkit ships (the database was set up by another version); nothing is changed.
         ValueError: ``target_version`` is not a shipped version.
     """
     script = install_script(target_version=target_version, transaction=False)
@@ -170,6 +192,15 @@ def _run_install(cursor: Any, script: str) -> InstallResult:
     # only what this call applied (the script takes the same transaction-level lock again).
     cursor.execute(f"SELECT pg_advisory_xact_lock({_INSTALL_LOCK_KEY})")
     before = installed_version(cursor)
-    cursor.execute(script)
+    try:
+        cursor.execute(script)
+    except Exception as exc:
+        # Imported here: protocol imports this package's modules, not the other way round.
+        from postkit.queue.protocol import translate_error
+
+        translated = translate_error(exc)
+        if translated is None:
+            raise
+        raise translated from exc
     after = installed_version(cursor)
     return InstallResult(before, after, tuple(range(before + 1, after + 1)))
