@@ -55,6 +55,13 @@ from postkit.queue import (
     latest_version,
 )
 from postkit.queue import install as install_queue
+from postkit.queue.admin import (
+    ACCESS_KINDS,
+    Access,
+    assign_namespace,
+    enable_tenant_isolation,
+    grant_access,
+)
 from postkit.queue.job import Fired, Pruned, QueueStats, Redriven, Schedule
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
 
@@ -120,17 +127,75 @@ def main() -> None:
     """
 
 
+def _role_access(value: str) -> tuple[str, Access]:
+    role, _, access = value.partition(":")
+    access = access or "worker"
+    if not role or access not in ACCESS_KINDS:
+        raise click.BadParameter(
+            f"expected ROLE or ROLE:KIND with KIND one of {', '.join(ACCESS_KINDS)}, got {value!r}"
+        )
+    return role, access
+
+
+def _namespace_role(value: str) -> tuple[str, str]:
+    namespace, _, role = value.partition("=")
+    if not namespace or not role:
+        raise click.BadParameter(f"expected NAMESPACE=ROLE, got {value!r}")
+    return namespace, role
+
+
 @main.command()
 @dsn_option
 @json_option
-def install(dsn: str | None, as_json: bool) -> None:
+@click.option(
+    "--grant",
+    "grants",
+    multiple=True,
+    metavar="ROLE[:KIND]",
+    help="Give a database role what it needs and no more: KIND is producer (push), worker "
+    "(pull and settle; the default) or operator (everything). Repeatable.",
+)
+@click.option(
+    "--tenant-isolation",
+    is_flag=True,
+    help="Turn on row-level security: each role sees only the namespaces assigned to it.",
+)
+@click.option(
+    "--assign",
+    "assignments",
+    multiple=True,
+    metavar="NAMESPACE=ROLE",
+    help="Let ROLE (and its members) use NAMESPACE under tenant isolation. Repeatable.",
+)
+def install(
+    dsn: str | None,
+    as_json: bool,
+    grants: tuple[str, ...],
+    tenant_isolation: bool,
+    assignments: tuple[str, ...],
+) -> None:
     """Install the queue schema (postkit_queue), or upgrade it in place.
 
     Idempotent: each migration is applied once and recorded in
     postkit_queue.migrations; a second run changes nothing.
+
+    \b
+    A role layout (create the roles first; run this as the schema's owner):
+      postkit install --grant shop_web:producer --grant shop_worker:worker \\
+                      --grant shop_ops:operator
+      postkit install --tenant-isolation --assign shop=shop_web --assign shop=shop_worker
     """
+    role_grants = [_role_access(value) for value in grants]
+    namespace_roles = [_namespace_role(value) for value in assignments]
     with psycopg.connect(resolve_dsn(dsn)) as connection:
         result = install_queue(connection)
+        with connection.transaction(), connection.cursor() as cursor:
+            for role, access in role_grants:
+                grant_access(cursor, role, access)
+            for namespace, role in namespace_roles:
+                assign_namespace(cursor, namespace, role)
+            if tenant_isolation:
+                enable_tenant_isolation(cursor)
     if as_json:
         click.echo(
             json.dumps(
@@ -138,10 +203,17 @@ def install(dsn: str | None, as_json: bool) -> None:
                     "previous_version": result.previous_version,
                     "version": result.version,
                     "applied": list(result.applied),
+                    "granted": [{"role": role, "access": access} for role, access in role_grants],
+                    "assigned": [
+                        {"namespace": namespace, "role": role}
+                        for namespace, role in namespace_roles
+                    ],
+                    "tenant_isolation": tenant_isolation,
                 }
             )
         )
-    elif result.applied:
+        return
+    if result.applied:
         applied = ", ".join(str(version) for version in result.applied)
         click.echo(
             f"postkit_queue upgraded from version {result.previous_version} to "
@@ -149,6 +221,12 @@ def install(dsn: str | None, as_json: bool) -> None:
         )
     else:
         click.echo(f"postkit_queue is up to date at version {result.version}")
+    for role, access in role_grants:
+        click.echo(f"granted {access} access to {role}")
+    for namespace, role in namespace_roles:
+        click.echo(f"assigned namespace {namespace} to {role}")
+    if tenant_isolation:
+        click.echo("tenant isolation is on: each role sees only its own namespaces")
 
 
 @main.command()

@@ -7,14 +7,17 @@ would to an application connecting as them.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 
 from postkit import errors
+from postkit.cli import main
 from postkit.queue import QueueClient, install
 from postkit.queue.admin import assign_namespace, enable_tenant_isolation, grant_access
 
@@ -216,3 +219,44 @@ def test_no_function_is_security_definer_and_every_one_pins_its_search_path(
         if not any(setting.startswith("search_path=") for setting in config)
     ]
     assert unpinned == []
+
+
+def test_postkit_install_grant_and_tenant_isolation_from_the_command_line(
+    database: str, make_role: Callable[[], str]
+) -> None:
+    producer, worker = make_role(), make_role()
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "install",
+            "--dsn",
+            database,
+            "--json",
+            "--grant",
+            f"{producer}:producer",
+            "--grant",
+            worker,
+            "--assign",
+            f"shop={producer}",
+            "--assign",
+            f"shop={worker}",
+            "--tenant-isolation",
+        ],
+    )
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["granted"] == [
+        {"role": producer, "access": "producer"},
+        {"role": worker, "access": "worker"},
+    ]
+    assert as_role(database, producer, "shop").push("emails", 1) is not None
+    with pytest.raises(errors.PermissionDeniedError):
+        as_role(database, producer, "other").push("emails", 1)
+    assert as_role(database, worker, "shop").pull("emails") is not None
+
+
+def test_postkit_install_rejects_an_unknown_access_kind(database: str) -> None:
+    result = CliRunner().invoke(main, ["install", "--dsn", database, "--grant", "web:admin"])
+
+    assert result.exit_code == 2 and "producer, worker, operator" in result.output
