@@ -113,6 +113,9 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
         "    checksum   text,",
         "    applied_at timestamptz NOT NULL DEFAULT now()",
         ");",
+        "-- An install from before checksums were recorded has none: it is refused below, since",
+        "-- what it ran cannot be known.",
+        f"ALTER TABLE {SCHEMA}.migrations ADD COLUMN IF NOT EXISTS checksum text;",
     ]
     for migration in migrations()[:target]:
         parts += [
