@@ -89,8 +89,7 @@ PUSH = """
         backoff_base, backoff_cap, created_at)
     VALUES (
         p_namespace, p_queue, p_payload, p_priority, v_now + coalesce(p_delay, interval '0'),
-        coalesce(p_max_attempts,
-                 (postkit_queue.queue_policy(p_namespace, p_queue)).max_attempts),
+        coalesce(p_max_attempts, v_policy.max_attempts),
         p_unique_key, p_backoff_base, p_backoff_cap, v_now)
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id
@@ -103,6 +102,7 @@ PUSH_PARAMS = {
     "v_now": "timestamptz",
     "p_delay": "interval",
     "p_max_attempts": "integer",
+    r"v_policy\.max_attempts": "integer",
     "p_unique_key": "text",
     "p_backoff_base": "interval",
     "p_backoff_cap": "interval",
@@ -285,7 +285,8 @@ def test_push_deduplicates_through_the_unique_key_index(
     nodes = explain(
         planned,
         mode,
-        "EXECUTE push_stmt('plan-a', 'emails', '{}', 0, now(), NULL, NULL, 'key-4', NULL, NULL)",
+        "EXECUTE push_stmt('plan-a', 'emails', '{}', 0, now(), NULL, NULL, 20, 'key-4',"
+        " NULL, NULL)",
     )
 
     insert = nodes[0]

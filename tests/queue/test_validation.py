@@ -372,3 +372,44 @@ def test_hostile_text_round_trips_untouched(
     ).fetchall()
     assert [(*row[:4], json.loads(row[4])) for row in stored] == [(text, text, text, text, payload)]
     assert observer.execute("SELECT to_regclass('postkit_queue.jobs')").fetchone() != (None,)
+
+
+def count_jobs(connect: Callable[..., psycopg.Connection], namespace: str) -> int:
+    with connect() as observer:
+        row = observer.execute(
+            "SELECT count(*) FROM postkit_queue.jobs WHERE namespace = %s", (namespace,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_payload_over_the_default_limit_of_one_mebibyte_is_refused_and_nothing_written(
+    queue: QueueClient, connect: Callable[..., psycopg.Connection], namespace: str
+) -> None:
+    huge = {"blob": "x" * (1024 * 1024 + 1)}
+
+    with pytest.raises(errors.InvalidPayloadError, match="max_payload_bytes"):
+        queue.push(Q, huge)
+    queue.cursor.connection.rollback()
+
+    assert count_jobs(connect, namespace) == 0
+
+
+def test_a_queue_can_lower_its_payload_limit_and_push_batch_honours_it(
+    queue: QueueClient, connect: Callable[..., psycopg.Connection], namespace: str
+) -> None:
+    policy = queue.configure_queue(Q, max_payload_bytes=100)
+    queue.cursor.connection.commit()
+
+    with pytest.raises(errors.InvalidPayloadError, match="at most 100"):
+        queue.push_batch(Q, [{"small": 1}, {"large": "y" * 200}])
+    queue.cursor.connection.rollback()
+
+    assert policy.max_payload_bytes == 100
+    assert count_jobs(connect, namespace) == 0
+    assert queue.push(Q, {"small": 1}) is not None
+
+
+def test_a_payload_limit_out_of_range_is_refused(queue: QueueClient) -> None:
+    with pytest.raises(errors.InvalidPayloadError, match="max_payload_bytes"):
+        queue.configure_queue(Q, max_payload_bytes=0)

@@ -605,10 +605,12 @@ class QueueClient:
         backoff_cap: Duration | None = None,
         retain_completed: Duration | None = None,
         retain_dead: Duration | None = None,
+        max_payload_bytes: int | None = None,
     ) -> QueuePolicy:
         """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept; None
         restores the built-in default (max_attempts 20, visibility timeout 30 s, backoff from
-        1 s doubling up to 1 h, completed jobs deleted at once, dead letters kept 30 days).
+        1 s doubling up to 1 h, completed jobs deleted at once, dead letters kept 30 days,
+        payloads up to 1 MiB).
         Pausing is separate: :meth:`pause_queue`.
 
         Returns:
@@ -624,5 +626,6 @@ class QueueClient:
                 backoff_cap=backoff_cap,
                 retain_completed=retain_completed,
                 retain_dead=retain_dead,
+                max_payload_bytes=max_payload_bytes,
             )
         )

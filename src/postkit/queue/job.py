@@ -107,6 +107,9 @@ class QueuePolicy(_RecordMapping):
     """Seconds completed jobs are kept in the archive; None: deleted at once."""
     retain_dead: float
     """Seconds dead letters are kept before pruning."""
+    max_payload_bytes: int
+    """The largest payload a push accepts (its stored size); larger ones raise
+    InvalidPayloadError."""
 
 
 class NackOutcome(str, enum.Enum):

@@ -423,6 +423,7 @@ def configure_queue(
     backoff_cap: Duration | None,
     retain_completed: Duration | None,
     retain_dead: Duration | None,
+    max_payload_bytes: int | None,
 ) -> Call[QueuePolicy]:
     params = _base(
         namespace,
@@ -435,6 +436,9 @@ def configure_queue(
         backoff_cap=_seconds("backoff_cap", backoff_cap),
         retain_completed=_seconds("retain_completed", retain_completed),
         retain_dead=_seconds("retain_dead", retain_dead),
+        max_payload_bytes=_integer(
+            "max_payload_bytes", max_payload_bytes, errors.InvalidPayloadError, bounds=_INT32
+        ),
     )
     return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
 

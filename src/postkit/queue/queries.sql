@@ -65,14 +65,16 @@ SELECT p.max_attempts,
        extract(epoch FROM p.backoff_cap)::float8 AS backoff_cap,
        p.paused,
        extract(epoch FROM p.retain_completed)::float8 AS retain_completed,
-       extract(epoch FROM p.retain_dead)::float8 AS retain_dead
+       extract(epoch FROM p.retain_dead)::float8 AS retain_dead,
+       p.max_payload_bytes
 FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
     %(visibility_timeout)s::float8 * interval '1 second',
     %(backoff_base)s::float8 * interval '1 second',
     %(backoff_cap)s::float8 * interval '1 second',
     %(retain_completed)s::float8 * interval '1 second',
-    %(retain_dead)s::float8 * interval '1 second') AS p;
+    %(retain_dead)s::float8 * interval '1 second',
+    %(max_payload_bytes)s::integer) AS p;
 
 -- name: release
 SELECT postkit_queue.release(

@@ -125,12 +125,12 @@ CREATE FUNCTION postkit_queue.queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval)
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT 20, interval '30 seconds', interval '1 second', interval '1 hour', false,
-           NULL::interval, interval '30 days'
+           NULL::interval, interval '30 days', 1048576
 $$;
 
 -- Called by every state change that ends attempts, with the jobs and their outcome:
@@ -207,6 +207,27 @@ BEGIN
     IF p_max_attempts IS NOT NULL AND p_max_attempts NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'postkit: max_attempts must be between 1 and 1000, got %', p_max_attempts
             USING ERRCODE = 'PKQ04';
+    END IF;
+END
+$$;
+
+-- A payload must be there (the JSON value null is fine) and fit the queue's max_payload_bytes
+-- (1 MiB unless configured): a runaway payload would bloat the table every worker scans.
+-- pg_column_size is the stored size, read without serializing the value.
+CREATE FUNCTION postkit_queue.check_payload(p_queue text, p_payload jsonb, p_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'postkit: payload must not be null (use the JSON value null instead)'
+            USING ERRCODE = 'PKQ02';
+    END IF;
+    IF pg_column_size(p_payload) > p_max THEN
+        RAISE EXCEPTION 'postkit: the payload is % bytes; queue % takes at most % '
+                        '(configure_queue max_payload_bytes)',
+            pg_column_size(p_payload), p_queue, p_max USING ERRCODE = 'PKQ02';
     END IF;
 END
 $$;
@@ -341,16 +362,15 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := postkit_queue.clock();
-    v_id  bigint;
+    v_now    timestamptz := postkit_queue.clock();
+    v_id     bigint;
+    v_policy record;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
     PERFORM postkit_queue.check_name('unique_key', p_unique_key, false);
-    IF p_payload IS NULL THEN
-        RAISE EXCEPTION 'postkit: payload must not be null (use the JSON value null instead)'
-            USING ERRCODE = 'PKQ02';
-    END IF;
+    SELECT * INTO v_policy FROM postkit_queue.queue_policy(p_namespace, p_queue);
+    PERFORM postkit_queue.check_payload(p_queue, p_payload, v_policy.max_payload_bytes);
     IF p_priority IS NULL OR p_priority NOT BETWEEN -32768 AND 32767 THEN
         RAISE EXCEPTION 'postkit: priority must be between -32768 and 32767, got %', p_priority
             USING ERRCODE = 'PKQ03';
@@ -367,8 +387,7 @@ BEGIN
         backoff_base, backoff_cap, created_at)
     VALUES (
         p_namespace, p_queue, p_payload, p_priority, v_now + coalesce(p_delay, interval '0'),
-        coalesce(p_max_attempts,
-                 (postkit_queue.queue_policy(p_namespace, p_queue)).max_attempts),
+        coalesce(p_max_attempts, v_policy.max_attempts),
         p_unique_key, p_backoff_base, p_backoff_cap, v_now)
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id INTO v_id;

@@ -14,6 +14,7 @@ CREATE TABLE postkit_queue.queue_settings (
     paused             boolean     NOT NULL DEFAULT false,
     retain_completed   interval,
     retain_dead        interval,
+    max_payload_bytes  integer     CHECK (max_payload_bytes BETWEEN 1 AND 104857600),
     updated_at         timestamptz NOT NULL,
     -- Serves queue_policy: one primary-key lookup per push, pull or nack that uses a default.
     PRIMARY KEY (namespace, queue)
@@ -23,7 +24,7 @@ CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval)
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -33,7 +34,8 @@ AS $$
            coalesce(s.backoff_cap, interval '1 hour'),
            coalesce(s.paused, false),
            s.retain_completed,
-           coalesce(s.retain_dead, interval '30 days')
+           coalesce(s.retain_dead, interval '30 days'),
+           coalesce(s.max_payload_bytes, 1048576)
     FROM (SELECT) AS defaults
     LEFT JOIN postkit_queue.queue_settings s
            ON s.namespace = p_namespace AND s.queue = p_queue
@@ -41,8 +43,8 @@ $$;
 
 -- configure_queue: set a queue's defaults and retention. NULL puts a setting back to the
 -- built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to 1 h;
--- completed jobs deleted at once; dead letters kept 30 days). Pausing is separate
--- (pause_queue). Returns the policy now in force.
+-- completed jobs deleted at once; dead letters kept 30 days; payloads up to 1 MiB). Pausing is
+-- separate (pause_queue). Returns the policy now in force.
 CREATE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
     p_queue              text,
@@ -52,9 +54,10 @@ CREATE FUNCTION postkit_queue.configure_queue(
     p_backoff_cap        interval DEFAULT NULL,
     p_retain_completed   interval DEFAULT NULL,
     p_retain_dead        interval DEFAULT NULL,
+    p_max_payload_bytes  integer  DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval)
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -69,12 +72,17 @@ BEGIN
     PERFORM postkit_queue.check_duration(
         'retain_completed', p_retain_completed, false, interval '3650 days');
     PERFORM postkit_queue.check_duration('retain_dead', p_retain_dead, false, interval '3650 days');
+    IF p_max_payload_bytes IS NOT NULL AND p_max_payload_bytes NOT BETWEEN 1 AND 104857600 THEN
+        RAISE EXCEPTION 'postkit: max_payload_bytes must be between 1 and 104857600 (100 MiB), '
+                        'got %', p_max_payload_bytes USING ERRCODE = 'PKQ02';
+    END IF;
 
     INSERT INTO postkit_queue.queue_settings AS s (
         namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
-        retain_completed, retain_dead, updated_at)
+        retain_completed, retain_dead, max_payload_bytes, updated_at)
     VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
-            p_backoff_cap, p_retain_completed, p_retain_dead, postkit_queue.clock())
+            p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
+            postkit_queue.clock())
     ON CONFLICT (namespace, queue) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts,
         visibility_timeout = EXCLUDED.visibility_timeout,
@@ -82,10 +90,11 @@ BEGIN
         backoff_cap = EXCLUDED.backoff_cap,
         retain_completed = EXCLUDED.retain_completed,
         retain_dead = EXCLUDED.retain_dead,
+        max_payload_bytes = EXCLUDED.max_payload_bytes,
         updated_at = EXCLUDED.updated_at;
 
     SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-                  retain_completed, retain_dead
+                  retain_completed, retain_dead, max_payload_bytes
     FROM postkit_queue.queue_policy(p_namespace, p_queue);
 END
 $$;

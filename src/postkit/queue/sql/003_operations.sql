@@ -519,6 +519,7 @@ AS $$
 DECLARE
     v_now      timestamptz := postkit_queue.clock();
     v_attempts integer;
+    v_policy   record;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
@@ -542,8 +543,10 @@ BEGIN
     END IF;
     PERFORM postkit_queue.check_max_attempts(p_max_attempts);
     PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '10 years');
-    v_attempts := coalesce(p_max_attempts,
-                           (postkit_queue.queue_policy(p_namespace, p_queue)).max_attempts);
+    SELECT * INTO v_policy FROM postkit_queue.queue_policy(p_namespace, p_queue);
+    v_attempts := coalesce(p_max_attempts, v_policy.max_attempts);
+    PERFORM postkit_queue.check_payload(p_queue, e.value, v_policy.max_payload_bytes)
+    FROM jsonb_array_elements(p_payloads) AS e;
 
     -- One multi-row INSERT. Each payload takes its id from the jobs' identity sequence up
     -- front, so the result can say, per payload, whether it was inserted: the ones
