@@ -177,6 +177,7 @@ def run_worker(dsn: str, worker_id: str, cast: Cast, connection: Connection) -> 
         namespace=NAMESPACE,
         worker_id=worker_id,
         concurrency=1,
+        prefetch=0,  # the killed worker holds exactly the job it hung on
         visibility_timeout=VISIBILITY_TIMEOUT,
         poll_interval=1.0,
         tick_interval=0.5,

@@ -11,8 +11,10 @@
 What the runtime does for you:
 
 - **Concurrency.** Up to ``concurrency`` jobs at once: sync handlers on threads, ``async def``
-  handlers as tasks on one event loop. When the queues are empty it waits on LISTEN/NOTIFY (see
-  ``listen.py``) with ``poll_interval`` as the fallback poll.
+  handlers as tasks on one event loop. Up to ``prefetch`` more jobs are claimed ahead, to start
+  the moment a slot frees (their claims are kept alive by the heartbeats like running ones).
+  When the queues are empty it waits on LISTEN/NOTIFY (see ``listen.py``) with
+  ``poll_interval`` as the fallback poll.
 - **Batching.** Jobs that succeed are acknowledged in batches: each round trip to the database
   acknowledges every job that finished since the last one and claims as many new jobs as there
   are free slots, in one statement and one transaction. The worker's own transactions (claims,
@@ -157,6 +159,7 @@ class Worker:
         queues: list[str] | None = None,
         worker_id: str | None = None,
         concurrency: int = 8,
+        prefetch: int | None = None,
         visibility_timeout: float = 30.0,
         poll_interval: float = 5.0,
         tick_interval: float = 10.0,
@@ -170,6 +173,10 @@ class Worker:
                 one more to listen on.
             handlers: a :class:`Handlers`, or a mapping of queue name to handler function.
             queues: the queues to work (default: every queue with a handler).
+            concurrency: how many jobs run at once.
+            prefetch: how many more jobs to hold claimed, ready to start (default: as many as
+                ``concurrency``; 0 claims only for free slots). More prefetch means bigger
+                batches per round trip; less means other workers get a fairer share.
             worker_id: the name the worker claims under (default: ``hostname-pid``).
             visibility_timeout: seconds each claim lasts between heartbeats.
             poll_interval: the longest wait between pulls when no notification arrives.
@@ -187,10 +194,15 @@ class Worker:
             raise ValueError(f"no handler for queue(s) {missing or 'any'}")
         if concurrency < 1 or visibility_timeout <= 0 or poll_interval <= 0:
             raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError("prefetch must be zero or positive")
         self.dsn = dsn
         self.namespace = namespace
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.concurrency = concurrency
+        self.prefetch = concurrency if prefetch is None else prefetch
+        # Jobs claimed and not yet settled: running, or waiting for a handler slot.
+        self.capacity = self.concurrency + self.prefetch
         self.visibility_timeout = visibility_timeout
         self.poll_interval = poll_interval
         self.tick_interval = tick_interval
@@ -210,6 +222,7 @@ class Worker:
         self._hint_taken = threading.Event()
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_slots: asyncio.Semaphore | None = None  # made on the loop's own thread
         self._next_queue = 0
         self._signals = 0
         # Sync handlers run on `concurrency` threads fed by this queue; there are never more
@@ -312,7 +325,7 @@ class Worker:
                     want_jobs = True
                 with self._lock:
                     acks, self._finished = self._finished, []
-                free = self.concurrency - len(self._in_flight)
+                free = self.capacity - len(self._in_flight)
                 if acks or (want_jobs and free > 0):
                     claimed = self._settle_and_claim(acks, free if want_jobs else 0)
                     # Keep claiming while the queues give jobs; once they run dry, wait for a
@@ -522,6 +535,12 @@ class Worker:
         self._record(job, "ack" if acked else "stale", started)
 
     async def _run_async(self, job: Job, spec: HandlerSpec) -> None:
+        if self._async_slots is None:
+            self._async_slots = asyncio.Semaphore(self.concurrency)
+        async with self._async_slots:  # prefetched jobs wait here for a slot
+            await self._run_async_job(job, spec)
+
+    async def _run_async_job(self, job: Job, spec: HandlerSpec) -> None:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         try:
