@@ -417,6 +417,12 @@ def _check_schema(dsn: str) -> None:
     help="Jobs run at once, per process.",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(0),
+    default=None,
+    help="Jobs claimed ahead of free slots, per process [default: as many as --concurrency].",
+)
+@click.option(
     "-p",
     "--processes",
     type=click.IntRange(1),
@@ -473,6 +479,7 @@ def worker(
     module: str,
     queues: tuple[str, ...],
     concurrency: int,
+    prefetch: int | None,
     processes: int,
     namespace: str,
     worker_id: str | None,
@@ -508,6 +515,7 @@ def worker(
             *(["--verbose"] if verbose else []),
             *(argument for queue in queues for argument in ("--queue", queue)),
             *("--namespace", namespace, "--concurrency", str(concurrency)),
+            *(() if prefetch is None else ("--prefetch", str(prefetch))),
             *("--visibility-timeout", str(visibility_timeout)),
             *("--grace-period", str(grace_period), "--poll-interval", str(poll_interval)),
             *("--report-interval", str(report_interval), "--log-format", log_format),
@@ -531,6 +539,7 @@ def worker(
         queues=list(queues) or None,
         worker_id=worker_id,
         concurrency=concurrency,
+        prefetch=prefetch,
         visibility_timeout=visibility_timeout,
         poll_interval=poll_interval,
         grace_period=grace_period,
