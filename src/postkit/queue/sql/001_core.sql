@@ -198,6 +198,19 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION postkit_queue.check_priority(p_priority integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_priority IS NULL OR p_priority NOT BETWEEN -32768 AND 32767 THEN
+        RAISE EXCEPTION 'postkit: priority must be between -32768 and 32767, got %', p_priority
+            USING ERRCODE = 'PKQ03';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION postkit_queue.check_max_attempts(p_max_attempts integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -371,10 +384,7 @@ BEGIN
     PERFORM postkit_queue.check_name('unique_key', p_unique_key, false);
     SELECT * INTO v_policy FROM postkit_queue.queue_policy(p_namespace, p_queue);
     PERFORM postkit_queue.check_payload(p_queue, p_payload, v_policy.max_payload_bytes);
-    IF p_priority IS NULL OR p_priority NOT BETWEEN -32768 AND 32767 THEN
-        RAISE EXCEPTION 'postkit: priority must be between -32768 and 32767, got %', p_priority
-            USING ERRCODE = 'PKQ03';
-    END IF;
+    PERFORM postkit_queue.check_priority(p_priority);
     PERFORM postkit_queue.check_max_attempts(p_max_attempts);
     PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '10 years');
     PERFORM postkit_queue.check_duration('backoff_base', p_backoff_base, false, interval '1 day');

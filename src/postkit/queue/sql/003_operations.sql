@@ -537,10 +537,7 @@ BEGIN
     END IF;
     -- Each key as push checks it (a NULL entry means no key).
     PERFORM postkit_queue.check_name('unique_key', k, false) FROM unnest(p_unique_keys) AS k;
-    IF p_priority IS NULL OR p_priority NOT BETWEEN -32768 AND 32767 THEN
-        RAISE EXCEPTION 'postkit: priority must be between -32768 and 32767, got %', p_priority
-            USING ERRCODE = 'PKQ03';
-    END IF;
+    PERFORM postkit_queue.check_priority(p_priority);
     PERFORM postkit_queue.check_max_attempts(p_max_attempts);
     PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '10 years');
     SELECT * INTO v_policy FROM postkit_queue.queue_policy(p_namespace, p_queue);

@@ -79,10 +79,7 @@ BEGIN
     IF p_next_run_at IS NULL OR NOT isfinite(p_next_run_at) THEN
         RAISE EXCEPTION 'postkit: next_run_at must be a time' USING ERRCODE = 'PKQ10';
     END IF;
-    IF p_priority IS NULL OR p_priority NOT BETWEEN -32768 AND 32767 THEN
-        RAISE EXCEPTION 'postkit: priority must be between -32768 and 32767, got %', p_priority
-            USING ERRCODE = 'PKQ03';
-    END IF;
+    PERFORM postkit_queue.check_priority(p_priority);
     PERFORM postkit_queue.check_max_attempts(p_max_attempts);
 
     RETURN QUERY
