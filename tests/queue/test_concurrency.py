@@ -10,9 +10,8 @@ a clear message), then lets the holder finish. A statement that must not wait ru
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
@@ -45,40 +44,6 @@ def forbid_waiting(client: QueueClient) -> None:
     the timeout and raise LockNotAvailable."""
     client.cursor.execute("SET lock_timeout = '2s'")
     commit(client)
-
-
-def wait_until_blocked(
-    monitor: psycopg.Connection, waiter: int, holder: int, pending: Future[Any]
-) -> None:
-    """Return once backend ``waiter`` waits on a lock that backend ``holder`` holds.
-
-    Fails if that is not seen within BLOCK_TIMEOUT seconds, or if the waiting call finished
-    instead of blocking.
-    """
-    deadline = time.monotonic() + BLOCK_TIMEOUT
-    blockers: list[int] = []
-    while time.monotonic() < deadline:
-        if pending.done():
-            pending.result()  # re-raises what the call raised, if it failed
-            raise AssertionError(
-                f"backend {waiter} was expected to wait for backend {holder}, but its call "
-                f"returned without blocking: {pending.result()!r}"
-            )
-        row = monitor.execute("SELECT pg_blocking_pids(%s)", (waiter,)).fetchone()
-        blockers = list(row[0]) if row else []
-        if holder in blockers:
-            return
-        time.sleep(0.005)
-    raise AssertionError(
-        f"backend {waiter} was not seen blocked by backend {holder} within {BLOCK_TIMEOUT} s "
-        f"(last pg_blocking_pids: {blockers})"
-    )
-
-
-@pytest.fixture
-def monitor(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
-    """An autocommit connection that only watches the others' locks."""
-    return connect(autocommit=True)
 
 
 @pytest.fixture
@@ -257,7 +222,7 @@ def test_a_ticker_skips_expired_jobs_another_open_tick_is_reclaiming(
 def test_an_ack_waits_for_an_open_tick_and_then_finds_its_claim_gone(
     make_client: Callable[[], QueueClient],
     shift_clock: Callable[[QueueClient, float], None],
-    monitor: psycopg.Connection,
+    wait_until_blocked: Callable[..., None],
     executor: ThreadPoolExecutor,
 ) -> None:
     worker, ticker = make_client(), make_client()
@@ -267,7 +232,7 @@ def test_an_ack_waits_for_an_open_tick_and_then_finds_its_claim_gone(
 
     assert ticker.tick_timeouts() == 1  # transaction left open, holding the row lock
     acked = executor.submit(worker.ack, job)
-    wait_until_blocked(monitor, backend_pid(worker), backend_pid(ticker), acked)
+    wait_until_blocked(worker, ticker, acked)
     commit(ticker)
 
     assert acked.result(timeout=BLOCK_TIMEOUT) is False
@@ -281,7 +246,7 @@ def test_an_ack_waits_for_an_open_tick_and_then_finds_its_claim_gone(
 def test_an_ack_waiting_on_a_tick_that_rolls_back_still_succeeds(
     make_client: Callable[[], QueueClient],
     shift_clock: Callable[[QueueClient, float], None],
-    monitor: psycopg.Connection,
+    wait_until_blocked: Callable[..., None],
     executor: ThreadPoolExecutor,
 ) -> None:
     worker, ticker = make_client(), make_client()
@@ -291,7 +256,7 @@ def test_an_ack_waiting_on_a_tick_that_rolls_back_still_succeeds(
 
     assert ticker.tick_timeouts() == 1
     acked = executor.submit(worker.ack, job)
-    wait_until_blocked(monitor, backend_pid(worker), backend_pid(ticker), acked)
+    wait_until_blocked(worker, ticker, acked)
     rollback(ticker)
 
     assert acked.result(timeout=BLOCK_TIMEOUT) is True
@@ -326,6 +291,7 @@ def test_a_tick_skips_a_job_an_open_ack_is_settling(
 def test_concurrent_pushes_of_one_unique_key_create_one_job(
     make_client: Callable[[], QueueClient],
     monitor: psycopg.Connection,
+    wait_until_blocked: Callable[..., None],
     executor: ThreadPoolExecutor,
 ) -> None:
     a, b = make_client(), make_client()
@@ -333,7 +299,7 @@ def test_concurrent_pushes_of_one_unique_key_create_one_job(
     first = a.push("emails", {"from": "a"}, unique_key="welcome-42")  # not committed yet
     assert first is not None
     second = executor.submit(b.push, "emails", {"from": "b"}, unique_key="welcome-42")
-    wait_until_blocked(monitor, backend_pid(b), backend_pid(a), second)
+    wait_until_blocked(b, a, second)
     commit(a)
 
     assert second.result(timeout=BLOCK_TIMEOUT) is None
@@ -349,14 +315,14 @@ def test_concurrent_pushes_of_one_unique_key_create_one_job(
 
 def test_a_push_waiting_on_a_duplicate_that_rolls_back_creates_the_job(
     make_client: Callable[[], QueueClient],
-    monitor: psycopg.Connection,
+    wait_until_blocked: Callable[..., None],
     executor: ThreadPoolExecutor,
 ) -> None:
     a, b = make_client(), make_client()
 
     assert a.push("emails", {"from": "a"}, unique_key="welcome-42") is not None
     second = executor.submit(b.push, "emails", {"from": "b"}, unique_key="welcome-42")
-    wait_until_blocked(monitor, backend_pid(b), backend_pid(a), second)
+    wait_until_blocked(b, a, second)
     rollback(a)
 
     created = second.result(timeout=BLOCK_TIMEOUT)

@@ -7,9 +7,8 @@ offset (``shift_clock``); the one concurrent case forces its interleaving with
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -87,36 +86,6 @@ def one_stats(client: QueueClient, queue: str) -> Any:
 
 def backend_pid(client: QueueClient) -> int:
     return int(client.cursor.connection.info.backend_pid)
-
-
-def wait_until_blocked(
-    monitor: psycopg.Connection, waiter: int, holder: int, pending: Future[Any]
-) -> None:
-    """Return once backend ``waiter`` waits on a lock that backend ``holder`` holds; fail after
-    BLOCK_TIMEOUT seconds, or if the waiting call returned instead of blocking."""
-    deadline = time.monotonic() + BLOCK_TIMEOUT
-    blockers: list[int] = []
-    while time.monotonic() < deadline:
-        if pending.done():
-            raise AssertionError(
-                f"backend {waiter} was expected to wait for backend {holder}, but its call "
-                f"returned without blocking: {pending.result()!r}"
-            )
-        row = monitor.execute("SELECT pg_blocking_pids(%s)", (waiter,)).fetchone()
-        blockers = list(row[0]) if row else []
-        if holder in blockers:
-            return
-        time.sleep(0.005)
-    raise AssertionError(
-        f"backend {waiter} was not seen blocked by backend {holder} within {BLOCK_TIMEOUT} s "
-        f"(last pg_blocking_pids: {blockers})"
-    )
-
-
-@pytest.fixture
-def monitor(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
-    """An autocommit connection that only watches the others' locks."""
-    return connect(autocommit=True)
 
 
 @pytest.fixture
@@ -361,7 +330,7 @@ def test_redrive_by_filter_retries_exactly_the_matching_dead_letters(
 
 def test_two_operators_redriving_one_dead_letter_create_one_job(
     make_client: Callable[[], QueueClient],
-    monitor: psycopg.Connection,
+    wait_until_blocked: Callable[..., None],
     executor: ThreadPoolExecutor,
 ) -> None:
     first, second = make_client(), make_client()
@@ -370,7 +339,7 @@ def test_two_operators_redriving_one_dead_letter_create_one_job(
 
     (redriven,) = first.redrive([job_id])  # transaction left open: the dead letter stays locked
     racing = executor.submit(second.redrive, [job_id])
-    wait_until_blocked(monitor, backend_pid(second), backend_pid(first), racing)
+    wait_until_blocked(second, first, racing)
     commit(first)
 
     assert racing.result(timeout=BLOCK_TIMEOUT) == []

@@ -1,0 +1,57 @@
+"""Fixtures for tests where one transaction must wait for another."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import psycopg
+import pytest
+
+from postkit.queue import QueueClient
+
+BLOCK_TIMEOUT = 10.0
+
+
+def backend_pid(client: QueueClient) -> int:
+    return int(client.cursor.connection.info.backend_pid)
+
+
+@pytest.fixture
+def monitor(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
+    """An autocommit connection that only watches the others' locks."""
+    return connect(autocommit=True)
+
+
+WaitUntilBlocked = Callable[[QueueClient, QueueClient, "Future[Any]"], None]
+
+
+@pytest.fixture
+def wait_until_blocked(monitor: psycopg.Connection) -> WaitUntilBlocked:
+    """Return once ``waiter``'s backend waits on a lock ``holder``'s backend holds, as
+    pg_blocking_pids sees it; fail after BLOCK_TIMEOUT seconds, or at once if the waiting call
+    (``pending``) returned instead of blocking."""
+
+    def _wait(waiter: QueueClient, holder: QueueClient, pending: Future[Any]) -> None:
+        waiting, holding = backend_pid(waiter), backend_pid(holder)
+        deadline = time.monotonic() + BLOCK_TIMEOUT
+        blockers: list[int] = []
+        while time.monotonic() < deadline:
+            if pending.done():
+                raise AssertionError(
+                    f"backend {waiting} was expected to wait for backend {holding}, but its "
+                    f"call returned without blocking: {pending.result()!r}"
+                )
+            row = monitor.execute("SELECT pg_blocking_pids(%s)", (waiting,)).fetchone()
+            blockers = list(row[0]) if row else []
+            if holding in blockers:
+                return
+            time.sleep(0.005)
+        raise AssertionError(
+            f"backend {waiting} was not seen blocked by backend {holding} within "
+            f"{BLOCK_TIMEOUT} s (last pg_blocking_pids: {blockers})"
+        )
+
+    return _wait
