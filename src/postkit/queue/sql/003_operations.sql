@@ -145,11 +145,17 @@ RETURNS TABLE (
     retried_last_hour bigint, rescued_last_hour bigint, mean_attempts numeric)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+-- Each count must stop at p_cap rows, which only a plain index scan does: a bitmap scan reads
+-- the whole index range before the LIMIT applies, and a sequential scan may read the whole
+-- table. Without these, a generic plan on a million-job backlog read every row.
+SET enable_bitmapscan = off
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now   timestamptz := postkit_queue.clock();
-    v_queue text;
+    v_now        timestamptz := postkit_queue.clock();
+    v_queue      text;
+    v_priorities smallint[];
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, false);
@@ -162,29 +168,9 @@ BEGIN
     LOOP
         queue := v_queue;
         paused := (postkit_queue.queue_policy(p_namespace, v_queue)).paused;
-        -- Range scans of jobs_pull_idx, each stopping at p_cap rows.
-        SELECT count(*) INTO pending FROM (
-            SELECT 1 FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
-              AND j.run_at <= v_now
-            LIMIT p_cap) ready;
-        SELECT count(*) INTO scheduled FROM (
-            SELECT 1 FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
-              AND j.run_at > v_now
-            LIMIT p_cap) later;
-        SELECT count(*) INTO running FROM (
-            SELECT 1 FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'running'
-            LIMIT p_cap) claimed;
-        SELECT count(*) INTO dead FROM (
-            SELECT 1 FROM postkit_queue.dead_letters d
-            WHERE d.namespace = p_namespace AND d.queue = v_queue
-              AND d.redriven_job_id IS NULL
-            LIMIT p_cap) buried;
-        counts_capped := greatest(pending, scheduled, running, dead) >= p_cap;
-        -- The oldest ready job: the earliest run_at of each priority (a skip scan over the
-        -- distinct priorities of jobs_pull_idx), then the earliest of those.
+        -- The distinct priorities of the queue's pending jobs: a skip scan of jobs_pull_idx,
+        -- one index probe per priority. Within one priority the index is ordered by run_at,
+        -- so "ready" and "scheduled" are each one contiguous range of it.
         WITH RECURSIVE priorities(priority) AS (
             (SELECT j.priority FROM postkit_queue.jobs j
              WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
@@ -196,14 +182,45 @@ BEGIN
                     ORDER BY j.priority DESC LIMIT 1)
             FROM priorities p WHERE p.priority IS NOT NULL
         )
+        SELECT array_agg(p.priority) INTO v_priorities
+        FROM priorities p WHERE p.priority IS NOT NULL;
+        v_priorities := coalesce(v_priorities, '{}');
+        -- Range scans of jobs_pull_idx, priority by priority, stopping at p_cap rows in all.
+        SELECT count(*) INTO pending FROM (
+            SELECT 1 FROM unnest(v_priorities) AS p(priority)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+                  AND j.priority = p.priority AND j.run_at <= v_now
+                LIMIT p_cap) ready
+            LIMIT p_cap) counted;
+        SELECT count(*) INTO scheduled FROM (
+            SELECT 1 FROM unnest(v_priorities) AS p(priority)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+                  AND j.priority = p.priority AND j.run_at > v_now
+                LIMIT p_cap) later
+            LIMIT p_cap) counted;
+        SELECT count(*) INTO running FROM (
+            SELECT 1 FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'running'
+            LIMIT p_cap) claimed;
+        SELECT count(*) INTO dead FROM (
+            SELECT 1 FROM postkit_queue.dead_letters d
+            WHERE d.namespace = p_namespace AND d.queue = v_queue
+              AND d.redriven_job_id IS NULL
+            LIMIT p_cap) buried;
+        counts_capped := greatest(pending, scheduled, running, dead) >= p_cap;
+        -- The oldest ready job: the earliest run_at of each priority, then the earliest of those.
         SELECT v_now - min(first.run_at) INTO oldest_ready_age
-        FROM priorities p
+        FROM unnest(v_priorities) AS p(priority)
         CROSS JOIN LATERAL (
             SELECT j.run_at FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
               AND j.priority = p.priority
             ORDER BY j.run_at LIMIT 1) first
-        WHERE p.priority IS NOT NULL AND first.run_at <= v_now;
+        WHERE first.run_at <= v_now;
         -- Primary-key range scan of queue_stats: at most 60 minutes x 8 slots.
         SELECT coalesce(sum(s.completed) FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
                coalesce(sum(s.completed), 0),
