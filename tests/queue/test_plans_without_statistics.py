@@ -69,3 +69,17 @@ def test_ack_many_deletes_by_primary_key_for_a_namespace_without_statistics(
     plan = plan_of(plans, "WITH done AS")
     assert sorted(acked) == sorted(job.id for job in claimed)
     assert "jobs_pkey" in plan and "Seq Scan" not in plan, plan
+
+
+def test_next_run_at_probes_the_pull_index_instead_of_scanning_the_backlog(
+    explained: tuple[psycopg.Connection, list[str]],
+) -> None:
+    connection, plans = explained
+
+    row = connection.execute(
+        "SELECT postkit_queue.next_run_at('fresh', ARRAY['emails', 'sms'])"
+    ).fetchone()
+
+    plan = plan_of(plans, "WITH RECURSIVE priorities")
+    assert row is not None and row[0] is not None
+    assert "jobs_pull_idx" in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan

@@ -220,6 +220,10 @@ class Worker:
         # Set by the listener thread when a job may be ready; cleared by the main loop.
         self._work_hint = threading.Event()
         self._hint_taken = threading.Event()
+        # Set while the main loop waits for something to do: only then does the listener
+        # thread wait for work (a notification, a due job). While the main loop is claiming,
+        # notifications queue up on the listener's connection and are read at the next wait.
+        self._idle = threading.Event()
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_slots: asyncio.Semaphore | None = None  # made on the loop's own thread
@@ -334,6 +338,7 @@ class Worker:
                     failures = 0
                     continue
                 wake_by = min(next_tick, next_report) if self.report_interval else next_tick
+                self._idle.set()
                 with self._lock:
                     woken = self._lock.wait_for(
                         lambda: (
@@ -343,6 +348,7 @@ class Worker:
                         ),
                         timeout=max(min(self.poll_interval, wake_by - now), 0.0),
                     )
+                self._idle.clear()
                 if not woken and time.monotonic() < wake_by:
                     want_jobs = True  # the fallback poll: a notification may have been missed
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
@@ -361,11 +367,17 @@ class Worker:
         queues in turn from a rotating start. Returns how many jobs it claimed."""
         first = self._next_queue
         self._next_queue = (self._next_queue + 1) % len(self.queues)
-        acked, jobs = self._with_client(
-            functools.partial(
-                self._ack_and_pull, acks=[job for job, _ in acks], limit=limit, first=first
+        try:
+            acked, jobs = self._with_client(
+                functools.partial(
+                    self._ack_and_pull, acks=[job for job, _ in acks], limit=limit, first=first
+                )
             )
-        )
+        except BaseException:
+            # Nothing was acknowledged (the statement rolled back): try these again next time.
+            with self._lock:
+                self._finished[:0] = acks
+            raise
         self._record_acks(acks, set(acked))
         for job in jobs:
             self._dispatch(job)
@@ -404,6 +416,8 @@ class Worker:
             try:
                 if listener is None:
                     listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+                if not self._idle.wait(self.poll_interval):
+                    continue
                 if listener.wait_for_work(timeout=self.poll_interval):
                     self._hint_taken.clear()
                     with self._lock:

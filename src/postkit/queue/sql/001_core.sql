@@ -790,15 +790,38 @@ END
 $$;
 
 -- next_run_at: when the earliest pending job of these queues falls due (NULL: none pending).
--- A waiting worker sleeps no longer than this. Scans jobs_pull_idx for each queue.
+-- A waiting worker sleeps no longer than this. For each queue, a skip scan of jobs_pull_idx
+-- over its distinct priorities, and within each priority the first entry (the index is ordered
+-- by run_at there): a few index probes however long the backlog, never a scan of it.
 CREATE FUNCTION postkit_queue.next_run_at(p_namespace text, p_queues text[])
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_sort = off
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
-    SELECT min(j.run_at)
-    FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.queue = ANY (p_queues) AND j.state = 'pending'
+    WITH RECURSIVE priorities(queue, priority) AS (
+        SELECT q.queue, (SELECT j.priority FROM postkit_queue.jobs j
+                         WHERE j.namespace = p_namespace AND j.queue = q.queue
+                           AND j.state = 'pending'
+                         ORDER BY j.priority DESC LIMIT 1)
+        FROM unnest(p_queues) AS q(queue)
+        UNION ALL
+        SELECT p.queue, (SELECT j.priority FROM postkit_queue.jobs j
+                         WHERE j.namespace = p_namespace AND j.queue = p.queue
+                           AND j.state = 'pending' AND j.priority < p.priority
+                         ORDER BY j.priority DESC LIMIT 1)
+        FROM priorities p WHERE p.priority IS NOT NULL
+    )
+    SELECT min(first.run_at)
+    FROM priorities p
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.queue = p.queue AND j.state = 'pending'
+          AND j.priority = p.priority
+        ORDER BY j.run_at LIMIT 1) first
+    WHERE p.priority IS NOT NULL
 $$;
 
 -- dead_letters: the newest dead letters of a namespace, newest first, filtered by queue, by
