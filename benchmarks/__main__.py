@@ -1,15 +1,26 @@
-"""Run Postkit's benchmarks: ``python -m benchmarks [latency|notify|all] [--dsn DSN]``.
+"""Run Postkit's benchmarks.
 
-Results are printed and written as Markdown to benchmarks/results/. Numbers depend on the
+    python -m benchmarks run [--quick] [--only LIB,...] [--workloads W1,...] [--runs N] [--dsn DSN]
+    python -m benchmarks [latency|notify|all] [--dsn DSN] [--runs N]
+
+``run`` compares Postkit with PGQueuer, procrastinate, Chancy and RQ (on Redis) on the same
+server (install them with ``pip install -e '.[bench]'``) and writes comparison.md,
+comparison.png and comparison.json to benchmarks/results/ (``comparison-quick.*`` with
+``--quick``). ``latency`` and ``notify`` are Postkit's own micro-benchmarks. Numbers depend on the
 machine: every result file names the machine and server it came from.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import sys
 
-from benchmarks import latency, notify_cost
+from benchmarks import latency, notify_cost, pg, report, suite, workloads
+from benchmarks.adapters import LIBRARIES
 from benchmarks.common import Spread, database, environment, write_result
+from postkit.embedded import resolve_dsn
 
 
 def run_latency(dsn: str, runs: int) -> str:
@@ -53,12 +64,120 @@ def run_notify(dsn: str, runs: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_comparison(args: argparse.Namespace) -> int:
+    libraries = _choices(args.only, LIBRARIES, "--only")
+    selected = _choices(args.workloads, suite.WORKLOADS, "--workloads")
+    scale = workloads.QUICK if args.quick else workloads.FULL
+    overrides = {
+        "w1_jobs": args.w1_jobs,
+        "calibration_jobs": args.calibration_jobs,
+        "w1s_jobs": args.w1s_jobs,
+        "backlog": args.backlog,
+        "endurance_jobs": args.endurance_jobs,
+        "endurance_seconds": args.endurance_seconds,
+        "held_seconds": args.held_seconds,
+        "drain_cap": args.drain_cap,
+    }
+    scale = workloads.Scale(
+        **{**vars(scale), **{key: value for key, value in overrides.items() if value}}
+    )
+    if args.redis:
+        os.environ["BENCHMARK_REDIS_URL"] = args.redis
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    server = resolve_dsn(args.dsn)  # each library installs into a database of its own
+    vacuum_every = args.vacuum_every
+    if vacuum_every is None:
+        autovacuum = pg.server_settings(server).get("autovacuum")
+        vacuum_every = 20.0 if autovacuum == "off" else 0.0
+    scale = workloads.Scale(**{**vars(scale), "vacuum_every": vacuum_every})
+    name = args.name or ("comparison-quick" if args.quick else "comparison")
+    previous = suite.load_result(name) if args.merge else None
+    chosen = (
+        {lib: found["config"] for lib, found in previous["libraries"].items() if "config" in found}
+        if previous
+        else None
+    )
+    result = suite.run(
+        server,
+        libraries,
+        selected,
+        runs=args.runs,
+        scale=scale,
+        quick=args.quick,
+        command=suite.command_line(),
+        chosen=chosen,
+    )
+    if previous is not None:
+        result = suite.merge(previous, result)
+    paths = [suite.save(result, name), *report.write(result, name)]
+    print(report.markdown(result))
+    print("->", ", ".join(str(path) for path in paths))
+    return 0
+
+
+def _choices(value: str | None, allowed: tuple[str, ...], option: str) -> list[str]:
+    if not value:
+        return list(allowed)
+    chosen = [item.strip() for item in value.split(",") if item.strip()]
+    unknown = [item for item in chosen if item not in allowed]
+    if unknown:
+        raise SystemExit(
+            f"{option}: unknown {', '.join(unknown)}; choose from {', '.join(allowed)}"
+        )
+    return chosen
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("which", choices=["latency", "notify", "all"], nargs="?", default="all")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "which", choices=["run", "latency", "notify", "all"], nargs="?", default="all"
+    )
     parser.add_argument("--dsn", help="default: POSTKIT_DSN, DATABASE_URL, else embedded")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--runs",
+        type=int,
+        help="repetitions, reported as median (min-max); default 3 (1 with --quick)",
+    )
+    comparison = parser.add_argument_group("run (the comparison)")
+    comparison.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    comparison.add_argument("--only", help=f"libraries, comma-separated: {','.join(LIBRARIES)}")
+    comparison.add_argument(
+        "--workloads", help=f"workloads, comma-separated: {','.join(suite.WORKLOADS)}"
+    )
+    comparison.add_argument("--redis", help="RQ's Redis (default redis://127.0.0.1:6379/13)")
+    comparison.add_argument("--w1-jobs", type=int, help="W1 job count (full: 20,000)")
+    comparison.add_argument(
+        "--calibration-jobs", type=int, help="jobs per worker configuration tried (full: 10,000)"
+    )
+    comparison.add_argument("--w1s-jobs", type=int, help="W1s job count (full: 200,000)")
+    comparison.add_argument("--backlog", type=int, help="W3 backlog (full: 1,000,000)")
+    comparison.add_argument("--endurance-jobs", type=int, help="W4 job count (full: 500,000)")
+    comparison.add_argument("--endurance-seconds", type=float, help="W4 time budget (full: 300)")
+    comparison.add_argument("--held-seconds", type=float, help="W5 phase length (full: 60)")
+    comparison.add_argument(
+        "--drain-cap", type=float, help="longest a drain is timed, seconds (full: 120)"
+    )
+    comparison.add_argument(
+        "--vacuum-every",
+        type=float,
+        help="VACUUM the library's tables this often while workers run (default: 20 s when "
+        "the server's autovacuum is off, else never; 0: never)",
+    )
+    comparison.add_argument("--name", help="result file name (default: comparison[-quick])")
+    comparison.add_argument(
+        "--merge",
+        action="store_true",
+        help="replace only the measured workloads' numbers in the existing result file",
+    )
     args = parser.parse_args()
+    if args.runs is None:
+        args.runs = 1 if args.quick else 3
+    if args.which == "run":
+        sys.exit(run_comparison(args))
     dsn = database(args.dsn)
     if args.which in ("latency", "all"):
         text = run_latency(dsn, args.runs)

@@ -1,0 +1,91 @@
+"""Postkit: QueueClient.push on the producer's connection; postkit.queue.worker.Worker workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from benchmarks import handlers
+from benchmarks.adapters import Adapter, WorkerConfig
+from postkit.queue import Job, QueueClient, install
+from postkit.queue.worker import Worker
+
+NAMESPACE = "bench"
+QUEUE = "bench"
+
+
+class PostkitAdapter(Adapter):
+    name = "postkit"
+    distribution = "postkit"
+    configs = (
+        WorkerConfig(1, 8),
+        WorkerConfig(2, 8),
+        WorkerConfig(2, 16),
+    )
+    latency_config = WorkerConfig(1, 4)
+    clear_sql = "TRUNCATE postkit_queue.jobs, postkit_queue.dead_letters"
+    progress_sql = (
+        "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FROM postkit_queue.jobs"
+    )
+    batch_note = (
+        "QueueClient.push_batch (one round trip per batch) when the client has it; before "
+        "it, QueueClient.push once per job (one round trip each) and one commit per batch"
+    )
+
+    def install(self) -> None:
+        with psycopg.connect(self.dsn) as connection:
+            install(connection)
+
+    def open(self) -> None:
+        self.connection = psycopg.connect(self.dsn)
+        self.client = QueueClient(self.connection.cursor(), namespace=NAMESPACE)
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def push_one(self, sequence: int) -> None:
+        self.client.push(QUEUE, {"n": sequence})
+        self.connection.commit()
+
+    def enqueue_batch(self, start: int, count: int, batch: int) -> None:
+        push_batch = getattr(self.client, "push_batch", None)
+        for first in range(start, start + count, batch):
+            sequences = range(first, min(first + batch, start + count))
+            if push_batch is not None:
+                push_batch(QUEUE, [{"n": sequence} for sequence in sequences])
+            else:
+                for sequence in sequences:
+                    self.client.push(QUEUE, {"n": sequence})
+            self.connection.commit()
+
+    def fill(self, start: int, count: int) -> None:
+        # Not timed: postkit_queue.push itself, called server-side 50,000 times per statement.
+        for first in range(start, start + count, 50_000):
+            self.connection.execute(
+                "SELECT count(postkit_queue.push(%s, %s, jsonb_build_object('n', g)))"
+                " FROM generate_series(%s::int, %s::int) AS g",
+                (NAMESPACE, QUEUE, first, min(first + 50_000, start + count) - 1),
+            )
+            self.connection.commit()
+
+
+def _handler(job: Job) -> None:
+    handlers.handle(job.payload["n"])
+
+
+def worker_main(dsn: str, config: WorkerConfig, probe_port: int | None) -> None:
+    handlers.configure(probe_port)
+    options: dict[str, Any] = {"poll_interval": config.option("poll_interval", 5.0)}
+    worker = Worker(
+        dsn,
+        {QUEUE: _handler},
+        namespace=NAMESPACE,
+        concurrency=config.concurrency,
+        grace_period=5,
+        **options,
+    )
+    worker.run()
+
+
+ADAPTER = PostkitAdapter

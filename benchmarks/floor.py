@@ -1,0 +1,150 @@
+"""The floor: what the server itself does for a queue's basic statements, with pgbench.
+
+Three custom scripts against a minimal table (``id bigserial``, ``payload jsonb``,
+``run_at timestamptz``) in a database of its own (``bench_floor``), prepared statements:
+
+- insert: one single-row INSERT per transaction, one client (the ceiling of single enqueue);
+- dequeue 1: one ``DELETE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)`` per
+  transaction, two clients (one per core);
+- dequeue 100: the same with ``LIMIT 100``, two clients.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks import pg
+
+TABLE = """
+CREATE TABLE floor_jobs (
+    id      bigserial   PRIMARY KEY,
+    payload jsonb       NOT NULL,
+    run_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+INSERT = "INSERT INTO floor_jobs (payload) VALUES ('{\"n\": 1}');\n"
+DEQUEUE = (
+    "DELETE FROM floor_jobs WHERE id IN (SELECT id FROM floor_jobs ORDER BY id "
+    "LIMIT {limit} FOR UPDATE SKIP LOCKED);\n"
+)
+
+
+def pgbench_path() -> str | None:
+    found = shutil.which("pgbench")
+    if found:
+        return found
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pgbench"))
+    return candidates[-1] if candidates else None
+
+
+class Floor:
+    """The floor database (``bench_floor``) and its pgbench runs."""
+
+    def __init__(self, server_dsn: str, binary: str) -> None:
+        self.server_dsn = server_dsn
+        self.binary = binary
+        self.dsn = pg.recreate_database(server_dsn, "bench_floor")
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            connection.execute(TABLE)
+        self._folder = tempfile.TemporaryDirectory()
+        self.scripts = Path(self._folder.name)
+        (self.scripts / "insert.sql").write_text(INSERT)
+        (self.scripts / "dequeue1.sql").write_text(DEQUEUE.format(limit=1))
+        (self.scripts / "dequeue100.sql").write_text(DEQUEUE.format(limit=100))
+
+    @classmethod
+    def open(cls, server_dsn: str) -> Floor | None:
+        """The floor, or None when pgbench is not installed."""
+        binary = pgbench_path()
+        return None if binary is None else cls(server_dsn, binary)
+
+    def close(self) -> None:
+        self._folder.cleanup()
+        pg.drop_database(self.server_dsn, "bench_floor")
+
+    def _ensure(self) -> None:
+        """Create the floor database again if something dropped it meanwhile."""
+        with psycopg.connect(self.server_dsn, autocommit=True) as connection:
+            found = connection.execute(
+                "SELECT 1 FROM pg_database WHERE datname = 'bench_floor'"
+            ).fetchone()
+        if found is None:
+            self.dsn = pg.recreate_database(self.server_dsn, "bench_floor")
+            with psycopg.connect(self.dsn, autocommit=True) as connection:
+                connection.execute(TABLE)
+
+    def insert_rate(self, seconds: float) -> float:
+        """Single-row inserts per second, one client, one transaction each."""
+        self._ensure()
+        _reset(self.dsn, 0)
+        return _pgbench(
+            self.binary,
+            self.dsn,
+            self.scripts / "insert.sql",
+            ["-c1", f"-T{max(1, round(seconds))}"],
+        )
+
+    def dequeue_rate(self, limit: int, transactions: int, clients: int = 2) -> float:
+        """Dequeue transactions per second, ``clients`` clients, ``limit`` rows each."""
+        self._ensure()
+        _reset(self.dsn, clients * transactions * limit)
+        return _pgbench(
+            self.binary,
+            self.dsn,
+            self.scripts / f"dequeue{limit}.sql",
+            [f"-c{clients}", f"-j{clients}", f"-t{transactions}"],
+        )
+
+    def measure(self, *, quick: bool, runs: int) -> dict[str, Any]:
+        seconds = 3 if quick else 10
+        insert, one, hundred = [], [], []
+        for _ in range(runs):
+            insert.append(self.insert_rate(seconds))
+            one.append(self.dequeue_rate(1, 2_000 if quick else 10_000))
+            hundred.append(self.dequeue_rate(100, 50 if quick else 500))
+        return {
+            "pgbench": self.binary,
+            "seconds": seconds,
+            "clients": 2,
+            "insert_tps": insert,
+            "dequeue1_tps": one,
+            "dequeue100_tps": hundred,
+            "insert_jobs_median": statistics.median(insert),
+            "dequeue1_jobs_median": statistics.median(one),
+            "dequeue100_jobs_median": 100 * statistics.median(hundred),
+        }
+
+
+def _reset(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("TRUNCATE floor_jobs")
+        if rows:
+            connection.execute(
+                "INSERT INTO floor_jobs (payload) SELECT jsonb_build_object('n', g)"
+                " FROM generate_series(1, %s) AS g",
+                (rows,),
+            )
+        connection.execute("VACUUM ANALYZE floor_jobs")
+
+
+def _pgbench(binary: str, dsn: str, script: Path, options: list[str]) -> float:
+    completed = subprocess.run(
+        [binary, "-n", "-M", "prepared", "-f", str(script), *options, dsn],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", completed.stdout)
+    if match is None:
+        raise RuntimeError(f"unexpected pgbench output: {completed.stdout[-500:]}")
+    return float(match.group(1))
