@@ -353,7 +353,13 @@ class Worker:
                     want_jobs = True  # the fallback poll: a notification may have been missed
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 failures += 1
-                delay = min(_MAX_BACKOFF, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1)
+                # Drop every pooled connection that died with this one (a server restart
+                # kills them all), so the next try gets a live one instead of meeting the dead
+                # ones one backoff at a time. The first retries come quickly.
+                with contextlib.suppress(Exception):
+                    if self._pool is not None:
+                        self._pool.check()
+                delay = min(_MAX_BACKOFF, 0.1 * 2 ** min(failures, 9)) * random.uniform(0.5, 1)
                 logger.warning(
                     "database error (%s); retrying in %.1fs",
                     exc,
@@ -538,14 +544,25 @@ class Worker:
         """The handler's writes and the ack share one transaction: both commit, or neither."""
         assert self._pool is not None
         started = time.monotonic()
-        with self._pool.connection() as connection, connection.transaction() as transaction:
-            cursor = connection.cursor()
-            # The handler's writes are the application's: they commit durably.
-            cursor.execute("SET LOCAL synchronous_commit = on")
-            spec.function(job, cursor)
-            acked = QueueClient(cursor, namespace=self.namespace).ack(job)
-            if not acked:
-                raise psycopg.Rollback(transaction)
+        for attempt in range(3):
+            handler_ran = False
+            try:
+                with self._pool.connection() as connection, connection.transaction() as tx:
+                    cursor = connection.cursor()
+                    # The handler's writes are the application's: they commit durably.
+                    cursor.execute("SET LOCAL synchronous_commit = on")
+                    handler_ran = True
+                    spec.function(job, cursor)
+                    acked = QueueClient(cursor, namespace=self.namespace).ack(job)
+                    if not acked:
+                        raise psycopg.Rollback(tx)
+                break
+            except psycopg.OperationalError:
+                # A pooled connection that died while idle fails before the handler runs:
+                # that is no failure of the job, so take another connection (the pool drops
+                # the dead one) instead of spending an attempt on it.
+                if handler_ran or attempt == 2:
+                    raise
         self._record(job, "ack" if acked else "stale", started)
 
     async def _run_async(self, job: Job, spec: HandlerSpec) -> None:

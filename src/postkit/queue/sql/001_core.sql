@@ -527,14 +527,16 @@ BEGIN
     IF cardinality(p_job_ids) = 0 THEN
         RETURN '{}';
     END IF;
-    -- Primary-key lookups for the listed ids; each row is then checked against the token
-    -- given for its id. A matching token implies a running job (the table's CHECK ties
+    -- Primary-key lookups for the listed ids; a row is acknowledged when its current claim
+    -- token is one of the tokens given. Tokens are unique per claim, so a token can only match
+    -- the claim it was issued for, and a stale claim listed beside the current one of the same
+    -- job cannot hide it. A matching token implies a running job (the table's CHECK ties
     -- claim_token to state 'running'); saying state = 'running' here as well would invite the
     -- planner to scan every running row through jobs_deadline_idx instead.
     WITH done AS (
         DELETE FROM postkit_queue.jobs j
         WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids)
-          AND j.claim_token = p_claim_tokens[array_position(p_job_ids, j.id)]
+          AND j.claim_token = ANY (p_claim_tokens)
         RETURNING j AS job
     )
     SELECT array_agg(done.job) INTO v_done FROM done;
