@@ -1,0 +1,152 @@
+"""A worker whose connections are cut (a server restart, a proxy restart, pg_terminate_backend),
+in slow motion: the chaos run (test_chaos.py) found these two, and here each is made to happen
+every time.
+
+Each test has a server of its own (``own_server``) and cuts only its own worker's connections.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from postkit.embedded import EmbeddedServer
+from postkit.queue import Job, QueueClient, install
+from postkit.queue.worker import Handlers, Worker
+
+Q = "work"
+
+
+def wait_until(condition: Callable[[], Any], message: str, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{message} (waited {timeout:.0f}s)")
+        time.sleep(0.02)
+    return value
+
+
+class Setup:
+    """A server of the test's own with the schema, an autocommit client, and workers on threads
+    whose connections carry an application_name of their own."""
+
+    def __init__(self, server: EmbeddedServer) -> None:
+        self.dsn = server.dsn
+        with psycopg.connect(self.dsn) as connection:
+            install(connection)
+        self.namespace = f"loss-{uuid.uuid4().hex[:8]}"
+        self.application_name = f"pk-{self.namespace}"
+        self.admin = psycopg.connect(self.dsn, autocommit=True)
+        self.client = QueueClient(self.admin.cursor(), namespace=self.namespace)
+        self.workers: list[tuple[Worker, threading.Thread]] = []
+
+    def start_worker(self, handlers: Handlers, **options: Any) -> Worker:
+        dsn = psycopg.conninfo.make_conninfo(self.dsn, application_name=self.application_name)
+        worker = Worker(dsn, handlers, namespace=self.namespace, tick_interval=60.0, **options)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        self.workers.append((worker, thread))
+        return worker
+
+    def state(self, job_id: int | None) -> str | None:
+        """The job's state; None once it is acked (or if it was never pushed)."""
+        job = None if job_id is None else self.client.get_job(job_id)
+        return None if job is None else job.state
+
+    def cut(self, *, idle_only: bool) -> int:
+        """Terminate the worker's connections (only the idle ones, if ``idle_only``)."""
+        row = self.admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s AND (state = 'idle' OR NOT %s)",
+            (self.application_name, idle_only),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def close(self) -> None:
+        for worker, _ in self.workers:
+            worker.stop()
+        for _, thread in self.workers:
+            thread.join(timeout=30)
+        self.admin.close()
+
+
+@pytest.fixture
+def setup(own_server: EmbeddedServer) -> Iterator[Setup]:
+    state = Setup(own_server)
+    yield state
+    state.close()
+
+
+@pytest.mark.slow
+def test_a_job_is_not_charged_for_a_connection_the_worker_lost(setup: Setup) -> None:
+    started, go = threading.Event(), threading.Event()
+    ran: list[str] = []
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def handle(job: Job, cursor: Any) -> None:
+        ran.append(job.payload["name"])
+        if job.payload["name"] == "A":
+            started.set()
+            go.wait(30)
+
+    setup.start_worker(handlers, concurrency=1, prefetch=1, poll_interval=0.2)
+    setup.client.push(Q, {"name": "A"})
+    assert started.wait(15), "job A never started"
+    b = setup.client.push(Q, {"name": "B"}, max_attempts=1)
+    assert b is not None
+    # B is claimed ahead (prefetch) and waits for the slot A holds.
+    wait_until(lambda: setup.state(b) == "running", "job B was never claimed")
+    # The worker's idle pooled connections die; the one A's handler is using lives.
+    assert setup.cut(idle_only=True) >= 1
+    go.set()
+
+    def settled() -> tuple[Job | None] | None:
+        found = setup.client.get_job(b)
+        return (found,) if found is None or found.state != "running" else None
+
+    (job,) = wait_until(settled, "job B was never settled")
+    assert job is None or job.state == "pending", (
+        f"job B ended {job.state} after attempt {job.attempts} of {job.max_attempts} with"
+        f" {[entry['error'].splitlines()[0] for entry in job.errors]}; its handler ran: "
+        f"{'B' in ran}"
+    )
+    wait_until(lambda: setup.client.get_job(b) is None, "job B was never acked")
+    assert ran == ["A", "B"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_resumes_within_seconds_after_its_connections_are_cut(setup: Setup) -> None:
+    ran: dict[int, float] = {}
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def handle(job: Job, cursor: Any) -> None:
+        ran[job.id] = time.monotonic()
+        if job.payload.get("warm"):
+            time.sleep(0.3)  # eight at once: the pool grows to eight connections or more
+
+    setup.start_worker(handlers, concurrency=8, prefetch=0, poll_interval=1.0)
+    warm = [setup.client.push(Q, {"warm": True}) for _ in range(8)]
+    wait_until(lambda: all(setup.state(j) is None for j in warm), "the warm-up never ended")
+    time.sleep(0.5)  # every connection back in the pool, idle
+
+    assert setup.cut(idle_only=False) >= 8
+    cut_at = time.monotonic()
+    job_id = setup.client.push(Q, {})
+    assert job_id is not None
+    deadline = cut_at + 15.0
+    while job_id not in ran and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job_id in ran, (
+        "the server never went away, yet 15 s after its connections were cut the worker had"
+        " not run a new job"
+    )
