@@ -44,6 +44,7 @@ INTERNAL_SQL = {
     "clock",
     "error_entry",
     "holds_claim",
+    "is_name",
     "my_namespaces",
     "notify",
     "queue_policy",
@@ -145,8 +146,17 @@ def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str], dict[str, list[
             name = match.group(1)
             close = _balanced(text, match.end())
             arguments = _split_top_level(text[match.end() : close - 1])
-            body_start = text.index("$$", close)
-            body_end = text.index("$$", body_start + 2)
+            # A SQL-standard body ("RETURN expression;") has no dollar quotes: it ends at the
+            # first semicolon, before any later function's quoted body.
+            standard = re.compile(r"\bRETURN\b(.*?);", re.S).search(text, close)
+            quoted = text.find("$$", close)
+            if standard is not None and (quoted < 0 or standard.start() < quoted):
+                body_start, body_end = standard.start(), standard.end()
+                body = standard.group(1)
+            else:
+                body_start = quoted
+                body_end = text.index("$$", body_start + 2)
+                body = text[body_start + 2 : body_end]
             head = " ".join(text[close:body_start].split())
             returns = re.search(r"RETURNS (.*?)(?= LANGUAGE | SET | AS$|$)", head)
             language = re.search(r"LANGUAGE (\w+)(?: (STABLE|IMMUTABLE|VOLATILE))?", head)
@@ -162,7 +172,7 @@ def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str], dict[str, list[
                 language=language.group(1) if language else "",
                 volatility=(language.group(2) if language and language.group(2) else "VOLATILE"),
                 comment=_comment_above(lines, text.count("\n", 0, match.start())),
-                body=text[body_start + 2 : body_end],
+                body=body,
                 defined_in=path.name,
             )
             previous = functions.get(name)

@@ -29,8 +29,10 @@ class PostkitAdapter(Adapter):
         "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FROM postkit_queue.jobs"
     )
     batch_note = (
-        "QueueClient.push_batch (one round trip per batch) when the client has it; before "
-        "it, QueueClient.push once per job (one round trip each) and one commit per batch"
+        "QueueClient.push_batch (one statement, so one round trip and one transaction per "
+        "batch) when the client has it; before it, QueueClient.push once per job in one "
+        "transaction per batch. A single push is one statement on an autocommit connection: "
+        "the job is its own transaction, in one round trip"
     )
 
     def install(self) -> None:
@@ -38,7 +40,9 @@ class PostkitAdapter(Adapter):
             install(connection)
 
     def open(self) -> None:
-        self.connection = psycopg.connect(self.dsn)
+        # Autocommit: each push is its own transaction, committed by the server with the
+        # statement, as a web request that enqueues a standalone job would do it.
+        self.connection = psycopg.connect(self.dsn, autocommit=True)
         self.client = QueueClient(self.connection.cursor(), namespace=NAMESPACE)
 
     def close(self) -> None:
@@ -46,7 +50,6 @@ class PostkitAdapter(Adapter):
 
     def push_one(self, sequence: int) -> None:
         self.client.push(QUEUE, {"n": sequence})
-        self.connection.commit()
 
     def enqueue_batch(self, start: int, count: int, batch: int) -> None:
         push_batch = getattr(self.client, "push_batch", None)
@@ -54,10 +57,10 @@ class PostkitAdapter(Adapter):
             sequences = range(first, min(first + batch, start + count))
             if push_batch is not None:
                 push_batch(QUEUE, [{"n": sequence} for sequence in sequences])
-            else:
+                continue
+            with self.connection.transaction():
                 for sequence in sequences:
                     self.client.push(QUEUE, {"n": sequence})
-            self.connection.commit()
 
     def fill(self, start: int, count: int) -> None:
         # Not timed: postkit_queue.push itself, called server-side 50,000 times per statement.
@@ -67,7 +70,6 @@ class PostkitAdapter(Adapter):
                 " FROM generate_series(%s::int, %s::int) AS g",
                 (NAMESPACE, QUEUE, first, min(first + 50_000, start + count) - 1),
             )
-            self.connection.commit()
 
 
 def _handler(job: Job) -> None:

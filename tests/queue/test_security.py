@@ -204,21 +204,26 @@ def test_objects_planted_in_public_cannot_hijack_a_call(database: str, namespace
 def test_no_function_is_security_definer_and_every_one_pins_its_search_path(
     database: str,
 ) -> None:
+    """Pinned means a SET search_path, or a SQL-standard body (is_name), whose names are
+    bound when the function is created, so no caller's search_path ever reaches it."""
     with psycopg.connect(database) as connection:
         rows = connection.execute(
-            "SELECT p.proname, p.prosecdef, coalesce(p.proconfig, '{}')"
+            "SELECT p.proname, p.prosecdef, coalesce(p.proconfig, '{}'),"
+            " p.prosqlbody IS NOT NULL"
             " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = 'postkit_queue'"
         ).fetchall()
 
     assert rows
-    assert [name for name, definer, _ in rows if definer] == []
+    assert [name for name, definer, _, _ in rows if definer] == []
     unpinned = [
         name
-        for name, _, config in rows
-        if not any(setting.startswith("search_path=") for setting in config)
+        for name, _, config, bound_at_creation in rows
+        if not bound_at_creation
+        and not any(setting.startswith("search_path=") for setting in config)
     ]
     assert unpinned == []
+    assert [name for name, _, _, bound_at_creation in rows if bound_at_creation] == ["is_name"]
 
 
 def test_postkit_install_grant_and_tenant_isolation_from_the_command_line(

@@ -65,6 +65,7 @@ CASES: dict[str, Bad] = {
     # Queue names.
     "queue-empty": Bad(Name, "queue", SQL, lambda q, j: q.push("", 1)),
     "queue-blank": Bad(Name, "queue", SQL, lambda q, j: q.push(" \t ", 1)),
+    "queue-vertical-tab": Bad(Name, "queue", SQL, lambda q, j: q.push("\x0b\x0c", 1)),
     "queue-129-chars": Bad(Name, "queue", SQL, lambda q, j: q.push(LONG, 1)),
     "queue-none": Bad(Name, "queue", PY, lambda q, j: q.push(None, 1)),
     "queue-int": Bad(Name, "queue", PY, lambda q, j: q.push(7, 1)),
@@ -321,6 +322,8 @@ HOSTILE = {
     "braces": "{}",
     "escaped-nul-text": "\\u0000",
     "right-to-left-override": "\u202eevil\u202c",
+    # Once refused as blank: E'\v' in SQL is the letter v, not a vertical tab.
+    "letter-v": "v",
 }
 
 
@@ -413,3 +416,37 @@ def test_a_queue_can_lower_its_payload_limit_and_push_batch_honours_it(
 def test_a_payload_limit_out_of_range_is_refused(queue: QueueClient) -> None:
     with pytest.raises(errors.InvalidPayloadError, match="max_payload_bytes"):
         queue.configure_queue(Q, max_payload_bytes=0)
+
+
+NAMES = [
+    "a",
+    "v",
+    "vvv",
+    " a ",
+    "\x0b",
+    " \t\n\r\x0c\x0b",
+    "\x0bv",
+    "\u00a0",
+    "\u3000",
+    "名前",
+    "x" * 128,
+    "x" * 129,
+    " " * 128 + "x",
+    "",
+]
+
+
+@pytest.mark.parametrize("name", NAMES, ids=[repr(name)[:20] for name in NAMES])
+def test_the_fast_path_name_rule_agrees_with_check_name(
+    observer: psycopg.Connection, name: str
+) -> None:
+    """push, pull and the other hot calls skip check_name when is_name holds; the two must
+    accept exactly the same names."""
+    [fast] = observer.execute("SELECT postkit_queue.is_name(%s)", (name,)).fetchone() or [None]
+    try:
+        observer.execute("SELECT postkit_queue.check_name('queue', %s, true)", (name,))
+        accepted = True
+    except psycopg.Error as error:
+        assert error.sqlstate == "PKQ01"
+        accepted = False
+    assert fast is accepted
