@@ -44,6 +44,13 @@ class WorkListener:
         listener.listen()
         return listener
 
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        """The dedicated autocommit connection. Between waits its owner may run statements on
+        it (a worker claims there the job a notification announced, on a backend that is awake
+        already); notifications that arrive meanwhile are kept for the next wait."""
+        return self._connection
+
     def _run(self, call: protocol.Call[Any]) -> Any:
         cursor = self._connection.cursor()
         cursor.execute(call.sql, call.params)

@@ -43,6 +43,13 @@ class AsyncWorkListener:
         await listener.listen()
         return listener
 
+    @property
+    def connection(self) -> psycopg.AsyncConnection[Any]:
+        """The dedicated autocommit connection. Between waits its owner may run statements on
+        it (a worker claims there the job a notification announced, on a backend that is awake
+        already); notifications that arrive meanwhile are kept for the next wait."""
+        return self._connection
+
     async def _run(self, call: protocol.Call[Any]) -> Any:
         cursor = self._connection.cursor()
         await cursor.execute(call.sql, call.params)
