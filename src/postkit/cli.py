@@ -465,6 +465,14 @@ def _check_schema(dsn: str) -> None:
     show_default=True,
     help="Seconds between throughput lines; 0 turns them off.",
 )
+@click.option(
+    "--vacuum-interval",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    help="Seconds between looks at the jobs table's dead rows; past 10,000 the worker vacuums "
+    "it, so claims stay fast between autovacuum's visits. 0 leaves it to autovacuum.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every job (claimed, acked, retried...).")
 @click.option(
     "--log-format",
@@ -487,6 +495,7 @@ def worker(
     grace_period: float,
     poll_interval: float,
     report_interval: float,
+    vacuum_interval: float,
     verbose: bool,
     log_format: str,
     supervised: bool,
@@ -519,6 +528,7 @@ def worker(
             *("--visibility-timeout", str(visibility_timeout)),
             *("--grace-period", str(grace_period), "--poll-interval", str(poll_interval)),
             *("--report-interval", str(report_interval), "--log-format", log_format),
+            *("--vacuum-interval", str(vacuum_interval)),
         ]
         commands = [
             [
@@ -545,6 +555,7 @@ def worker(
         grace_period=grace_period,
         report_interval=report_interval or None,
         report=report,
+        vacuum_interval=vacuum_interval or None,
     )
     report.worker_id = runner.worker_id
     runner.run()

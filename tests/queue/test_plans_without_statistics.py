@@ -51,10 +51,12 @@ def test_pull_walks_the_pull_index_for_a_namespace_without_statistics(
 
     claimed = QueueClient(connection.cursor(), namespace="fresh").pull_batch("emails", limit=16)
 
-    plan = plan_of(plans, "WITH next AS")
+    head = plan_of(plans, "AND j.run_at <= v_now AND j.id <> ALL (v_ids)")
+    claim = plan_of(plans, "UPDATE postkit_queue.jobs j")
     assert len(claimed) == 16
-    assert "jobs_pull_idx" in plan and "Sort" not in plan, plan
-    assert "Seq Scan" not in plan, plan
+    assert "jobs_pull_idx" in head and "Sort" not in head, head
+    assert "Seq Scan" not in head, head
+    assert "jobs_pkey" in claim and "Seq Scan" not in claim, claim
 
 
 def test_ack_many_deletes_by_primary_key_for_a_namespace_without_statistics(

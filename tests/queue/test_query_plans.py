@@ -27,34 +27,59 @@ NAMESPACES = ("plan-a", "plan-b")
 QUEUES = ("emails", "reports", "webhooks", "exports")
 JOBS = 2000
 
-# The statement inside postkit_queue.pull, and its variables in parameter order.
-PULL = """
-    WITH next AS (
-        SELECT j.id
-        FROM postkit_queue.jobs j
-        WHERE j.namespace = p_namespace
-          AND j.queue = p_queue
-          AND j.state = 'pending'
-          AND j.run_at <= v_now
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE postkit_queue.jobs j
-    SET state         = 'running',
-        attempts      = j.attempts + 1,
-        worker_id     = p_worker_id,
-        claim_token   = gen_random_uuid(),
-        claimed_at    = v_now,
-        visible_until = v_now + v_timeout
-    WHERE j.namespace = p_namespace AND j.id = ANY (ARRAY(SELECT next.id FROM next))
-    RETURNING j.*
-"""
-PULL_PARAMS = {
+# The statements inside postkit_queue.pull, with their variables in parameter order: the
+# claim's three scans (jobs of a higher priority than the session's resume point, jobs past the
+# resume point, jobs from the head of the queue), then the update of the ids they locked.
+PULL_SCAN_PARAMS = {
     "p_namespace": "text",
     "p_queue": "text",
+    "v_priority": "smallint",
+    "v_run_at": "timestamptz",
     "v_now": "timestamptz",
+    "v_ids": "bigint[]",
+    "v_id": "bigint",
     "p_limit": "integer",
+}
+PULL_HIGHER = """
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.priority > v_priority AND j.run_at <= v_now
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+"""
+PULL_RESUMED = """
+                SELECT j.id FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                  AND j.priority = v_priority AND (j.run_at, j.id) > (v_run_at, v_id)
+                  AND j.run_at <= v_now AND j.id <> ALL (v_ids)
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT p_limit - cardinality(v_ids)
+                FOR UPDATE SKIP LOCKED
+"""
+PULL_HEAD = """
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.run_at <= v_now AND j.id <> ALL (v_ids)
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT p_limit - cardinality(v_ids)
+            FOR UPDATE SKIP LOCKED
+"""
+PULL_CLAIM = """
+        UPDATE postkit_queue.jobs j
+        SET state         = 'running',
+            attempts      = j.attempts + 1,
+            worker_id     = p_worker_id,
+            claim_token   = gen_random_uuid(),
+            claimed_at    = v_now,
+            visible_until = v_now + v_timeout
+        WHERE j.namespace = p_namespace AND j.id = ANY (v_ids)
+        RETURNING j.*
+"""
+PULL_CLAIM_PARAMS = {
+    "p_namespace": "text",
+    "v_ids": "bigint[]",
+    "v_now": "timestamptz",
     "p_worker_id": "text",
     "v_timeout": "interval",
 }
@@ -108,11 +133,15 @@ PUSH_PARAMS = {
     "p_backoff_cap": "interval",
 }
 
+PULL = "pull(text,text,text,interval,integer)"
 GUARDED = {
-    "pull(text,text,text,interval,integer)": PULL,
-    "tick_timeouts(text,integer)": TICK,
-    "ack(text,bigint,text,uuid)": ACK,
-    "push(text,text,jsonb,interval,integer,integer,text,interval,interval)": PUSH,
+    "pull, higher priorities": (PULL, PULL_HIGHER),
+    "pull, past the resume point": (PULL, PULL_RESUMED),
+    "pull, from the head": (PULL, PULL_HEAD),
+    "pull, the claim": (PULL, PULL_CLAIM),
+    "tick_timeouts": ("tick_timeouts(text,integer)", TICK),
+    "ack": ("ack(text,bigint,text,uuid)", ACK),
+    "push": ("push(text,text,jsonb,interval,integer,integer,text,interval,interval)", PUSH),
 }
 
 
@@ -189,7 +218,10 @@ def planned(server_dsn: str) -> Iterator[psycopg.Connection]:
                             (namespace, queue, f"{minutes} minutes"),
                         )
             connection.execute("ANALYZE postkit_queue.jobs")
-            prepare(connection, "pull_stmt", PULL, PULL_PARAMS)
+            prepare(connection, "pull_higher_stmt", PULL_HIGHER, PULL_SCAN_PARAMS)
+            prepare(connection, "pull_resumed_stmt", PULL_RESUMED, PULL_SCAN_PARAMS)
+            prepare(connection, "pull_head_stmt", PULL_HEAD, PULL_SCAN_PARAMS)
+            prepare(connection, "pull_claim_stmt", PULL_CLAIM, PULL_CLAIM_PARAMS)
             prepare(connection, "tick_stmt", TICK, TICK_PARAMS)
             prepare(connection, "ack_stmt", ACK, ACK_PARAMS)
             prepare(connection, "push_stmt", PUSH, PUSH_PARAMS)
@@ -209,37 +241,64 @@ def test_the_backlog_is_what_the_guards_assume(planned: psycopg.Connection) -> N
     assert counts == {"running": 480, "pending": JOBS - 480}
 
 
-@pytest.mark.parametrize("function", sorted(GUARDED))
+@pytest.mark.parametrize("statement", sorted(GUARDED))
 def test_the_guarded_statements_are_the_ones_the_functions_run(
-    planned: psycopg.Connection, function: str
+    planned: psycopg.Connection, statement: str
 ) -> None:
+    function, text = GUARDED[statement]
     row = planned.execute(
         "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (f"postkit_queue.{function}",)
     ).fetchone()
     assert row is not None
-    assert normalized(GUARDED[function]) in normalized(row[0]), (
-        f"postkit_queue.{function} no longer runs the statement this file guards; "
+    assert normalized(text) in normalized(row[0]), (
+        f"postkit_queue.{function} no longer runs the statement this file guards ({statement}); "
         "update the copy here and check its plan"
     )
 
 
+# The parameters of the scans, after p_namespace and p_queue: the resume point (priority 1,
+# an hour ago, id 0), now, no ids locked yet, and the id of the resume point.
+SCAN_ARGUMENTS = "1::smallint, now() - interval '1 hour', now(), '{}', 0"
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("limit", [1, 10])
-def test_pull_walks_the_pull_index_in_order(
-    planned: psycopg.Connection, mode: str, limit: int
+@pytest.mark.parametrize("scan", ["pull_higher_stmt", "pull_resumed_stmt", "pull_head_stmt"])
+def test_each_scan_of_pull_walks_the_pull_index_in_order(
+    planned: psycopg.Connection, mode: str, limit: int, scan: str
+) -> None:
+    nodes = explain(
+        planned, mode, f"EXECUTE {scan}('plan-a', 'reports', {SCAN_ARGUMENTS}, {limit})"
+    )
+
+    assert scans(nodes) == [("Index Scan", "jobs_pull_idx")], describe(nodes)
+    assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], describe(nodes)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_resumed_scan_starts_at_the_resume_point_instead_of_filtering_up_to_it(
+    planned: psycopg.Connection, mode: str
+) -> None:
+    nodes = explain(
+        planned, mode, f"EXECUTE pull_resumed_stmt('plan-a', 'reports', {SCAN_ARGUMENTS}, 10)"
+    )
+
+    [scan] = [n for n in nodes if n.get("Index Name") == "jobs_pull_idx"]
+    assert "ROW(run_at, id) >" in scan["Index Cond"], scan
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_claim_updates_the_locked_ids_through_the_primary_key(
+    planned: psycopg.Connection, mode: str
 ) -> None:
     nodes = explain(
         planned,
         mode,
-        f"EXECUTE pull_stmt('plan-a', 'reports', now(), {limit}, 'w', interval '30 seconds')",
+        "EXECUTE pull_claim_stmt('plan-a', '{1,2,3}', now(), 'w', interval '30 seconds')",
     )
 
-    assert ("Index Scan", "jobs_pull_idx") in scans(nodes), describe(nodes)
-    assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], describe(nodes)
-    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], describe(nodes)
-    # The claimed rows are then updated through the primary key (one probe per id, or a
-    # bitmap of them).
     assert any(index == "jobs_pkey" for _, index in scans(nodes)), describe(nodes)
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], describe(nodes)
 
 
 @pytest.mark.parametrize("mode", MODES)

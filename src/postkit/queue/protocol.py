@@ -804,6 +804,41 @@ def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | None]:
 
 
 # --------------------------------------------------------------------------------------------
+# Maintenance: the worker's vacuum service (vacuum.py).
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VacuumState:
+    """Whether the session's role may vacuum ``postkit_queue.jobs``, and its dead rows now."""
+
+    may_vacuum: bool
+    dead_rows: int
+
+
+def vacuum_state() -> Call[VacuumState]:
+    return Call(
+        "vacuum_state",
+        {},
+        lambda rows: VacuumState(bool(rows[0]["may_vacuum"]), int(rows[0]["dead_rows"])),
+    )
+
+
+def vacuum_lock() -> Call[bool]:
+    """Try to become the one session vacuuming the jobs table; False when another is."""
+    return Call("vacuum_lock", {}, _scalar)
+
+
+def vacuum_jobs() -> Call[None]:
+    """VACUUM the jobs table (a utility statement: autocommit only, no rows)."""
+    return Call("vacuum_jobs", {}, lambda rows: None)
+
+
+def vacuum_unlock() -> Call[bool]:
+    return Call("vacuum_unlock", {}, _scalar)
+
+
+# --------------------------------------------------------------------------------------------
 # Errors.
 # --------------------------------------------------------------------------------------------
 

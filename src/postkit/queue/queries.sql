@@ -199,3 +199,25 @@ FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens
 LEFT JOIN LATERAL postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
     %(visibility_timeout)s::float8 * interval '1 second', %(limit)s::integer) AS j ON true;
+
+-- name: vacuum_state
+-- Whether this role may vacuum the jobs table (its owner, a member of the owner, a superuser,
+-- or, from PostgreSQL 17, a holder of MAINTAIN), and how many dead rows it holds now.
+SELECT (pg_has_role(c.relowner, 'USAGE')
+        -- CASE, not AND: before 17 the privilege name itself is an error.
+        OR CASE WHEN current_setting('server_version_num')::int >= 170000
+                THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END) AS may_vacuum,
+       coalesce(s.n_dead_tup, 0) AS dead_rows
+FROM pg_class c
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid = 'postkit_queue.jobs'::regclass;
+
+-- name: vacuum_lock
+-- One vacuum at a time across every worker of the database (the key is "pkvacuum" in hex).
+SELECT pg_try_advisory_lock(x'706b76616375756d'::bigint) AS locked;
+
+-- name: vacuum_jobs
+VACUUM (SKIP_LOCKED) postkit_queue.jobs;
+
+-- name: vacuum_unlock
+SELECT pg_advisory_unlock(x'706b76616375756d'::bigint) AS unlocked;

@@ -30,6 +30,9 @@ What the runtime does for you:
   so a long healthy job is never reclaimed while a dead worker's job expires within one timeout.
 - **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts``; many
   workers ticking at once is safe. A lost connection is retried with backoff.
+- **Vacuum.** A service thread vacuums the jobs table when claims have left enough dead
+  entries in it, one worker at a time (``vacuum.py``), so claims stay fast between autovacuum's
+  visits.
 - **Graceful shutdown.** SIGTERM or SIGINT stops claiming; running jobs get ``grace_period``
   seconds to finish, then each is released (pending again at once, its attempt returned). A
   second signal exits immediately.
@@ -62,6 +65,7 @@ from postkit.errors import PermanentError, RetryLater
 from postkit.queue.client import QueueClient
 from postkit.queue.job import Job
 from postkit.queue.listen import WorkListener
+from postkit.queue.vacuum import JobsVacuum
 
 logger = logging.getLogger("postkit.worker")
 
@@ -166,6 +170,7 @@ class Worker:
         grace_period: float = 30.0,
         report_interval: float | None = None,
         report: Callable[[WorkerStats], None] | None = None,
+        vacuum_interval: float | None = 2.0,
     ) -> None:
         """
         Args:
@@ -183,6 +188,9 @@ class Worker:
             tick_interval: mean seconds between calls to ``tick_timeouts``.
             grace_period: seconds running jobs get to finish after a stop is requested.
             report_interval, report: call ``report(stats)`` this often (seconds).
+            vacuum_interval: seconds between the vacuum service's looks at the jobs table
+                (see ``vacuum.py``); None turns the service off and leaves the table to
+                autovacuum.
 
         Raises:
             ValueError: a queue has no handler, or a number is out of range.
@@ -196,6 +204,9 @@ class Worker:
             raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
         if prefetch is not None and prefetch < 0:
             raise ValueError("prefetch must be zero or positive")
+        self._vacuum = (
+            None if vacuum_interval is None else JobsVacuum(dsn, interval=vacuum_interval)
+        )
         self.dsn = dsn
         self.namespace = namespace
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -259,6 +270,9 @@ class Worker:
         )
         self._start_thread(self._heartbeat_loop, "heartbeat")
         self._start_thread(self._listen_loop, "listener")
+        if self._vacuum is not None:
+            vacuum = self._vacuum
+            self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
         for number in range(self.concurrency):
             self._start_thread(self._sync_job_loop, f"handler-{number}")
         if any(self.handlers[queue].is_async for queue in self.queues):

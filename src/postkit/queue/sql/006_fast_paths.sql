@@ -288,6 +288,25 @@ BEGIN
 END
 $$;
 
+-- pull: as in migration 1, claim up to p_limit ready jobs, highest priority first, then oldest
+-- run_at; but a session that is working through a backlog resumes where its last claim ended.
+--
+-- Why: every claim leaves the job's entry in jobs_pull_idx behind as a dead one, right at the
+-- head of the range the next claim scans from, until VACUUM removes it. Claiming from the head
+-- each time walks all of them: 16-job claims from a backlog of 300,000 ran at 1,360 a second
+-- after a VACUUM's worth of quiet and at 500 a second 16 seconds of claims later (pgbench, two
+-- clients), and while a long transaction holds back the horizon even VACUUM cannot help.
+--
+-- How: the session remembers (in a session setting named after the queue) the key of the last
+-- job it claimed, (priority, run_at, id), and when it last claimed from the head. Within a
+-- second of that it claims, in order: jobs of a higher priority (a short range when there are
+-- none), then jobs of the remembered priority past the remembered key, which skips the dead
+-- entries of everything it claimed before. Only when those do not fill p_limit, or the second
+-- is up, does it claim from the head again. Jobs that come due in order are found either way.
+-- The cost falls on a job whose key lies behind the session's resume point: one whose push
+-- committed after later-pushed jobs were claimed (run_at and id are taken when the push
+-- statement runs), or whose claim rolled back. While a backlog keeps every claim full, such a
+-- job waits up to a second longer than strict order would have it wait; never longer.
 CREATE OR REPLACE FUNCTION postkit_queue.pull(
     p_namespace          text,
     p_queue              text,
@@ -302,9 +321,18 @@ SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
 AS $$
 DECLARE
-    v_now     timestamptz := postkit_queue.clock();
-    v_policy  record;
-    v_timeout interval;
+    v_now        timestamptz := postkit_queue.clock();
+    v_policy     record;
+    v_timeout    interval;
+    v_resume_key text;
+    v_resume     text;
+    v_priority   smallint;     -- the resume point: the key of the last job claimed
+    v_run_at     timestamptz;
+    v_id         bigint;
+    v_head_at    timestamptz;  -- when this session last claimed from the head of the queue
+    v_ids        bigint[] := '{}';
+    v_job        postkit_queue.jobs;
+    v_claimed    boolean := false;
 BEGIN
     IF NOT coalesce(postkit_queue.is_name(p_namespace) AND postkit_queue.is_name(p_queue)
                     AND (p_worker_id IS NULL OR postkit_queue.is_name(p_worker_id))
@@ -324,33 +352,79 @@ BEGIN
         RETURN;  -- a paused queue hands out nothing; pushes are still accepted
     END IF;
 
-    -- One range scan of jobs_pull_idx. FOR UPDATE SKIP LOCKED steps over rows another
-    -- transaction is claiming right now, so concurrent pullers never wait on each other and
-    -- never receive the same job; the locked row is re-checked (state still 'pending') before
-    -- it is returned.
-    RETURN QUERY
-    WITH next AS (
-        SELECT j.id
-        FROM postkit_queue.jobs j
-        WHERE j.namespace = p_namespace
-          AND j.queue = p_queue
-          AND j.state = 'pending'
-          AND j.run_at <= v_now
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE postkit_queue.jobs j
-    SET state         = 'running',
-        attempts      = j.attempts + 1,
-        worker_id     = p_worker_id,
-        claim_token   = gen_random_uuid(),
-        claimed_at    = v_now,
-        visible_until = v_now + v_timeout
-    -- The claimed ids, as one array: primary-key lookups, never a join the planner could turn
-    -- into a scan of the table.
-    WHERE j.namespace = p_namespace AND j.id = ANY (ARRAY(SELECT next.id FROM next))
-    RETURNING j.*;
+    -- Each step below is a range scan of jobs_pull_idx. FOR UPDATE SKIP LOCKED steps over rows
+    -- another transaction is claiming right now, so concurrent pullers never wait on each
+    -- other and never receive the same job; the locked row is re-checked (state still
+    -- 'pending') before it is taken. Rows this transaction locked in an earlier step are not
+    -- skipped by SKIP LOCKED, hence the id <> ALL (v_ids).
+    v_resume_key := 'postkit_queue.resume_' || md5(p_namespace || chr(31) || p_queue);
+    v_resume := current_setting(v_resume_key, true);
+    IF v_resume <> '' THEN
+        -- Timestamps as integer microseconds since the epoch: exact, whatever the DateStyle.
+        v_priority := split_part(v_resume, ' ', 1)::smallint;
+        v_run_at := timestamptz 'epoch'
+                    + split_part(v_resume, ' ', 2)::bigint * interval '1 microsecond';
+        v_id := split_part(v_resume, ' ', 3)::bigint;
+        v_head_at := timestamptz 'epoch'
+                     + split_part(v_resume, ' ', 4)::bigint * interval '1 microsecond';
+    END IF;
+    IF v_now - v_head_at BETWEEN interval '0' AND interval '1 second' THEN
+        v_ids := ARRAY(
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.priority > v_priority AND j.run_at <= v_now
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED);
+        IF cardinality(v_ids) < p_limit THEN
+            v_ids := v_ids || ARRAY(
+                SELECT j.id FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                  AND j.priority = v_priority AND (j.run_at, j.id) > (v_run_at, v_id)
+                  AND j.run_at <= v_now AND j.id <> ALL (v_ids)
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT p_limit - cardinality(v_ids)
+                FOR UPDATE SKIP LOCKED);
+        END IF;
+    END IF;
+    IF cardinality(v_ids) < p_limit THEN
+        v_ids := v_ids || ARRAY(
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.run_at <= v_now AND j.id <> ALL (v_ids)
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT p_limit - cardinality(v_ids)
+            FOR UPDATE SKIP LOCKED);
+        v_head_at := v_now;
+    END IF;
+
+    -- The claim itself: primary-key lookups of the locked ids, never a join the planner could
+    -- turn into a scan of the table. The resume point moves to the last job in claim order.
+    FOR v_job IN
+        UPDATE postkit_queue.jobs j
+        SET state         = 'running',
+            attempts      = j.attempts + 1,
+            worker_id     = p_worker_id,
+            claim_token   = gen_random_uuid(),
+            claimed_at    = v_now,
+            visible_until = v_now + v_timeout
+        WHERE j.namespace = p_namespace AND j.id = ANY (v_ids)
+        RETURNING j.*
+    LOOP
+        IF NOT v_claimed OR v_job.priority < v_priority
+           OR (v_job.priority = v_priority AND (v_job.run_at, v_job.id) > (v_run_at, v_id)) THEN
+            v_priority := v_job.priority;
+            v_run_at := v_job.run_at;
+            v_id := v_job.id;
+            v_claimed := true;
+        END IF;
+        RETURN NEXT v_job;
+    END LOOP;
+    IF v_priority IS NOT NULL THEN
+        PERFORM set_config(v_resume_key, concat_ws(' ', v_priority,
+            (extract(epoch FROM v_run_at) * 1000000)::bigint, v_id,
+            (extract(epoch FROM v_head_at) * 1000000)::bigint), false);
+    END IF;
 END
 $$;
 

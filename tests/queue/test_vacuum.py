@@ -1,0 +1,110 @@
+"""The worker's vacuum service keeps the jobs table vacuumed, one session at a time, and only
+where the role may."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from postkit.queue import QueueClient, install
+from postkit.queue.admin import grant_access
+from postkit.queue.vacuum import JobsVacuum
+from postkit.queue.worker import Worker
+
+
+@pytest.fixture
+def database(fresh_database: str) -> str:
+    with psycopg.connect(fresh_database) as connection:
+        install(connection)
+    return fresh_database
+
+
+@pytest.fixture
+def session(database: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(database, autocommit=True) as connection:
+        yield connection
+
+
+def vacuum_count(connection: psycopg.Connection) -> int:
+    row = connection.execute(
+        "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'postkit_queue.jobs'::regclass"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_service_vacuums_the_jobs_table_once_dead_rows_reach_its_threshold(
+    session: psycopg.Connection,
+) -> None:
+    service = JobsVacuum("unused: the test hands it a connection", threshold=0)
+
+    assert service.vacuum_if_due(session)
+
+    assert vacuum_count(session) == 1
+    assert service.vacuums == 1
+
+
+def test_below_the_threshold_the_service_leaves_the_table_alone(
+    session: psycopg.Connection,
+) -> None:
+    service = JobsVacuum("unused", threshold=10**12)
+
+    assert not service.vacuum_if_due(session)
+
+    assert vacuum_count(session) == 0
+    assert service.enabled
+
+
+def test_only_one_session_vacuums_at_a_time(database: str, session: psycopg.Connection) -> None:
+    with psycopg.connect(database, autocommit=True) as other:
+        assert other.execute("SELECT pg_try_advisory_lock(x'706b76616375756d'::bigint)").fetchone()
+        service = JobsVacuum("unused", threshold=0)
+
+        assert not service.vacuum_if_due(session)
+
+    assert vacuum_count(session) == 0
+
+
+def test_a_role_that_may_not_vacuum_the_table_turns_the_service_off(
+    database: str, session: psycopg.Connection
+) -> None:
+    role = f"postkit_test_{uuid.uuid4().hex[:10]}"
+    session.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+    try:
+        grant_access(session.cursor(), role, "worker")
+        with psycopg.connect(database, autocommit=True) as worker_session:
+            worker_session.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+            service = JobsVacuum("unused", threshold=0)
+
+            assert not service.vacuum_if_due(worker_session)
+
+        assert not service.enabled
+        assert vacuum_count(session) == 0
+    finally:
+        session.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        session.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_worker_vacuums_the_jobs_table_after_draining_a_burst(
+    database: str, session: psycopg.Connection
+) -> None:
+    """A claim and an ack leave two dead rows per job: 6,000 jobs pass the 10,000 threshold."""
+    QueueClient(session.cursor(), namespace="burst").push_batch("q", list(range(6000)))
+    worker = Worker(database, {"q": lambda job: None}, namespace="burst", vacuum_interval=0.2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while vacuum_count(session) == 0:
+            assert time.monotonic() < deadline, "the worker never vacuumed the jobs table"
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert worker.stats.processed == 6000
