@@ -62,15 +62,6 @@ class PostkitAdapter(Adapter):
                 for sequence in sequences:
                     self.client.push(QUEUE, {"n": sequence})
 
-    def fill(self, start: int, count: int) -> None:
-        # Not timed: postkit_queue.push itself, called server-side 50,000 times per statement.
-        for first in range(start, start + count, 50_000):
-            self.connection.execute(
-                "SELECT count(postkit_queue.push(%s, %s, jsonb_build_object('n', g)))"
-                " FROM generate_series(%s::int, %s::int) AS g",
-                (NAMESPACE, QUEUE, first, min(first + 50_000, start + count) - 1),
-            )
-
 
 def _handler(job: Job) -> None:
     handlers.handle(job.payload["n"])

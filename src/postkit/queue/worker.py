@@ -356,7 +356,11 @@ class Worker:
                         failures = 0
                         continue
                 wake_by = min(next_tick, next_report) if self.report_interval else next_tick
-                self._idle.set()
+                if free > 0:
+                    # Waiting for work, not only for a handler to finish: the listener may
+                    # look for some. With every slot taken it stays out of the way; a
+                    # notification meanwhile waits on its connection for the next look.
+                    self._idle.set()
                 with self._lock:
                     woken = self._lock.wait_for(
                         lambda: (
