@@ -22,6 +22,7 @@ class PostkitAdapter(Adapter):
         WorkerConfig(1, 8),
         WorkerConfig(2, 8),
         WorkerConfig(2, 16),
+        WorkerConfig(2, 32),
     )
     latency_config = WorkerConfig(1, 4)
     clear_sql = "TRUNCATE postkit_queue.jobs, postkit_queue.dead_letters"
