@@ -1,4 +1,5 @@
-"""Fixtures for tests where one transaction must wait for another."""
+"""Fixtures for tests where one transaction must wait for another, for tests that need a database
+of their own, and for tests that read the plans the functions really run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from postkit.queue import QueueClient
+from postkit.queue import QueueClient, install
 
 BLOCK_TIMEOUT = 10.0
 
@@ -55,3 +56,37 @@ def wait_until_blocked(monitor: psycopg.Connection) -> WaitUntilBlocked:
         )
 
     return _wait
+
+
+@pytest.fixture
+def database(fresh_database: str) -> str:
+    """A database of this test's own, with the queue installed."""
+    with psycopg.connect(fresh_database) as connection:
+        install(connection)
+    return fresh_database
+
+
+CollectPlans = Callable[[psycopg.Connection], list[str]]
+
+
+@pytest.fixture
+def collect_plans() -> CollectPlans:
+    """See :func:`start_collecting_plans`."""
+    return start_collecting_plans
+
+
+def start_collecting_plans(connection: psycopg.Connection) -> list[str]:
+    """From now on, the plan of every statement ``connection`` runs, nested ones included (the
+    statements inside the queue's functions), is appended to the returned list (auto_explain,
+    as notices; the session must be a superuser's)."""
+    plans: list[str] = []
+    connection.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    connection.execute("LOAD 'auto_explain'")
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_nested_statements = on",
+        "auto_explain.log_level = notice",
+        "client_min_messages = notice",
+    ):
+        connection.execute(f"SET {setting}")
+    return plans

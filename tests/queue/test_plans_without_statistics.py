@@ -8,7 +8,7 @@ really runs inside the functions, with auto_explain.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -17,7 +17,9 @@ from postkit.queue import QueueClient, install
 
 
 @pytest.fixture
-def explained(fresh_database: str) -> Iterator[tuple[psycopg.Connection, list[str]]]:
+def explained(
+    fresh_database: str, collect_plans: Callable[[psycopg.Connection], list[str]]
+) -> Iterator[tuple[psycopg.Connection, list[str]]]:
     """A superuser session whose nested statements' plans are collected as notices."""
     with psycopg.connect(fresh_database, autocommit=True) as connection:
         install(connection)
@@ -25,17 +27,7 @@ def explained(fresh_database: str) -> Iterator[tuple[psycopg.Connection, list[st
         QueueClient(connection.cursor(), namespace="known").push_batch("emails", [1] * 500)
         connection.execute("ANALYZE postkit_queue.jobs")
         QueueClient(connection.cursor(), namespace="fresh").push_batch("emails", [1] * 5000)
-        plans: list[str] = []
-        connection.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-        connection.execute("LOAD 'auto_explain'")
-        for setting in (
-            "auto_explain.log_min_duration = 0",
-            "auto_explain.log_nested_statements = on",
-            "auto_explain.log_level = notice",
-            "client_min_messages = notice",
-        ):
-            connection.execute(f"SET {setting}")
-        yield connection, plans
+        yield connection, collect_plans(connection)
 
 
 def plan_of(plans: list[str], statement_start: str) -> str:

@@ -4,12 +4,11 @@ a job whose push committed late."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
-import pytest
 
-from postkit.queue import QueueClient, install
+from postkit.queue import QueueClient
 
 
 def test_a_higher_priority_job_pushed_while_a_backlog_drains_is_claimed_next(
@@ -63,32 +62,15 @@ def test_a_session_claims_from_the_head_again_after_a_second(
     assert after_a_second is not None and after_a_second.id == late_id
 
 
-@pytest.fixture
-def explained(fresh_database: str) -> Iterator[tuple[psycopg.Connection, list[str]]]:
-    """A superuser session whose nested statements' plans are collected as notices."""
-    with psycopg.connect(fresh_database, autocommit=True) as connection:
-        install(connection)
-        plans: list[str] = []
-        connection.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-        yield connection, plans
-
-
 def test_a_resumed_claim_starts_its_index_scan_past_the_jobs_claimed_before(
-    explained: tuple[psycopg.Connection, list[str]],
+    database: str, collect_plans: Callable[[psycopg.Connection], list[str]]
 ) -> None:
-    connection, plans = explained
+    connection = psycopg.connect(database, autocommit=True)
     client = QueueClient(connection.cursor(), namespace="backlog")
     client.push_batch("emails", [1] * 3000)
     for _ in range(20):
         client.pull_batch("emails", limit=100)  # 2,000 dead entries at the head of the index
-    connection.execute("LOAD 'auto_explain'")
-    for setting in (
-        "auto_explain.log_min_duration = 0",
-        "auto_explain.log_nested_statements = on",
-        "auto_explain.log_level = notice",
-        "client_min_messages = notice",
-    ):
-        connection.execute(f"SET {setting}")
+    plans = collect_plans(connection)
 
     claimed = client.pull_batch("emails", limit=16)
 
@@ -97,3 +79,4 @@ def test_a_resumed_claim_starts_its_index_scan_past_the_jobs_claimed_before(
     assert len(claimed) == 16
     assert "jobs_pull_idx" in resumed
     assert "ROW(run_at, id) >" in index_condition, resumed
+    connection.close()

@@ -18,15 +18,8 @@ from psycopg import sql
 
 from postkit import errors
 from postkit.cli import main
-from postkit.queue import QueueClient, install
+from postkit.queue import QueueClient
 from postkit.queue.admin import assign_namespace, enable_tenant_isolation, grant_access
-
-
-@pytest.fixture
-def database(fresh_database: str) -> str:
-    with psycopg.connect(fresh_database) as connection:
-        install(connection)
-    return fresh_database
 
 
 @pytest.fixture

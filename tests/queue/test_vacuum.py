@@ -12,17 +12,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from postkit.queue import QueueClient, install
+from postkit.queue import QueueClient
 from postkit.queue.admin import grant_access
 from postkit.queue.vacuum import JobsVacuum
 from postkit.queue.worker import Worker
-
-
-@pytest.fixture
-def database(fresh_database: str) -> str:
-    with psycopg.connect(fresh_database) as connection:
-        install(connection)
-    return fresh_database
 
 
 @pytest.fixture
