@@ -220,6 +220,41 @@ def test_a_delayed_job_wakes_the_listener_when_it_falls_due_and_not_before(
     producer.cursor.connection.commit()
 
 
+def test_a_paused_queue_with_a_due_job_lets_its_listener_sleep(
+    open_listener: OpenListener, producer: QueueClient
+) -> None:
+    producer.push(Q, {"n": 1})
+    producer.pause_queue(Q)
+    producer.cursor.connection.commit()
+
+    # pull hands out nothing from a paused queue, so "due now" would only spin the worker.
+    listener = open_listener()
+    assert listener.wait_for_work(timeout=0.3) is False
+
+
+def test_resuming_a_paused_queue_wakes_its_sleeping_listener(
+    open_listener: OpenListener, producer: QueueClient, observer: psycopg.Connection[Any]
+) -> None:
+    producer.push(Q, {"n": 1})
+    producer.pause_queue(Q)
+    producer.cursor.connection.commit()
+    listener = open_listener()
+    listener.listen()
+    before = last_query_start(observer, listener.backend_pid)
+
+    def resume_once_the_listener_waits() -> None:
+        wait_until_blocked_in_wait(observer, listener.backend_pid, after=before)
+        producer.resume_queue(Q)
+        producer.cursor.connection.commit()
+
+    resumer = threading.Thread(target=resume_once_the_listener_waits)
+    resumer.start()
+    started = time.monotonic()
+    assert listener.wait_for_work(timeout=30) is True
+    assert time.monotonic() - started < 30
+    resumer.join()
+
+
 def test_one_transaction_of_pushes_sends_one_notification(
     producer: QueueClient, observer: psycopg.Connection[Any], namespace: str
 ) -> None:
