@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+from types import FrameType
 
 from benchmarks import latency, notify_cost, pg, report, suite, workloads
 from benchmarks.adapters import LIBRARIES
@@ -127,7 +129,15 @@ def _choices(value: str | None, allowed: tuple[str, ...], option: str) -> list[s
     return chosen
 
 
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    # A SIGTERM (a kill, a CI timeout) unwinds the run as Ctrl-C would, so the workloads'
+    # finally blocks stop the worker processes they started instead of leaving them behind to
+    # take the jobs of the next run.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description=__doc__,
