@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -219,3 +220,67 @@ def test_ack_batch_with_one_stale_claim_acknowledges_none(
 
 def test_ack_batch_of_nothing_is_true(queue: QueueClient) -> None:
     assert queue.ack_batch([]) is True
+
+
+# --------------------------------------------------------------------------------------------
+# ack_many and ack_and_pull: a worker's round trip.
+# --------------------------------------------------------------------------------------------
+
+
+def test_ack_and_pull_acknowledges_the_held_jobs_and_claims_the_next_in_order(
+    queue: QueueClient,
+) -> None:
+    ids = queue.push_batch(Q, [1, 2, 3, 4, 5])
+    held = claimed(queue, 2, worker_id="w")
+
+    acked, jobs = queue.ack_and_pull(Q, held, limit=3, worker_id="w")
+
+    assert sorted(acked) == ids[:2]
+    assert [job.id for job in jobs] == ids[2:]
+    assert live_jobs(queue) == ids[2:]
+
+
+def test_ack_and_pull_reports_the_acks_when_the_queue_has_nothing_left(
+    queue: QueueClient,
+) -> None:
+    ids = queue.push_batch(Q, [1, 2])
+    held = claimed(queue, 2, worker_id="w")
+
+    acked, jobs = queue.ack_and_pull(Q, held, limit=4, worker_id="w")
+
+    assert (sorted(acked), jobs) == (ids, [])
+
+
+def test_ack_many_skips_a_stale_claim_and_acknowledges_the_rest(
+    queue: QueueClient, conn: psycopg.Connection, shift_clock: Shift
+) -> None:
+    queue.push_batch(Q, [1, 2])
+    (stale,) = claimed(queue, 1, visibility_timeout=1)
+    (held,) = claimed(queue, 1, visibility_timeout=600)
+    conn.commit()
+    shift_clock(queue, 2)
+    assert queue.tick_timeouts() == 1
+
+    assert queue.ack_many([stale, held]) == [held.id]
+    assert live_jobs(queue) == [stale.id]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("id", "1,2", errors.InvalidJobIdError),
+        ("id", True, errors.InvalidJobIdError),
+        ("claim_token", "not-a-uuid", errors.InvalidClaimTokenError),
+        ("claim_token", "00000000-0000-0000-0000-000000000000,0", errors.InvalidClaimTokenError),
+    ],
+)
+def test_ack_many_refuses_a_malformed_claim_before_acknowledging_anything(
+    queue: QueueClient, field: str, value: object, error: type[errors.PostkitError]
+) -> None:
+    queue.push_batch(Q, [1, 2])
+    good, bad = claimed(queue, 2)
+
+    with pytest.raises(error):
+        queue.ack_many([good, dataclasses.replace(bad, **{field: value})])
+
+    assert live_jobs(queue) == sorted([good.id, bad.id])

@@ -189,8 +189,9 @@ SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_toke
 -- name: ack_and_pull
 -- A worker's round trip: acknowledge what finished and claim the next batch, in one statement
 -- and one transaction. The two touch different rows (running ones, pending ones), so their
--- order does not matter.
-SELECT a.acked, j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority,
+-- order does not matter. The acked ids come in the first row only: repeated in every row, the
+-- array was read (and parsed by the driver) once per claimed job.
+SELECT CASE WHEN coalesce(j.ordinality, 1) = 1 THEN a.acked END AS acked, j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority,
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
        j.claim_token::text AS claim_token, j.claimed_at, j.visible_until,
        j.errors::text AS errors, j.created_at
@@ -198,7 +199,8 @@ FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens
      AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
-    %(visibility_timeout)s::float8 * interval '1 second', %(limit)s::integer) AS j ON true;
+    %(visibility_timeout)s::float8 * interval '1 second', %(limit)s::integer)
+    WITH ORDINALITY AS j ON true;
 
 -- name: vacuum_state
 -- Whether this role may vacuum the jobs table (its owner, a member of the owner, a superuser,
