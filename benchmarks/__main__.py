@@ -1,13 +1,13 @@
 """Run Postkit's benchmarks.
 
     python -m benchmarks run [--quick] [--only LIB,...] [--workloads W1,...] [--runs N] [--dsn DSN]
-    python -m benchmarks [latency|notify|all] [--dsn DSN] [--runs N]
+    python -m benchmarks [latency|notify|roundtrip|all] [--dsn DSN] [--runs N]
 
 ``run`` compares Postkit with PGQueuer, procrastinate, Chancy and RQ (on Redis) on the same
 server (install them with ``pip install -e '.[bench]'``) and writes comparison.md,
 comparison.png and comparison.json to benchmarks/results/ (``comparison-quick.*`` with
-``--quick``). ``latency`` and ``notify`` are Postkit's own micro-benchmarks. Numbers depend on the
-machine: every result file names the machine and server it came from.
+``--quick``). ``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks.
+Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import signal
 import sys
 from types import FrameType
 
-from benchmarks import latency, notify_cost, pg, report, suite, workloads
+from benchmarks import latency, notify_cost, pg, report, roundtrip, suite, workloads
 from benchmarks.adapters import LIBRARIES
 from benchmarks.common import Spread, database, environment, write_result
 from postkit.embedded import resolve_dsn
@@ -63,6 +63,26 @@ def run_notify(dsn: str, runs: int) -> str:
             f"| {'on' if notify else 'off'} | {'yes' if listening else 'no'} | "
             f"{spread.render()} | {1e6 / spread.median:,.0f} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def run_roundtrip(dsn: str, runs: int) -> str:
+    jobs = 20000
+    lines = [
+        "# A worker's round trip: ack_and_pull's cost to the client",
+        "",
+        f"{environment(dsn)}. {jobs:,} preloaded jobs drained on one connection by",
+        "ack_and_pull alone (settle the last batch, claim the next), one transaction per batch,",
+        f"no handler; median of {runs} runs (min-max). Command: `python -m benchmarks roundtrip`.",
+        "",
+        "| batch | jobs/s | client CPU, µs per job |",
+        "|---|---|---|",
+    ]
+    for batch in (16, 64):
+        measured = [roundtrip.drain(dsn, jobs=jobs, batch=batch) for _ in range(runs)]
+        rates = Spread.of([rate for rate, _ in measured])
+        cpu = Spread.of([cpu for _, cpu in measured])
+        lines.append(f"| {batch} | {rates.render()} | {cpu.render()} |")
     return "\n".join(lines) + "\n"
 
 
@@ -144,7 +164,7 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "which", choices=["run", "latency", "notify", "all"], nargs="?", default="all"
+        "which", choices=["run", "latency", "notify", "roundtrip", "all"], nargs="?", default="all"
     )
     parser.add_argument("--dsn", help="default: POSTKIT_DSN, DATABASE_URL, else embedded")
     parser.add_argument(
@@ -195,6 +215,9 @@ def main() -> None:
     if args.which in ("notify", "all"):
         text = run_notify(dsn, args.runs)
         print(text, f"-> {write_result('notify_cost', text)}", sep="\n")
+    if args.which in ("roundtrip", "all"):
+        text = run_roundtrip(dsn, args.runs)
+        print(text, f"-> {write_result('roundtrip', text)}", sep="\n")
 
 
 if __name__ == "__main__":
