@@ -25,15 +25,7 @@ def session(database: str) -> Iterator[psycopg.Connection]:
         yield connection
 
 
-def vacuum_count(connection: psycopg.Connection) -> int:
-    row = connection.execute(
-        "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'postkit_queue.jobs'::regclass"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def table_activity(connection: psycopg.Connection) -> dict[str, object]:
+def table_activity(connection: psycopg.Connection) -> dict[str, int]:
     cursor = connection.cursor(row_factory=dict_row)
     row = cursor.execute(
         "SELECT n_dead_tup, vacuum_count, autovacuum_count FROM pg_stat_user_tables"
@@ -41,6 +33,10 @@ def table_activity(connection: psycopg.Connection) -> dict[str, object]:
     ).fetchone()
     assert row is not None
     return row
+
+
+def vacuum_count(connection: psycopg.Connection) -> int:
+    return table_activity(connection)["vacuum_count"]
 
 
 def test_the_service_vacuums_the_jobs_table_once_dead_rows_reach_its_threshold(

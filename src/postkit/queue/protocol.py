@@ -231,7 +231,7 @@ def _dead_letter(row: dict[str, Any]) -> DeadLetter:
         queue=row["queue"],
         payload=_json(row["payload"]),
         error=row["error"],
-        errors=tuple(_json(row["errors"])),
+        errors=_errors(row["errors"]),
         reason=row["reason"],
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
@@ -509,13 +509,9 @@ def push_batch(
 
 
 def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> Call[bool]:
-    if isinstance(jobs, Job) or not all(isinstance(job, Job) for job in jobs):
-        raise errors.InvalidJobIdError("ack_batch takes a list of Job objects (their claims)")
-    claims = [_claim(job, None, None) for job in jobs]
     params = _base(
         namespace,
-        job_ids=[claim["job_id"] for claim in claims],
-        claim_tokens=[claim["claim_token"] for claim in claims],
+        **_claims("ack_batch", jobs),
         worker_id=_text("worker_id", worker_id, required=False),
     )
     return Call("ack_batch", params, _scalar)
@@ -528,9 +524,10 @@ def _array_literal(values: Sequence[int | str | None]) -> str:
     return "{" + ",".join("NULL" if value is None else str(value) for value in values) + "}"
 
 
-def _claims(jobs: Sequence[Job]) -> dict[str, str]:
+def _claims(call: str, jobs: Sequence[Job]) -> dict[str, str]:
+    """The ``job_ids`` and ``claim_tokens`` parameters of ``call``, each claim checked."""
     if isinstance(jobs, Job) or not all(isinstance(job, Job) for job in jobs):
-        raise errors.InvalidJobIdError("expected a list of Job objects (their claims)")
+        raise errors.InvalidJobIdError(f"{call} takes a list of Job objects (their claims)")
     claims = [_claim(job, None, None) for job in jobs]
     return {
         "job_ids": _array_literal([claim["job_id"] for claim in claims]),
@@ -539,7 +536,9 @@ def _claims(jobs: Sequence[Job]) -> dict[str, str]:
 
 
 def ack_many(namespace: str, jobs: Sequence[Job]) -> Call[list[int]]:
-    return Call("ack_many", _base(namespace, **_claims(jobs)), lambda rows: list(_scalar(rows)))
+    return Call(
+        "ack_many", _base(namespace, **_claims("ack_many", jobs)), lambda rows: list(_scalar(rows))
+    )
 
 
 def ack_and_pull(
@@ -553,7 +552,7 @@ def ack_and_pull(
 ) -> Call[tuple[list[int], list[Job]]]:
     params = _base(
         namespace,
-        **_claims(acks),
+        **_claims("ack_and_pull", acks),
         queue=_text("queue", queue, required=True),
         worker_id=_text("worker_id", worker_id, required=False),
         visibility_timeout=_seconds("visibility_timeout", visibility_timeout),

@@ -191,7 +191,8 @@ SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_toke
 -- and one transaction. The two touch different rows (running ones, pending ones), so their
 -- order does not matter. The acked ids come in the first row only: repeated in every row, the
 -- array was read (and parsed by the driver) once per claimed job.
-SELECT CASE WHEN coalesce(j.ordinality, 1) = 1 THEN a.acked END AS acked, j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority,
+SELECT CASE WHEN coalesce(j.ordinality, 1) = 1 THEN a.acked END AS acked,
+       j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority,
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
        j.claim_token::text AS claim_token, j.claimed_at, j.visible_until,
        j.errors::text AS errors, j.created_at
