@@ -88,8 +88,9 @@ class InvalidAccessError(ValidationError):
 
 
 class PermissionDeniedError(PostkitError):
-    """The current role may not do this: it lacks the table privilege (see
-    ``grant_access``), or tenant isolation keeps it out of that namespace."""
+    """The current role may not do this: its access kind does not include the function (see
+    ``grant_access``), tenant isolation keeps it out of that namespace, or it wrote to a queue
+    table by hand."""
 
 
 class PermanentError(PostkitError):

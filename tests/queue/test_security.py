@@ -20,6 +20,8 @@ from postkit import errors
 from postkit.cli import main
 from postkit.queue import QueueClient
 from postkit.queue.admin import assign_namespace, enable_tenant_isolation, grant_access
+from postkit.queue.listen import WorkListener
+from postkit.queue.vacuum import JobsVacuum
 
 
 @pytest.fixture
@@ -113,20 +115,21 @@ def test_a_tenant_cannot_pull_another_tenants_jobs(database: str, tenants: tuple
     assert as_role(database, role_b, "tenant-b").pull("emails") is not None
 
 
-def test_a_tenant_cannot_see_or_change_another_tenants_rows_with_hand_written_sql(
+def test_a_tenant_cannot_read_or_change_any_row_with_hand_written_sql(
     database: str, tenants: tuple[str, str]
 ) -> None:
     role_a, role_b = tenants
     as_role(database, role_b, "tenant-b").push("emails", {"secret": "b"})
     intruder = as_role(database, role_a, "tenant-a").cursor
 
-    intruder.execute("SELECT count(*) FROM postkit_queue.jobs")
-    seen = intruder.fetchone()
-    intruder.execute("UPDATE postkit_queue.jobs SET payload = '{}' WHERE namespace = 'tenant-b'")
-    updated = intruder.rowcount
-    intruder.execute("DELETE FROM postkit_queue.jobs")
+    for statement in (
+        "SELECT count(*) FROM postkit_queue.jobs",
+        "UPDATE postkit_queue.jobs SET payload = '{}' WHERE namespace = 'tenant-b'",
+        "DELETE FROM postkit_queue.jobs",
+    ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            intruder.execute(statement)
 
-    assert seen == (0,) and updated == 0
     job = as_role(database, role_b, "tenant-b").pull("emails")
     assert job is not None and job.payload == {"secret": "b"}
 
@@ -165,58 +168,122 @@ def test_a_tenant_cannot_ack_or_redrive_another_tenants_jobs(
     assert owner_b.dead_letters()[0].redriven_job_id is None
 
 
-def test_objects_planted_in_public_cannot_hijack_a_call(database: str, namespace: str) -> None:
-    fixed_token = "00000000-0000-0000-0000-000000000000"
+# Objects any user could plant in public (PostgreSQL 14 and older let everyone create there),
+# each a better or equal match than the built-in it shadows for the argument types the SDK's
+# statements and the functions use. Each one that runs writes a row to public.hijacks.
+PLANTED = [
+    "CREATE TABLE public.hijacks (what text)",
+    "CREATE FUNCTION public.hijack(what text) RETURNS boolean LANGUAGE sql"
+    " AS $$ INSERT INTO public.hijacks VALUES (what) RETURNING true $$",
+    *(
+        f"CREATE FUNCTION public.unnest({kind}[]) RETURNS SETOF {kind} LANGUAGE sql"
+        f" AS $$ SELECT x FROM pg_catalog.unnest($1) x WHERE public.hijack('unnest {kind}') $$"
+        for kind in ("text", "bigint", "uuid", "jsonb")
+    ),
+    "CREATE FUNCTION public.gen_random_uuid() RETURNS uuid LANGUAGE sql"
+    " AS $$ SELECT '00000000-0000-0000-0000-000000000000'::uuid WHERE public.hijack('uuid') $$",
+    "CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE sql"
+    " AS $$ SELECT pg_catalog.now() WHERE public.hijack('now') $$",
+    "CREATE FUNCTION public.btrim(text) RETURNS text LANGUAGE sql"
+    " AS $$ SELECT 'x' WHERE public.hijack('btrim') $$",
+    "CREATE FUNCTION public.char_length(text) RETURNS integer LANGUAGE sql"
+    " AS $$ SELECT 1 WHERE public.hijack('char_length') $$",
+    "CREATE FUNCTION public.count(bigint) RETURNS bigint LANGUAGE sql"
+    " AS $$ SELECT 1::bigint WHERE public.hijack('count') $$",
+    "CREATE FUNCTION public.current_setting(text) RETURNS text LANGUAGE sql"
+    " AS $$ SELECT pg_catalog.current_setting($1) WHERE public.hijack('current_setting') $$",
+    "CREATE FUNCTION public.make_interval(secs double precision) RETURNS interval"
+    " LANGUAGE sql AS $$ SELECT interval '1 hour' WHERE public.hijack('make_interval') $$",
+    # Domains named like the built-in types the statements cast to.
+    *(
+        f"CREATE DOMAIN public.{kind} AS pg_catalog.{kind} CHECK (public.hijack('{kind}'))"
+        for kind in ("text", "jsonb", "uuid", "float8", "timestamptz")
+    ),
+    # Operators with the exact argument types of the built-ins: with public first in the
+    # search_path they win the tie.
+    "CREATE FUNCTION public.eq(bigint, integer) RETURNS boolean LANGUAGE sql"
+    " AS $$ SELECT public.hijack('=') $$",
+    "CREATE OPERATOR public.= (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = public.eq)",
+    "CREATE FUNCTION public.times(double precision, interval) RETURNS interval LANGUAGE sql"
+    " AS $$ SELECT $2 WHERE public.hijack('*') $$",
+    "CREATE OPERATOR public.* (LEFTARG = double precision, RIGHTARG = interval,"
+    " FUNCTION = public.times)",
+    "CREATE FUNCTION public.ge(integer, integer) RETURNS boolean LANGUAGE sql"
+    " AS $$ SELECT public.hijack('>=') $$",
+    "CREATE OPERATOR public.>= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.ge)",
+]
+
+
+def test_objects_planted_in_public_cannot_hijack_an_sdk_statement_or_a_function(
+    database: str, namespace: str
+) -> None:
     with psycopg.connect(database, autocommit=True) as attacker:
-        attacker.execute(
-            f"CREATE FUNCTION public.gen_random_uuid() RETURNS uuid LANGUAGE sql"
-            f" AS $$ SELECT '{fixed_token}'::uuid $$"
-        )
-        attacker.execute(
-            "CREATE FUNCTION public.btrim(text) RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$"
-        )
-        attacker.execute(
-            "CREATE FUNCTION public.char_length(text) RETURNS integer LANGUAGE sql"
-            " AS $$ SELECT 1 $$"
-        )
-    victim = psycopg.connect(database, autocommit=True)
-    victim.execute("SET search_path = public, pg_catalog")
+        for statement in PLANTED:
+            attacker.execute(statement)
+    victim_dsn = psycopg.conninfo.make_conninfo(
+        database, options="-c search_path=public,pg_catalog"
+    )
+    victim = psycopg.connect(victim_dsn, autocommit=True)
     queue = QueueClient(victim.cursor(), namespace=namespace)
 
-    queue.push("emails", 1)
-    job = queue.pull("emails")
-
-    assert job is not None and job.claim_token != fixed_token
+    # Every kind of statement the SDK sends, and through them the functions they call.
+    queue.configure_queue("emails", visibility_timeout=60, backoff_base=1)
+    queue.push("emails", {"n": 1}, delay=0.5, priority=1)
+    queue.push_batch("emails", [{"n": 2}, {"n": 3}], unique_keys=["a", "b"])
+    queue.push_batch("emails", [{"n": 4}, {"n": 5}, {"n": 6}])
+    first, second, third, fourth = queue.pull_batch("emails", limit=4, worker_id="w")
+    assert first.claim_token != "00000000-0000-0000-0000-000000000000"
+    queue.extend_visibility(first, extension=30)
+    queue.ack(first)
+    queue.nack(second, error="later", backoff=1)
+    queue.fail(third, error="never")
+    queue.release(fourth)
+    _, claimed = queue.ack_and_pull("emails", [], worker_id="w", limit=1)
+    queue.ack_and_pull("emails", claimed, worker_id="w", limit=1)
+    queue.ack_many(queue.pull_batch("emails", limit=1))
+    queue.tick_timeouts()
+    queue.get_job(second.id)
+    queue.dead_letters("emails")
+    queue.redrive([third.id])
+    queue.stats()
+    queue.jobs("emails")
+    queue.create_schedule("tick", "emails", {}, every=60)
+    queue.schedules()
+    queue.tick_schedules()
+    queue.prune()
+    queue.purge_dead_letters(older_than=3600)
+    with WorkListener.connect(victim_dsn, namespace, ["emails"]) as listener:
+        listener.wait_for_work(timeout=0.01)
+    JobsVacuum(victim_dsn, threshold=0).vacuum_if_due(victim)
     with pytest.raises(errors.InvalidNameError):
         queue.push(" ", 1)  # btrim was not replaced: a blank name is still blank
     with pytest.raises(errors.InvalidNameError):
         queue.push("q" * 129, 1)  # char_length was not replaced either
+
+    hijacks = victim.execute("SELECT what FROM public.hijacks").fetchall()
     victim.close()
+    assert hijacks == []
 
 
-def test_no_function_is_security_definer_and_every_one_pins_its_search_path(
-    database: str,
-) -> None:
+def test_every_function_pins_its_search_path(database: str) -> None:
     """Pinned means a SET search_path, or a SQL-standard body (is_name), whose names are
     bound when the function is created, so no caller's search_path ever reaches it."""
     with psycopg.connect(database) as connection:
         rows = connection.execute(
-            "SELECT p.proname, p.prosecdef, coalesce(p.proconfig, '{}'),"
-            " p.prosqlbody IS NOT NULL"
+            "SELECT p.proname, coalesce(p.proconfig, '{}'), p.prosqlbody IS NOT NULL"
             " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = 'postkit_queue'"
         ).fetchall()
 
     assert rows
-    assert [name for name, definer, _, _ in rows if definer] == []
     unpinned = [
         name
-        for name, _, config, bound_at_creation in rows
+        for name, config, bound_at_creation in rows
         if not bound_at_creation
         and not any(setting.startswith("search_path=") for setting in config)
     ]
     assert unpinned == []
-    assert [name for name, _, _, bound_at_creation in rows if bound_at_creation] == ["is_name"]
+    assert [name for name, _, bound_at_creation in rows if bound_at_creation] == ["is_name"]
 
 
 def test_postkit_install_grant_and_tenant_isolation_from_the_command_line(

@@ -1,9 +1,10 @@
 """Administering an installation: who may use the queue, and for which namespaces.
 
-Postkit's functions run with the caller's own privileges (none is SECURITY DEFINER), so what a
-database role may do is decided by the table privileges it holds and, once tenant isolation is
-on, by row-level security. These calls run the SQL functions of migration 5; each runs in the
-caller's transaction (commit afterwards) and needs the queue's owner or a superuser.
+Callers reach the queue's tables only through its API functions, which run as the queue's owner
+(SECURITY DEFINER) and enforce its rules; a role holds EXECUTE on the functions of its access
+kind and nothing on the tables (docs/guarantees.md, "Roles"). Once tenant isolation is on,
+row-level security limits every call to the caller's own namespaces. These calls run in the
+caller's transaction (commit afterwards) and need the queue's owner or a superuser.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Literal
 
 from postkit import errors
 from postkit.queue.protocol import translate_error
+from postkit.queue.rows import first_value
 
 Access = Literal["producer", "worker", "operator"]
 ACCESS_KINDS: tuple[Access, ...] = ("producer", "worker", "operator")
@@ -37,6 +39,16 @@ def grant_access(cursor: Any, role: str, access: Access) -> None:
     if access not in ACCESS_KINDS:
         raise errors.InvalidAccessError(f"access must be one of {', '.join(ACCESS_KINDS)}")
     _call(cursor, "SELECT postkit_queue.grant_access(%s, %s)", (role, access))
+
+
+def revoke_access(cursor: Any, role: str) -> bool:
+    """Take every Postkit privilege from ``role``; False if it had no access kind.
+
+    Raises:
+        InvalidAccessError: no such role.
+    """
+    _call(cursor, "SELECT postkit_queue.revoke_access(%s)", (role,))
+    return bool(first_value(cursor.fetchone()))
 
 
 def enable_tenant_isolation(cursor: Any) -> None:

@@ -29,6 +29,25 @@ _INSTALL_LOCK_KEY = 0x706F73746B6974
 _FILE_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 _BODY_QUOTE = "$postkit_migration$"
 
+# Concurrent installers wait here for each other instead of racing on CREATE. Once the schema
+# exists they queue on its migrations table, which no caller of the queue may lock (callers hold
+# no table privileges); only the very first install takes the advisory lock, which any role
+# could hold. The check reads pg_class rather than calling to_regclass: a name looked up and not
+# found before the wait stays "not found" in this backend's catalog cache after the first
+# installer commits, and CREATE SCHEMA IF NOT EXISTS would then collide.
+_LOCK_STATEMENT = f"""DO $postkit_lock$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+               WHERE n.nspname OPERATOR(pg_catalog.=) '{SCHEMA}'
+                 AND c.relname OPERATOR(pg_catalog.=) 'migrations') THEN
+        LOCK TABLE {SCHEMA}.migrations IN SHARE ROW EXCLUSIVE MODE;
+    ELSE
+        PERFORM pg_catalog.pg_advisory_xact_lock({_INSTALL_LOCK_KEY});
+    END IF;
+END
+$postkit_lock$"""
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -104,8 +123,7 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
     if transaction:
         parts.append("BEGIN;")
     parts += [
-        "-- Concurrent installers wait here for each other instead of racing on CREATE.",
-        f"SELECT pg_advisory_xact_lock({_INSTALL_LOCK_KEY});",
+        _LOCK_STATEMENT + ";",
         f"CREATE SCHEMA IF NOT EXISTS {SCHEMA};",
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (",
         "    version    integer     PRIMARY KEY,",
@@ -146,6 +164,17 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
             "END",
             "$postkit_install$;",
         ]
+    parts += [
+        "",
+        "-- Ownership and grants, for what every migration above created (see migration 9).",
+        "DO $postkit_install$",
+        "BEGIN",
+        f"    IF to_regprocedure('{SCHEMA}.apply_privileges()') IS NOT NULL THEN",
+        f"        PERFORM {SCHEMA}.apply_privileges();",
+        "    END IF;",
+        "END",
+        "$postkit_install$;",
+    ]
     if transaction:
         parts.append("COMMIT;")
     return "\n".join(parts) + "\n"
@@ -153,11 +182,16 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
 
 def installed_version(cursor: Any) -> int:
     """The newest migration recorded in the database the cursor is connected to; 0 if none."""
-    cursor.execute(f"SELECT to_regclass('{SCHEMA}.migrations') IS NOT NULL")
+    cursor.execute(f"SELECT pg_catalog.to_regclass('{SCHEMA}.migrations') IS NOT NULL")
     if not first_value(cursor.fetchone()):
         return 0
-    cursor.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.migrations")
-    return int(first_value(cursor.fetchone()))
+    # From migration 9 callers hold no privileges on the tables: they ask a function.
+    cursor.execute(f"SELECT pg_catalog.to_regprocedure('{SCHEMA}.schema_version()') IS NOT NULL")
+    if first_value(cursor.fetchone()):
+        cursor.execute(f"SELECT {SCHEMA}.schema_version()")
+    else:
+        cursor.execute(f"SELECT pg_catalog.max(version) FROM {SCHEMA}.migrations")
+    return int(first_value(cursor.fetchone()) or 0)
 
 
 def install(target: Any, *, target_version: int | None = None) -> InstallResult:
@@ -193,7 +227,7 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
 def _run_install(cursor: Any, script: str) -> InstallResult:
     # Wait for concurrent installers before reading the version, so that ``applied`` reports
     # only what this call applied (the script takes the same transaction-level lock again).
-    cursor.execute(f"SELECT pg_advisory_xact_lock({_INSTALL_LOCK_KEY})")
+    cursor.execute(_LOCK_STATEMENT)
     before = installed_version(cursor)
     try:
         cursor.execute(script)

@@ -886,5 +886,13 @@ def translate_error(exc: BaseException) -> errors.PostkitError | None:
                 f"{message}. The Postkit queue schema is missing or older than this SDK: "
                 "run `postkit install` (or postkit.queue.install(connection))"
             )
+        if error_class is errors.PermissionDeniedError and message.startswith(
+            "permission denied for function"
+        ):
+            message = (
+                f"{message}: the role's Postkit access does not include it (producers push, "
+                "workers also pull and settle, operators also inspect and steer; see "
+                "postkit_queue.grant_access or `postkit install --grant ROLE:ACCESS`)"
+            )
         return error_class(message.removeprefix("postkit: "))
     return None

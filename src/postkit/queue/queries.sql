@@ -1,139 +1,146 @@
 -- The statements the Python SDK sends, one per SDK call, each a single round trip to one SQL
 -- function of the queue module. Parameters use the pyformat style (%(name)s), which psycopg 3,
 -- psycopg2 and Django's cursor all accept. Durations travel as seconds (float8) and become
--- intervals here; payloads travel as JSON text with a ::jsonb cast; JSON and UUIDs come back as
--- text so that every driver returns the same Python types.
+-- intervals here; payloads travel as JSON text cast to jsonb; JSON and UUIDs come back as text so
+-- that every driver returns the same Python types.
+--
+-- These statements run under the caller's search_path, which may put a schema anyone can create
+-- in (public, on PostgreSQL 14 and older) ahead of pg_catalog. So every function, type and
+-- operator is schema-qualified: a planted public.unnest(text[]) or a domain named public.text
+-- would otherwise be a better match than the built-in and run inside every worker. Keywords
+-- (integer, bigint, boolean, interval, coalesce, CASE, extract) are bound to pg_catalog by the
+-- grammar itself; durations become intervals through make_interval, not an operator.
 
 -- name: push
 SELECT postkit_queue.push(
-    %(namespace)s, %(queue)s, %(payload)s::jsonb,
-    %(delay)s::float8 * interval '1 second',
+    %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
+    pg_catalog.make_interval(secs => %(delay)s::pg_catalog.float8),
     %(priority)s::integer,
     %(max_attempts)s::integer,
     %(unique_key)s,
-    %(backoff_base)s::float8 * interval '1 second',
-    %(backoff_cap)s::float8 * interval '1 second') AS id;
+    pg_catalog.make_interval(secs => %(backoff_base)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(backoff_cap)s::pg_catalog.float8)) AS id;
 
 -- name: pull
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority, j.run_at,
-       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at
+SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
 FROM postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
-    %(visibility_timeout)s::float8 * interval '1 second',
+    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
     %(limit)s::integer) AS j;
 
 -- name: ack
-SELECT postkit_queue.ack(%(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::uuid);
+SELECT postkit_queue.ack(%(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
 -- name: nack
 SELECT postkit_queue.nack(
-    %(namespace)s, %(job_id)s::bigint, %(error)s, %(worker_id)s, %(claim_token)s::uuid,
-    %(backoff)s::float8 * interval '1 second') AS outcome;
+    %(namespace)s, %(job_id)s::bigint, %(error)s, %(worker_id)s, %(claim_token)s::pg_catalog.uuid,
+    pg_catalog.make_interval(secs => %(backoff)s::pg_catalog.float8)) AS outcome;
 
 -- name: fail
 SELECT postkit_queue.fail(
-    %(namespace)s, %(job_id)s::bigint, %(error)s, %(worker_id)s, %(claim_token)s::uuid);
+    %(namespace)s, %(job_id)s::bigint, %(error)s, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
 -- name: extend_visibility
 SELECT postkit_queue.extend_visibility(
-    %(namespace)s, %(job_id)s::bigint, %(extension)s::float8 * interval '1 second',
-    %(worker_id)s, %(claim_token)s::uuid);
+    %(namespace)s, %(job_id)s::bigint, pg_catalog.make_interval(secs => %(extension)s::pg_catalog.float8),
+    %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
 -- name: tick_timeouts
-SELECT count(*) AS reclaimed FROM postkit_queue.tick_timeouts(%(namespace)s, %(limit)s::integer);
+SELECT pg_catalog.count(*) AS reclaimed FROM postkit_queue.tick_timeouts(%(namespace)s, %(limit)s::integer);
 
 -- name: get_job
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority, j.run_at,
-       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at, j.failed_at
+SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at
 FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
 
 -- name: dead_letters
-SELECT d.namespace, d.job_id, d.queue, d.payload::text AS payload, d.priority, d.attempts,
-       d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::text AS errors,
+SELECT d.namespace, d.job_id, d.queue, d.payload::pg_catalog.text AS payload, d.priority, d.attempts,
+       d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::pg_catalog.text AS errors,
        d.created_at, d.failed_at, d.expires_at, d.redriven_job_id, d.redriven_at
 FROM postkit_queue.dead_letters(
-    %(namespace)s, %(queue)s, %(limit)s::integer, %(failed_after)s::timestamptz,
-    %(failed_before)s::timestamptz, %(error_contains)s, %(include_redriven)s::boolean,
-    %(after_failed_at)s::timestamptz, %(after_job_id)s::bigint) AS d;
+    %(namespace)s, %(queue)s, %(limit)s::integer, %(failed_after)s::pg_catalog.timestamptz,
+    %(failed_before)s::pg_catalog.timestamptz, %(error_contains)s, %(include_redriven)s::boolean,
+    %(after_failed_at)s::pg_catalog.timestamptz, %(after_job_id)s::bigint) AS d;
 
 -- name: configure_queue
 SELECT p.max_attempts,
-       extract(epoch FROM p.visibility_timeout)::float8 AS visibility_timeout,
-       extract(epoch FROM p.backoff_base)::float8 AS backoff_base,
-       extract(epoch FROM p.backoff_cap)::float8 AS backoff_cap,
+       extract(epoch FROM p.visibility_timeout)::pg_catalog.float8 AS visibility_timeout,
+       extract(epoch FROM p.backoff_base)::pg_catalog.float8 AS backoff_base,
+       extract(epoch FROM p.backoff_cap)::pg_catalog.float8 AS backoff_cap,
        p.paused,
-       extract(epoch FROM p.retain_completed)::float8 AS retain_completed,
-       extract(epoch FROM p.retain_dead)::float8 AS retain_dead,
+       extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
+       extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
        p.max_payload_bytes
 FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
-    %(visibility_timeout)s::float8 * interval '1 second',
-    %(backoff_base)s::float8 * interval '1 second',
-    %(backoff_cap)s::float8 * interval '1 second',
-    %(retain_completed)s::float8 * interval '1 second',
-    %(retain_dead)s::float8 * interval '1 second',
+    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(backoff_base)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(backoff_cap)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(retain_completed)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(retain_dead)s::pg_catalog.float8),
     %(max_payload_bytes)s::integer) AS p;
 
 -- name: release
 SELECT postkit_queue.release(
-    %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::uuid);
+    %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
 -- name: next_run_at
-SELECT postkit_queue.next_run_at(%(namespace)s, %(queues)s::text[]) AS next_run_at,
+SELECT postkit_queue.next_run_at(%(namespace)s, %(queues)s::pg_catalog.text[]) AS next_run_at,
        postkit_queue.clock() AS now;
 
 -- name: channels
-SELECT postkit_queue.channel(%(namespace)s, q) AS channel FROM unnest(%(queues)s::text[]) AS q;
+SELECT postkit_queue.channel(%(namespace)s, q) AS channel FROM pg_catalog.unnest(%(queues)s::pg_catalog.text[]) AS q;
 
 -- name: clock
 SELECT postkit_queue.clock() AS now;
 
 -- name: pull_any
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority, j.run_at,
-       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at
+SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
 FROM postkit_queue.pull_any(
-    %(namespace)s, %(queues)s::text[], %(worker_id)s,
-    %(visibility_timeout)s::float8 * interval '1 second',
+    %(namespace)s, %(queues)s::pg_catalog.text[], %(worker_id)s,
+    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
     %(limit)s::integer) AS j;
 
 -- name: push_batch
 SELECT b.id FROM postkit_queue.push_batch(
-    %(namespace)s, %(queue)s, %(payloads)s::jsonb,
-    %(delay)s::float8 * interval '1 second',
-    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::text[]) AS b
+    %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
+    pg_catalog.make_interval(secs => %(delay)s::pg_catalog.float8),
+    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[]) AS b
 ORDER BY b.ordinality;
 
 -- name: ack_batch
 SELECT postkit_queue.ack_batch(
-    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::uuid[], %(worker_id)s);
+    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[], %(worker_id)s);
 
 -- name: stats
 SELECT s.queue, s.paused, s.pending, s.scheduled, s.running, s.dead, s.counts_capped,
        s.oldest_ready_age, s.completed_last_minute, s.completed_last_hour,
        s.failed_last_minute, s.failed_last_hour, s.retried_last_hour, s.rescued_last_hour,
-       s.mean_attempts::float8 AS mean_attempts
+       s.mean_attempts::pg_catalog.float8 AS mean_attempts
 FROM postkit_queue.stats(%(namespace)s, %(queue)s, %(cap)s::integer) AS s;
 
 -- name: jobs
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority, j.run_at,
-       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at, j.failed_at
+SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+       j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at
 FROM postkit_queue.jobs(
     %(namespace)s, %(queue)s, %(state)s, %(limit)s::integer, %(after_id)s::bigint) AS j;
 
 -- name: redrive
 SELECT r.job_id, r.queue, r.new_job_id
 FROM postkit_queue.redrive(
-    %(namespace)s, %(job_ids)s::bigint[], %(queue)s, %(failed_after)s::timestamptz,
-    %(failed_before)s::timestamptz, %(error_contains)s, %(to_queue)s, %(limit)s::integer,
+    %(namespace)s, %(job_ids)s::bigint[], %(queue)s, %(failed_after)s::pg_catalog.timestamptz,
+    %(failed_before)s::pg_catalog.timestamptz, %(error_contains)s, %(to_queue)s, %(limit)s::integer,
     %(dry_run)s::boolean) AS r;
 
 -- name: purge_dead_letters
 SELECT postkit_queue.purge_dead_letters(
-    %(namespace)s, %(older_than)s::float8 * interval '1 second', %(queue)s) AS purged;
+    %(namespace)s, pg_catalog.make_interval(secs => %(older_than)s::pg_catalog.float8), %(queue)s) AS purged;
 
 -- name: cancel
 SELECT postkit_queue.cancel(%(namespace)s, %(job_id)s::bigint);
@@ -152,16 +159,16 @@ SELECT p.completed_jobs, p.dead_letters, p.stats_rows
 FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
 
 -- name: save_schedule
-SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
+SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
        s.created_at, s.updated_at
 FROM postkit_queue.save_schedule(
-    %(namespace)s, %(name)s, %(queue)s, %(payload)s::jsonb, %(next_run_at)s::timestamptz,
-    %(cron)s, %(timezone)s, %(every)s::float8 * interval '1 second', %(priority)s::integer,
+    %(namespace)s, %(name)s, %(queue)s, %(payload)s::pg_catalog.jsonb, %(next_run_at)s::pg_catalog.timestamptz,
+    %(cron)s, %(timezone)s, pg_catalog.make_interval(secs => %(every)s::pg_catalog.float8), %(priority)s::integer,
     %(max_attempts)s::integer) AS s;
 
 -- name: schedules
-SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
+SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
        s.created_at, s.updated_at
 FROM postkit_queue.schedules(%(namespace)s) AS s;
@@ -173,17 +180,17 @@ SELECT postkit_queue.set_schedule_paused(%(namespace)s, %(name)s, %(paused)s::bo
 SELECT postkit_queue.delete_schedule(%(namespace)s, %(name)s);
 
 -- name: due_schedules
-SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
+SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
        s.created_at, s.updated_at, postkit_queue.clock() AS now
 FROM postkit_queue.due_schedules(%(namespace)s, %(limit)s::integer) AS s;
 
 -- name: fire_schedule
 SELECT postkit_queue.fire_schedule(
-    %(namespace)s, %(name)s, %(due_at)s::timestamptz, %(next_run_at)s::timestamptz) AS job_id;
+    %(namespace)s, %(name)s, %(due_at)s::pg_catalog.timestamptz, %(next_run_at)s::pg_catalog.timestamptz) AS job_id;
 
 -- name: ack_many
-SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::uuid[])
+SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
        AS acked;
 
 -- name: ack_and_pull
@@ -191,36 +198,38 @@ SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_toke
 -- and one transaction. The two touch different rows (running ones, pending ones), so their
 -- order does not matter. The acked ids come in the first row only: repeated in every row, the
 -- array was read (and parsed by the driver) once per claimed job.
-SELECT CASE WHEN coalesce(j.ordinality, 1) = 1 THEN a.acked END AS acked,
-       j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority,
+SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked END AS acked,
+       j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority,
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
-       j.claim_token::text AS claim_token, j.claimed_at, j.visible_until,
-       j.errors::text AS errors, j.created_at
-FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::uuid[])
+       j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
+       j.errors::pg_catalog.text AS errors, j.created_at
+FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
      AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
-    %(visibility_timeout)s::float8 * interval '1 second', %(limit)s::integer)
+    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8), %(limit)s::integer)
     WITH ORDINALITY AS j ON true;
 
 -- name: vacuum_state
 -- Whether this role may vacuum the jobs table (its owner, a member of the owner, a superuser,
 -- or, from PostgreSQL 17, a holder of MAINTAIN), and how many dead rows it holds now.
-SELECT (pg_has_role(c.relowner, 'USAGE')
+SELECT (pg_catalog.pg_has_role(c.relowner, 'USAGE')
         -- CASE, not AND: before 17 the privilege name itself is an error.
-        OR CASE WHEN current_setting('server_version_num')::int >= 170000
-                THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END) AS may_vacuum,
+        OR CASE WHEN pg_catalog.current_setting('server_version_num')::integer
+                     OPERATOR(pg_catalog.>=) 170000
+                THEN pg_catalog.has_table_privilege(c.oid, 'MAINTAIN') ELSE false END)
+           AS may_vacuum,
        coalesce(s.n_dead_tup, 0) AS dead_rows
-FROM pg_class c
-LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-WHERE c.oid = 'postkit_queue.jobs'::regclass;
+FROM pg_catalog.pg_class c
+LEFT JOIN pg_catalog.pg_stat_user_tables s ON s.relid OPERATOR(pg_catalog.=) c.oid
+WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('postkit_queue.jobs');
 
 -- name: vacuum_lock
 -- One vacuum at a time across every worker of the database (the key is "pkvacuum" in hex).
-SELECT pg_try_advisory_lock(x'706b76616375756d'::bigint) AS locked;
+SELECT pg_catalog.pg_try_advisory_lock(x'706b76616375756d'::bigint) AS locked;
 
 -- name: vacuum_jobs
 VACUUM (SKIP_LOCKED) postkit_queue.jobs;
 
 -- name: vacuum_unlock
-SELECT pg_advisory_unlock(x'706b76616375756d'::bigint) AS unlocked;
+SELECT pg_catalog.pg_advisory_unlock(x'706b76616375756d'::bigint) AS unlocked;

@@ -1,0 +1,408 @@
+-- Postkit queue, migration 9: callers reach the tables only through the functions.
+--
+-- Before this migration every function ran with its caller's privileges, so a role had to hold
+-- table privileges to use the queue, and with them it could write any row by hand: a producer
+-- could insert a job with attempts = 2^31-1, a worker could delete pending jobs or lock the
+-- jobs table for every tenant. Now:
+--
+--   * The schema, its tables and its functions belong to one owner: the role postkit_queue_owner
+--     (NOLOGIN, no members, no special attributes) when a superuser installs, else the
+--     non-superuser that installed the schema. Nobody logs in as it.
+--   * The API functions (listed in postkit_queue.api, with the access kind each needs) are
+--     SECURITY DEFINER: they run as the owner, with search_path pinned, and enforce the rules.
+--     Every other function is an internal helper that no caller may execute.
+--   * A caller holds USAGE on the schema and EXECUTE on the API functions of its access kind,
+--     and nothing on the tables or sequences: it cannot read, write or lock them by hand.
+--   * Tenant isolation is row-level security forced on the owner too, so that it holds inside
+--     the functions; the policies ask who the caller is (postkit_queue.caller()), not who runs
+--     the function.
+--
+-- postkit_queue.apply_privileges() is the current truth of ownership and grants; every install
+-- runs it after the migrations, so that functions a later migration adds are owned, fenced and
+-- granted the same way.
+
+-- The API: every function a caller may execute, by name (all its overloads), and the least
+-- access kind that may call it. A later migration that adds an API function adds its row here.
+CREATE TABLE postkit_queue.api (
+    name   text PRIMARY KEY,
+    access text NOT NULL CHECK (access IN ('producer', 'worker', 'operator'))
+);
+
+INSERT INTO postkit_queue.api (name, access) VALUES
+    -- Producers push and follow their jobs.
+    ('push', 'producer'), ('push_batch', 'producer'), ('get_job', 'producer'),
+    ('clock', 'producer'), ('schema_version', 'producer'),
+    -- Workers claim, settle and keep the queue moving (timeouts, schedules, retention).
+    ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
+    ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),
+    ('extend_visibility', 'worker'), ('release', 'worker'), ('tick_timeouts', 'worker'),
+    ('next_run_at', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
+    ('fire_schedule', 'worker'), ('prune', 'worker'), ('dead_letters', 'worker'),
+    -- Operators inspect and steer.
+    ('stats', 'operator'), ('jobs', 'operator'), ('queues', 'operator'),
+    ('configure_queue', 'operator'), ('set_paused', 'operator'), ('pause_queue', 'operator'),
+    ('resume_queue', 'operator'), ('purge_queue', 'operator'), ('cancel', 'operator'),
+    ('redrive', 'operator'), ('purge_dead_letters', 'operator'), ('save_schedule', 'operator'),
+    ('schedules', 'operator'), ('set_schedule_paused', 'operator'),
+    ('delete_schedule', 'operator');
+
+-- Who was granted which access kind, by role OID: a role dropped and created again under the
+-- same name does not inherit the old one's access.
+CREATE TABLE postkit_queue.grants (
+    role_oid oid  PRIMARY KEY,
+    access   text NOT NULL CHECK (access IN ('producer', 'worker', 'operator'))
+);
+
+-- The role the session acts as: the one SET ROLE chose, else the one that logged in. Inside a
+-- SECURITY DEFINER function current_user is the owner, so policies and checks ask this instead.
+-- The role setting can only name a role the session is a member of, so it cannot be forged.
+CREATE FUNCTION postkit_queue.caller()
+RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce(nullif(current_setting('role'), 'none'), session_user)::name;
+END
+$$;
+
+-- Whether the caller sees every namespace: a superuser, or a member of the queue's owner.
+CREATE FUNCTION postkit_queue.caller_sees_all()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_caller name := postkit_queue.caller();
+BEGIN
+    RETURN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller),
+                    false)
+        OR pg_catalog.pg_has_role(v_caller,
+               (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                WHERE n.nspname = 'postkit_queue'), 'MEMBER');
+END
+$$;
+
+-- The namespaces assigned to the caller or to a role it is a member of. The join with pg_roles
+-- skips assignments whose role was dropped (pg_has_role would raise for them, for every tenant).
+CREATE OR REPLACE FUNCTION postkit_queue.my_namespaces()
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(t.namespace), '{}')
+    FROM postkit_queue.tenants t
+    JOIN pg_catalog.pg_roles r ON r.rolname = t.role
+    WHERE pg_catalog.pg_has_role(postkit_queue.caller(), r.oid, 'MEMBER')
+$$;
+
+-- The schema's version, for callers that may not read the migrations table.
+CREATE FUNCTION postkit_queue.schema_version()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(max(version), 0) FROM postkit_queue.migrations
+$$;
+
+-- The queue's clock: the statement's time, moved by postkit_queue.clock_offset in a
+-- superuser's session (the test suite's seam for deadlines and delays). Any other session that
+-- sets the offset gets an error instead of a clock it could use to store run_at = -infinity or
+-- to expire other workers' claims; an offset that makes the clock infinite is refused too.
+CREATE OR REPLACE FUNCTION postkit_queue.clock() RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_setting text := current_setting('postkit_queue.clock_offset', true);
+    v_now     timestamptz;
+BEGIN
+    IF v_setting IS NULL OR v_setting = '' THEN
+        RETURN statement_timestamp();
+    END IF;
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r
+                     WHERE r.rolname = session_user), false) THEN
+        RAISE EXCEPTION 'postkit: postkit_queue.clock_offset is a test setting: only a '
+                        'superuser''s session may move the queue''s clock'
+            USING ERRCODE = '42501';
+    END IF;
+    BEGIN
+        v_now := statement_timestamp() + v_setting::interval;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+                   OR interval_field_overflow THEN
+        v_now := NULL;
+    END;
+    IF v_now IS NULL OR NOT isfinite(v_now) THEN
+        RAISE EXCEPTION 'postkit: postkit_queue.clock_offset must be a finite interval, got %',
+            v_setting USING ERRCODE = 'PKQ05';
+    END IF;
+    RETURN v_now;
+END
+$$;
+
+-- The owner the schema should have: its current owner, unless that is a superuser, in which
+-- case postkit_queue_owner (created here when missing). A SECURITY DEFINER function owned by a
+-- superuser would bypass row-level security and turn any flaw into a superuser's.
+CREATE FUNCTION postkit_queue.owner_role()
+RETURNS oid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner oid := (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                    WHERE n.nspname = 'postkit_queue');
+    v_role  pg_catalog.pg_roles%ROWTYPE;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_owner) THEN
+        RETURN v_owner;
+    END IF;
+    SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = 'postkit_queue_owner';
+    IF NOT FOUND THEN
+        CREATE ROLE postkit_queue_owner NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE
+            NOREPLICATION NOBYPASSRLS NOINHERIT;
+        SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = 'postkit_queue_owner';
+    END IF;
+    -- A role of that name that someone could log in as, or act as through membership, would
+    -- own every job: refuse to hand the queue to it.
+    IF v_role.rolcanlogin OR v_role.rolsuper OR v_role.rolbypassrls
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m WHERE m.roleid = v_role.oid) THEN
+        RAISE EXCEPTION 'postkit: the role postkit_queue_owner exists but can log in, is a '
+                        'superuser, bypasses row-level security or has members; it cannot own '
+                        'the queue. Drop it, or make it NOLOGIN without members.'
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    RETURN v_role.oid;
+END
+$$;
+
+-- Grant p_role_oid exactly the API of its access kind: EXECUTE on the functions of that kind and
+-- the kinds below it, none on the others.
+CREATE FUNCTION postkit_queue.apply_grant(p_role_oid oid, p_access text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_function regprocedure;
+    v_allowed  boolean;
+    v_role     name := (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = p_role_oid);
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA postkit_queue TO %I', v_role);
+    FOR v_function, v_allowed IN
+        SELECT p.oid::regprocedure,
+               array_position(ARRAY['producer', 'worker', 'operator'], a.access)
+                   <= array_position(ARRAY['producer', 'worker', 'operator'], p_access)
+        FROM pg_catalog.pg_proc p
+        JOIN postkit_queue.api a ON a.name = p.proname
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace
+    LOOP
+        EXECUTE format(CASE WHEN v_allowed THEN 'GRANT EXECUTE ON FUNCTION %s TO %I'
+                            ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM %I' END,
+                       v_function, v_role);
+    END LOOP;
+END
+$$;
+
+-- Make ownership and grants what this file's header says, whatever the migrations created:
+-- every object belongs to the owner, the API functions run as it, nothing else is callable,
+-- and each recorded grant holds. Idempotent; the install runs it after every migration.
+CREATE FUNCTION postkit_queue.apply_privileges()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner    oid := postkit_queue.owner_role();
+    v_owner_name name := (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_owner);
+    v_object   record;
+BEGIN
+    EXECUTE format('ALTER SCHEMA postkit_queue OWNER TO %I', v_owner_name);
+    FOR v_object IN
+        SELECT c.oid::regclass AS name, c.relkind
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND c.relkind IN ('r', 'p', 'S', 'v')
+          AND c.relowner <> v_owner
+          -- An identity sequence follows its table.
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                            AND d.deptype = 'i')
+    LOOP
+        EXECUTE format(CASE WHEN v_object.relkind = 'S' THEN 'ALTER SEQUENCE %s OWNER TO %I'
+                            ELSE 'ALTER TABLE %s OWNER TO %I' END,
+                       v_object.name, v_owner_name);
+    END LOOP;
+    FOR v_object IN
+        SELECT p.oid::regprocedure AS name, p.proname, p.prokind,
+               EXISTS (SELECT 1 FROM postkit_queue.api a WHERE a.name = p.proname) AS is_api,
+               EXISTS (SELECT 1 FROM unnest(p.proconfig) AS s(setting)
+                       WHERE s.setting LIKE 'search\_path=%') AS pinned
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace
+    LOOP
+        IF v_object.is_api AND NOT v_object.pinned THEN
+            -- A SECURITY DEFINER function that resolves names through its caller's search_path
+            -- runs whatever the caller planted, as the owner.
+            RAISE EXCEPTION 'postkit: API function % does not pin its search_path', v_object.name
+                USING ERRCODE = 'PKQ12';
+        END IF;
+        EXECUTE format('ALTER ROUTINE %s OWNER TO %I', v_object.name, v_owner_name);
+        EXECUTE format(CASE WHEN v_object.is_api THEN 'ALTER ROUTINE %s SECURITY DEFINER'
+                            ELSE 'ALTER ROUTINE %s SECURITY INVOKER' END, v_object.name);
+        -- PostgreSQL grants EXECUTE to PUBLIC on every new function; here nobody gets it but
+        -- the roles the grants below name.
+        EXECUTE format('REVOKE ALL ON ROUTINE %s FROM PUBLIC', v_object.name);
+    END LOOP;
+    -- Grants whose role is gone are forgotten; the others are applied again, which grants the
+    -- functions added since.
+    DELETE FROM postkit_queue.grants g
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid);
+    PERFORM postkit_queue.apply_grant(g.role_oid, g.access) FROM postkit_queue.grants g;
+END
+$$;
+
+-- grant_access: give a role exactly what one kind of Postkit user needs: EXECUTE on the API
+-- functions of that kind (each kind includes the one before), USAGE on the schema, nothing on
+-- the tables. Granting another kind later replaces the first. Run by the owner or a superuser.
+CREATE OR REPLACE FUNCTION postkit_queue.grant_access(p_role name, p_access text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role_oid oid;
+BEGIN
+    IF p_access IS NULL OR p_access NOT IN ('producer', 'worker', 'operator') THEN
+        RAISE EXCEPTION 'postkit: access must be producer, worker or operator, got %',
+            coalesce(p_access, 'NULL') USING ERRCODE = 'PKQ11';
+    END IF;
+    SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    IF (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_role_oid) THEN
+        RAISE EXCEPTION 'postkit: % is a superuser, which no grant can limit', p_role
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    INSERT INTO postkit_queue.grants (role_oid, access) VALUES (v_role_oid, p_access)
+    ON CONFLICT (role_oid) DO UPDATE SET access = excluded.access;
+    PERFORM postkit_queue.apply_grant(v_role_oid, p_access);
+END
+$$;
+
+-- revoke_access: take every Postkit privilege from a role. Returns false if it had none.
+CREATE FUNCTION postkit_queue.revoke_access(p_role name)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role_oid oid;
+BEGIN
+    SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    EXECUTE format('REVOKE ALL ON ALL ROUTINES IN SCHEMA postkit_queue FROM %I', p_role);
+    EXECUTE format('REVOKE ALL ON SCHEMA postkit_queue FROM %I', p_role);
+    DELETE FROM postkit_queue.grants g WHERE g.role_oid = v_role_oid;
+    RETURN FOUND;
+END
+$$;
+
+-- require_operator: cancel and purge_queue check, beyond EXECUTE, that the caller was granted
+-- operator access (or sees everything): an EXECUTE granted by hand is not enough to destroy jobs.
+CREATE OR REPLACE FUNCTION postkit_queue.require_operator(p_action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT postkit_queue.caller_sees_all() AND NOT EXISTS (
+        SELECT 1 FROM postkit_queue.grants g
+        WHERE g.access = 'operator'
+          AND pg_catalog.pg_has_role(postkit_queue.caller(), g.role_oid, 'MEMBER')) THEN
+        RAISE EXCEPTION 'postkit: permission denied to %: the role needs operator access '
+                        '(postkit_queue.grant_access(role, ''operator''))', p_action
+            USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- enable_tenant_isolation: turn on row-level security on every queue table, forced on the owner
+-- too, since the API functions run as the owner. A caller that does not see everything sees,
+-- pulls, settles and redrives only the rows of its own namespaces. Idempotent.
+CREATE OR REPLACE FUNCTION postkit_queue.enable_tenant_isolation()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_table text;
+BEGIN
+    FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'queue_stats',
+                                   'queue_settings', 'schedules'] LOOP
+        EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
+        EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
+        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);
+        -- Scalar subqueries (the array one cast, so that ANY reads it as an array, not as a set
+        -- of rows): each runs once per statement, as an init plan, not once per row.
+        EXECUTE format('CREATE POLICY tenant_isolation ON postkit_queue.%1$I '
+                       'USING ((SELECT postkit_queue.caller_sees_all()) OR '
+                       'namespace = ANY ((SELECT postkit_queue.my_namespaces())::text[])) '
+                       'WITH CHECK ((SELECT postkit_queue.caller_sees_all()) OR '
+                       'namespace = ANY ((SELECT postkit_queue.my_namespaces())::text[]))',
+                       v_table);
+    END LOOP;
+    -- Only the owner reads the assignments (my_namespaces runs as the owner).
+    ALTER TABLE postkit_queue.tenants ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS own_assignments ON postkit_queue.tenants;
+END
+$$;
+
+-- An install from before this migration granted table privileges through grant_access. Record
+-- each such role's access kind, take the table privileges back, and let apply_privileges grant
+-- the functions instead.
+INSERT INTO postkit_queue.grants (role_oid, access)
+SELECT r.oid,
+       CASE WHEN has_table_privilege(r.oid, 'postkit_queue.queue_settings', 'UPDATE')
+                THEN 'operator'
+            WHEN has_table_privilege(r.oid, 'postkit_queue.jobs', 'UPDATE') THEN 'worker'
+            ELSE 'producer' END
+FROM pg_catalog.pg_roles r
+WHERE NOT r.rolsuper
+  AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                WHERE n.nspname = 'postkit_queue')
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c, aclexplode(c.relacl) acl
+              WHERE c.relnamespace = 'postkit_queue'::regnamespace AND acl.grantee = r.oid
+                AND c.relname = 'jobs' AND acl.privilege_type = 'INSERT');
+
+DO $$
+DECLARE
+    v_grant record;
+BEGIN
+    FOR v_grant IN
+        SELECT DISTINCT c.oid::regclass AS name, r.rolname
+        FROM pg_catalog.pg_class c, aclexplode(c.relacl) acl
+        JOIN pg_catalog.pg_roles r ON r.oid = acl.grantee
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND acl.grantee <> c.relowner
+    LOOP
+        EXECUTE format('REVOKE ALL ON %s FROM %I', v_grant.name, v_grant.rolname);
+    END LOOP;
+    FOR v_grant IN
+        SELECT DISTINCT r.rolname
+        FROM pg_catalog.pg_proc p, aclexplode(p.proacl) acl
+        JOIN pg_catalog.pg_roles r ON r.oid = acl.grantee
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace AND acl.grantee <> p.proowner
+    LOOP
+        EXECUTE format('REVOKE ALL ON ALL ROUTINES IN SCHEMA postkit_queue FROM %I',
+                       v_grant.rolname);
+    END LOOP;
+    -- Isolation turned on before this migration gets the forced policies.
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               WHERE c.oid = 'postkit_queue.jobs'::regclass AND c.relrowsecurity) THEN
+        PERFORM postkit_queue.enable_tenant_isolation();
+    END IF;
+END
+$$;

@@ -1,0 +1,431 @@
+"""A grant is the whole of what a role can do.
+
+Every role here is a real non-superuser LOGIN role that connects with its own DSN, as an
+application would; the real programs (Worker, `postkit worker`, `postkit tick`, the operator's
+commands) run under it, and hand-written SQL tries to get around the functions.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from postkit import errors
+from postkit.queue import QueueClient, install
+from postkit.queue.admin import (
+    assign_namespace,
+    enable_tenant_isolation,
+    grant_access,
+    revoke_access,
+)
+from postkit.queue.migrations import _INSTALL_LOCK_KEY
+from postkit.queue.worker import Worker
+
+ACCESS_KINDS = ("producer", "worker", "operator")
+
+MakeLogin = Callable[..., str]
+
+
+@pytest.fixture
+def make_login(database: str) -> Iterator[MakeLogin]:
+    """Create a LOGIN role with one access kind (or none) and return a DSN that connects as it.
+    Each role is dropped afterwards, with whatever was granted to it."""
+    created: list[str] = []
+
+    def _make(access: str | None = None, namespaces: tuple[str, ...] = ()) -> str:
+        role = f"pk_login_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(database, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+            created.append(role)
+            if access is not None:
+                grant_access(admin.cursor(), role, access)  # type: ignore[arg-type]
+            for namespace in namespaces:
+                assign_namespace(admin.cursor(), namespace, role)
+        return psycopg.conninfo.make_conninfo(database, user=role)
+
+    yield _make
+    with psycopg.connect(database, autocommit=True) as admin:
+        for role in created:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def client(dsn: str, namespace: str) -> QueueClient:
+    """An autocommit client connected as the DSN's role."""
+    return QueueClient(psycopg.connect(dsn, autocommit=True).cursor(), namespace=namespace)
+
+
+def role_of(dsn: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(dsn)["user"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Nothing on the tables: every change goes through a function.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("access", ACCESS_KINDS)
+def test_no_access_kind_holds_any_privilege_on_a_table_or_sequence(
+    database: str, make_login: MakeLogin, access: str
+) -> None:
+    role = role_of(make_login(access))
+    with psycopg.connect(database) as admin:
+        held = admin.execute(
+            "SELECT c.relname FROM pg_class c"
+            " WHERE c.relnamespace = 'postkit_queue'::regnamespace"
+            " AND c.relkind IN ('r', 'p', 'S') AND ("
+            "   CASE WHEN c.relkind = 'S'"
+            "   THEN has_sequence_privilege(%s, c.oid, 'USAGE,SELECT,UPDATE')"
+            "   ELSE has_table_privilege(%s, c.oid,"
+            "        'SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER') END)",
+            (role, role),
+        ).fetchall()
+
+    assert held == []
+
+
+@pytest.mark.parametrize("access", ACCESS_KINDS)
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO postkit_queue.jobs (namespace, queue, payload, attempts)"
+        " VALUES ('shop', 'emails', '{}', 2147483647)",
+        "UPDATE postkit_queue.jobs SET attempts = 2147483647",
+        "DELETE FROM postkit_queue.jobs",
+        "SELECT payload FROM postkit_queue.jobs",
+        "UPDATE postkit_queue.schedules SET cron = '* * * * *'",
+        "DELETE FROM postkit_queue.dead_letters",
+        "TRUNCATE postkit_queue.jobs",
+        "LOCK TABLE postkit_queue.jobs IN ACCESS EXCLUSIVE MODE",
+        "LOCK TABLE postkit_queue.migrations IN ACCESS EXCLUSIVE MODE",
+    ],
+)
+def test_hand_written_sql_on_the_tables_is_refused(
+    make_login: MakeLogin, access: str, statement: str
+) -> None:
+    with (
+        psycopg.connect(make_login(access)) as connection,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        connection.execute(statement)
+
+
+def test_each_access_kind_executes_exactly_the_functions_of_its_kind_and_below(
+    database: str, make_login: MakeLogin
+) -> None:
+    roles = {access: role_of(make_login(access)) for access in ACCESS_KINDS}
+    with psycopg.connect(database) as admin:
+        rows = admin.execute(
+            "SELECT p.oid::regprocedure::text, a.access FROM pg_proc p"
+            " LEFT JOIN postkit_queue.api a ON a.name = p.proname"
+            " WHERE p.pronamespace = 'postkit_queue'::regnamespace"
+        ).fetchall()
+        rank = {None: 99, **{access: index for index, access in enumerate(ACCESS_KINDS)}}
+        wrong = []
+        for function, needed in rows:
+            for access, role in roles.items():
+                (may,) = admin.execute(
+                    "SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, function)
+                ).fetchone()  # type: ignore[misc]
+                if may != (rank[needed] <= rank[access]):
+                    wrong.append((function, access, may))
+
+    assert wrong == []
+    assert len([row for row in rows if row[1] is None]) > 10  # internal helpers exist
+
+
+def test_no_function_of_the_schema_is_executable_by_public(database: str) -> None:
+    with psycopg.connect(database) as admin:
+        public = admin.execute(
+            "SELECT p.proname FROM pg_proc p, aclexplode(coalesce(p.proacl,"
+            " acldefault('f', p.proowner))) acl"
+            " WHERE p.pronamespace = 'postkit_queue'::regnamespace AND acl.grantee = 0"
+        ).fetchall()
+
+    assert public == []
+
+
+def test_the_api_functions_run_as_a_non_superuser_owner_with_a_pinned_search_path(
+    database: str,
+) -> None:
+    with psycopg.connect(database) as admin:
+        rows = admin.execute(
+            "SELECT p.proname, p.prosecdef, a.name IS NOT NULL, r.rolsuper, r.rolcanlogin,"
+            " coalesce(p.proconfig, '{}')"
+            " FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner"
+            " LEFT JOIN postkit_queue.api a ON a.name = p.proname"
+            " WHERE p.pronamespace = 'postkit_queue'::regnamespace"
+        ).fetchall()
+
+    assert rows
+    assert [name for name, definer, api, *_ in rows if definer != api] == []
+    assert {(superuser, login) for *_, superuser, login, _ in rows} == {(False, False)}
+    assert [
+        name
+        for name, _, api, _, _, config in rows
+        if api and not any(setting.startswith("search_path=") for setting in config)
+    ] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Each documented layout runs what it is for.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_producer_login_pushes_and_follows_its_jobs_but_cannot_pull(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    producer = client(make_login("producer"), namespace)
+
+    job_id = producer.push("emails", {"to": "ada"})
+    producer.push_batch("emails", [1, 2])
+
+    assert job_id is not None and producer.get_job(job_id) is not None
+    with pytest.raises(errors.PermissionDeniedError, match="grant_access"):
+        producer.pull("emails")
+
+
+def test_a_worker_login_runs_a_worker_through_its_ticks(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    producer = client(make_login("producer"), namespace)
+    ids = [producer.push("emails", {"n": n}) for n in range(20)]
+    done: list[int] = []
+    worker = Worker(
+        make_login("worker"),
+        {"emails": lambda job: done.append(job.id)},
+        namespace=namespace,
+        tick_interval=0.05,
+        poll_interval=0.1,
+        grace_period=2.0,
+    )
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while len(done) < len(ids) and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.05)
+    time.sleep(0.3)  # several ticks (timeouts, schedules, prune) run under the worker's role
+    worker.stop()
+    thread.join(timeout=30)
+
+    # The first tick runs as the worker starts: a tick the role may not run ends run() at once.
+    assert failure == []
+    assert sorted(done) == sorted(ids)
+
+
+def test_postkit_worker_and_postkit_tick_run_under_a_worker_login(
+    make_login: MakeLogin, namespace: str, tmp_path: Path
+) -> None:
+    producer = client(make_login("producer"), namespace)
+    ids = [producer.push("emails", {"n": n}) for n in range(5)]
+    worker_dsn = make_login("worker")
+    (tmp_path / "tasks.py").write_text(
+        "from postkit.queue.worker import Handlers\n"
+        "handlers = Handlers()\n"
+        "@handlers.register('emails')\n"
+        "def send(job):\n"
+        "    pass\n"
+    )
+    command = [sys.executable, "-m", "postkit.cli"]
+
+    tick = subprocess.run(
+        [*command, "tick", "--once", "--dsn", worker_dsn, "--namespace", namespace],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    worker = subprocess.Popen(
+        [
+            *command,
+            "worker",
+            "tasks",
+            "--dsn",
+            worker_dsn,
+            "--namespace",
+            namespace,
+            "--poll-interval",
+            "0.2",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and worker.poll() is None:
+            if all(producer.get_job(job_id) is None for job_id in ids if job_id is not None):
+                break
+            time.sleep(0.1)
+        still_running = worker.poll() is None
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=60)
+
+    assert tick.returncode == 0, tick.stdout + tick.stderr
+    assert still_running, output
+    assert [job_id for job_id in ids if job_id is not None and producer.get_job(job_id)] == []
+    assert "permission denied" not in output
+
+
+def test_an_operator_login_runs_the_operators_commands(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    operator_dsn = make_login("operator")
+    client(operator_dsn, namespace).push("emails", {})
+    command = [sys.executable, "-m", "postkit.cli"]
+    options = ["--dsn", operator_dsn, "--namespace", namespace]
+
+    for arguments in (
+        ["stats"],
+        ["jobs", "emails"],
+        ["dlq", "list"],
+        ["queue", "pause", "emails"],
+        ["queue", "resume", "emails"],
+        ["schedule", "list"],
+    ):
+        result = subprocess.run(
+            [*command, *arguments, *options], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, (arguments, result.stdout + result.stderr)
+
+
+def test_a_worker_cannot_pause_or_rewrite_a_schedule(make_login: MakeLogin, namespace: str) -> None:
+    operator = client(make_login("operator"), namespace)
+    operator.create_schedule("nightly", "reports", {}, every=60)
+    worker = client(make_login("worker"), namespace)
+
+    with pytest.raises(errors.PermissionDeniedError):
+        worker.pause_schedule("nightly")
+    with pytest.raises(errors.PermissionDeniedError):
+        worker.create_schedule("nightly", "reports", {}, every=1)
+
+
+def test_a_role_without_a_grant_cannot_call_anything(make_login: MakeLogin, namespace: str) -> None:
+    with pytest.raises(errors.PermissionDeniedError):
+        client(make_login(), namespace).push("emails", {})
+
+
+def test_revoking_access_takes_every_function_back(
+    database: str, make_login: MakeLogin, namespace: str
+) -> None:
+    worker_dsn = make_login("worker")
+    with psycopg.connect(database, autocommit=True) as admin:
+        assert revoke_access(admin.cursor(), role_of(worker_dsn)) is True
+
+    with pytest.raises(errors.PermissionDeniedError):
+        client(worker_dsn, namespace).push("emails", {})
+
+
+def test_a_superuser_cannot_be_granted_an_access_kind(database: str) -> None:
+    with psycopg.connect(database) as admin, pytest.raises(errors.InvalidAccessError):
+        grant_access(admin.cursor(), "postgres", "producer")
+
+
+# ---------------------------------------------------------------------------------------------
+# One tenant cannot affect another.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def isolated(database: str) -> None:
+    with psycopg.connect(database) as admin:
+        enable_tenant_isolation(admin.cursor())
+
+
+def test_dropping_one_tenants_role_leaves_every_other_tenant_working(
+    database: str, make_login: MakeLogin, isolated: None
+) -> None:
+    tenant_a = client(make_login("worker", ("tenant-a",)), "tenant-a")
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute("CREATE ROLE pk_doomed_tenant NOLOGIN")
+        assign_namespace(admin.cursor(), "tenant-b", "pk_doomed_tenant")
+        grant_access(admin.cursor(), "pk_doomed_tenant", "worker")
+        admin.execute("DROP OWNED BY pk_doomed_tenant")
+        admin.execute("DROP ROLE pk_doomed_tenant")
+
+    assert tenant_a.push("emails", {}) is not None
+    assert tenant_a.pull("emails") is not None
+
+
+def test_a_tenant_cannot_push_pull_or_read_in_another_tenants_namespace(
+    make_login: MakeLogin, isolated: None
+) -> None:
+    owner = client(make_login("operator", ("tenant-b",)), "tenant-b")
+    job_id = owner.push("emails", {"secret": "b"})
+    intruder_dsn = make_login("operator", ("tenant-a",))
+    intruder = client(intruder_dsn, "tenant-b")
+
+    with pytest.raises(errors.PermissionDeniedError):
+        intruder.push("emails", {})
+    assert intruder.pull("emails") is None
+    assert job_id is not None and intruder.get_job(job_id) is None
+    assert intruder.stats() == []
+    assert owner.pull("emails") is not None
+
+
+def test_a_role_holding_the_install_lock_does_not_block_an_upgrade(
+    database: str, make_login: MakeLogin
+) -> None:
+    holder = psycopg.connect(make_login("producer"), autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s)", (_INSTALL_LOCK_KEY,))
+    installer = psycopg.connect(database)
+    installer.execute("SET statement_timeout = '20s'")
+
+    with ThreadPoolExecutor(1) as pool:
+        result = pool.submit(install, installer).result(timeout=30)
+
+    assert result.applied == ()
+    holder.close()
+    installer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The clock seam is for tests.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_non_superuser_session_cannot_move_the_queues_clock(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    worker = client(make_login("worker"), namespace)
+    worker.cursor.execute("SET postkit_queue.clock_offset = '-infinity'")
+
+    with pytest.raises(errors.PermissionDeniedError, match="test setting"):
+        worker.push("emails", {})
+    worker.cursor.execute("RESET postkit_queue.clock_offset")
+    assert worker.pull("emails") is None
+
+
+def test_an_infinite_clock_offset_is_refused_before_anything_is_stored(
+    queue: QueueClient, conn: psycopg.Connection[Any]
+) -> None:
+    if conn.info.server_version < 170000:
+        pytest.skip("intervals are finite before PostgreSQL 17")
+    queue.cursor.execute("SET postkit_queue.clock_offset = '-infinity'")
+
+    with pytest.raises(errors.InvalidDurationError, match="finite"):
+        queue.push("emails", {})
