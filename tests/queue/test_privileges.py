@@ -387,6 +387,22 @@ def test_a_tenant_cannot_push_pull_or_read_in_another_tenants_namespace(
     assert owner.pull("emails") is not None
 
 
+def test_a_tenant_cannot_learn_another_tenants_notification_channel(
+    database: str, make_login: MakeLogin, isolated: None
+) -> None:
+    intruder = psycopg.connect(make_login("worker", ("tenant-a",)), autocommit=True)
+    with psycopg.connect(database) as admin:
+        (channel,) = admin.execute("SELECT postkit_queue.channel('tenant-b', 'emails')").fetchone()  # type: ignore[misc]
+        (guessable,) = admin.execute(
+            "SELECT 'postkit_' || md5('tenant-b' || chr(31) || 'emails')"
+        ).fetchone()  # type: ignore[misc]
+
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        intruder.execute("SELECT postkit_queue.channel('tenant-b', 'emails')")
+    assert channel != guessable
+    assert intruder.execute("SELECT postkit_queue.channel('tenant-a', 'emails')").fetchone()
+
+
 def test_a_role_holding_the_install_lock_does_not_block_an_upgrade(
     database: str, make_login: MakeLogin
 ) -> None:

@@ -140,6 +140,63 @@ BEGIN
 END
 $$;
 
+-- Notification channels. A channel name used to be 'postkit_' and the md5 of the namespace and
+-- queue, so any session could LISTEN to another tenant's queues and learn when their jobs
+-- move. Now the md5 also covers this install's secret key, which only the owner reads: a
+-- session learns a queue's channel only from postkit_queue.channel, which checks the caller
+-- may use the namespace.
+CREATE TABLE postkit_queue.channel_key (
+    key text NOT NULL
+);
+INSERT INTO postkit_queue.channel_key (key)
+VALUES (pg_catalog.md5(pg_catalog.gen_random_uuid()::text || pg_catalog.clock_timestamp()::text));
+
+-- The channel of one queue (internal: notify uses it; callers ask channel()).
+CREATE FUNCTION postkit_queue.channel_name(p_namespace text, p_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 'postkit_' || md5((SELECT k.key FROM postkit_queue.channel_key k)
+                             || chr(31) || p_namespace || chr(31) || p_queue);
+END
+$$;
+
+-- channel: the LISTEN channel of a queue. Under tenant isolation only a caller that may use
+-- the namespace learns it.
+CREATE OR REPLACE FUNCTION postkit_queue.channel(p_namespace text, p_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
+        WHERE c.oid = 'postkit_queue.jobs'::regclass)
+       AND NOT postkit_queue.caller_sees_all()
+       AND NOT p_namespace = ANY (postkit_queue.my_namespaces()) THEN
+        RAISE EXCEPTION 'postkit: permission denied for namespace %', p_namespace
+            USING ERRCODE = '42501';
+    END IF;
+    RETURN postkit_queue.channel_name(p_namespace, p_queue);
+END
+$$;
+
+-- Tell listeners of a queue that a job may be ready, when the current transaction commits (see
+-- migration 1: identical notifications of one transaction are delivered once; a session may
+-- SET postkit_queue.notify = off).
+CREATE OR REPLACE FUNCTION postkit_queue.notify(p_namespace text, p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off' THEN
+        PERFORM pg_notify(postkit_queue.channel_name(p_namespace, p_queue), '');
+    END IF;
+END
+$$;
+
 -- The owner the schema should have: its current owner, unless that is a superuser, in which
 -- case postkit_queue_owner (created here when missing). A SECURITY DEFINER function owned by a
 -- superuser would bypass row-level security and turn any flaw into a superuser's.
