@@ -58,6 +58,7 @@ def test_install_json_reports_what_it_applied_then_nothing_the_second_time(
         "previous_version": 0,
         "version": latest_version(),
         "applied": list(range(1, latest_version() + 1)),
+        "revoked": [],
         "granted": [],
         "assigned": [],
         "tenant_isolation": False,

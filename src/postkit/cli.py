@@ -61,6 +61,7 @@ from postkit.queue.admin import (
     assign_namespace,
     enable_tenant_isolation,
     grant_access,
+    revoke_access,
 )
 from postkit.queue.job import Fired, Pruned, QueueStats, Redriven, Schedule
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
@@ -153,7 +154,15 @@ def _namespace_role(value: str) -> tuple[str, str]:
     multiple=True,
     metavar="ROLE[:KIND]",
     help="Give a database role what it needs and no more: KIND is producer (push), worker "
-    "(pull and settle; the default) or operator (everything). Repeatable.",
+    "(also pull, settle and tick; the default) or operator (also inspect and steer). The role "
+    "gets EXECUTE on those functions and nothing on the tables. Repeatable.",
+)
+@click.option(
+    "--revoke",
+    "revokes",
+    multiple=True,
+    metavar="ROLE",
+    help="Take every Postkit privilege from ROLE. Repeatable.",
 )
 @click.option(
     "--tenant-isolation",
@@ -171,6 +180,7 @@ def install(
     dsn: str | None,
     as_json: bool,
     grants: tuple[str, ...],
+    revokes: tuple[str, ...],
     tenant_isolation: bool,
     assignments: tuple[str, ...],
 ) -> None:
@@ -180,7 +190,8 @@ def install(
     postkit_queue.migrations; a second run changes nothing.
 
     \b
-    A role layout (create the roles first; run this as the schema's owner):
+    A role layout (create the roles first; run this as a superuser or the schema's owner;
+    what each kind may do: docs/guarantees.md, "Roles"):
       postkit install --grant shop_web:producer --grant shop_worker:worker \\
                       --grant shop_ops:operator
       postkit install --tenant-isolation --assign shop=shop_web --assign shop=shop_worker
@@ -190,6 +201,8 @@ def install(
     with psycopg.connect(resolve_dsn(dsn)) as connection:
         result = install_queue(connection)
         with connection.transaction(), connection.cursor() as cursor:
+            for role in revokes:
+                revoke_access(cursor, role)
             for role, access in role_grants:
                 grant_access(cursor, role, access)
             for namespace, role in namespace_roles:
@@ -203,6 +216,7 @@ def install(
                     "previous_version": result.previous_version,
                     "version": result.version,
                     "applied": list(result.applied),
+                    "revoked": list(revokes),
                     "granted": [{"role": role, "access": access} for role, access in role_grants],
                     "assigned": [
                         {"namespace": namespace, "role": role}
@@ -221,6 +235,8 @@ def install(
         )
     else:
         click.echo(f"postkit_queue is up to date at version {result.version}")
+    for role in revokes:
+        click.echo(f"revoked every Postkit privilege from {role}")
     for role, access in role_grants:
         click.echo(f"granted {access} access to {role}")
     for namespace, role in namespace_roles:

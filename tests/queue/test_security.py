@@ -321,6 +321,20 @@ def test_postkit_install_grant_and_tenant_isolation_from_the_command_line(
     assert as_role(database, worker, "shop").pull("emails") is not None
 
 
+def test_postkit_install_revoke_takes_a_roles_access_back(
+    database: str, make_role: Callable[[], str]
+) -> None:
+    role = make_role()
+    admin(database, lambda cursor: grant_access(cursor, role, "worker"))
+
+    result = CliRunner().invoke(main, ["install", "--dsn", database, "--revoke", role])
+
+    assert result.exit_code == 0, result.output
+    assert f"revoked every Postkit privilege from {role}" in result.output
+    with pytest.raises(errors.PermissionDeniedError):
+        as_role(database, role, "shop").push("emails", 1)
+
+
 def test_postkit_install_rejects_an_unknown_access_kind(database: str) -> None:
     result = CliRunner().invoke(main, ["install", "--dsn", database, "--grant", "web:admin"])
 
