@@ -76,6 +76,31 @@ FROM postkit_queue.configure_queue(
     %(retain_dead)s::float8 * interval '1 second',
     %(max_payload_bytes)s::integer) AS p;
 
+-- name: update_queue_settings
+SELECT p.max_attempts,
+       extract(epoch FROM p.visibility_timeout)::float8 AS visibility_timeout,
+       extract(epoch FROM p.backoff_base)::float8 AS backoff_base,
+       extract(epoch FROM p.backoff_cap)::float8 AS backoff_cap,
+       p.paused,
+       extract(epoch FROM p.retain_completed)::float8 AS retain_completed,
+       extract(epoch FROM p.retain_dead)::float8 AS retain_dead,
+       p.max_payload_bytes
+FROM postkit_queue.update_queue_settings(
+    %(namespace)s, %(queue)s, %(max_attempts)s::integer,
+    %(visibility_timeout)s::float8 * interval '1 second',
+    %(backoff_base)s::float8 * interval '1 second',
+    %(backoff_cap)s::float8 * interval '1 second',
+    %(retain_completed)s::float8 * interval '1 second',
+    %(retain_dead)s::float8 * interval '1 second',
+    %(max_payload_bytes)s::integer, %(reset)s::text[]) AS p;
+
+-- name: queues
+SELECT q AS queue FROM postkit_queue.queues(%(namespace)s) AS q ORDER BY q;
+
+-- name: outcomes_since
+SELECT o.queue, o.completed, o.failed, o.retried, o.rescued
+FROM postkit_queue.outcomes_since(%(namespace)s, %(since)s::timestamptz) AS o;
+
 -- name: release
 SELECT postkit_queue.release(
     %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::uuid);
