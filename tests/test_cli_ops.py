@@ -24,7 +24,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from postkit.cli import main
-from postkit.cli_format import format_duration, parse_duration, parse_time, render_table
+from postkit.cli_format import (
+    format_duration,
+    mask_password,
+    parse_duration,
+    parse_time,
+    render_table,
+)
 from postkit.queue import QueueClient
 
 Run = Callable[..., Result]
@@ -989,3 +995,18 @@ def test_format_duration_and_tables() -> None:
     assert format_duration(None) == "-" and format_duration(0) == "0s"
     table = render_table(["NAME", "COUNT"], [["a", 5], ["long name", None]], right=["COUNT"])
     assert table.splitlines() == ["NAME       COUNT", "a              5", "long name      -"]
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/shop", "postgresql://app:***@db:5432/shop"),
+        ("postgresql://app@db/shop?password=s3cret&sslmode=require",
+         "postgresql://app@db/shop?password=***&sslmode=require"),
+        ("postgresql://app@db/shop", "postgresql://app@db/shop"),
+        ("host=db user=app password=s3cret dbname=shop",
+         "host=db user=app password=*** dbname=shop"),
+    ],
+)  # fmt: skip
+def test_a_dsn_is_shown_without_its_password(dsn: str, shown: str) -> None:
+    assert sorted(mask_password(dsn).split()) == sorted(shown.split())
