@@ -380,7 +380,8 @@ def test_cancel_asks_then_deletes_a_pending_job(run: Run, client: QueueClient) -
     commit(client)
 
     declined = fails_cleanly(run("cancel", str(drop), input="n\n"), code=1)
-    assert f"Cancel job {drop} of queue emails" in declined and "Aborted" in declined
+    assert f"Cancel job {drop} of queue emails" in declined and "ready since" in declined
+    assert "Aborted" in declined
     assert live_job_ids(client, "emails") == [keep, drop]
 
     assert as_json(run("cancel", str(drop), "--yes", "--json")) == {

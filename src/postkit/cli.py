@@ -1155,10 +1155,11 @@ def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
                 "be cancelled: its worker settles it, or tick_timeouts reclaims it when its "
                 "claim expires"
             )
+        waits = job.run_at is not None and job.run_at > datetime.now(timezone.utc)
+        when = f"{'runs at' if waits else 'ready since'} {format_time(job.run_at)} UTC"
         _confirm(
             f"Cancel job {job_id} of queue {job.queue} (payload "
-            f"{shorten(compact_json(job.payload), 40)}, runs at {format_time(job.run_at)} UTC)?"
-            " It is deleted and never runs.",
+            f"{shorten(compact_json(job.payload), 40)}, {when})? It is deleted and never runs.",
             yes,
         )
         if not client.cancel(job_id):
