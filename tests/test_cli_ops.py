@@ -1,7 +1,9 @@
-"""Operating the queue from the command line: stats, jobs, dlq, queue, schedule and tick.
+"""Operating the queue from the command line: stats (and stats --watch), jobs, push, cancel,
+dlq, queue, schedule and tick, and the refusal of queue names a namespace never saw.
 
 Every command runs against the test server in a namespace of its own, through click's
-CliRunner (the `postkit tick` loop also as a real process, to stop it with SIGTERM). The
+CliRunner (the `postkit tick` loop and `postkit stats --watch` also as real processes, to stop
+them with a signal). The
 tests set up jobs with the SDK, run a command, and check both what it printed and what it
 changed in the database.
 """

@@ -1685,34 +1685,45 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
 @click.argument("queue")
 @click.option(
     "--max-attempts",
+    metavar="N|default",
     type=OrDefault(click.IntRange(1, 1000)),
     help="Claims before a job is dead-lettered (1-1000; built-in: 20).",
 )
 @click.option(
     "--visibility-timeout",
+    metavar="SECONDS|default",
     type=OrDefault(SECONDS),
     help="How long a claim lasts without a heartbeat: 30, 30s, 5m (built-in: 30s).",
 )
 @click.option(
     "--backoff-base",
+    metavar="SECONDS|default",
     type=OrDefault(SECONDS),
     help="The first retry waits 1-2 times this, doubling each attempt (built-in: 1s).",
 )
 @click.option(
-    "--backoff-cap", type=OrDefault(SECONDS), help="The longest a retry waits (built-in: 1h)."
+    "--backoff-cap",
+    metavar="SECONDS|default",
+    type=OrDefault(SECONDS),
+    help="The longest a retry waits (built-in: 1h).",
 )
 @click.option(
     "--max-payload-bytes",
+    metavar="BYTES|default",
     type=OrDefault(click.IntRange(1, 104_857_600)),
     help="The largest payload a push accepts (built-in: 1048576, 1 MiB).",
 )
 @click.option(
     "--retain-completed",
+    metavar="DURATION|default",
     type=OrDefault(DURATION),
     help="Keep completed jobs this long: 1h, 7d (built-in: deleted at once).",
 )
 @click.option(
-    "--retain-dead", type=OrDefault(DURATION), help="Keep dead letters this long (built-in: 30d)."
+    "--retain-dead",
+    metavar="DURATION|default",
+    type=OrDefault(DURATION),
+    help="Keep dead letters this long (built-in: 30d).",
 )
 @create_option
 @_operation
