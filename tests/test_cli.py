@@ -66,6 +66,14 @@ def test_install_json_reports_what_it_applied_then_nothing_the_second_time(
     assert second["applied"] == [] and second["version"] == latest_version()
 
 
+def test_install_says_installed_on_a_fresh_database_then_up_to_date(fresh_database: str) -> None:
+    first = run("install", "--dsn", fresh_database)[1]
+    second = run("install", "--dsn", fresh_database)[1]
+
+    assert first.startswith(f"postkit_queue installed at version {latest_version()} (migrations 1,")
+    assert second == f"postkit_queue is up to date at version {latest_version()}\n"
+
+
 def test_unreachable_database_gives_one_line_and_exit_code_1_without_traceback() -> None:
     code, output = run("install", "--dsn", "postgresql://nobody@127.0.0.1:1/none")
 

@@ -1,7 +1,9 @@
-"""Operating the queue from the command line: stats, jobs, dlq, queue, schedule and tick.
+"""Operating the queue from the command line: stats (and stats --watch), jobs, push, cancel,
+dlq, queue, schedule and tick, and the refusal of queue names a namespace never saw.
 
 Every command runs against the test server in a namespace of its own, through click's
-CliRunner (the `postkit tick` loop also as a real process, to stop it with SIGTERM). The
+CliRunner (the `postkit tick` loop and `postkit stats --watch` also as real processes, to stop
+them with a signal). The
 tests set up jobs with the SDK, run a command, and check both what it printed and what it
 changed in the database.
 """
@@ -9,6 +11,7 @@ changed in the database.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +26,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from postkit.cli import main
-from postkit.cli_format import format_duration, parse_duration, parse_time, render_table
+from postkit.cli_format import (
+    format_duration,
+    mask_password,
+    parse_duration,
+    parse_time,
+    render_table,
+)
 from postkit.queue import QueueClient
 
 Run = Callable[..., Result]
@@ -106,6 +115,8 @@ def live_job_ids(client: QueueClient, queue: str) -> list[int]:
 COMMANDS = [
     ["stats"],
     ["jobs"],
+    ["push"],
+    ["cancel"],
     ["dlq"],
     ["dlq", "list"],
     ["dlq", "show"],
@@ -114,6 +125,7 @@ COMMANDS = [
     ["queue"],
     ["queue", "pause"],
     ["queue", "resume"],
+    ["queue", "configure"],
     ["queue", "purge"],
     ["schedule"],
     ["schedule", "create"],
@@ -137,7 +149,7 @@ def test_every_command_has_help_with_an_example(command: list[str]) -> None:
 def test_the_main_help_lists_the_operating_commands() -> None:
     output = ok(CliRunner().invoke(main, ["--help"])).output
 
-    for command in ("stats", "jobs", "dlq", "queue", "schedule", "tick"):
+    for command in ("stats", "jobs", "push", "cancel", "dlq", "queue", "schedule", "tick"):
         assert f"postkit {command}" in output
 
 
@@ -167,6 +179,14 @@ def test_the_main_help_lists_the_operating_commands() -> None:
             "not valid JSON",
         ),
         (["tick", "--interval", "0"], "must be a positive number of seconds"),
+        (["push", "q", "{x"], "Invalid value for JSON: not valid JSON"),
+        (["push", "q", "{}", "--priority", "40000"], "Invalid value for '--priority'"),
+        (["push", "q", "{}", "--delay", "soon"], "is not a duration"),
+        (["cancel", "abc"], "Invalid value for 'JOB_ID'"),
+        (["queue", "configure", "q"], "give at least one setting to change"),
+        (["queue", "configure", "q", "--max-attempts", "0"], "Invalid value for '--max-attempts'"),
+        (["queue", "configure", "q", "--retain-dead", "7"], "has no unit"),
+        (["stats", "--watch", "--interval", "0"], "must be a positive number of seconds"),
         (["tick", "--interval", "soon"], "is not a duration"),
     ],
 )
@@ -183,7 +203,7 @@ def test_a_bad_argument_is_a_usage_error_without_a_traceback(
     [
         (
             ["schedule", "create", "s", "--queue", "q", "--cron", "61 * * * *"],
-            "Error: not a 5-field cron expression",
+            "Error: minute field 61 is out of range 0-59 in cron expression '61 * * * *'",
         ),
         (
             ["schedule", "create", "s", "--queue", "q", "--cron", "0 9 * * *", "--timezone", "X/Y"],
@@ -219,6 +239,305 @@ def test_an_unreachable_database_is_one_line() -> None:
 
     output = fails_cleanly(result, code=1)
     assert len(output.strip().splitlines()) == 1
+
+
+# -------------------------------------------------------------------------------------------
+# Queue names the namespace has never seen
+# -------------------------------------------------------------------------------------------
+
+
+def seen_queues(client: QueueClient) -> set[str]:
+    queues = set(client.queues()) | {row.queue for row in client.schedules()}
+    commit(client)
+    return queues
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["queue", "pause", "sned_otp"],
+        ["queue", "resume", "sned_otp"],
+        ["queue", "purge", "sned_otp", "--yes"],
+        ["queue", "configure", "sned_otp", "--max-attempts", "3"],
+        ["jobs", "sned_otp"],
+        ["stats", "--queue", "sned_otp"],
+        ["stats", "--queue", "sned_otp", "--watch", "--iterations", "1"],
+        ["dlq", "list", "--queue", "sned_otp"],
+        ["dlq", "retry", "--queue", "sned_otp", "--yes"],
+        ["dlq", "retry", "--all", "--to-queue", "sned_otp", "--yes"],
+        ["dlq", "purge", "--older-than", "1d", "--queue", "sned_otp", "--yes"],
+        ["push", "sned_otp", "{}"],
+        ["schedule", "create", "otp", "--queue", "sned_otp", "--every", "1m"],
+    ],
+    ids=" ".join,
+)
+def test_a_queue_name_the_namespace_never_saw_is_refused_with_a_hint(
+    run: Run, client: QueueClient, args: list[str]
+) -> None:
+    client.push("send_otp", {"user_id": "42"})
+    client.push("emails", {})
+    commit(client)
+
+    output = fails_cleanly(run(*args), code=1)
+
+    assert "'sned_otp' is unknown in namespace" in output
+    assert "Did you mean 'send_otp'?" in output
+    assert "Known queues: emails, send_otp." in output
+    assert len(output.strip().splitlines()) == 1
+    assert seen_queues(client) == {"emails", "send_otp"}  # no ghost queue
+
+
+def test_the_hint_of_an_empty_namespace_says_it_has_no_queues(run: Run) -> None:
+    output = fails_cleanly(run("queue", "pause", "send_otp"), code=1)
+
+    assert "The namespace has no queues yet. Pass --create to use a new queue name." in output
+
+
+def test_a_read_only_command_offers_no_create(run: Run, client: QueueClient) -> None:
+    client.push("send_otp", {})
+    commit(client)
+
+    assert "--create" not in fails_cleanly(run("jobs", "sned_otp"), code=1)
+    assert "--create" in fails_cleanly(run("push", "sned_otp", "{}"), code=1)
+
+
+def test_create_accepts_a_new_queue_name(run: Run, client: QueueClient) -> None:
+    assert ok(run("queue", "pause", "reports", "--create")).output.startswith(
+        "Paused queue reports"
+    )
+    pushed = as_json(run("push", "newsletter", '{"issue": 1}', "--create", "--json"))
+
+    assert seen_queues(client) == {"newsletter", "reports"}
+    assert live_job_ids(client, "newsletter") == [pushed["id"]]
+    assert as_json(run("stats", "--queue", "reports", "--json"))[0]["paused"] is True
+
+
+def test_a_queue_known_only_by_its_schedule_is_known(run: Run) -> None:
+    ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h", "--create"))
+
+    assert "Paused queue pings" in ok(run("queue", "pause", "pings")).output
+
+
+def test_resuming_a_queue_that_is_not_paused_says_so_and_changes_nothing(
+    run: Run, client: QueueClient
+) -> None:
+    client.push("emails", {})
+    commit(client)
+
+    text = ok(run("queue", "resume", "emails")).output
+    assert text == "Queue emails is not paused; nothing changed (workers already get its jobs).\n"
+    assert as_json(run("queue", "resume", "emails", "--json")) == {
+        "queue": "emails",
+        "paused": False,
+        "changed": False,
+    }
+    ok(run("queue", "pause", "emails"))
+    again = ok(run("queue", "pause", "emails")).output
+    assert again == "Queue emails is already paused; nothing changed.\n"
+    assert as_json(run("queue", "pause", "emails", "--json"))["changed"] is False
+
+
+# -------------------------------------------------------------------------------------------
+# push and cancel
+# -------------------------------------------------------------------------------------------
+
+
+def test_push_prints_the_new_job_with_the_options_given(run: Run, client: QueueClient) -> None:
+    client.push("reports", {})
+    commit(client)
+    before = datetime.now(timezone.utc)
+
+    pushed = as_json(
+        run(
+            "push", "reports", '{"kind": "weekly"}', "--delay", "1h", "--priority", "5",
+            "--unique-key", "weekly", "--max-attempts", "3", "--json",
+        )
+    )  # fmt: skip
+
+    job = client.get_job(pushed["id"])
+    commit(client)
+    assert job is not None and job.payload == {"kind": "weekly"}
+    assert (job.priority, job.max_attempts, job.unique_key) == (5, 3, "weekly")
+    assert job.run_at - before >= timedelta(minutes=59)
+    assert pushed["deduplicated"] is False and pushed["queue"] == "reports"
+    again = ok(run("push", "reports", "{}", "--unique-key", "weekly")).output
+    assert again.startswith("Not pushed: a job with unique key 'weekly' is already pending")
+    text = ok(run("push", "reports", '{"kind": "daily"}')).output
+    assert re.fullmatch(r"Pushed job \d+ to queue reports; it runs now\.\n", text)
+
+
+def test_push_reads_the_payload_from_stdin(run: Run, client: QueueClient) -> None:
+    client.push("send_otp", {})
+    commit(client)
+
+    pushed = as_json(run("push", "send_otp", "-", "--json", input='{"user_id": "42"}\n'))
+
+    job = client.get_job(pushed["id"])
+    commit(client)
+    assert job is not None and job.payload == {"user_id": "42"}
+
+
+def test_cancel_asks_then_deletes_a_pending_job(run: Run, client: QueueClient) -> None:
+    keep, drop = client.push("emails", {"n": 1}), client.push("emails", {"n": 2})
+    commit(client)
+
+    declined = fails_cleanly(run("cancel", str(drop), input="n\n"), code=1)
+    assert f"Cancel job {drop} of queue emails" in declined and "ready since" in declined
+    assert "Aborted" in declined
+    assert live_job_ids(client, "emails") == [keep, drop]
+
+    assert as_json(run("cancel", str(drop), "--yes", "--json")) == {
+        "id": drop,
+        "queue": "emails",
+        "cancelled": True,
+    }
+    assert live_job_ids(client, "emails") == [keep]
+    gone = fails_cleanly(run("cancel", str(drop), "--yes"), code=1)
+    assert f"no job {drop} in namespace" in gone
+
+
+def test_cancel_refuses_a_running_job_and_a_dead_letter(
+    run: Run, client: QueueClient, dead: dict[str, int]
+) -> None:
+    client.push("emails", {})
+    commit(client)
+    running = client.pull("emails", worker_id="server-b")
+    commit(client)
+    assert running is not None
+
+    busy = fails_cleanly(run("cancel", str(running.id), "--yes"), code=1)
+    assert "is running (claimed by server-b) and cannot be cancelled" in busy
+    buried = fails_cleanly(run("cancel", str(dead["cursed"]), "--yes"), code=1)
+    assert "is a dead letter of queue 'send_otp', not a live job" in buried
+    assert client.get_job(running.id) is not None
+    commit(client)
+
+
+# -------------------------------------------------------------------------------------------
+# queue configure
+# -------------------------------------------------------------------------------------------
+
+
+def test_queue_configure_changes_only_the_settings_given(run: Run, client: QueueClient) -> None:
+    client.push("send_otp", {})
+    commit(client)
+
+    first = as_json(
+        run(
+            "queue", "configure", "send_otp", "--max-attempts", "5", "--retain-dead", "7d", "--json"
+        )
+    )
+    second = as_json(
+        run("queue", "configure", "send_otp", "--backoff-base", "2s", "--backoff-cap", "10m",
+            "--visibility-timeout", "90", "--retain-completed", "1h",
+            "--max-payload-bytes", "2048", "--json")
+    )  # fmt: skip
+
+    assert first["max_attempts"] == 5 and first["retain_dead"] == 7 * 86400
+    assert second == {
+        "queue": "send_otp",
+        "max_attempts": 5,
+        "visibility_timeout": 90.0,
+        "backoff_base": 2.0,
+        "backoff_cap": 600.0,
+        "paused": False,
+        "retain_completed": 3600.0,
+        "retain_dead": 7 * 86400.0,
+        "max_payload_bytes": 2048,
+    }
+    job = client.get_job(client.push("send_otp", {}) or 0)
+    commit(client)
+    assert job is not None and job.max_attempts == 5
+
+
+def test_queue_configure_default_restores_the_built_in_value(run: Run, client: QueueClient) -> None:
+    client.push("send_otp", {})
+    commit(client)
+    ok(run("queue", "configure", "send_otp", "--max-attempts", "5", "--retain-completed", "1h"))
+
+    text = ok(
+        run("queue", "configure", "send_otp", "--max-attempts", "default", "--retain-completed",
+            "DEFAULT")
+    ).output  # fmt: skip
+
+    assert text.splitlines()[0] == "Configured queue send_otp:"
+    fields = dict(line.strip().split("  ", 1) for line in text.splitlines()[1:])
+    assert fields["max attempts"].strip() == "20"
+    assert fields["completed jobs"].strip() == "deleted at once"
+    assert fields["backoff"].strip() == "1s doubling, up to 1h00m"
+
+
+# -------------------------------------------------------------------------------------------
+# stats --watch
+# -------------------------------------------------------------------------------------------
+
+
+def test_stats_watch_redraws_in_place_with_rate_columns(
+    dsn: str, namespace: str, client: QueueClient
+) -> None:
+    client.push("emails", {})
+    commit(client)
+    args = ["stats", "--watch", "--interval", "0.05", "--iterations", "3"]
+
+    # color=True: as on a terminal (click leaves ANSI codes out of output that is not one).
+    result = CliRunner().invoke(main, [*args, "--dsn", dsn, "--namespace", namespace], color=True)
+
+    output = ok(result).output
+
+    frames = output.split("\x1b[H\x1b[2J")
+    assert frames[0] == "" and len(frames) == 4
+    for frame in frames[1:]:
+        title, blank, header, row = frame.splitlines()
+        assert title.startswith("postkit stats --watch: namespace") and blank == ""
+        assert header.split()[:4] == ["QUEUE", "STATE", "DONE/S", "FAILED/S"]
+        assert row.split()[0] == "emails"
+    assert frames[1].splitlines()[3].split()[2:4] == ["-", "-"]  # no rate before a second look
+    assert frames[3].splitlines()[3].split()[2:4] == ["0.0", "0.0"]
+
+
+def test_stats_watch_rates_count_the_jobs_settled_between_redraws_and_ctrl_c_stops_it(
+    dsn: str, namespace: str, client: QueueClient, tmp_path: Path
+) -> None:
+    for _ in range(6):
+        client.push("emails", {})
+    bury(client, "send_otp", "1", "Meta is down")
+    err = tmp_path / "err.txt"
+    with err.open("w") as stderr:
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "postkit.cli", "stats", "--watch", "--json",
+             "--interval", "0.1", "--dsn", dsn, "--namespace", namespace],
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )  # fmt: skip
+        try:
+            assert watcher.stdout is not None
+            frames = [json.loads(watcher.stdout.readline())]
+            assert frames[0]["seconds"] is None
+            for job in client.pull_batch("emails", limit=6, worker_id="server-b"):
+                client.ack(job)
+            bury(client, "send_otp", "2", "Meta is down")
+            deadline = time.monotonic() + 15
+
+            def settled(kind: str) -> float:
+                return sum(
+                    queue[kind] * frame["seconds"]
+                    for frame in frames[1:]
+                    for queue in frame["queues"]
+                )
+
+            while settled("completed_per_second") < 5.5 or settled("failed_per_second") < 0.5:
+                assert time.monotonic() < deadline, frames
+                frames.append(json.loads(watcher.stdout.readline()))
+            watcher.send_signal(signal.SIGINT)
+            code = watcher.wait(timeout=10)
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+                watcher.wait()
+
+    assert code == 0, err.read_text()
+    assert settled("completed_per_second") == pytest.approx(6)
+    assert settled("failed_per_second") == pytest.approx(1)
+    assert "Stopped." in err.read_text() and "Traceback" not in err.read_text()
 
 
 # -------------------------------------------------------------------------------------------
@@ -313,7 +632,7 @@ def test_dlq_list_filters_by_queue_time_and_error(
     assert table.splitlines()[0].split()[:2] == ["JOB", "QUEUE"]
     assert "TemporaryError: Meta is down: 503" in table and "File x.py" not in table
     assert "not registered on WhatsApp" in table
-    assert "No dead letters" in ok(run("dlq", "list", "--queue", "nothing-here")).output
+    assert "No dead letters" in ok(run("dlq", "list", "--queue", "emails", "--until", "1h")).output
 
 
 def test_dlq_show_prints_one_attempt_per_line(
@@ -403,7 +722,17 @@ def test_dlq_retry_by_filter_into_another_queue_with_yes(
     run: Run, client: QueueClient, dead: dict[str, int]
 ) -> None:
     result = as_json(
-        run("dlq", "retry", "--error", "whatsapp", "--to-queue", "manual_review", "--yes", "--json")
+        run(
+            "dlq",
+            "retry",
+            "--error",
+            "whatsapp",
+            "--to-queue",
+            "manual_review",
+            "--create",
+            "--yes",
+            "--json",
+        )
     )
 
     (retried,) = result["retried"]
@@ -457,6 +786,7 @@ def test_queue_pause_and_resume(run: Run, client: QueueClient, namespace: str) -
     assert as_json(run("queue", "resume", "emails", "--json")) == {
         "queue": "emails",
         "paused": False,
+        "changed": True,
     }
     assert client.pull("emails") is not None
     commit(client)
@@ -492,7 +822,7 @@ def test_queue_purge_asks_and_leaves_running_jobs(run: Run, client: QueueClient)
 def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient) -> None:
     created = as_json(
         run(
-            "schedule", "create", "nightly-report", "--queue", "reports",
+            "schedule", "create", "nightly-report", "--queue", "reports", "--create",
             "--cron", "0 3 * * *", "--timezone", "Europe/Paris",
             "--payload", '{"kind": "daily"}', "--priority", "5", "--max-attempts", "3",
             "--json",
@@ -501,7 +831,9 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
     assert created["cron"] == "0 3 * * *" and created["timezone"] == "Europe/Paris"
     assert created["payload"] == {"kind": "daily"} and created["priority"] == 5
     assert created["max_attempts"] == 3 and created["every"] is None
-    text = ok(run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "5m")).output
+    text = ok(
+        run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "5m", "--create")
+    ).output
     assert text.startswith("Created schedule heartbeat: pushes {} to pings, every 5m00s")
     replaced = ok(run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "1h"))
     assert replaced.output.startswith("Replaced schedule heartbeat")
@@ -553,7 +885,7 @@ def test_tick_once_reclaims_fires_and_reports(
     commit(client)
     assert client.pull("emails", worker_id="gone", visibility_timeout=0.05) is not None
     commit(client)
-    ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h"))
+    ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h", "--create"))
     make_due(connect, namespace, "beat")
     time.sleep(0.1)  # the claim expires
 
@@ -576,7 +908,17 @@ def test_tick_runs_until_sigterm(
     ok(
         CliRunner().invoke(
             main,
-            ["schedule", "create", "beat", "--queue", "pings", "--every", "1h", *in_namespace],
+            [
+                "schedule",
+                "create",
+                "beat",
+                "--queue",
+                "pings",
+                "--every",
+                "1h",
+                "--create",
+                *in_namespace,
+            ],
         )
     )
     make_due(connect, namespace, "beat")
@@ -656,3 +998,18 @@ def test_format_duration_and_tables() -> None:
     assert format_duration(None) == "-" and format_duration(0) == "0s"
     table = render_table(["NAME", "COUNT"], [["a", 5], ["long name", None]], right=["COUNT"])
     assert table.splitlines() == ["NAME       COUNT", "a              5", "long name      -"]
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/shop", "postgresql://app:***@db:5432/shop"),
+        ("postgresql://app@db/shop?password=s3cret&sslmode=require",
+         "postgresql://app@db/shop?password=***&sslmode=require"),
+        ("postgresql://app@db/shop", "postgresql://app@db/shop"),
+        ("host=db user=app password=s3cret dbname=shop",
+         "host=db user=app password=*** dbname=shop"),
+    ],
+)  # fmt: skip
+def test_a_dsn_is_shown_without_its_password(dsn: str, shown: str) -> None:
+    assert sorted(mask_password(dsn).split()) == sorted(shown.split())

@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from postkit.cli import main
+from postkit.cli_format import mask_password
 from postkit.queue import QueueClient
 
 pytestmark = pytest.mark.slow
@@ -275,6 +276,52 @@ def test_a_module_without_one_handlers_is_a_one_line_error(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"tasks.py": "import os\nimport requestz_not_installed\n"},
+            "Error: cannot import tasks: ModuleNotFoundError: No module named "
+            "'requestz_not_installed' (tasks.py, line 2); is it installed for this Python (",
+        ),
+        (
+            {"tasks.py": "x = 1\ndef send(job:\n    pass\n"},
+            "Error: cannot import tasks: SyntaxError: ",
+        ),
+        (
+            {
+                "tasks.py": "import settings\n",
+                "settings.py": "def load():\n    raise RuntimeError('SMTP_HOST is not set')\n"
+                "load()\n",
+            },
+            "Error: cannot import tasks: RuntimeError: SMTP_HOST is not set (tasks.py, line 1, "
+            "raised in settings.py, line 2)",
+        ),
+    ],
+    ids=["missing-dependency", "syntax-error", "error-while-importing"],
+)
+def test_a_module_whose_import_fails_is_a_short_error_naming_the_file_line_and_cause(
+    tmp_path: Path, dsn: str, files: dict[str, str], message: str
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+
+    result = run_cli(tmp_path, "tasks", "--dsn", dsn)
+
+    assert result.returncode == 1
+    assert result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_a_syntax_error_names_the_line_and_shows_it(tmp_path: Path, dsn: str) -> None:
+    (tmp_path / "tasks.py").write_text("x = 1\ndef send(job:\n    pass\n")
+
+    result = run_cli(tmp_path, "tasks", "--dsn", dsn)
+
+    assert result.stderr.rstrip().endswith("(tasks.py, line 2: def send(job:)"), result.stderr
+
+
 def test_an_unknown_queue_is_a_clear_error(tasks_dir: Path, dsn: str) -> None:
     result = run_cli(tasks_dir, "tasks", "--queue", "emails", "--queue", "sms", "--dsn", dsn)
 
@@ -326,6 +373,23 @@ def test_the_worker_processes_pushed_jobs_then_exits_0_on_sigterm(
         r"^\[postkit\] [\d,]+ jobs in [\d.]+s \([\d.,]+/s\): [\d,]+ acked, ", output, re.M
     )
     assert sum(int(count) for count in re.findall(r"(\d+) dead-lettered", output)) == 1
+
+
+def test_without_verbose_the_worker_says_in_one_line_what_it_works_and_where(
+    start_worker: Callable[..., WorkerProcess], namespace: str, dsn: str
+) -> None:
+    worker = start_worker("--concurrency", "3")
+
+    line = wait_until(
+        lambda: next((ln for ln in worker.output().splitlines() if "started" in ln), None),
+        "the start line",
+    )
+    assert worker.terminate() == 0
+
+    assert line == (
+        f"[postkit] worker started: namespace {namespace!r}, queues emails, reports, "
+        f"concurrency 3, 1 process, database {mask_password(dsn)}"
+    )
 
 
 def test_verbose_logs_a_line_per_job(
@@ -413,5 +477,7 @@ def test_processes_share_the_work_a_killed_one_is_restarted_and_sigterm_stops_al
     assert supervisor.terminate() == 0, supervisor.output()
     output = supervisor.output()
     assert f"(pid {first}) was killed by SIGKILL; restarting in" in output
+    (started,) = [line for line in output.splitlines() if "worker started" in line]
+    assert "queues emails, reports, concurrency 1, 2 processes, database " in started
     assert not any(is_our_worker(pid, namespace) for pid in (second, restarted))
     assert re.search(r"^\[postkit\] pool-[01]: [\d,]+ jobs in ", output, re.M)

@@ -4,15 +4,18 @@ Every command that talks to a database takes ``--dsn``; without it, ``POSTKIT_DS
 ``DATABASE_URL`` is used, and without those an embedded PostgreSQL is started (see
 :mod:`postkit.embedded`). Errors print one line and exit non-zero; they never show a traceback.
 
-Besides install, sql, demo and worker, the operating commands (stats, jobs, dlq, queue,
-schedule, tick) each take ``--namespace`` and ``--json``; those that delete or retry ask first
-unless ``--yes``. Their table and argument helpers live in :mod:`postkit.cli_format`.
+Besides install, sql, demo and worker, the operating commands (stats, jobs, push, cancel, dlq,
+queue, schedule, tick) each take ``--namespace`` and ``--json``; those that delete or retry ask
+first unless ``--yes``. A queue name the namespace has never seen is refused with the known
+queues (see :func:`require_known_queue`), unless ``--create`` accepts it where a command may
+start a queue. Their table and argument helpers live in :mod:`postkit.cli_format`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import importlib
 import json
 import os
@@ -21,6 +24,8 @@ import signal
 import socket
 import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,13 +36,16 @@ import psycopg
 from postkit import __version__
 from postkit.cli_format import (
     DURATION,
+    RESET,
     SECONDS,
     TIME,
+    OrDefault,
     compact_json,
     echo_json,
     first_line,
     format_duration,
     format_time,
+    mask_password,
     plural,
     render_fields,
     render_table,
@@ -50,6 +58,7 @@ from postkit.queue import (
     DeadLetter,
     Job,
     QueueClient,
+    QueuePolicy,
     install_script,
     installed_version,
     latest_version,
@@ -63,8 +72,9 @@ from postkit.queue.admin import (
     grant_access,
     revoke_access,
 )
-from postkit.queue.job import Fired, Pruned, QueueStats, Redriven, Schedule
+from postkit.queue.job import Fired, Outcomes, Pruned, QueueStats, Redriven, Schedule
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
+from postkit.queue.protocol import new_schedule as check_schedule
 
 if TYPE_CHECKING:
     from postkit.queue.worker import Handlers
@@ -119,10 +129,12 @@ def main() -> None:
 
     \b
     Operating the queue (each takes --namespace, --dsn and --json):
-      postkit stats                  every queue at a glance
+      postkit stats                  every queue at a glance (--watch: live, with rates)
       postkit jobs send_otp          a queue's jobs, a page at a time
+      postkit push send_otp '{}'     push a job (and postkit cancel JOB_ID)
       postkit dlq list               the dead-letter queue (and dlq show, retry, purge)
-      postkit queue pause send_otp   stop handing out a queue's jobs (and resume, purge)
+      postkit queue pause send_otp   stop handing out a queue's jobs (and resume, configure,
+                                     purge)
       postkit schedule list          recurring jobs (and schedule create, pause, delete)
       postkit tick                   reclaim expired claims, fire schedules, prune
     """
@@ -229,10 +241,15 @@ def install(
         return
     if result.applied:
         applied = ", ".join(str(version) for version in result.applied)
-        click.echo(
-            f"postkit_queue upgraded from version {result.previous_version} to "
-            f"{result.version} (applied migrations {applied})"
-        )
+        if result.previous_version == 0:
+            click.echo(
+                f"postkit_queue installed at version {result.version} (migrations {applied})"
+            )
+        else:
+            click.echo(
+                f"postkit_queue upgraded from version {result.previous_version} to "
+                f"{result.version} (applied migrations {applied})"
+            )
     else:
         click.echo(f"postkit_queue is up to date at version {result.version}")
     for role in revokes:
@@ -359,10 +376,8 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        # Only the module itself (or its package) missing is our error to report in one line;
-        # an import failing inside the user's module keeps its traceback.
         if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
-            raise
+            raise click.ClickException(_import_failure(module_name, exc)) from None
         hint = ""
         if module_name.endswith(".py"):
             hint = f"; name the module, not the file: {module_name[:-3].replace('/', '.')}"
@@ -370,6 +385,8 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
             f"cannot import {module_name}: no module named {exc.name!r} in the current "
             f"directory or on sys.path{hint}"
         ) from None
+    except Exception as exc:  # the module's own code failed: a SyntaxError, a missing name...
+        raise click.ClickException(_import_failure(module_name, exc)) from None
     if attribute:
         value = getattr(module, attribute, None)
         if not isinstance(value, Handlers):
@@ -401,6 +418,42 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
     return handlers, name
 
 
+def _where(filename: str | None, line: int | None) -> str:
+    """``tasks.py, line 3``: a file relative to the current directory when under it."""
+    path = filename or "?"
+    with contextlib.suppress(ValueError):
+        relative = os.path.relpath(path)
+        if not relative.startswith(os.pardir):
+            path = relative
+    return f"{path}, line {line}" if line else path
+
+
+def _import_failure(module_name: str, exc: Exception) -> str:
+    """Why importing the user's module failed, in one line: the module, the file and line, and
+    the cause (the exception's type and message), without the traceback through click."""
+    if isinstance(exc, SyntaxError):
+        where = _where(exc.filename, exc.lineno)
+        text = f": {exc.text.strip()}" if exc.text and exc.text.strip() else ""
+        return f"cannot import {module_name}: {type(exc).__name__}: {exc.msg} ({where}{text})"
+    machinery = (__file__, os.path.dirname(importlib.__file__ or "") + os.sep)
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith(("<frozen ", *machinery))
+    ]
+    where = ""
+    if frames:
+        where = f" ({_where(frames[0].filename, frames[0].lineno)}"
+        if len(frames) > 1:
+            where += f", raised in {_where(frames[-1].filename, frames[-1].lineno)}"
+        where += ")"
+    hint = ""
+    if isinstance(exc, ModuleNotFoundError):
+        hint = f"; is it installed for this Python ({sys.executable})?"
+    cause = first_line(str(exc)) or "(no message)"
+    return f"cannot import {module_name}: {type(exc).__name__}: {cause}{where}{hint}"
+
+
 def _check_schema(dsn: str) -> None:
     """Fail early, in one line, when the database is unreachable or lacks the queue schema."""
     from postkit.errors import SchemaNotInstalledError
@@ -412,6 +465,34 @@ def _check_schema(dsn: str) -> None:
             f"the queue schema is not installed (or older than version {latest_version()}) "
             "in this database; run `postkit install` first"
         )
+
+
+def _log_start(
+    namespace: str, queues: Sequence[str], concurrency: int, processes: int, dsn: str
+) -> None:
+    """The worker's one line at start, shown without -v: what it works and where (the DSN
+    without its password)."""
+    import logging
+
+    from postkit.logs import REPORT_LOGGER
+
+    shown = mask_password(dsn)
+    logging.getLogger(REPORT_LOGGER).info(
+        "worker started: namespace %r, queues %s, concurrency %d, %s, database %s",
+        namespace,
+        ", ".join(queues),
+        concurrency,
+        plural(processes, "process", "processes"),
+        shown,
+        extra={
+            "event": "start",
+            "namespace": namespace,
+            "queues": list(queues),
+            "concurrency": concurrency,
+            "processes": processes,
+            "dsn": shown,
+        },
+    )
 
 
 @main.command(help=_WORKER_HELP)
@@ -533,6 +614,8 @@ def worker(
     configure_logging(verbose, log_format)
     resolved = resolve_dsn(dsn)
     _check_schema(resolved)
+    if not supervised:
+        _log_start(namespace, queues or tuple(handlers), concurrency, processes, resolved)
 
     if processes > 1:
         base = worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -591,6 +674,8 @@ _SHOWN_BEFORE_CONFIRMING = 20
 """Dead letters listed before a retry's confirmation; the rest are counted."""
 _STATS_CAP = 100_000
 """Where stats stops counting (see QueueClient.stats)."""
+_KNOWN_SHOWN = 10
+"""Known queues named in an unknown queue's error; the rest are counted."""
 
 
 def namespace_option(command: F) -> F:
@@ -634,14 +719,82 @@ def _ns(namespace: str) -> str:
     return "" if namespace == "default" else f" --namespace {namespace}"
 
 
+def create_option(command: F) -> F:
+    return click.option(
+        "--create",
+        is_flag=True,
+        help="Accept a queue name the namespace has not seen yet (a typo guard otherwise).",
+    )(command)
+
+
+def known_queues(client: QueueClient) -> list[str]:
+    """The queues the namespace has seen, by name: those with jobs, dead letters, settings or
+    outcomes in the last hour (QueueClient.queues), and those a schedule pushes to."""
+    return sorted(set(client.queues()) | {row.queue for row in client.schedules()})
+
+
+def require_known_queue(
+    client: QueueClient, queue: str | None, *, option: str = "", create: bool | None = None
+) -> None:
+    """Refuse, in one line, a queue name the namespace has never seen (a typo, most often),
+    with a did-you-mean hint and the known queues. ``create`` is None for a command that only
+    reads (a new name has nothing to show), else whether --create was given.
+
+    The check is the command line's: the SQL functions and the SDK accept any name.
+    """
+    if queue is None or create or not queue.strip():
+        return  # a blank name is the SQL module's to refuse, with its own message
+    known = known_queues(client)
+    if queue in known:
+        return
+    label = f"{option} {queue!r}" if option else f"queue {queue!r}"
+    message = (
+        f"{label} is unknown in namespace {client.namespace!r} (no jobs, dead letters, "
+        "settings, schedule or outcomes in the last hour)."
+    )
+    close = difflib.get_close_matches(queue, known, n=1, cutoff=0.6)
+    if close:
+        message += f" Did you mean {close[0]!r}?"
+    if known:
+        more = f" and {len(known) - _KNOWN_SHOWN} more" if len(known) > _KNOWN_SHOWN else ""
+        message += f" Known queues: {', '.join(known[:_KNOWN_SHOWN])}{more}."
+    else:
+        message += " The namespace has no queues yet."
+    if create is not None:
+        message += " Pass --create to use a new queue name."
+    raise click.ClickException(message)
+
+
 def _last_error(errors_: Sequence[Mapping[str, Any]]) -> str:
     return first_line(str(errors_[-1].get("error") or "")) if errors_ else ""
 
 
 @main.command()
 @click.option("--queue", "-q", metavar="QUEUE", help="Only this queue.")
+@click.option(
+    "--watch",
+    "-w",
+    is_flag=True,
+    help="A live view: redraw every --interval, with each queue's rates. Ctrl-C stops.",
+)
+@click.option(
+    "--interval",
+    type=SECONDS,
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws of --watch. Also 5s, 1m.",
+)
+@click.option("--iterations", type=click.IntRange(1), hidden=True, help="Stop after N redraws.")
 @_operation
-def stats(queue: str | None, namespace: str, dsn: str | None, as_json: bool) -> None:
+def stats(
+    queue: str | None,
+    watch: bool,
+    interval: float,
+    iterations: int | None,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
     """Every queue of the namespace at a glance.
 
     PENDING jobs are ready now, SCHEDULED ones wait for their run time (a delay or a retry's
@@ -651,12 +804,22 @@ def stats(queue: str | None, namespace: str, dsn: str | None, as_json: bool) -> 
     tick_timeouts; ATTEMPTS is the mean attempts of the jobs done. Counts stop at 100,000
     (shown as 100000+), so stats stays fast on any backlog.
 
+    --watch redraws the table in place every --interval seconds, with DONE/S and FAILED/S:
+    the jobs acked and dead-lettered per second since the previous redraw. With --json it
+    prints one JSON object per redraw instead (a line each: at, seconds since the previous
+    one, and each queue's stats with completed_per_second and failed_per_second).
+
     \b
     Example:
       postkit stats --namespace my-app
       postkit stats --queue send_otp --json
+      postkit stats --watch --interval 5
     """
     with _client(dsn, namespace) as client:
+        require_known_queue(client, queue, option="--queue")
+        if watch:
+            _watch_stats(client, queue, interval=interval, iterations=iterations, as_json=as_json)
+            return
         rows = client.stats(queue, cap=_STATS_CAP)
     if as_json:
         echo_json(rows)
@@ -664,16 +827,30 @@ def stats(queue: str | None, namespace: str, dsn: str | None, as_json: bool) -> 
     if not rows:
         click.echo(f"No queues in namespace {namespace!r} yet.")
         return
+    click.echo(_stats_table(rows))
+
+
+def _stats_table(
+    rows: Sequence[QueueStats], rates: Mapping[str, tuple[float, float]] | None = None
+) -> str:
+    """The stats table; with ``rates`` (per queue: done and failed per second, as --watch
+    computes them; empty on its first redraw), their two columns after STATE."""
 
     def count(row: QueueStats, value: int) -> str:
         return f"{value}+" if row.counts_capped and value >= _STATS_CAP else str(value)
 
-    headers = ["QUEUE", "STATE", "PENDING", "SCHEDULED", "RUNNING", "DEAD", "OLDEST"]
+    def rate(row: QueueStats, which: int) -> str:
+        return f"{rates[row.queue][which]:.1f}" if rates and row.queue in rates else "-"
+
+    watching = rates is not None
+    headers = ["QUEUE", "STATE", *(["DONE/S", "FAILED/S"] if watching else [])]
+    headers += ["PENDING", "SCHEDULED", "RUNNING", "DEAD", "OLDEST"]
     headers += ["DONE 1H", "FAILED 1H", "RETRIED 1H", "RESCUED 1H", "ATTEMPTS"]
     table = [
         [
             row.queue,
             "paused" if row.paused else "active",
+            *([rate(row, 0), rate(row, 1)] if watching else []),
             count(row, row.pending),
             count(row, row.scheduled),
             count(row, row.running),
@@ -687,7 +864,81 @@ def stats(queue: str | None, namespace: str, dsn: str | None, as_json: bool) -> 
         ]
         for row in rows
     ]
-    click.echo(render_table(headers, table, right=headers[2:]))
+    return render_table(headers, table, right=headers[2:])
+
+
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
+"""ANSI: cursor home, then clear the screen; each --watch frame is drawn from the top."""
+_REBASE_AFTER = timedelta(minutes=50)
+"""--watch counts outcomes from a fixed minute (see QueueClient.outcomes_since), moved up
+before the counters of that minute are pruned (after 2 hours)."""
+
+
+def _watch_stats(
+    client: QueueClient,
+    queue: str | None,
+    *,
+    interval: float,
+    iterations: int | None,
+    as_json: bool,
+) -> None:
+    """`postkit stats --watch`: redraw until Ctrl-C (or ``iterations`` redraws). Rates are the
+    differences of outcomes_since totals between redraws, over the time between them."""
+    since = datetime.now(timezone.utc) - timedelta(minutes=5)  # any clock skew is absorbed
+    previous: dict[str, Outcomes] | None = None
+    previous_at = 0.0
+    drawn = 0
+    try:
+        while True:
+            rows = client.stats(queue, cap=_STATS_CAP)
+            totals = {o.queue: o for o in client.outcomes_since(since)}
+            at = time.monotonic()
+            rates: dict[str, tuple[float, float]] = {}
+            seconds: float | None = None
+            if previous is not None:
+                seconds = max(at - previous_at, 1e-9)
+                for row in rows:
+                    current, before = totals.get(row.queue), previous.get(row.queue)
+                    done = (current.completed if current else 0) - (
+                        before.completed if before else 0
+                    )
+                    failed = (current.failed if current else 0) - (before.failed if before else 0)
+                    rates[row.queue] = (max(done, 0) / seconds, max(failed, 0) / seconds)
+            if datetime.now(timezone.utc) - since > _REBASE_AFTER:
+                since = datetime.now(timezone.utc) - timedelta(minutes=5)
+                totals = {o.queue: o for o in client.outcomes_since(since)}
+            _rollback(client)  # read-only: hold no snapshot between redraws
+            previous, previous_at = totals, at
+            stamp = datetime.now(timezone.utc)
+            if as_json:
+                frame = {
+                    "at": stamp,
+                    "seconds": seconds,
+                    "queues": [
+                        {
+                            **to_jsonable(row),
+                            "completed_per_second": rates[row.queue][0] if rates else None,
+                            "failed_per_second": rates[row.queue][1] if rates else None,
+                        }
+                        for row in rows
+                    ],
+                }
+                click.echo(json.dumps(to_jsonable(frame), ensure_ascii=False))
+            else:
+                title = (
+                    f"postkit stats --watch: namespace {client.namespace!r}, every "
+                    f"{interval:g}s, {format_time(stamp)} UTC. Ctrl-C stops."
+                )
+                body = _stats_table(rows, rates) if rows else "No queues in this namespace yet."
+                click.echo(f"{_CLEAR_SCREEN}{title}\n\n{body}")
+            drawn += 1
+            if iterations is not None and drawn >= iterations:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        with contextlib.suppress(psycopg.Error):
+            _rollback(client)  # Ctrl-C may have cancelled a query halfway
+        click.echo("Stopped.", err=True)
 
 
 _JOB_TIME_COLUMN = {
@@ -745,6 +996,7 @@ def jobs(
       postkit jobs send_otp --state scheduled --after-id 4211
     """
     with _client(dsn, namespace) as client:
+        require_known_queue(client, queue)
         rows = client.jobs(queue, state, limit=limit, after_id=after_id)
     next_after_id = rows[-1].id if len(rows) == limit else None
     if as_json:
@@ -784,6 +1036,157 @@ def jobs(
             f"\nNext page: postkit jobs {queue}{state_option}{limit_option}"
             f" --after-id {next_after_id}{_ns(namespace)}"
         )
+
+
+# --- pushing and cancelling jobs ------------------------------------------------------------
+
+
+def _payload_argument(text: str) -> Any:
+    """The JSON argument of `postkit push`: a JSON value, or ``-`` to read it from stdin."""
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f'not valid JSON ({exc}); quote it for the shell, e.g. \'{{"user_id": "42"}}\'',
+            param_hint="JSON",
+        ) from None
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("payload", metavar="JSON")
+@click.option(
+    "--delay",
+    type=SECONDS,
+    help="Run no earlier than this long from now: 90, 30s, 5m, 2h.",
+)
+@click.option(
+    "--priority",
+    type=click.IntRange(-32768, 32767),
+    default=0,
+    show_default=True,
+    help="Higher runs first among the queue's ready jobs.",
+)
+@click.option(
+    "--unique-key",
+    metavar="KEY",
+    help="While a job with this key is pending or running in QUEUE, pushing another does nothing.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 1000),
+    help="Claims before the job is dead-lettered. Default: the queue's setting.",
+)
+@create_option
+@_operation
+def push(
+    queue: str,
+    payload: str,
+    delay: float | None,
+    priority: int,
+    unique_key: str | None,
+    max_attempts: int | None,
+    create: bool,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Push a job to QUEUE with the payload JSON (any JSON value; - reads it from stdin), as
+    QueueClient.push does from an application. Prints the new job's id.
+
+    \b
+    Example:
+      postkit push send_otp '{"user_id": "42"}'
+      postkit push reports '{"kind": "weekly"}' --delay 1h --priority 5
+      postkit push send_otp '{"user_id": "42"}' --unique-key otp-42   at most one at a time
+      echo '{"user_id": "42"}' | postkit push send_otp -
+      postkit push new_queue '{}' --create                            a queue not seen yet
+    """
+    value = _payload_argument(payload)
+    with _client(dsn, namespace) as client:
+        require_known_queue(client, queue, create=create)
+        job_id = client.push(
+            queue,
+            value,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+        )
+        job = None if job_id is None else client.get_job(job_id)
+        _commit(client)
+    if as_json:
+        echo_json(
+            {
+                "id": job_id,
+                "queue": queue,
+                "run_at": None if job is None else job.run_at,
+                "deduplicated": job_id is None,
+            }
+        )
+    elif job_id is None:
+        click.echo(
+            f"Not pushed: a job with unique key {unique_key!r} is already pending or running in "
+            f"queue {queue}."
+        )
+    else:
+        when = "now" if delay is None or job is None else f"at {format_time(job.run_at)} UTC"
+        click.echo(f"Pushed job {job_id} to queue {queue}; it runs {when}.")
+
+
+@main.command()
+@click.argument("job_id", type=click.IntRange(1))
+@yes_option
+@_operation
+def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """Cancel the pending or scheduled job JOB_ID: delete it before any worker runs it.
+
+    A running job cannot be cancelled (its worker holds the claim), and a dead letter is no
+    longer a live job (retry it with `postkit dlq retry`, or leave it to retention). Shows the
+    job and asks first, unless --yes.
+
+    \b
+    Example:
+      postkit cancel 42
+      postkit cancel 42 --yes --json
+    """
+    with _client(dsn, namespace) as client:
+        job = client.get_job(job_id)
+        _rollback(client)
+        if job is None:
+            raise click.ClickException(
+                f"no job {job_id} in namespace {namespace!r}: never pushed, in another "
+                "namespace, or completed (acknowledged jobs leave the queue)"
+            )
+        if job.state == "dead":
+            raise click.ClickException(
+                f"job {job_id} is a dead letter of queue {job.queue!r}, not a live job: nothing "
+                f"to cancel (see `postkit dlq show {job_id}{_ns(namespace)}`)"
+            )
+        if job.state == "running":
+            raise click.ClickException(
+                f"job {job_id} is running (claimed by {job.worker_id or 'a worker'}) and cannot "
+                "be cancelled: its worker settles it, or tick_timeouts reclaims it when its "
+                "claim expires"
+            )
+        waits = job.run_at is not None and job.run_at > datetime.now(timezone.utc)
+        when = f"{'runs at' if waits else 'ready since'} {format_time(job.run_at)} UTC"
+        _confirm(
+            f"Cancel job {job_id} of queue {job.queue} (payload "
+            f"{shorten(compact_json(job.payload), 40)}, {when})? It is deleted and never runs.",
+            yes,
+        )
+        if not client.cancel(job_id):
+            raise click.ClickException(
+                f"job {job_id} is gone: it was completed or cancelled meanwhile"
+            )
+        _commit(client)
+    if as_json:
+        echo_json({"id": job_id, "queue": job.queue, "cancelled": True})
+    else:
+        click.echo(f"Cancelled job {job_id} of queue {job.queue}.")
 
 
 # --- dead letters ----------------------------------------------------------------------------
@@ -846,6 +1249,7 @@ def dlq_list(
       postkit dlq list --since 2025-01-31T09:00 --until 2025-01-31T10:00 --json
     """
     with _client(dsn, namespace) as client:
+        require_known_queue(client, queue, option="--queue")
         rows = client.dead_letters(
             queue,
             limit=limit,
@@ -994,6 +1398,11 @@ def _indent(text: str) -> str:
 @click.option("--all", "every", is_flag=True, help="Every dead letter of the namespace.")
 @click.option("--to-queue", metavar="QUEUE", help="Push the new jobs here instead.")
 @click.option(
+    "--create",
+    is_flag=True,
+    help="Accept a --to-queue the namespace has not seen yet (a typo guard otherwise).",
+)
+@click.option(
     "--limit",
     metavar="N",
     type=click.IntRange(1, 100_000),
@@ -1012,6 +1421,7 @@ def dlq_retry(
     until: datetime | None,
     every: bool,
     to_queue: str | None,
+    create: bool,
     limit: int,
     dry_run: bool,
     yes: bool,
@@ -1031,7 +1441,7 @@ def dlq_retry(
       postkit dlq retry 42 --dry-run
       postkit dlq retry 42 43 --yes
       postkit dlq retry --queue send_otp --error "Meta is down" --since 2h
-      postkit dlq retry --queue send_otp --to-queue send_otp_slow --all --yes
+      postkit dlq retry --queue send_otp --to-queue send_otp_slow --create --all --yes
     """
     filters = (queue, error_contains, since, until)
     if not job_ids and not every and all(value is None for value in filters):
@@ -1040,6 +1450,8 @@ def dlq_retry(
             "or --all for every one"
         )
     with _client(dsn, namespace) as client:
+        require_known_queue(client, queue, option="--queue")
+        require_known_queue(client, to_queue, option="--to-queue", create=create)
         planned = client.redrive(
             list(job_ids) or None,
             queue=queue,
@@ -1166,6 +1578,7 @@ def dlq_purge(
     """
     cutoff = datetime.now(timezone.utc) - older_than
     with _client(dsn, namespace) as client:
+        require_known_queue(client, queue, option="--queue")
         matching = client.dead_letters(
             queue, limit=10_000, failed_before=cutoff, include_redriven=True
         )
@@ -1192,55 +1605,193 @@ def dlq_purge(
 
 @main.group("queue")
 def queue_group() -> None:
-    """Pause, resume or purge a queue.
+    """Pause, resume, configure or purge a queue.
+
+    A queue name the namespace has not seen (no jobs, dead letters, settings, schedule or
+    outcomes in the last hour) is refused, with the known queues: a typo would otherwise
+    act on a queue of its own. --create accepts a new name where that makes sense.
 
     \b
     Example:
       postkit queue pause send_otp
       postkit queue resume send_otp
+      postkit queue configure send_otp --max-attempts 5 --retain-dead 7d
       postkit queue purge send_otp --yes
     """
 
 
+def _is_paused(client: QueueClient, queue: str) -> bool:
+    (row,) = client.stats(queue, cap=1)
+    return row.paused
+
+
 @queue_group.command("pause")
 @click.argument("queue")
+@create_option
 @_operation
-def queue_pause(queue: str, namespace: str, dsn: str | None, as_json: bool) -> None:
+def queue_pause(queue: str, create: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
     """Stop handing out the jobs of QUEUE. Pushes are still accepted, running jobs finish.
+    Pausing a queue that is already paused changes nothing (and says so).
 
     \b
     Example:
       postkit queue pause send_otp --namespace my-app
+      postkit queue pause reports --create     a queue that has no jobs yet
     """
     with _client(dsn, namespace) as client:
-        client.pause_queue(queue)
+        require_known_queue(client, queue, create=create)
+        changed = not _is_paused(client, queue)
+        if changed:
+            client.pause_queue(queue)
         _commit(client)
     if as_json:
-        echo_json({"queue": queue, "paused": True})
-    else:
+        echo_json({"queue": queue, "paused": True, "changed": changed})
+    elif changed:
         click.echo(
             f"Paused queue {queue}: workers get none of its jobs until "
             f"`postkit queue resume {queue}{_ns(namespace)}`; pushes are still accepted."
         )
+    else:
+        click.echo(f"Queue {queue} is already paused; nothing changed.")
 
 
 @queue_group.command("resume")
 @click.argument("queue")
 @_operation
 def queue_resume(queue: str, namespace: str, dsn: str | None, as_json: bool) -> None:
-    """Hand out the jobs of QUEUE again.
+    """Hand out the jobs of QUEUE again. Resuming a queue that is not paused changes nothing
+    (and says so; the exit code is 0 either way).
 
     \b
     Example:
       postkit queue resume send_otp --namespace my-app
     """
     with _client(dsn, namespace) as client:
-        client.resume_queue(queue)
+        require_known_queue(client, queue)
+        changed = _is_paused(client, queue)
+        if changed:
+            client.resume_queue(queue)
         _commit(client)
     if as_json:
-        echo_json({"queue": queue, "paused": False})
-    else:
+        echo_json({"queue": queue, "paused": False, "changed": changed})
+    elif changed:
         click.echo(f"Resumed queue {queue}: workers get its jobs again.")
+    else:
+        click.echo(f"Queue {queue} is not paused; nothing changed (workers already get its jobs).")
+
+
+def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
+    kept = policy.retain_completed
+    return [
+        ("state", "paused" if policy.paused else "active"),
+        ("max attempts", policy.max_attempts),
+        ("visibility timeout", format_duration(policy.visibility_timeout)),
+        (
+            "backoff",
+            f"{format_duration(policy.backoff_base)} doubling, up to "
+            f"{format_duration(policy.backoff_cap)}",
+        ),
+        ("completed jobs", "deleted at once" if kept is None else f"kept {format_duration(kept)}"),
+        ("dead letters", f"kept {format_duration(policy.retain_dead)}"),
+        ("max payload", f"{policy.max_payload_bytes:,} bytes"),
+    ]
+
+
+@queue_group.command("configure")
+@click.argument("queue")
+@click.option(
+    "--max-attempts",
+    metavar="N|default",
+    type=OrDefault(click.IntRange(1, 1000)),
+    help="Claims before a job is dead-lettered (1-1000; built-in: 20).",
+)
+@click.option(
+    "--visibility-timeout",
+    metavar="SECONDS|default",
+    type=OrDefault(SECONDS),
+    help="How long a claim lasts without a heartbeat: 30, 30s, 5m (built-in: 30s).",
+)
+@click.option(
+    "--backoff-base",
+    metavar="SECONDS|default",
+    type=OrDefault(SECONDS),
+    help="The first retry waits 1-2 times this, doubling each attempt (built-in: 1s).",
+)
+@click.option(
+    "--backoff-cap",
+    metavar="SECONDS|default",
+    type=OrDefault(SECONDS),
+    help="The longest a retry waits (built-in: 1h).",
+)
+@click.option(
+    "--max-payload-bytes",
+    metavar="BYTES|default",
+    type=OrDefault(click.IntRange(1, 104_857_600)),
+    help="The largest payload a push accepts (built-in: 1048576, 1 MiB).",
+)
+@click.option(
+    "--retain-completed",
+    metavar="DURATION|default",
+    type=OrDefault(DURATION),
+    help="Keep completed jobs this long: 1h, 7d (built-in: deleted at once).",
+)
+@click.option(
+    "--retain-dead",
+    metavar="DURATION|default",
+    type=OrDefault(DURATION),
+    help="Keep dead letters this long (built-in: 30d).",
+)
+@create_option
+@_operation
+def queue_configure(
+    queue: str,
+    max_attempts: int | str | None,
+    visibility_timeout: float | str | None,
+    backoff_base: float | str | None,
+    backoff_cap: float | str | None,
+    max_payload_bytes: int | str | None,
+    retain_completed: timedelta | str | None,
+    retain_dead: timedelta | str | None,
+    create: bool,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Change the settings of QUEUE: the defaults its jobs get when a push or pull does not
+    say otherwise, and how long its finished jobs are kept. Settings not given keep their
+    value; a value of `default` restores the built-in one. Prints the settings now in force.
+
+    \b
+    Example:
+      postkit queue configure send_otp --max-attempts 5 --backoff-base 2s --backoff-cap 10m
+      postkit queue configure send_otp --retain-dead 7d --retain-completed 1h
+      postkit queue configure send_otp --max-attempts default     back to the built-in 20
+      postkit queue configure reports --visibility-timeout 5m --create
+    """
+    given: dict[str, Any] = {
+        "max_attempts": max_attempts,
+        "visibility_timeout": visibility_timeout,
+        "backoff_base": backoff_base,
+        "backoff_cap": backoff_cap,
+        "max_payload_bytes": max_payload_bytes,
+        "retain_completed": retain_completed,
+        "retain_dead": retain_dead,
+    }
+    if all(value is None for value in given.values()):
+        raise click.UsageError(
+            "give at least one setting to change, e.g. --max-attempts 5 (see --help)"
+        )
+    reset = [name for name, value in given.items() if value == RESET]
+    values = {name: None if value == RESET else value for name, value in given.items()}
+    with _client(dsn, namespace) as client:
+        require_known_queue(client, queue, create=create)
+        policy = client.update_queue_settings(queue, **values, reset=reset)
+        _commit(client)
+    if as_json:
+        echo_json({"queue": queue, **to_jsonable(policy)})
+        return
+    click.echo(f"Configured queue {queue}:")
+    click.echo(render_fields(_describe_policy(policy)))
 
 
 @queue_group.command("purge")
@@ -1257,6 +1808,7 @@ def queue_purge(queue: str, yes: bool, namespace: str, dsn: str | None, as_json:
       postkit queue purge send_otp --yes --json
     """
     with _client(dsn, namespace) as client:
+        require_known_queue(client, queue)
         (row,) = client.stats(queue)
         _rollback(client)
         waiting = row.pending + row.scheduled
@@ -1324,6 +1876,11 @@ def _when(row: Schedule) -> str:
     type=click.IntRange(1, 1000),
     help="Each job's attempts. Default: the queue's setting.",
 )
+@click.option(
+    "--create",
+    is_flag=True,
+    help="Accept a --queue the namespace has not seen yet (a typo guard otherwise).",
+)
 @_operation
 def schedule_create(
     name: str,
@@ -1334,6 +1891,7 @@ def schedule_create(
     payload: str,
     priority: int,
     max_attempts: int | None,
+    create: bool,
     namespace: str,
     dsn: str | None,
     as_json: bool,
@@ -1341,13 +1899,15 @@ def schedule_create(
     """Create the schedule NAME, or replace the one of that name.
 
     Give exactly one of --cron (with --timezone, so "0 9 * * *" stays at 9 am across
-    daylight-saving changes) and --every.
+    daylight-saving changes) and --every. A --queue the namespace has not seen yet needs
+    --create (a typo guard).
 
     \b
     Example:
       postkit schedule create nightly-report --queue reports --cron "0 3 * * *" \\
           --timezone Europe/Paris
-      postkit schedule create heartbeat --queue pings --every 5m --payload '{"ping": true}'
+      postkit schedule create heartbeat --queue pings --every 5m --payload '{"ping": true}' \\
+          --create
     """
     if (cron is None) == (every is None):
         raise click.UsageError("give exactly one of --cron and --every")
@@ -1357,7 +1917,20 @@ def schedule_create(
         value = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--payload'") from None
+    # Every check that needs no database first: a bad cron expression is reported as such.
+    check_schedule(
+        namespace,
+        name,
+        queue,
+        value,
+        cron=cron,
+        timezone=timezone or "UTC",
+        every=every,
+        priority=priority,
+        max_attempts=max_attempts,
+    )
     with _client(dsn, namespace) as client:
+        require_known_queue(client, queue, option="--queue", create=create)
         existed = any(row.name == name for row in client.schedules())
         saved = client.create_schedule(
             name,

@@ -1,5 +1,5 @@
 """Helpers of the ``postkit`` command line: duration and time arguments, aligned tables for
-people, and JSON for scripts. No dependency beyond click."""
+people, JSON for scripts, and DSNs shown without their password."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import click
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 if TYPE_CHECKING:
     _ParamType = click.ParamType[Any]  # generic from click 8.4 on
@@ -128,6 +131,24 @@ class SecondsType(_ParamType):
         return seconds
 
 
+RESET = "default"
+"""What an :class:`OrDefault` parameter converts ``default`` to."""
+
+
+class OrDefault(_ParamType):
+    """A setting's value as ``inner`` converts it, or ``default`` (converted to
+    :data:`RESET`): restore the built-in default."""
+
+    def __init__(self, inner: _ParamType) -> None:
+        self.inner = inner
+        self.name = f"{inner.name}|default"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == RESET:
+            return RESET
+        return self.inner.convert(value, param, ctx)
+
+
 DURATION = DurationType()
 TIME = TimeType()
 SECONDS = SecondsType()
@@ -176,6 +197,27 @@ def first_line(text: str | None) -> str:
         if line.strip():
             return line.strip()
     return ""
+
+
+def mask_password(dsn: str) -> str:
+    """``dsn`` with its password, if any, replaced by ``***``: a URL's
+    (``postgresql://user:***@host/db``, and a ``password=`` query parameter) or a
+    ``key=value`` string's. Anything unparsable is shown as ``(unparsable DSN)``."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        netloc = parts.netloc
+        userinfo, at, hostinfo = netloc.rpartition("@")
+        if at and ":" in userinfo:
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{hostinfo}"
+        query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", parts.query)
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "(unparsable DSN)"
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo("", **params)
 
 
 def shorten(text: str, width: int) -> str:

@@ -153,6 +153,32 @@ def test_an_invalid_schedule_is_refused_before_any_sql_is_sent(
 
 
 @pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        ("61 * * * *", "minute field 61 is out of range 0-59"),
+        ("0 24 * * *", "hour field 24 is out of range 0-23"),
+        ("0 9 0 * *", "day field 0 is out of range 1-31"),
+        ("0 9 1 13 *", "month field 13 is out of range 1-12"),
+        ("0 9 * * 8", "weekday field 8 is out of range 0-7"),
+        ("0 9-30 * * *", "hour field 30 is out of range 0-23"),
+        ("*/0 * * * *", "minute field '*/0' is not valid"),
+        ("0 9 * * someday", "weekday field 'someday' is not valid"),
+        (
+            "0 9 * *",
+            "a cron expression has 5 fields (minute hour day month weekday), '0 9 * *' has 4",
+        ),
+    ],
+)
+def test_a_bad_cron_expression_is_refused_with_a_message_naming_the_bad_field(
+    queue: QueueClient, cron: str, message: str
+) -> None:
+    with pytest.raises(errors.InvalidScheduleError) as raised:
+        queue.create_schedule("bad", Q, {}, cron=cron)
+
+    assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize(
     ("cron", "every", "zone"),
     [
         ("0 9 * * *", "1 minute", "UTC"),

@@ -8,6 +8,7 @@ would to an application connecting as them.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -21,6 +22,7 @@ from postkit.cli import main
 from postkit.queue import QueueClient
 from postkit.queue.admin import assign_namespace, enable_tenant_isolation, grant_access
 from postkit.queue.listen import WorkListener
+from postkit.queue.protocol import queries
 from postkit.queue.vacuum import JobsVacuum
 
 
@@ -263,6 +265,27 @@ def test_objects_planted_in_public_cannot_hijack_an_sdk_statement_or_a_function(
     hijacks = victim.execute("SELECT what FROM public.hijacks").fetchall()
     victim.close()
     assert hijacks == []
+
+
+# Words before "(" that the grammar binds to pg_catalog, or that are not function calls.
+NOT_CALLS = {"coalesce", "extract", "in", "any", "exists", "operator", "select", "vacuum"}
+
+
+def test_every_sdk_statement_schema_qualifies_its_functions_types_and_operators() -> None:
+    """The static guard behind the planted-objects test: a statement added later that calls
+    an unqualified function or casts to an unqualified type fails here, before any attack."""
+    unqualified = []
+    for name, statement in queries().items():
+        code = re.sub(r"--[^\n]*|'[^']*'", "", statement)
+        for match in re.finditer(r"(?<![\w.])(?<!AS )([a-z_][a-z0-9_]*)\s*\(", code, re.IGNORECASE):
+            if match.group(1).lower() not in NOT_CALLS:
+                unqualified.append((name, match.group(1)))
+        for match in re.finditer(r"::(?!pg_catalog\.|integer|bigint|boolean|interval)(\w+)", code):
+            unqualified.append((name, f"::{match.group(1)}"))
+        for operator in re.findall(r"\s(=|<>|<=|>=|<|>|\*|\+|-|\|\|)\s", code):
+            unqualified.append((name, operator))
+
+    assert unqualified == []
 
 
 def test_every_function_pins_its_search_path(database: str) -> None:

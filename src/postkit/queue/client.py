@@ -20,6 +20,7 @@ from postkit.queue.job import (
     Fired,
     Job,
     NackOutcome,
+    Outcomes,
     Pruned,
     QueuePolicy,
     QueueStats,
@@ -565,6 +566,21 @@ class QueueClient:
         now = self._run(protocol.clock())
         return self._run(protocol.save_schedule(schedule, now=now))
 
+    def queues(self) -> list[str]:
+        """The queues of this namespace, by name: those with pending, scheduled or running
+        jobs, dead letters not yet retried, settings (configured or paused), or outcomes in the
+        last hour."""
+        return self._run(protocol.queues(self._namespace))
+
+    def outcomes_since(self, since: datetime) -> list[Outcomes]:
+        """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of
+        the minute of ``since`` on; queues without any are left out.
+
+        The counts are kept per minute for two hours: two calls with the same ``since``
+        within the hour differ by exactly the outcomes between them (a live view's rates).
+        """
+        return self._run(protocol.outcomes_since(self._namespace, since))
+
     def schedules(self) -> list[Schedule]:
         """Every schedule of this namespace, by name."""
         return self._run(protocol.schedules(self._namespace))
@@ -627,5 +643,45 @@ class QueueClient:
                 retain_completed=retain_completed,
                 retain_dead=retain_dead,
                 max_payload_bytes=max_payload_bytes,
+            )
+        )
+
+    def update_queue_settings(
+        self,
+        queue: str,
+        *,
+        max_attempts: int | None = None,
+        visibility_timeout: Duration | None = None,
+        backoff_base: Duration | None = None,
+        backoff_cap: Duration | None = None,
+        retain_completed: Duration | None = None,
+        retain_dead: Duration | None = None,
+        max_payload_bytes: int | None = None,
+        reset: Sequence[str] = (),
+    ) -> QueuePolicy:
+        """Change some settings of ``queue`` and keep the others, unlike
+        :meth:`configure_queue`: a setting given is set, a setting named in ``reset``
+        (``"max_attempts"``, ``"retain_dead"``, ...) goes back to the built-in default, and
+        every other one keeps its value. Two updates of one queue at once both keep their
+        change (the second waits for the first to commit).
+
+        Returns:
+            the policy now in force.
+
+        Raises:
+            InvalidNameError: an unknown setting in ``reset``, or one both given and reset.
+        """
+        return self._run(
+            protocol.update_queue_settings(
+                self._namespace,
+                queue,
+                max_attempts=max_attempts,
+                visibility_timeout=visibility_timeout,
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
+                retain_completed=retain_completed,
+                retain_dead=retain_dead,
+                max_payload_bytes=max_payload_bytes,
+                reset=reset,
             )
         )

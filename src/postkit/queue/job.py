@@ -153,6 +153,21 @@ class QueueStats(_RecordMapping):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
+class Outcomes(_RecordMapping):
+    """A queue's outcomes from the start of a minute on (see ``QueueClient.outcomes_since``)."""
+
+    queue: str
+    completed: int
+    """Acked."""
+    failed: int
+    """Dead-lettered."""
+    retried: int
+    """Nacked with attempts left."""
+    rescued: int
+    """Expired claims returned to the queue by tick_timeouts."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
 class Redriven(_RecordMapping):
     """One dead letter retried (or, in a dry run, that would be)."""
 

@@ -30,6 +30,7 @@ from postkit.queue.job import (
     Fired,
     Job,
     NackOutcome,
+    Outcomes,
     Pruned,
     QueuePolicy,
     QueueStats,
@@ -456,6 +457,69 @@ def configure_queue(
     return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
 
 
+QUEUE_SETTINGS = (
+    "max_attempts",
+    "visibility_timeout",
+    "backoff_base",
+    "backoff_cap",
+    "retain_completed",
+    "retain_dead",
+    "max_payload_bytes",
+)
+"""The settings of a queue that configure_queue and update_queue_settings write."""
+
+
+def update_queue_settings(
+    namespace: str,
+    queue: str,
+    *,
+    max_attempts: int | None,
+    visibility_timeout: Duration | None,
+    backoff_base: Duration | None,
+    backoff_cap: Duration | None,
+    retain_completed: Duration | None,
+    retain_dead: Duration | None,
+    max_payload_bytes: int | None,
+    reset: Sequence[str],
+) -> Call[QueuePolicy]:
+    if isinstance(reset, str) or not all(isinstance(name, str) for name in reset):
+        raise errors.InvalidNameError("reset must be a list of setting names")
+    unknown = [name for name in reset if name not in QUEUE_SETTINGS]
+    if unknown:
+        raise errors.InvalidNameError(
+            f"cannot reset {unknown[0]!r}: the settings are {', '.join(QUEUE_SETTINGS)}"
+        )
+    call = configure_queue(
+        namespace,
+        queue,
+        max_attempts=max_attempts,
+        visibility_timeout=visibility_timeout,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+        retain_completed=retain_completed,
+        retain_dead=retain_dead,
+        max_payload_bytes=max_payload_bytes,
+    )
+    both = [name for name in reset if call.params[name] is not None]
+    if both:
+        raise errors.InvalidNameError(f"{both[0]} is both given and reset; choose one")
+    # The names are checked against QUEUE_SETTINGS above, so the literal needs no quoting.
+    params = {**call.params, "reset": "{" + ",".join(dict.fromkeys(reset)) + "}"}
+    return Call("update_queue_settings", params, call.parse)
+
+
+def outcomes_since(namespace: str, since: datetime) -> Call[list[Outcomes]]:
+    moment = _time("since", since)
+    if moment is None:
+        raise errors.InvalidDurationError("since is required")
+    params = _base(namespace, since=moment)
+    return Call("outcomes_since", params, lambda rows: [Outcomes(**row) for row in rows])
+
+
+def queues(namespace: str) -> Call[list[str]]:
+    return Call("queues", _base(namespace), lambda rows: [str(row["queue"]) for row in rows])
+
+
 def clock() -> Call[datetime]:
     """The queue's clock (the database's, plus any test offset)."""
     return Call("clock", {}, _scalar)
@@ -697,11 +761,50 @@ def next_run_after(
     return croniter(cron, local).get_next(datetime).astimezone(_UTC)  # type: ignore[no-any-return]
 
 
+_CRON_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day", 1, 31),
+    ("month", 1, 12),
+    ("weekday", 0, 7),
+)
+"""A cron expression's fields, in order, with the numbers each accepts."""
+
+
 def check_cron(cron: str) -> str:
-    if not isinstance(cron, str) or len(cron.split()) != 5 or not croniter.is_valid(cron):
+    """``cron`` if it is a valid 5-field cron expression.
+
+    Raises:
+        InvalidScheduleError: not 5 fields, or a field that croniter refuses; the message
+            names the field (and the range, when a number is out of it).
+    """
+    if not isinstance(cron, str):
         raise errors.InvalidScheduleError(
-            f"not a 5-field cron expression (minute hour day month weekday): {cron!r}"
+            f"a cron expression must be a str, got {type(cron).__name__}"
         )
+    fields = cron.split()
+    if len(fields) != 5:
+        raise errors.InvalidScheduleError(
+            f"a cron expression has 5 fields (minute hour day month weekday), {cron!r} has "
+            f"{len(fields)}"
+        )
+    for index, (name, low, high) in enumerate(_CRON_FIELDS):
+        alone = " ".join(field if at == index else "*" for at, field in enumerate(fields))
+        if croniter.is_valid(alone):
+            continue
+        field = fields[index]
+        for number in re.findall(r"\d+", field):
+            if not low <= int(number) <= high:
+                raise errors.InvalidScheduleError(
+                    f"{name} field {number} is out of range {low}-{high} in cron expression "
+                    f"{cron!r}"
+                )
+        raise errors.InvalidScheduleError(
+            f"{name} field {field!r} is not valid in cron expression {cron!r} (numbers "
+            f"{low}-{high}, *, ranges a-b, lists a,b and steps */n)"
+        )
+    if not croniter.is_valid(cron):
+        raise errors.InvalidScheduleError(f"not a valid cron expression: {cron!r}")
     return cron
 
 

@@ -83,6 +83,31 @@ FROM postkit_queue.configure_queue(
     pg_catalog.make_interval(secs => %(retain_dead)s::pg_catalog.float8),
     %(max_payload_bytes)s::integer) AS p;
 
+-- name: update_queue_settings
+SELECT p.max_attempts,
+       extract(epoch FROM p.visibility_timeout)::pg_catalog.float8 AS visibility_timeout,
+       extract(epoch FROM p.backoff_base)::pg_catalog.float8 AS backoff_base,
+       extract(epoch FROM p.backoff_cap)::pg_catalog.float8 AS backoff_cap,
+       p.paused,
+       extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
+       extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
+       p.max_payload_bytes
+FROM postkit_queue.update_queue_settings(
+    %(namespace)s, %(queue)s, %(max_attempts)s::integer,
+    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(backoff_base)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(backoff_cap)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(retain_completed)s::pg_catalog.float8),
+    pg_catalog.make_interval(secs => %(retain_dead)s::pg_catalog.float8),
+    %(max_payload_bytes)s::integer, %(reset)s::pg_catalog.text[]) AS p;
+
+-- name: queues
+SELECT q AS queue FROM postkit_queue.queues(%(namespace)s) AS q ORDER BY q;
+
+-- name: outcomes_since
+SELECT o.queue, o.completed, o.failed, o.retried, o.rescued
+FROM postkit_queue.outcomes_since(%(namespace)s, %(since)s::pg_catalog.timestamptz) AS o;
+
 -- name: release
 SELECT postkit_queue.release(
     %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
