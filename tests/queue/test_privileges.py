@@ -419,6 +419,88 @@ def test_a_role_holding_the_install_lock_does_not_block_an_upgrade(
     installer.close()
 
 
+def test_a_role_created_again_under_a_dropped_tenants_name_inherits_nothing(
+    database: str, make_login: MakeLogin, isolated: None
+) -> None:
+    dsn = make_login("worker", ("tenant-b",))
+    client(dsn, "tenant-b").push("emails", {"secret": "b"})
+    role = role_of(dsn)
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        grant_access(admin.cursor(), role, "worker")
+
+    assert client(dsn, "tenant-b").pull("emails") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The install cannot be turned against the installer.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_an_install_refuses_a_schema_someone_else_created_first(fresh_database: str) -> None:
+    """A database owner (who may create schemas) prepares postkit_queue, with a migrations table
+    of its own, for a superuser to install into."""
+    role = f"pk_dbowner_{uuid.uuid4().hex[:8]}"
+    database = psycopg.conninfo.conninfo_to_dict(fresh_database)["dbname"]
+    with psycopg.connect(fresh_database, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                sql.Identifier(str(database)), sql.Identifier(role)
+            )
+        )
+        admin.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+        admin.execute("CREATE SCHEMA postkit_queue")
+        admin.execute(
+            "CREATE TABLE postkit_queue.migrations (version integer PRIMARY KEY, name text,"
+            " checksum text, applied_at timestamptz DEFAULT now())"
+        )
+        admin.execute("RESET ROLE")
+        try:
+            with pytest.raises(errors.SchemaMismatchError, match="did not create it"):
+                install(admin.cursor())
+            (owner,) = admin.execute(
+                "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'postkit_queue'"
+            ).fetchone()  # type: ignore[misc]
+        finally:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} OWNER TO postgres").format(sql.Identifier(str(database)))
+            )
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+    assert owner == role
+
+
+def test_an_upgrade_never_runs_a_function_planted_in_public(fresh_database: str) -> None:
+    old_grant = f"pk_old_grant_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(fresh_database, autocommit=True) as admin:
+        install(admin, target_version=8)
+        admin.execute("CREATE TABLE public.hijacks (what text)")
+        # A closer match than pg_catalog.format(text, VARIADIC "any") for the migration's calls.
+        admin.execute(
+            "CREATE FUNCTION public.format(text, name) RETURNS text LANGUAGE sql"
+            " AS $$ INSERT INTO public.hijacks VALUES ('format')"
+            " RETURNING pg_catalog.format($1, $2) $$"
+        )
+        admin.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(old_grant)))
+        admin.execute("SELECT postkit_queue.grant_access(%s, 'worker')", (old_grant,))
+        admin.execute("SET search_path = public, pg_catalog")
+        try:
+            install(admin)
+            hijacks = admin.execute("SELECT what FROM public.hijacks").fetchall()
+            search_path = admin.execute("SHOW search_path").fetchone()
+        finally:
+            admin.execute("RESET search_path")
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(old_grant)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(old_grant)))
+
+    assert hijacks == []
+    assert search_path == ("public, pg_catalog",)
+
+
 # ---------------------------------------------------------------------------------------------
 # The clock seam is for tests.
 # ---------------------------------------------------------------------------------------------

@@ -29,22 +29,81 @@ _INSTALL_LOCK_KEY = 0x706F73746B6974
 _FILE_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 _BODY_QUOTE = "$postkit_migration$"
 
-# Concurrent installers wait here for each other instead of racing on CREATE. Once the schema
+# The script resolves every name in pg_catalog, whatever the installer's search_path: an
+# install runs as a superuser or the schema's owner, and a function planted in public (a
+# public.format(text, name) is a better match than pg_catalog.format(text, VARIADIC "any"))
+# would otherwise run with those rights. The installer's own search_path is saved first and
+# put back at the end, since install() may run inside the caller's transaction.
+_PIN_SEARCH_PATH = """SELECT pg_catalog.set_config('postkit_queue.installer_search_path',
+    coalesce(nullif(
+        pg_catalog.current_setting('postkit_queue.installer_search_path', true), ''),
+        pg_catalog.current_setting('search_path')), true),
+    pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"""
+_RESTORE_SEARCH_PATH = """SELECT pg_catalog.set_config('search_path',
+    pg_catalog.current_setting('postkit_queue.installer_search_path'), true),
+    pg_catalog.set_config('postkit_queue.installer_search_path', '', true)"""
+
+# Before anything is created, a schema that already exists must be one a Postkit install made:
+# owned by a superuser, postkit_queue_owner or this installer, and every object in it by its
+# owner or a superuser. A schema someone else created first (a database owner may create
+# schemas) would otherwise receive a superuser's install: its tables, its triggers, its jobs.
+#
+# Then concurrent installers wait for each other instead of racing on CREATE. Once the schema
 # exists they queue on its migrations table, which no caller of the queue may lock (callers hold
-# no table privileges); only the very first install takes the advisory lock, which any role
-# could hold. The check reads pg_class rather than calling to_regclass: a name looked up and not
-# found before the wait stays "not found" in this backend's catalog cache after the first
-# installer commits, and CREATE SCHEMA IF NOT EXISTS would then collide.
+# no table privileges). The very first install takes an advisory lock, which any role could
+# hold: it waits for it at most 60 seconds, then says who holds it. The checks read pg_class
+# rather than calling to_regclass: a name looked up and not found before the wait stays "not
+# found" in this backend's catalog cache after the first installer commits.
 _LOCK_STATEMENT = f"""DO $postkit_lock$
+DECLARE
+    v_schema oid;
+    v_owner  oid;
+    v_holder text;
+    v_until  timestamptz := clock_timestamp() + interval '60 seconds';
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
-               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
-               WHERE n.nspname OPERATOR(pg_catalog.=) '{SCHEMA}'
-                 AND c.relname OPERATOR(pg_catalog.=) 'migrations') THEN
-        LOCK TABLE {SCHEMA}.migrations IN SHARE ROW EXCLUSIVE MODE;
-    ELSE
-        PERFORM pg_catalog.pg_advisory_xact_lock({_INSTALL_LOCK_KEY});
+    SELECT n.oid, n.nspowner INTO v_schema, v_owner FROM pg_namespace n
+    WHERE n.nspname = '{SCHEMA}';
+    IF FOUND THEN
+        IF NOT (SELECT r.rolsuper OR r.rolname = 'postkit_queue_owner' OR r.rolname = current_user
+                FROM pg_roles r WHERE r.oid = v_owner) THEN
+            RAISE EXCEPTION 'postkit: schema {SCHEMA} belongs to %, which is neither a superuser, '
+                            'postkit_queue_owner nor this installer: a Postkit install did not '
+                            'create it. Inspect it, then drop it or change its owner.',
+                v_owner::regrole USING ERRCODE = 'PKQ12';
+        END IF;
+        SELECT string_agg(o.name, ', ') INTO v_holder FROM (
+            SELECT c.oid::regclass::text AS name, c.relowner AS owner FROM pg_class c
+            WHERE c.relnamespace = v_schema
+            UNION ALL SELECT p.oid::regprocedure::text, p.proowner FROM pg_proc p
+            WHERE p.pronamespace = v_schema
+            UNION ALL SELECT t.oid::regtype::text, t.typowner FROM pg_type t
+            WHERE t.typnamespace = v_schema) o
+        JOIN pg_roles r ON r.oid = o.owner
+        WHERE o.owner <> v_owner AND NOT r.rolsuper;
+        IF v_holder IS NOT NULL THEN
+            RAISE EXCEPTION 'postkit: schema {SCHEMA} holds objects that neither its owner nor a '
+                            'superuser created: %. Inspect them before installing.', v_holder
+                USING ERRCODE = 'PKQ12';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_class c
+                   WHERE c.relnamespace = v_schema AND c.relname = 'migrations') THEN
+            LOCK TABLE {SCHEMA}.migrations IN SHARE ROW EXCLUSIVE MODE;
+            RETURN;
+        END IF;
     END IF;
+    WHILE NOT pg_try_advisory_xact_lock({_INSTALL_LOCK_KEY}) LOOP
+        IF clock_timestamp() > v_until THEN
+            SELECT string_agg(format('pid %s (role %s)', a.pid, a.usename), ', ') INTO v_holder
+            FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
+                SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+              AND (l.classid::bigint << 32) + l.objid::bigint = {_INSTALL_LOCK_KEY};
+            RAISE EXCEPTION 'postkit: another session has held the install lock for 60 seconds: '
+                            '%. If it is not an install, end it (pg_terminate_backend).',
+                coalesce(v_holder, 'unknown') USING ERRCODE = 'PKQ12';
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
 END
 $postkit_lock$"""
 
@@ -123,6 +182,7 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
     if transaction:
         parts.append("BEGIN;")
     parts += [
+        _PIN_SEARCH_PATH + ";",
         _LOCK_STATEMENT + ";",
         f"CREATE SCHEMA IF NOT EXISTS {SCHEMA};",
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (",
@@ -175,6 +235,7 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
         "END",
         "$postkit_install$;",
     ]
+    parts.append(_RESTORE_SEARCH_PATH + ";")
     if transaction:
         parts.append("COMMIT;")
     return "\n".join(parts) + "\n"
@@ -225,11 +286,12 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
 
 
 def _run_install(cursor: Any, script: str) -> InstallResult:
-    # Wait for concurrent installers before reading the version, so that ``applied`` reports
-    # only what this call applied (the script takes the same transaction-level lock again).
-    cursor.execute(_LOCK_STATEMENT)
-    before = installed_version(cursor)
     try:
+        # Wait for concurrent installers before reading the version, so that ``applied``
+        # reports only what this call applied (the script takes the same lock again).
+        cursor.execute(_PIN_SEARCH_PATH)
+        cursor.execute(_LOCK_STATEMENT)
+        before = installed_version(cursor)
         cursor.execute(script)
     except Exception as exc:
         # Imported here: protocol imports this package's modules, not the other way round.

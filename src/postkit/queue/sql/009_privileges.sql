@@ -66,7 +66,9 @@ BEGIN
 END
 $$;
 
--- Whether the caller sees every namespace: a superuser, or a member of the queue's owner.
+-- Whether the caller sees every namespace: a superuser, or the queue's owner itself (the
+-- non-superuser that installed it). Membership in the owner is not enough: the owner is
+-- NOLOGIN without members, and a member could read the tables anyway.
 CREATE FUNCTION postkit_queue.caller_sees_all()
 RETURNS boolean
 LANGUAGE plpgsql STABLE
@@ -75,16 +77,27 @@ AS $$
 DECLARE
     v_caller name := postkit_queue.caller();
 BEGIN
-    RETURN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = v_caller),
-                    false)
-        OR pg_catalog.pg_has_role(v_caller,
-               (SELECT n.nspowner FROM pg_catalog.pg_namespace n
-                WHERE n.nspname = 'postkit_queue'), 'MEMBER');
+    RETURN coalesce((SELECT r.rolsuper OR r.oid = n.nspowner
+                     FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                     WHERE r.rolname = v_caller AND n.nspname = 'postkit_queue'), false);
 END
 $$;
 
+-- Assignments are kept by role OID, like grants: a role dropped and created again under the
+-- same name does not inherit the old one's namespaces (and its jobs). An assignment whose role
+-- is gone is dropped here, and by every later install (apply_privileges).
+DROP POLICY IF EXISTS own_assignments ON postkit_queue.tenants;
+ALTER TABLE postkit_queue.tenants ADD COLUMN role_oid oid;
+UPDATE postkit_queue.tenants t SET role_oid = r.oid
+FROM pg_catalog.pg_roles r WHERE r.rolname = t.role;
+DELETE FROM postkit_queue.tenants WHERE role_oid IS NULL;
+ALTER TABLE postkit_queue.tenants DROP CONSTRAINT tenants_pkey;
+ALTER TABLE postkit_queue.tenants DROP COLUMN role;
+ALTER TABLE postkit_queue.tenants ALTER COLUMN role_oid SET NOT NULL;
+ALTER TABLE postkit_queue.tenants ADD PRIMARY KEY (namespace, role_oid);
+
 -- The namespaces assigned to the caller or to a role it is a member of. The join with pg_roles
--- skips assignments whose role was dropped (pg_has_role would raise for them, for every tenant).
+-- skips assignments whose role was dropped since the last install.
 CREATE OR REPLACE FUNCTION postkit_queue.my_namespaces()
 RETURNS text[]
 LANGUAGE sql STABLE
@@ -92,8 +105,28 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(array_agg(t.namespace), '{}')
     FROM postkit_queue.tenants t
-    JOIN pg_catalog.pg_roles r ON r.rolname = t.role
+    JOIN pg_catalog.pg_roles r ON r.oid = t.role_oid
     WHERE pg_catalog.pg_has_role(postkit_queue.caller(), r.oid, 'MEMBER')
+$$;
+
+-- assign_namespace: let p_role (and its members) use p_namespace once isolation is on.
+CREATE OR REPLACE FUNCTION postkit_queue.assign_namespace(p_namespace text, p_role name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role_oid oid;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    INSERT INTO postkit_queue.tenants (namespace, role_oid) VALUES (p_namespace, v_role_oid)
+    ON CONFLICT DO NOTHING;
+END
 $$;
 
 -- The schema's version, for callers that may not read the migrations table.
@@ -313,6 +346,8 @@ BEGIN
     -- functions added since.
     DELETE FROM postkit_queue.grants g
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid);
+    DELETE FROM postkit_queue.tenants t
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = t.role_oid);
     PERFORM postkit_queue.apply_grant(g.role_oid, g.access) FROM postkit_queue.grants g;
 END
 $$;
