@@ -141,6 +141,11 @@ class QueueClient:
         with ``FOR UPDATE SKIP LOCKED``: two workers never get the same job. The claim sticks
         when the caller commits; rolled back, it never happened.
 
+        A payload that the SQL API accepted but Python cannot decode (JSON nested deeper than
+        the recursion limit, an integer of more than 4,300 digits) never makes this raise: the
+        job is claimed and returned with ``payload`` None and ``payload_error`` saying why, so
+        the caller can fail it (the worker runtime does) while the other jobs go on.
+
         Returns:
             the claimed job, or None when no job is ready.
         """
@@ -161,7 +166,8 @@ class QueueClient:
         :meth:`pull` would claim it.
 
         Returns:
-            the claimed jobs, in no particular order; empty when none is ready.
+            the claimed jobs, in no particular order; empty when none is ready. A job whose
+            payload Python cannot decode is among them, marked by ``payload_error``.
         """
         return self._run(
             protocol.pull(

@@ -194,20 +194,36 @@ def _base(namespace: str, **params: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _decode(text: str, what: str) -> tuple[Any, str | None]:
+    """A stored JSON value as Python, and None; or None and why Python cannot decode it.
+
+    PostgreSQL accepts JSON that Python's json module refuses: arrays and objects nested
+    deeper than the interpreter's recursion limit (RecursionError), and integers of more
+    digits than ``sys.get_int_max_str_digits()`` (ValueError). Such a value is valid to the SQL
+    API, so reading it must never raise: the reader gets the reason instead, and the record
+    stays readable. The message never quotes the value, which may be megabytes long."""
+    try:
+        return json.loads(text), None
+    except (RecursionError, ValueError) as exc:
+        return None, f"{what} could not be decoded: {type(exc).__name__}: {exc}"
 
 
 def _errors(text: str) -> tuple[dict[str, Any], ...]:
     # Most claimed jobs have no history yet: no JSON to parse.
-    return () if text == "[]" else tuple(json.loads(text))
+    if text == "[]":
+        return ()
+    history, problem = _decode(text, "error history")
+    if problem is not None:
+        return ({"error": problem},)
+    return tuple(history)
 
 
 def _job(row: dict[str, Any]) -> Job:
+    payload, payload_error = _decode(row["payload"], "payload")
     return Job(
         id=row["id"],
         queue=row["queue"],
-        payload=_json(row["payload"]),
+        payload=payload,
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
         worker_id=row["worker_id"],
@@ -222,14 +238,16 @@ def _job(row: dict[str, Any]) -> Job:
         errors=_errors(row["errors"]),
         created_at=row["created_at"],
         failed_at=row.get("failed_at"),
+        payload_error=payload_error,
     )
 
 
 def _dead_letter(row: dict[str, Any]) -> DeadLetter:
+    payload, payload_error = _decode(row["payload"], "payload")
     return DeadLetter(
         job_id=row["job_id"],
         queue=row["queue"],
-        payload=_json(row["payload"]),
+        payload=payload,
         error=row["error"],
         errors=_errors(row["errors"]),
         reason=row["reason"],
@@ -244,6 +262,7 @@ def _dead_letter(row: dict[str, Any]) -> DeadLetter:
         expires_at=row["expires_at"],
         redriven_job_id=row["redriven_job_id"],
         redriven_at=row["redriven_at"],
+        payload_error=payload_error,
     )
 
 
@@ -659,7 +678,7 @@ def prune(namespace: str, *, limit: int) -> Call[Pruned]:
 
 def _schedule(row: dict[str, Any]) -> Schedule:
     fields = {key: value for key, value in row.items() if key != "now"}
-    fields["payload"] = _json(row["payload"])
+    fields["payload"], fields["payload_error"] = _decode(row["payload"], "payload")
     return Schedule(**fields)
 
 
