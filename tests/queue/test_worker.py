@@ -335,6 +335,28 @@ def test_a_job_whose_payload_cannot_be_decoded_is_dead_lettered_and_its_batch_ru
     wait_until(gone(client, later_good), "the later good job was never acked")
 
 
+def test_a_schedule_that_cannot_be_computed_does_not_stop_the_worker(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    ran: stdlib_queue.SimpleQueue[Any] = stdlib_queue.SimpleQueue()
+    for name in ("bad", "good"):
+        client.create_schedule(name, Q, {"from": name}, every=3600)
+    # Saved before the SQL module checked cron expressions, and both due now.
+    client.cursor.execute(
+        "UPDATE postkit_queue.schedules SET next_run_at = now() - interval '1 minute',"
+        " cron = CASE name WHEN 'bad' THEN '0 0 30 2 *' END,"
+        " every = CASE name WHEN 'good' THEN every END WHERE namespace = %s",
+        (client.namespace,),
+    )
+    start_worker({Q: lambda job: ran.put(job.payload)}, tick_interval=0.2)
+
+    assert next_item(ran, "the good schedule never fired") == {"from": "good"}
+    pushed(client, {"from": "push"})
+    assert next_item(ran, "the worker stopped handling jobs") == {"from": "push"}
+    [bad] = [s for s in client.schedules() if s.name == "bad"]
+    assert bad.broken_reason is not None and "cannot compute the next run" in bad.broken_reason
+
+
 def test_retry_later_refuses_a_delay_the_queue_would_reject() -> None:
     with pytest.raises(InvalidDurationError):
         RetryLater(delay=-1)

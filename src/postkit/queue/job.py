@@ -220,3 +220,14 @@ class Fired(_RecordMapping):
     job_id: int
     due_at: datetime
     next_run_at: datetime
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class BrokenSchedule(_RecordMapping):
+    """A due schedule that ``tick_schedules`` marked broken instead of firing: its next run
+    could not be computed (a cron expression or time zone this Python cannot use). It stays
+    broken, and fires no more, until it is saved again."""
+
+    name: str
+    due_at: datetime
+    reason: str

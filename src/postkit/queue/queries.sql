@@ -154,7 +154,7 @@ FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
 -- name: save_schedule
 SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
-       s.created_at, s.updated_at
+       s.created_at, s.updated_at, s.broken_at, s.broken_reason
 FROM postkit_queue.save_schedule(
     %(namespace)s, %(name)s, %(queue)s, %(payload)s::jsonb, %(next_run_at)s::timestamptz,
     %(cron)s, %(timezone)s, %(every)s::float8 * interval '1 second', %(priority)s::integer,
@@ -163,7 +163,7 @@ FROM postkit_queue.save_schedule(
 -- name: schedules
 SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
-       s.created_at, s.updated_at
+       s.created_at, s.updated_at, s.broken_at, s.broken_reason
 FROM postkit_queue.schedules(%(namespace)s) AS s;
 
 -- name: set_schedule_paused
@@ -175,12 +175,20 @@ SELECT postkit_queue.delete_schedule(%(namespace)s, %(name)s);
 -- name: due_schedules
 SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
-       s.created_at, s.updated_at, postkit_queue.clock() AS now
+       s.created_at, s.updated_at, s.broken_at, s.broken_reason, postkit_queue.clock() AS now
 FROM postkit_queue.due_schedules(%(namespace)s, %(limit)s::integer) AS s;
 
 -- name: fire_schedule
 SELECT postkit_queue.fire_schedule(
     %(namespace)s, %(name)s, %(due_at)s::timestamptz, %(next_run_at)s::timestamptz) AS job_id;
+
+-- name: mark_schedule_broken
+SELECT postkit_queue.mark_schedule_broken(
+    %(namespace)s, %(name)s, %(due_at)s::timestamptz, %(reason)s) AS marked;
+
+-- name: purge_dead_letters_before
+SELECT postkit_queue.purge_dead_letters_before(
+    %(namespace)s, %(failed_before)s::timestamptz, %(queue)s) AS purged;
 
 -- name: ack_many
 SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::uuid[])

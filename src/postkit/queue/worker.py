@@ -65,7 +65,7 @@ import psycopg_pool
 
 from postkit.errors import PermanentError, RetryLater
 from postkit.queue.client import QueueClient
-from postkit.queue.job import Job
+from postkit.queue.job import BrokenSchedule, Job
 from postkit.queue.listen import WorkListener
 from postkit.queue.vacuum import JobsVacuum
 
@@ -517,13 +517,25 @@ class Worker:
                 extra={"event": "reclaimed", "count": reclaimed},
             )
         # One transaction: the due schedules stay locked until each has fired.
-        for fired in self._with_client(lambda client: client.tick_schedules(), transaction=True):
+        for outcome in self._with_client(lambda client: client.tick_schedules(), transaction=True):
+            if isinstance(outcome, BrokenSchedule):
+                logger.error(
+                    "schedule %s is broken and no longer fires: %s (save it again to repair it)",
+                    outcome.name,
+                    outcome.reason,
+                    extra={"event": "schedule_broken", "schedule": outcome.name},
+                )
+                continue
             logger.info(
                 "schedule %s fired job %d; next run at %s",
-                fired.name,
-                fired.job_id,
-                fired.next_run_at.isoformat(),
-                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
+                outcome.name,
+                outcome.job_id,
+                outcome.next_run_at.isoformat(),
+                extra={
+                    "event": "schedule_fired",
+                    "job_id": outcome.job_id,
+                    "schedule": outcome.name,
+                },
             )
         pruned = self._with_client(lambda client: client.prune())
         if pruned.completed_jobs or pruned.dead_letters:
