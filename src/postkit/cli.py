@@ -39,6 +39,7 @@ from postkit.cli_format import (
     format_duration,
     format_time,
     plural,
+    printable,
     render_fields,
     render_table,
     shorten,
@@ -967,7 +968,7 @@ def dlq_show(job_id: int, full: bool, namespace: str, dsn: str | None, as_json: 
         if full:
             rest = str(entry.get("error") or "").strip("\n").splitlines()[1:]
             for extra in rest:
-                click.echo(f"      {extra}".rstrip())
+                click.echo(f"      {printable(extra)}".rstrip())
 
 
 def _indent(text: str) -> str:
