@@ -451,6 +451,28 @@ def test_dlq_purge_asks_then_deletes(run: Run, client: QueueClient, dead: dict[s
     assert client.dead_letters() == []
 
 
+def test_a_duration_ago_is_measured_by_the_queues_clock_not_the_clients(
+    dsn: str,
+    namespace: str,
+    client: QueueClient,
+    shift_clock: Callable[[QueueClient, float], None],
+) -> None:
+    day = 86400.0
+    shift_clock(client, -day)
+    bury(client, "send_otp", "a day ago", "boom")
+    shift_clock(client, 2.5 * day)
+    recent = bury(client, "send_otp", "in 2.5 days", "boom")
+    # The command's session runs 3 days ahead: by the queue's clock only one failed < 2d ago.
+    ahead = CliRunner(env={"PGOPTIONS": "-c postkit_queue.clock_offset=72:00:00"})
+    options = ["--since", "2d", "--json", "--dsn", dsn, "--namespace", namespace]
+
+    listed = ahead.invoke(main, ["dlq", "list", *options])
+    retried = ahead.invoke(main, ["dlq", "retry", "--dry-run", *options])
+
+    assert [row["job_id"] for row in json.loads(ok(listed).stdout)] == [recent]
+    assert [row["job_id"] for row in json.loads(ok(retried).stdout)["retried"]] == [recent]
+
+
 def test_dlq_purge_deletes_exactly_what_it_asked_about_whatever_the_clients_clock(
     dsn: str,
     namespace: str,

@@ -33,6 +33,7 @@ from postkit.cli_format import (
     DURATION,
     SECONDS,
     TIME,
+    Ago,
     compact_json,
     echo_json,
     first_line,
@@ -624,6 +625,20 @@ def _payload_text(payload: Any, payload_error: str | None) -> str:
     return f"({payload_error})" if payload_error is not None else compact_json(payload)
 
 
+def _moments(client: QueueClient, *moments: datetime | Ago | None) -> tuple[datetime | None, ...]:
+    """``--since``/``--until`` values as times: a duration ago by the queue's clock (read once,
+    so that both are measured from the same now), an ISO time as it is."""
+    now: datetime | None = None
+    resolved: list[datetime | None] = []
+    for moment in moments:
+        if isinstance(moment, Ago):
+            now = now or client.clock()
+            resolved.append(moment.before(now))
+        else:
+            resolved.append(moment)
+    return tuple(resolved)
+
+
 def _last_error(errors_: Sequence[Mapping[str, Any]]) -> str:
     return first_line(str(errors_[-1].get("error") or "")) if errors_ else ""
 
@@ -814,8 +829,8 @@ def dlq() -> None:
 @_operation
 def dlq_list(
     queue: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    since: datetime | Ago | None,
+    until: datetime | Ago | None,
     error_contains: str | None,
     include_redriven: bool,
     limit: int,
@@ -825,9 +840,9 @@ def dlq_list(
 ) -> None:
     """The dead letters, newest first, with their last error.
 
-    --since and --until take a duration ago (30s, 5m, 2h, 7d) or an ISO time
-    (2025-01-31T09:00, UTC unless it names an offset). --error matches a substring of the
-    last error, ignoring case.
+    --since and --until take a duration ago by the database's clock (30s, 5m, 2h, 7d) or an
+    ISO time (2025-01-31T09:00, UTC unless it names an offset). --error matches a substring of
+    the last error, ignoring case.
 
     \b
     Example:
@@ -836,11 +851,12 @@ def dlq_list(
       postkit dlq list --since 2025-01-31T09:00 --until 2025-01-31T10:00 --json
     """
     with _client(dsn, namespace) as client:
+        failed_after, failed_before = _moments(client, since, until)
         rows = client.dead_letters(
             queue,
             limit=limit,
-            failed_after=since,
-            failed_before=until,
+            failed_after=failed_after,
+            failed_before=failed_before,
             error_contains=error_contains,
             include_redriven=include_redriven,
         )
@@ -998,8 +1014,8 @@ def dlq_retry(
     job_ids: tuple[int, ...],
     queue: str | None,
     error_contains: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    since: datetime | Ago | None,
+    until: datetime | Ago | None,
     every: bool,
     to_queue: str | None,
     limit: int,
@@ -1030,11 +1046,12 @@ def dlq_retry(
             "or --all for every one"
         )
     with _client(dsn, namespace) as client:
+        failed_after, failed_before = _moments(client, since, until)
         planned = client.redrive(
             list(job_ids) or None,
             queue=queue,
-            failed_after=since,
-            failed_before=until,
+            failed_after=failed_after,
+            failed_before=failed_before,
             error_contains=error_contains,
             to_queue=to_queue,
             limit=limit,

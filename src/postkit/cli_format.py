@@ -94,14 +94,30 @@ class DurationType(_ParamType):
             self.fail(str(exc), param, ctx)
 
 
+@dataclasses.dataclass(frozen=True)
+class Ago:
+    """A duration before now (``--since 2h``), now being the database's clock: the command
+    reads it, as the queue measures every age by it, whatever the client's clock says."""
+
+    duration: timedelta
+
+    def before(self, now: datetime) -> datetime:
+        return now - self.duration
+
+
 class TimeType(_ParamType):
-    """A click parameter for :func:`parse_time`; converts to an aware datetime."""
+    """A click parameter for :func:`parse_time`: converts a duration to an :class:`Ago` and
+    an ISO time to an aware datetime."""
 
     name = "duration|time"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, datetime):
+        if isinstance(value, (datetime, Ago)):
             return value
+        try:
+            return Ago(parse_duration(str(value)))
+        except ValueError:
+            pass
         try:
             return parse_time(str(value))
         except ValueError as exc:
