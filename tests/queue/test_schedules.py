@@ -7,6 +7,7 @@ Time moves only through the session clock offset (``shift_clock``).
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -509,6 +510,25 @@ def test_a_broken_schedule_is_skipped_by_later_ticks_until_it_is_saved_again(
     due_now(queue, shift_clock, repaired)
     [fired] = queue.tick_schedules()
     assert isinstance(fired, Fired) and fired.name == "bad"
+
+
+def test_a_schedule_whose_job_its_queue_refuses_is_marked_broken_and_the_others_fire(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    big = queue.create_schedule("big", Q, {"blob": os.urandom(2000).hex()}, every=60)
+    queue.create_schedule("small", Q, {}, every=60)
+    queue.configure_queue(Q, max_payload_bytes=1024)  # after the schedule was saved
+    due_now(queue, shift_clock, big)
+
+    outcomes = queue.tick_schedules()
+
+    [fired] = [o for o in outcomes if isinstance(o, Fired)]
+    [broken] = [o for o in outcomes if isinstance(o, BrokenSchedule)]
+    assert (fired.name, broken.name, broken.due_at) == ("small", "big", big.next_run_at)
+    assert broken.reason.startswith("cannot push its job: ")
+    assert "max_payload_bytes" in broken.reason
+    assert [job_id for job_id, _ in live_jobs(queue)] == [fired.job_id]
+    assert schedule_named(queue, "big").broken_reason == broken.reason
 
 
 def test_the_sql_module_refuses_a_run_time_no_reader_can_use(

@@ -979,7 +979,7 @@ def due_schedules(namespace: str, *, limit: int) -> Call[list[DueRun]]:
     return Call("due_schedules", params, parse)
 
 
-def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | None]:
+def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | BrokenSchedule | None]:
     if run.next_run_at is None:
         raise errors.InvalidScheduleError(f"schedule {run.schedule.name!r}: {run.problem}")
     next_run_at = run.next_run_at
@@ -990,10 +990,12 @@ def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | None]:
         next_run_at=run.next_run_at,
     )
 
-    def parse(rows: Rows) -> Fired | None:
-        job_id = _scalar(rows)
+    def parse(rows: Rows) -> Fired | BrokenSchedule | None:
+        if not rows:
+            return None  # fenced out: fired or changed since it was read
+        job_id, reason = rows[0]["job_id"], rows[0]["broken_reason"]
         if job_id is None:
-            return None
+            return BrokenSchedule(run.schedule.name, run.schedule.next_run_at, reason)
         return Fired(run.schedule.name, job_id, run.schedule.next_run_at, next_run_at)
 
     return Call("fire_schedule", params, parse)

@@ -179,8 +179,9 @@ SELECT s.namespace, s.name, s.queue, s.payload::text AS payload, s.cron, s.timez
 FROM postkit_queue.due_schedules(%(namespace)s, %(limit)s::integer) AS s;
 
 -- name: fire_schedule
-SELECT postkit_queue.fire_schedule(
-    %(namespace)s, %(name)s, %(due_at)s::timestamptz, %(next_run_at)s::timestamptz) AS job_id;
+SELECT r.job_id, r.broken_reason
+FROM postkit_queue.fire_schedule_run(
+    %(namespace)s, %(name)s, %(due_at)s::timestamptz, %(next_run_at)s::timestamptz) AS r;
 
 -- name: mark_schedule_broken
 SELECT postkit_queue.mark_schedule_broken(

@@ -8,7 +8,8 @@
 --   mirrored by postkit.queue.protocol.cron_problem) and refuses one that can never fire;
 -- - a schedule whose next run a ticker still cannot compute (stored before this migration, or
 --   in a time zone the ticker's Python does not know) is marked broken by that ticker
---   (mark_schedule_broken) and skipped until it is saved again, while the others fire;
+--   (mark_schedule_broken) and skipped until it is saved again, while the others fire; so is
+--   one whose job its queue refuses (fire_schedule_run), instead of aborting the tick;
 -- - run times stay within a century of the queue's clock, inside what every driver reads.
 --
 -- And purge_dead_letters_before deletes by a cutoff the caller read once (from the queue's
@@ -310,19 +311,22 @@ BEGIN
 END
 $$;
 
--- fire_schedule: push the schedule's job for the run due at p_due_at and move the schedule to
--- p_next_run_at. Fenced on p_due_at: if the schedule was fired (or changed, or marked broken)
--- since the caller read it, nothing happens and it returns NULL, so each run fires exactly
--- once. Returns the pushed job's id.
-CREATE OR REPLACE FUNCTION postkit_queue.fire_schedule(
+-- fire_schedule_run: push the schedule's job for the run due at p_due_at and move the schedule
+-- to p_next_run_at. Fenced on p_due_at: if the schedule was fired (or changed, or marked broken)
+-- since the caller read it, nothing happens and it returns no row, so each run fires exactly
+-- once. Returns one row: the pushed job's id; or, when the queue refuses the job (a payload
+-- over a max_payload_bytes set after the schedule was saved), a NULL id and the reason, the
+-- schedule marked broken: one schedule's trouble must not abort the caller's whole tick.
+CREATE FUNCTION postkit_queue.fire_schedule_run(
     p_namespace text, p_name text, p_due_at timestamptz, p_next_run_at timestamptz)
-RETURNS bigint
+RETURNS TABLE (job_id bigint, broken_reason text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_schedule postkit_queue.schedules;
     v_job_id   bigint;
+    v_reason   text;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('schedule name', p_name, true);
@@ -336,17 +340,44 @@ BEGIN
       AND NOT s.paused AND s.broken_at IS NULL
     FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN NULL;
+        RETURN;
     END IF;
-    v_job_id := postkit_queue.push(
-        p_namespace, v_schedule.queue, v_schedule.payload, NULL, v_schedule.priority,
-        v_schedule.max_attempts);
+    -- A subtransaction, so that a refused push rolls back alone; the row lock above is the
+    -- outer transaction's and stays.
+    BEGIN
+        v_job_id := postkit_queue.push(
+            p_namespace, v_schedule.queue, v_schedule.payload, NULL, v_schedule.priority,
+            v_schedule.max_attempts);
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE NOT LIKE 'PKQ%' THEN
+            RAISE;
+        END IF;
+        v_reason := left('cannot push its job: ' || regexp_replace(SQLERRM, '^postkit: ', ''),
+                         2000);
+        UPDATE postkit_queue.schedules s
+        SET broken_at = postkit_queue.clock(), broken_reason = v_reason
+        WHERE s.namespace = p_namespace AND s.name = p_name;
+        RETURN QUERY SELECT NULL::bigint, v_reason;
+        RETURN;
+    END;
     UPDATE postkit_queue.schedules s
     SET next_run_at = p_next_run_at, last_run_at = postkit_queue.clock(),
         last_job_id = v_job_id
     WHERE s.namespace = p_namespace AND s.name = p_name;
-    RETURN v_job_id;
+    RETURN QUERY SELECT v_job_id, NULL::text;
 END
+$$;
+
+-- fire_schedule: fire_schedule_run for callers that want the job id alone: NULL when the run
+-- was fenced out, or when its queue refused the job (the schedule is then broken).
+CREATE OR REPLACE FUNCTION postkit_queue.fire_schedule(
+    p_namespace text, p_name text, p_due_at timestamptz, p_next_run_at timestamptz)
+RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.job_id FROM postkit_queue.fire_schedule_run(p_namespace, p_name, p_due_at,
+                                                         p_next_run_at) r
 $$;
 
 -- mark_schedule_broken: a ticker could not compute the next run of the schedule due at
