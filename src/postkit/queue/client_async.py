@@ -142,9 +142,10 @@ class AsyncQueueClient:
         when the caller commits; rolled back, it never happened.
 
         A payload that the SQL API accepted but Python cannot decode (JSON nested deeper than
-        the recursion limit, an integer of more than 4,300 digits) never makes this raise: the
-        job is claimed and returned with ``payload`` None and ``payload_error`` saying why, so
-        the caller can fail it (the worker runtime does) while the other jobs go on.
+        the recursion limit, an integer past Python's 4,300-digit limit) never makes this
+        raise: the job is claimed and returned with ``payload`` None and ``payload_error``
+        saying why, so the caller can fail it (the worker runtime does) while the other jobs
+        go on.
 
         Returns:
             the claimed job, or None when no job is ready.

@@ -38,9 +38,9 @@ class Job(_RecordMapping):
     settle a newer one, even one taken under the same worker_id.
 
     A payload that PostgreSQL stored but Python cannot decode (JSON nested deeper than the
-    recursion limit, an integer of more than 4,300 digits) does not make the read raise: the
-    job comes back with ``payload`` None and ``payload_error`` saying why. The worker runtime
-    dead-letters such a job with that error instead of running its handler.
+    recursion limit, an integer past Python's 4,300-digit limit) does not make the read
+    raise: the job comes back with ``payload`` None and ``payload_error`` saying why. The
+    worker runtime dead-letters such a job with that error instead of running its handler.
     """
 
     id: int
