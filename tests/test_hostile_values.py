@@ -32,6 +32,7 @@ UNDECODABLE = {
     "nested 3,000 deep": "[" * 3000 + "]" * 3000,  # Python: RecursionError
     "a 5,000-digit integer": '{"n": ' + "7" * 5000 + "}",  # Python: ValueError
     "a short exponent": '{"n": 1e5000}',  # PostgreSQL writes out its 5,001 digits
+    "a fraction past a float": '{"n": ' + "9" * 400 + ".5}",  # json.loads: infinity
 }
 DECODABLE = {
     "nested 600 deep": "[" * 600 + "]" * 600,  # decodes; walking it recursively would not

@@ -195,6 +195,17 @@ def _base(namespace: str, **params: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+# A run of digits long enough to hold a fraction past the largest float (about 1.8e308).
+_LONG_DIGITS = re.compile(r"[0-9]{309}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"a number of {len(text)} characters does not fit a float")
+    return value
+
+
 def _decode(text: str, what: str) -> tuple[Any, str | None]:
     """A stored JSON value as Python, and None; or None and why Python cannot decode it.
 
@@ -202,8 +213,13 @@ def _decode(text: str, what: str) -> tuple[Any, str | None]:
     deeper than the interpreter's recursion limit (RecursionError), and integers of more
     digits than ``sys.get_int_max_str_digits()`` (ValueError). Such a value is valid to the SQL
     API, so reading it must never raise: the reader gets the reason instead, and the record
-    stays readable. The message never quotes the value, which may be megabytes long."""
+    stays readable. A fraction past the largest float, which json.loads would turn into
+    infinity (no JSON value, so never written back), is refused the same way; only a text
+    with 309 digits in a row can hold one, so only such a text pays for the check. The message
+    never quotes the value, which may be megabytes long."""
     try:
+        if len(text) >= 309 and _LONG_DIGITS.search(text):
+            return json.loads(text, parse_float=_finite_float), None
         return json.loads(text), None
     except (RecursionError, ValueError) as exc:
         return None, f"{what} could not be decoded: {type(exc).__name__}: {exc}"
