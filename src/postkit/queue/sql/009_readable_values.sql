@@ -1,8 +1,8 @@
 -- Postkit queue, migration 9: every value the SQL API accepts is one its readers can use.
 --
--- Schedules are read by the Python SDK, which computes each next run with croniter. Until now
--- save_schedule stored any non-blank cron expression, and one croniter refused (or one that
--- never fires, such as the 30th of February) made every ticker of the namespace fail. Now:
+-- Schedules are read by the Python SDK, which computes each next run with croniter: a stored
+-- expression croniter refuses, or one that never fires (the 30th of February), would make every
+-- ticker of the namespace fail. So:
 --
 -- - save_schedule accepts exactly the cron expressions the SDK accepts (cron_problem below,
 --   mirrored by postkit.queue.protocol.cron_problem) and refuses one that can never fire;
@@ -41,13 +41,12 @@ $$;
 -- of those with a step /n (1 <= n <= the field's span), or a/n (from a to the field's end).
 -- The day of month also takes L (its last day) and ?, the day of week ? and v#n (the n-th
 -- weekday v of the month, 1 <= n <= 5; a list of those, not mixed with other items). Letters
--- are case-insensitive. Every expression it
--- accepts, croniter accepts with the same meaning.
+-- are case-insensitive. Every expression it accepts, croniter accepts with the same meaning.
 --
 -- An expression that can never fire is refused: with the day of week unrestricted, days of
 -- month that none of its months has (30 and 31 in February, 31 in April). An n-th weekday
 -- together with a restricted day of month is refused too: croniter requires both, and they
--- rarely meet (the first of a month is a second Monday never).
+-- rarely meet (the first of a month is never a second Monday).
 CREATE FUNCTION postkit_queue.cron_problem(p_cron text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
