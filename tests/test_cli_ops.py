@@ -178,6 +178,10 @@ def test_the_main_help_lists_the_operating_commands() -> None:
             ["schedule", "create", "s", "--queue", "q", "--every", "1m", "--payload", "{x"],
             "not valid JSON",
         ),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--every", "1m", "--payload", "[" * 3000],
+            "not valid JSON",
+        ),
         (["tick", "--interval", "0"], "must be a positive number of seconds"),
         (["push", "q", "{x"], "Invalid value for JSON: not valid JSON"),
         (["push", "q", "{}", "--priority", "40000"], "Invalid value for '--priority'"),
@@ -203,7 +207,15 @@ def test_a_bad_argument_is_a_usage_error_without_a_traceback(
     [
         (
             ["schedule", "create", "s", "--queue", "q", "--cron", "61 * * * *"],
-            "Error: minute field 61 is out of range 0-59 in cron expression '61 * * * *'",
+            "Error: '61' in the minute field of '61 * * * *' is out of range (0 to 59)",
+        ),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--cron", "every five minutes"],
+            "Error: not a 5-field cron expression",
+        ),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--cron", "0 0 30 2 *"],
+            "Error: '0 0 30 2 *' never fires: none of its months has those days",
         ),
         (
             ["schedule", "create", "s", "--queue", "q", "--cron", "0 9 * * *", "--timezone", "X/Y"],
@@ -768,6 +780,57 @@ def test_dlq_purge_asks_then_deletes(run: Run, client: QueueClient, dead: dict[s
     assert client.dead_letters() == []
 
 
+def test_a_duration_ago_is_measured_by_the_queues_clock_not_the_clients(
+    dsn: str,
+    namespace: str,
+    client: QueueClient,
+    shift_clock: Callable[[QueueClient, float], None],
+) -> None:
+    day = 86400.0
+    shift_clock(client, -day)
+    bury(client, "send_otp", "a day ago", "boom")
+    shift_clock(client, 2.5 * day)
+    recent = bury(client, "send_otp", "in 2.5 days", "boom")
+    # The command's session runs 3 days ahead: by the queue's clock only one failed < 2d ago.
+    ahead = CliRunner(env={"PGOPTIONS": "-c postkit_queue.clock_offset=72:00:00"})
+    options = ["--since", "2d", "--json", "--dsn", dsn, "--namespace", namespace]
+
+    listed = ahead.invoke(main, ["dlq", "list", *options])
+    retried = ahead.invoke(main, ["dlq", "retry", "--dry-run", *options])
+
+    assert [row["job_id"] for row in json.loads(ok(listed).stdout)] == [recent]
+    assert [row["job_id"] for row in json.loads(ok(retried).stdout)["retried"]] == [recent]
+
+
+def test_dlq_purge_deletes_exactly_what_it_asked_about_whatever_the_clients_clock(
+    dsn: str,
+    namespace: str,
+    client: QueueClient,
+    shift_clock: Callable[[QueueClient, float], None],
+) -> None:
+    day = 86400.0
+    buried = {}
+    for name, offset in (
+        ("five days ago", -5 * day),
+        ("a day ago", -day),
+        ("in 2.5 days", 2.5 * day),
+    ):
+        shift_clock(client, offset)
+        buried[name] = bury(client, "send_otp", name, "boom")
+    # The command's session runs 3 days ahead of this machine's clock (the server's clock
+    # and the client's disagree): by the queue's clock, two dead letters are over 2 days old.
+    ahead = {"PGOPTIONS": "-c postkit_queue.clock_offset=72:00:00"}
+    args = ["dlq", "purge", "--older-than", "2d", "--dsn", dsn, "--namespace", namespace]
+
+    result = CliRunner(env=ahead).invoke(main, args, input="y\n")
+
+    assert result.exit_code == 0, result.output
+    assert "Delete 2 dead letter(s) that failed more than 2d00h ago?" in result.output
+    assert result.output.endswith("Deleted 2 dead letters.\n")
+    shift_clock(client, 0)
+    assert [dead.job_id for dead in client.dead_letters()] == [buried["in 2.5 days"]]
+
+
 # -------------------------------------------------------------------------------------------
 # queue
 # -------------------------------------------------------------------------------------------
@@ -899,6 +962,33 @@ def test_tick_once_reclaims_fires_and_reports(
     make_due(connect, namespace, "beat")
     text = ok(run("tick", "--once")).output
     assert "schedule beat pushed job" in text and "next run" in text
+
+
+def test_tick_and_schedule_list_report_a_schedule_that_cannot_be_computed(
+    run: Run, client: QueueClient, connect: Callable[..., psycopg.Connection], namespace: str
+) -> None:
+    ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h", "--create"))
+    ok(run("schedule", "create", "legacy", "--queue", "pings", "--every", "1h"))
+    with connect() as connection:  # saved before the SQL module checked cron expressions
+        connection.execute(
+            "UPDATE postkit_queue.schedules SET cron = '0 0 30 2 *', every = NULL"
+            " WHERE namespace = %s AND name = 'legacy'",
+            (namespace,),
+        )
+    make_due(connect, namespace, "beat")
+    make_due(connect, namespace, "legacy")
+
+    text = ok(run("tick", "--once")).output
+
+    assert "schedule beat pushed job" in text
+    assert "schedule legacy is broken and no longer fires: cannot compute the next run" in text
+    table = ok(run("schedule", "list")).output
+    assert "broken" in table.splitlines()[2], table
+    assert "Schedule legacy is broken since" in table and "Create it again" in table
+    [beat, legacy] = as_json(run("schedule", "list", "--json"))
+    assert beat["broken_at"] is None and legacy["broken_reason"].startswith("cannot compute")
+    make_due(connect, namespace, "legacy")
+    assert "legacy" not in ok(run("tick", "--once")).output, "reported once, then skipped"
 
 
 def test_tick_runs_until_sigterm(

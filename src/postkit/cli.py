@@ -39,6 +39,7 @@ from postkit.cli_format import (
     RESET,
     SECONDS,
     TIME,
+    Ago,
     OrDefault,
     compact_json,
     echo_json,
@@ -47,6 +48,7 @@ from postkit.cli_format import (
     format_time,
     mask_password,
     plural,
+    printable,
     render_fields,
     render_table,
     shorten,
@@ -72,7 +74,15 @@ from postkit.queue.admin import (
     grant_access,
     revoke_access,
 )
-from postkit.queue.job import Fired, Outcomes, Pruned, QueueStats, Redriven, Schedule
+from postkit.queue.job import (
+    BrokenSchedule,
+    Fired,
+    Outcomes,
+    Pruned,
+    QueueStats,
+    Redriven,
+    Schedule,
+)
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
 from postkit.queue.protocol import new_schedule as check_schedule
 
@@ -765,6 +775,25 @@ def require_known_queue(
     raise click.ClickException(message)
 
 
+def _payload_text(payload: Any, payload_error: str | None) -> str:
+    """A payload for a table: its JSON, or why Python could not decode it."""
+    return f"({payload_error})" if payload_error is not None else compact_json(payload)
+
+
+def _moments(client: QueueClient, *moments: datetime | Ago | None) -> tuple[datetime | None, ...]:
+    """``--since``/``--until`` values as times: a duration ago by the queue's clock (read once,
+    so that both are measured from the same now), an ISO time as it is."""
+    now: datetime | None = None
+    resolved: list[datetime | None] = []
+    for moment in moments:
+        if isinstance(moment, Ago):
+            now = now or client.clock()
+            resolved.append(moment.before(now))
+        else:
+            resolved.append(moment)
+    return tuple(resolved)
+
+
 def _last_error(errors_: Sequence[Mapping[str, Any]]) -> str:
     return first_line(str(errors_[-1].get("error") or "")) if errors_ else ""
 
@@ -1023,7 +1052,7 @@ def jobs(
             job.priority,
             moment(job),
             job.worker_id,
-            shorten(compact_json(job.payload), 40),
+            shorten(_payload_text(job.payload, job.payload_error), 40),
             shorten(_last_error(job.errors), 60) or None,
         ]
         for job in rows
@@ -1227,8 +1256,8 @@ def dlq() -> None:
 @_operation
 def dlq_list(
     queue: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    since: datetime | Ago | None,
+    until: datetime | Ago | None,
     error_contains: str | None,
     include_redriven: bool,
     limit: int,
@@ -1238,9 +1267,9 @@ def dlq_list(
 ) -> None:
     """The dead letters, newest first, with their last error.
 
-    --since and --until take a duration ago (30s, 5m, 2h, 7d) or an ISO time
-    (2025-01-31T09:00, UTC unless it names an offset). --error matches a substring of the
-    last error, ignoring case.
+    --since and --until take a duration ago by the database's clock (30s, 5m, 2h, 7d) or an
+    ISO time (2025-01-31T09:00, UTC unless it names an offset). --error matches a substring of
+    the last error, ignoring case.
 
     \b
     Example:
@@ -1250,11 +1279,12 @@ def dlq_list(
     """
     with _client(dsn, namespace) as client:
         require_known_queue(client, queue, option="--queue")
+        failed_after, failed_before = _moments(client, since, until)
         rows = client.dead_letters(
             queue,
             limit=limit,
-            failed_after=since,
-            failed_before=until,
+            failed_after=failed_after,
+            failed_before=failed_before,
             error_contains=error_contains,
             include_redriven=include_redriven,
         )
@@ -1275,7 +1305,7 @@ def dlq_list(
             format_time(dead.failed_at),
             dead.reason,
             f"{dead.attempts}/{dead.max_attempts}",
-            shorten(compact_json(dead.payload), 30),
+            shorten(_payload_text(dead.payload, dead.payload_error), 30),
             shorten(first_line(dead.error), 60),
             *([dead.redriven_job_id] if include_redriven else []),
         ]
@@ -1338,7 +1368,7 @@ def dlq_show(job_id: int, full: bool, namespace: str, dsn: str | None, as_json: 
         f"{plural(job.max_attempts, 'attempt')}"
     )
     fields: list[tuple[str, object]] = [
-        ("payload", compact_json(job.payload)),
+        ("payload", _payload_text(job.payload, job.payload_error)),
         ("priority", job.priority),
         ("pushed", f"{format_time(job.created_at)} UTC"),
         ("failed", f"{format_time(job.failed_at)} UTC"),
@@ -1382,7 +1412,7 @@ def dlq_show(job_id: int, full: bool, namespace: str, dsn: str | None, as_json: 
         if full:
             rest = str(entry.get("error") or "").strip("\n").splitlines()[1:]
             for extra in rest:
-                click.echo(f"      {extra}".rstrip())
+                click.echo(f"      {printable(extra)}".rstrip())
 
 
 def _indent(text: str) -> str:
@@ -1417,8 +1447,8 @@ def dlq_retry(
     job_ids: tuple[int, ...],
     queue: str | None,
     error_contains: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    since: datetime | Ago | None,
+    until: datetime | Ago | None,
     every: bool,
     to_queue: str | None,
     create: bool,
@@ -1452,11 +1482,12 @@ def dlq_retry(
     with _client(dsn, namespace) as client:
         require_known_queue(client, queue, option="--queue")
         require_known_queue(client, to_queue, option="--to-queue", create=create)
+        failed_after, failed_before = _moments(client, since, until)
         planned = client.redrive(
             list(job_ids) or None,
             queue=queue,
-            failed_after=since,
-            failed_before=until,
+            failed_after=failed_after,
+            failed_before=failed_before,
             error_contains=error_contains,
             to_queue=to_queue,
             limit=limit,
@@ -1538,7 +1569,7 @@ def _show_planned(
                 job.queue if job else None,
                 format_time(job.failed_at) if job else None,
                 f"{job.attempts}/{job.max_attempts}" if job else None,
-                shorten(compact_json(job.payload), 30) if job else None,
+                shorten(_payload_text(job.payload, job.payload_error), 30) if job else None,
                 shorten(_last_error(job.errors), 60) if job else None,
             ]
         )
@@ -1576,9 +1607,11 @@ def dlq_purge(
       postkit dlq purge --older-than 7d
       postkit dlq purge --older-than 1h --queue send_otp --yes
     """
-    cutoff = datetime.now(timezone.utc) - older_than
     with _client(dsn, namespace) as client:
         require_known_queue(client, queue, option="--queue")
+        # One cutoff, by the queue's clock, for the count shown and for the delete: neither
+        # the client's clock nor the time spent answering the prompt changes what goes.
+        cutoff = client.clock() - older_than
         matching = client.dead_letters(
             queue, limit=10_000, failed_before=cutoff, include_redriven=True
         )
@@ -1592,7 +1625,7 @@ def dlq_purge(
                 f"{format_duration(older_than)} ago? This cannot be undone.",
                 yes,
             )
-            deleted = client.purge_dead_letters(older_than=older_than, queue=queue)
+            deleted = client.purge_dead_letters(failed_before=cutoff, queue=queue)
             _commit(client)
     if as_json:
         echo_json({"deleted": deleted})
@@ -1915,7 +1948,7 @@ def schedule_create(
         raise click.UsageError("--timezone applies to --cron schedules only")
     try:
         value = json.loads(payload)
-    except json.JSONDecodeError as exc:
+    except (RecursionError, ValueError) as exc:  # ValueError: JSONDecodeError, long integers
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--payload'") from None
     # Every check that needs no database first: a bad cron expression is reported as such.
     check_schedule(
@@ -1948,8 +1981,8 @@ def schedule_create(
         return
     click.echo(
         f"{'Replaced' if existed else 'Created'} schedule {saved.name}: pushes "
-        f"{compact_json(saved.payload)} to {saved.queue}, {_when(saved)}; next run "
-        f"{format_time(saved.next_run_at)} UTC."
+        f"{_payload_text(saved.payload, saved.payload_error)} to {saved.queue}, "
+        f"{_when(saved)}; next run {format_time(saved.next_run_at)} UTC."
     )
 
 
@@ -1977,15 +2010,28 @@ def schedule_list(namespace: str, dsn: str | None, as_json: bool) -> None:
             row.name,
             row.queue,
             _when(row),
-            "paused" if row.paused else "active",
+            _schedule_state(row),
             format_time(row.next_run_at),
             format_time(row.last_run_at),
             row.last_job_id,
-            shorten(compact_json(row.payload), 30),
+            shorten(_payload_text(row.payload, row.payload_error), 30),
         ]
         for row in rows
     ]
     click.echo(render_table(headers, table, right=["LAST JOB"]))
+    for row in rows:
+        if row.broken_at is not None:
+            click.echo(
+                f"\nSchedule {row.name} is broken since {format_time(row.broken_at)} UTC and does "
+                f"not fire: {first_line(row.broken_reason)}. Create it again to repair it "
+                f"(postkit schedule create {row.name} ...{_ns(namespace)})."
+            )
+
+
+def _schedule_state(row: Schedule) -> str:
+    if row.broken_at is not None:
+        return "broken"
+    return "paused" if row.paused else "active"
 
 
 def _no_such_schedule(name: str, namespace: str) -> click.ClickException:
@@ -2072,11 +2118,12 @@ class TickRound:
     at: datetime
     reclaimed: int
     fired: list[Fired]
+    broken: list[BrokenSchedule]
     pruned: Pruned
 
     @property
     def busy(self) -> bool:
-        return bool(self.reclaimed or self.fired or self.pruned.completed_jobs)
+        return bool(self.reclaimed or self.fired or self.broken or self.pruned.completed_jobs)
 
     @property
     def anything(self) -> bool:
@@ -2095,11 +2142,13 @@ def tick_round(client: QueueClient) -> TickRound:
     """Reclaim expired claims, fire due schedules, apply retention: each step committed."""
     reclaimed = client.tick_timeouts(limit=_TICK_LIMIT)
     _commit(client)
-    fired = client.tick_schedules()
+    schedules = client.tick_schedules()
     _commit(client)
     pruned = client.prune(limit=_TICK_LIMIT)
     _commit(client)
-    return TickRound(datetime.now(timezone.utc), reclaimed, fired, pruned)
+    fired = [outcome for outcome in schedules if isinstance(outcome, Fired)]
+    broken = [outcome for outcome in schedules if isinstance(outcome, BrokenSchedule)]
+    return TickRound(datetime.now(timezone.utc), reclaimed, fired, broken, pruned)
 
 
 def _report_round(result: TickRound, *, as_json: bool, quiet_if_idle: bool) -> None:
@@ -2117,6 +2166,11 @@ def _report_round(result: TickRound, *, as_json: bool, quiet_if_idle: bool) -> N
         click.echo(
             f"{stamp}  schedule {fired.name} pushed job {fired.job_id}; next run "
             f"{format_time(fired.next_run_at)} UTC"
+        )
+    for broken in result.broken:
+        click.echo(
+            f"{stamp}  schedule {broken.name} is broken and no longer fires: "
+            f"{first_line(broken.reason)} (create it again to repair it)"
         )
     if result.pruned.completed_jobs or result.pruned.dead_letters:
         click.echo(

@@ -97,14 +97,30 @@ class DurationType(_ParamType):
             self.fail(str(exc), param, ctx)
 
 
+@dataclasses.dataclass(frozen=True)
+class Ago:
+    """A duration before now (``--since 2h``), now being the database's clock: the command
+    reads it, as the queue measures every age by it, whatever the client's clock says."""
+
+    duration: timedelta
+
+    def before(self, now: datetime) -> datetime:
+        return now - self.duration
+
+
 class TimeType(_ParamType):
-    """A click parameter for :func:`parse_time`; converts to an aware datetime."""
+    """A click parameter for :func:`parse_time`: converts a duration to an :class:`Ago` and
+    an ISO time to an aware datetime."""
 
     name = "duration|time"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, datetime):
+        if isinstance(value, (datetime, Ago)):
             return value
+        try:
+            return Ago(parse_duration(str(value)))
+        except ValueError:
+            pass
         try:
             return parse_time(str(value))
         except ValueError as exc:
@@ -220,6 +236,29 @@ def mask_password(dsn: str) -> str:
     return make_conninfo("", **params)
 
 
+# Characters that would break a table's line or move the terminal's cursor (C0 and C1 controls,
+# DEL, the line and paragraph separators) or reorder what follows them (bidirectional
+# controls): a stored name or error may hold any of them, and a table shows them as escapes.
+_ESCAPES = {
+    code: {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}.get(
+        code, f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    )
+    for code in (
+        *range(0x20),
+        *range(0x7F, 0xA0),
+        0x2028,
+        0x2029,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with the characters a table cannot show as they are written as escapes."""
+    return text.translate(_ESCAPES)
+
+
 def shorten(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters, with an ellipsis when cut."""
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
@@ -240,7 +279,8 @@ def render_table(
     """Plain aligned columns under upper-case headers; the ``right`` columns are right-aligned
     (numbers). None renders as ``-``. Trailing spaces are trimmed."""
     right_aligned = set(right)
-    cells = [list(headers)] + [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    cells = [list(headers)]
+    cells += [["-" if cell is None else printable(str(cell)) for cell in row] for row in rows]
     widths = [max(len(row[index]) for row in cells) for index in range(len(headers))]
     lines = []
     for row in cells:
@@ -256,7 +296,7 @@ def render_fields(fields: Sequence[tuple[str, object]], *, indent: str = "  ") -
     """``label  value`` lines with the values aligned."""
     width = max((len(label) for label, _ in fields), default=0)
     return "\n".join(
-        f"{indent}{label.ljust(width)}  {'-' if value is None else value}".rstrip()
+        f"{indent}{label.ljust(width)}  {'-' if value is None else printable(str(value))}".rstrip()
         for label, value in fields
     )
 
@@ -268,7 +308,9 @@ def render_fields(fields: Sequence[tuple[str, object]], *, indent: str = "  ") -
 
 def to_jsonable(value: Any) -> Any:
     """SDK records (dataclasses, mappings), times and durations as plain JSON values: times in
-    ISO 8601, durations in seconds."""
+    ISO 8601, durations in seconds. A record's payload is decoded JSON already and passes as it
+    is: walking it would exhaust the recursion limit on a payload nested a few hundred deep,
+    which json.dumps still writes."""
     if isinstance(value, enum.Enum):
         return to_jsonable(value.value)
     if isinstance(value, (str, int, float, bool)) or value is None:
@@ -281,7 +323,9 @@ def to_jsonable(value: Any) -> Any:
         return float(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
-            field.name: to_jsonable(getattr(value, field.name))
+            field.name: getattr(value, field.name)
+            if field.name == "payload"
+            else to_jsonable(getattr(value, field.name))
             for field in dataclasses.fields(value)
         }
     if isinstance(value, Mapping):

@@ -129,6 +129,45 @@ def test_a_claim_rolled_back_was_never_a_claim(
     assert pulled(queue).attempts == 1
 
 
+def pushed_from_sql(client: QueueClient, payload_text: str) -> int:
+    client.cursor.execute(
+        "SELECT postkit_queue.push(%s, %s, %s::jsonb)", (client.namespace, Q, payload_text)
+    )
+    job_id: int = client.cursor.fetchone()[0]
+    return job_id
+
+
+def test_a_payload_python_cannot_decode_comes_back_marked_and_the_batch_with_it(
+    queue: QueueClient,
+) -> None:
+    good = queue.push(Q, {"n": 1})
+    deep = pushed_from_sql(queue, "[" * 3000 + "]" * 3000)
+    long = pushed_from_sql(queue, '{"n": ' + "9" * 5000 + "}")
+
+    jobs = {job.id: job for job in queue.pull_batch(Q, limit=10)}
+
+    assert set(jobs) == {good, deep, long}
+    assert (jobs[good].payload, jobs[good].payload_error) == ({"n": 1}, None)
+    for job_id, error in ((deep, "RecursionError"), (long, "ValueError")):
+        job = jobs[job_id]
+        assert job.payload is None and job.state == "running"
+        assert job.payload_error is not None
+        assert job.payload_error.startswith(f"payload could not be decoded: {error}: ")
+        assert queue.fail(job, error=job.payload_error) is True
+        assert fetched(queue, job_id).payload_error == job.payload_error
+    assert [dead.job_id for dead in queue.dead_letters(Q) if dead.payload_error] == [long, deep]
+
+
+def test_pull_returns_a_job_it_cannot_decode_instead_of_raising(queue: QueueClient) -> None:
+    job_id = pushed_from_sql(queue, "[" * 3000 + "]" * 3000)
+
+    job = pulled(queue)
+
+    assert (job.id, job.payload) == (job_id, None)
+    assert job.payload_error is not None and "RecursionError" in job.payload_error
+    assert queue.ack_and_pull(Q, [job], limit=1) == ([job_id], [])
+
+
 def test_pull_returns_none_on_an_empty_queue(queue: QueueClient) -> None:
     assert queue.pull(Q) is None
 

@@ -212,6 +212,21 @@ def test_fail_moves_the_job_to_the_dead_letters(open_side: OpenSide) -> None:
     assert side.fail(job) is False
 
 
+def test_a_payload_python_cannot_decode_comes_back_marked_not_raised(open_side: OpenSide) -> None:
+    side = open_side()
+    [(job_id,)] = side.execute(
+        "SELECT postkit_queue.push(%s, %s, %s::jsonb)", (side.namespace, Q, "[" * 3000 + "]" * 3000)
+    )
+
+    job = side.pull(Q)
+
+    assert (job.id, job.payload) == (job_id, None)
+    assert job.payload_error.startswith("payload could not be decoded: RecursionError: ")
+    assert side.fail(job, error=job.payload_error) is True
+    [dead] = side.dead_letters(Q)
+    assert (dead.payload, dead.payload_error) == (None, job.payload_error)
+
+
 def test_a_stale_claim_token_cannot_settle_the_new_claim(open_side: OpenSide) -> None:
     worker, ticker = open_side(), open_side()
     stale = claimed(worker, worker_id="worker-1", visibility_timeout=10)

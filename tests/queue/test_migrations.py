@@ -249,3 +249,35 @@ def test_a_database_set_up_from_other_migration_files_is_refused_unchanged(
         connection.rollback()
 
         assert version_of(fresh_database) == latest_version() - 1
+
+
+def test_the_upgrade_to_version_9_marks_schedules_it_would_refuse_broken(
+    fresh_database: str,
+) -> None:
+    """Schedules saved before the SQL module checked cron expressions and run times: one
+    croniter rejects, one that never fires, one whose next run no Python datetime can hold (it
+    made every read of the namespace's schedules raise), and one fine, saved through
+    save_schedule as version 8 allowed."""
+    with psycopg.connect(fresh_database) as connection:
+        install(connection, target_version=8)
+        for name, cron in (("garbage", "every five minutes"), ("never", "0 0 30 2 *")):
+            connection.execute(
+                "SELECT postkit_queue.save_schedule('ns', %s, 'q', '{}', now(), %s)", (name, cron)
+            )
+        connection.execute(
+            "SELECT postkit_queue.save_schedule('ns', 'fine', 'q', '{}', now(), '0 9 * * *')"
+        )
+        connection.execute(
+            "SELECT postkit_queue.save_schedule('ns', 'far', 'q', '{}', '20000-01-01', NULL,"
+            " 'UTC', interval '1 hour')"
+        )
+        connection.commit()
+
+        install(connection)
+
+        schedules = QueueClient(connection.cursor(), namespace="ns").schedules()
+    reasons = {schedule.name: schedule.broken_reason for schedule in schedules}
+    assert reasons["fine"] is None
+    assert reasons["garbage"] is not None and "not a 5-field cron expression" in reasons["garbage"]
+    assert reasons["never"] is not None and "never fires" in reasons["never"]
+    assert reasons["far"] is not None and "more than 100 years away" in reasons["far"]

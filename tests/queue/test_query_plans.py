@@ -364,7 +364,8 @@ def test_push_deduplicates_through_the_unique_key_index(
 # The scan of postkit_queue.due_schedules.
 DUE_SCHEDULES = """
     SELECT * FROM postkit_queue.schedules s
-    WHERE s.namespace = p_namespace AND NOT s.paused AND s.next_run_at <= postkit_queue.clock()
+    WHERE s.namespace = p_namespace AND NOT s.paused AND s.broken_at IS NULL
+      AND s.next_run_at <= postkit_queue.clock()
     ORDER BY s.next_run_at
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED

@@ -7,6 +7,8 @@ Time moves only through the session clock offset (``shift_clock``).
 
 from __future__ import annotations
 
+import os
+import random
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,12 +18,13 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from croniter import croniter
 from psycopg.pq import TransactionStatus
 
 from postkit import errors
 from postkit.queue import QueueClient
-from postkit.queue.job import Fired, Schedule
-from postkit.queue.protocol import next_run_after
+from postkit.queue.job import BrokenSchedule, Fired, Schedule
+from postkit.queue.protocol import check_cron, cron_problem, next_run_after
 
 Shift = Callable[[QueueClient, float], None]
 
@@ -155,18 +158,18 @@ def test_an_invalid_schedule_is_refused_before_any_sql_is_sent(
 @pytest.mark.parametrize(
     ("cron", "message"),
     [
-        ("61 * * * *", "minute field 61 is out of range 0-59"),
-        ("0 24 * * *", "hour field 24 is out of range 0-23"),
-        ("0 9 0 * *", "day field 0 is out of range 1-31"),
-        ("0 9 1 13 *", "month field 13 is out of range 1-12"),
-        ("0 9 * * 8", "weekday field 8 is out of range 0-7"),
-        ("0 9-30 * * *", "hour field 30 is out of range 0-23"),
-        ("*/0 * * * *", "minute field '*/0' is not valid"),
-        ("0 9 * * someday", "weekday field 'someday' is not valid"),
+        ("61 * * * *", "'61' in the minute field of '61 * * * *' is out of range (0 to 59)"),
+        ("0 24 * * *", "'24' in the hour field of '0 24 * * *' is out of range (0 to 23)"),
+        ("0 9 0 * *", "'0' in the day of month field of '0 9 0 * *' is out of range (1 to 31)"),
+        ("0 9 1 13 *", "'13' in the month field of '0 9 1 13 *' is out of range (1 to 12)"),
+        ("0 9 * * 8", "'8' in the day of week field of '0 9 * * 8' is out of range (0 to 7)"),
+        ("0 9-30 * * *", "'9-30' in the hour field of '0 9-30 * * *' is out of range (0 to 23)"),
+        ("*/0 * * * *", "the step of '*/0' in the minute field of '*/0 * * * *' must be from 1"),
         (
-            "0 9 * *",
-            "a cron expression has 5 fields (minute hour day month weekday), '0 9 * *' has 4",
+            "0 9 * * someday",
+            "'someday' in the day of week field of '0 9 * * someday' is not a cron",
         ),
+        ("0 9 * *", "not a 5-field cron expression (minute hour day-of-month month day-of-week)"),
     ],
 )
 def test_a_bad_cron_expression_is_refused_with_a_message_naming_the_bad_field(
@@ -198,6 +201,113 @@ def test_the_sql_module_refuses_an_invalid_schedule_itself(
         )
 
     assert raised.value.sqlstate == "PKQ10"
+
+
+# Expressions the SDK and the SQL module must judge alike: accepted ones, and refused ones
+# (among them croniter's own extensions, such as W and R, which Postkit does not schedule).
+CRON_ACCEPTED = [
+    "*/5 * * * *",
+    "0 9 * * MON-FRI",
+    "0 0 L * *",
+    "0 0 L 2 *",
+    "0 0 29 2 *",
+    "0 0 30 2 1",
+    "0 0 31 2 0-6",
+    "0 0 ? * ?",
+    "0 0 * * 5#3",
+    "0 0 * feb 1#5,sun#2",
+    "0/15 1-23/2 1,15 jan-dec/3 7",
+    "00 00 01 01 00",
+    "\t0 9 * * *\n",
+]
+CRON_REFUSED = [
+    "every five minutes",
+    "0 0 30 2 *",
+    "0 0 31 4,6,9,11 *",
+    "0 0 30,31 feb ?",
+    "0 0 1 * 1#2",
+    "0 0 * * 1#6",
+    "0 0 * * 1,2#2",
+    "*/0 * * * *",
+    "*/61 * * * *",
+    "5-1 * * * *",
+    "61 * * * *",
+    "0 0 15W * *",
+    "R * * * *",
+    "0 0 * * 5L",
+    "0 0 * * mon-fri-sat",
+    "0 0 * jan-foo *",
+    "0 9 * * *\u00a0",
+    "0 9 * * * *",
+    "",
+]
+
+
+@pytest.mark.parametrize("cron", CRON_ACCEPTED + CRON_REFUSED)
+def test_the_sql_module_accepts_exactly_the_cron_expressions_the_sdk_accepts(
+    conn: psycopg.Connection, namespace: str, cron: str
+) -> None:
+    try:
+        check_cron(cron)
+        sdk_accepts = True
+    except errors.InvalidScheduleError:
+        sdk_accepts = False
+    try:
+        with conn.transaction():
+            conn.execute(
+                "SELECT postkit_queue.save_schedule(%s, 's', 'q', '{}', now(), %s)",
+                (namespace, cron),
+            )
+    except psycopg.Error as exc:
+        assert exc.sqlstate == "PKQ10", exc
+        assert not sdk_accepts, f"SQL refused {cron!r}, which the SDK accepts: {exc}"
+    else:
+        assert sdk_accepts, f"SQL accepted {cron!r}, which the SDK refuses"
+    assert sdk_accepts is (cron in CRON_ACCEPTED)
+
+
+def random_cron(rng: random.Random) -> str:
+    """Mostly in-range values for each field, with the edges and some junk."""
+    pools = [
+        ["0", "5", "07", "30", "59", "60"],
+        ["0", "9", "23", "24"],
+        ["1", "15", "28", "29", "30", "31", "32", "0"],
+        ["1", "2", "4", "9", "12", "13", "jan", "Feb", "apr", "sep", "nov", "dec", "xyz"],
+        ["0", "1", "5", "7", "8", "mon", "FRI", "sun", "sat", "abc"],
+    ]
+    steps = ["1", "2", "5", "8", "12", "24", "31", "60", "61", "0"]
+
+    def item(index: int) -> str:
+        a, b, n = rng.choice(pools[index]), rng.choice(pools[index]), rng.choice(steps)
+        forms = ["*", a, a, f"{a}-{b}", f"*/{n}", f"{a}-{b}/{n}", f"{a}/{n}"]
+        forms += {2: ["L", "?"], 4: ["?", f"{a}#{rng.randint(0, 6)}"]}.get(index, [])
+        return rng.choice(forms)
+
+    def field(index: int) -> str:
+        return ",".join(item(index) for _ in range(rng.choice([1, 1, 2])))
+
+    return " ".join(field(index) for index in range(5))
+
+
+def test_the_sdk_and_the_sql_module_judge_random_cron_expressions_alike(
+    conn: psycopg.Connection,
+) -> None:
+    rng = random.Random(20261201)
+    expressions = [random_cron(rng) for _ in range(5000)]
+    expressions += [f"0 0 {d} {m} *" for d in ("28", "29", "30", "31") for m in range(1, 13)]
+
+    rows = conn.execute(
+        "SELECT e, postkit_queue.cron_problem(e) IS NULL FROM unnest(%s::text[]) AS e",
+        (expressions,),
+    ).fetchall()
+
+    disagreements = [(e, sql) for e, sql in rows if sql is not (cron_problem(e) is None)]
+    assert disagreements == []
+    accepted = [e for e, sql in rows if sql]
+    assert len(accepted) > 200, "the sample exercises accepted expressions too"
+    for cron in accepted:  # every accepted expression is one croniter parses and can fire
+        assert croniter.is_valid(cron), cron
+        croniter(cron, datetime(2026, 12, 1, tzinfo=UTC)).get_next(datetime)
 
 
 def test_creating_a_schedule_again_replaces_it(queue: QueueClient) -> None:
@@ -377,6 +487,94 @@ def test_a_ticker_skips_a_schedule_another_open_tick_is_firing(
 
     assert second.tick_schedules() == []  # and once committed it is no longer due
     assert [job_id for job_id, _ in live_jobs(second)] == [fired.job_id]
+
+
+def stored_before_the_validator(client: QueueClient, name: str, cron: str) -> None:
+    """Give a saved schedule a cron expression the SQL module refuses today, as one saved
+    before it checked them (written to the table directly, as only the owner can)."""
+    client.cursor.execute(
+        "UPDATE postkit_queue.schedules SET cron = %s, every = NULL"
+        " WHERE namespace = %s AND name = %s",
+        (cron, client.namespace, name),
+    )
+
+
+@pytest.mark.parametrize("cron", ["every five minutes", "0 0 30 2 *"])
+def test_a_schedule_whose_next_run_cannot_be_computed_is_marked_broken_and_the_others_fire(
+    queue: QueueClient, shift_clock: Shift, cron: str
+) -> None:
+    every_minute(queue, "bad")
+    stored_before_the_validator(queue, "bad", cron)
+    good = every_minute(queue, "good")
+    due_now(queue, shift_clock, good)
+
+    outcomes = queue.tick_schedules()
+
+    [fired] = [o for o in outcomes if isinstance(o, Fired)]
+    [broken] = [o for o in outcomes if isinstance(o, BrokenSchedule)]
+    assert (fired.name, broken.name) == ("good", "bad")
+    assert broken.reason.startswith("cannot compute the next run: ")
+    bad = schedule_named(queue, "bad")
+    assert bad.broken_at is not None and bad.broken_reason == broken.reason
+    assert [job for job in live_jobs(queue)] == [(fired.job_id, {"digest": "good"})]
+
+
+def test_a_broken_schedule_is_skipped_by_later_ticks_until_it_is_saved_again(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    every_minute(queue, "bad")
+    stored_before_the_validator(queue, "bad", "every five minutes")
+    shift_clock(queue, 120)
+    [broken] = queue.tick_schedules()
+    assert isinstance(broken, BrokenSchedule)
+
+    shift_clock(queue, 240)
+    assert queue.tick_schedules() == [], "a broken schedule neither fires nor is reported again"
+
+    repaired = every_minute(queue, "bad")
+    assert (repaired.broken_at, repaired.broken_reason) == (None, None)
+    due_now(queue, shift_clock, repaired)
+    [fired] = queue.tick_schedules()
+    assert isinstance(fired, Fired) and fired.name == "bad"
+
+
+def test_a_schedule_whose_job_its_queue_refuses_is_marked_broken_and_the_others_fire(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    big = queue.create_schedule("big", Q, {"blob": os.urandom(2000).hex()}, every=60)
+    queue.create_schedule("small", Q, {}, every=60)
+    queue.configure_queue(Q, max_payload_bytes=1024)  # after the schedule was saved
+    due_now(queue, shift_clock, big)
+
+    outcomes = queue.tick_schedules()
+
+    [fired] = [o for o in outcomes if isinstance(o, Fired)]
+    [broken] = [o for o in outcomes if isinstance(o, BrokenSchedule)]
+    assert (fired.name, broken.name, broken.due_at) == ("small", "big", big.next_run_at)
+    assert broken.reason.startswith("cannot push its job: ")
+    assert "max_payload_bytes" in broken.reason
+    assert [job_id for job_id, _ in live_jobs(queue)] == [fired.job_id]
+    assert schedule_named(queue, "big").broken_reason == broken.reason
+
+
+def test_the_sql_module_refuses_a_run_time_no_reader_can_use(
+    conn: psycopg.Connection, namespace: str
+) -> None:
+    for next_run_at in ("infinity", "20000-01-01", "0044-03-15 BC", "2300-01-01"):
+        with pytest.raises(psycopg.Error) as raised, conn.transaction():
+            conn.execute(
+                "SELECT postkit_queue.save_schedule(%s, 's', 'q', '{}', %s, NULL, 'UTC',"
+                " interval '1 hour')",
+                (namespace, next_run_at),
+            )
+        assert raised.value.sqlstate == "PKQ10", next_run_at
+    with pytest.raises(psycopg.Error) as raised, conn.transaction():
+        conn.execute(
+            "SELECT postkit_queue.save_schedule(%s, 's', 'q', '{}', now(), NULL, 'UTC',"
+            " interval '1 month')",
+            (namespace,),
+        )
+    assert raised.value.sqlstate == "PKQ05", "an interval of months has no fixed length"
 
 
 def test_fire_schedule_with_a_stale_due_time_fires_nothing(

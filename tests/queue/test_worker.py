@@ -274,6 +274,89 @@ def test_a_job_that_cannot_be_settled_does_not_cost_the_worker_a_handler_thread(
     assert stuck is not None and stuck.state == "running", "left to expire and be redelivered"
 
 
+# Valid JSON to PostgreSQL that Python's json module refuses: nested past the recursion limit,
+# and an integer past sys.get_int_max_str_digits().
+UNDECODABLE = {"nested-3000-deep": "[" * 3000 + "]" * 3000, "5000-digit-number": "1" * 5000}
+
+
+def pushed_from_sql(client: QueueClient, payload_text: str, queue: str = Q) -> int:
+    """Push a payload as JSON text through the SQL API, as a producer in another language."""
+    client.cursor.execute(
+        "SELECT postkit_queue.push(%s, %s, %s::jsonb)", (client.namespace, queue, payload_text)
+    )
+    job_id: int = client.cursor.fetchone()[0]
+    return job_id
+
+
+def dead_letter_of(client: QueueClient, job_id: int) -> Job:
+    return wait_until(
+        lambda: (found := client.get_job(job_id)) is not None and found.state == "dead" and found,
+        f"job {job_id}, whose payload Python cannot decode, was never dead-lettered",
+    )
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_job_whose_payload_cannot_be_decoded_is_dead_lettered_and_its_batch_runs(
+    start_worker: StartWorker, client: QueueClient, kind: str
+) -> None:
+    ran: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    handlers = Handlers()
+    if kind == "sync":
+        handlers.add(Q, lambda job: ran.put(job.payload["n"]))
+    else:
+
+        async def handle(job: Job) -> None:
+            ran.put(job.payload["n"])
+
+        handlers.add(Q, handle)
+    good = [pushed(client, {"n": n}) for n in range(2)]
+    bad = {name: pushed_from_sql(client, text) for name, text in UNDECODABLE.items()}
+    good += [pushed(client, {"n": n}) for n in range(2, 4)]
+    # One claim takes all six: the bad ones arrive in the same batch as the good ones.
+    worker = start_worker(handlers, concurrency=8)
+
+    assert sorted(next_item(ran, "a good job never ran") for _ in good) == [0, 1, 2, 3]
+    for job_id in good:
+        wait_until(gone(client, job_id), f"good job {job_id} was never acked")
+    for name, job_id in bad.items():
+        dead = dead_letter_of(client, job_id)
+        [entry] = dead.errors
+        assert (entry["kind"], dead.attempts) == ("fail", 1), "dead at once, without retries"
+        expected = "RecursionError" if name.startswith("nested") else "ValueError"
+        assert entry["error"].startswith(f"payload could not be decoded: {expected}: ")
+        assert dead.payload is None and dead.payload_error == entry["error"]
+    wait_until(lambda: worker.stats.dead_lettered == 2, "the worker never counted both")
+
+    # The worker is still working: the next push (claimed on the listener's wake-up) runs.
+    later_bad = pushed_from_sql(client, UNDECODABLE["nested-3000-deep"])
+    later_good = pushed(client, {"n": 4})
+    assert next_item(ran, "the worker stopped working after the bad jobs") == 4
+    dead_letter_of(client, later_bad)
+    wait_until(gone(client, later_good), "the later good job was never acked")
+
+
+def test_a_schedule_that_cannot_be_computed_does_not_stop_the_worker(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    ran: stdlib_queue.SimpleQueue[Any] = stdlib_queue.SimpleQueue()
+    for name in ("bad", "good"):
+        client.create_schedule(name, Q, {"from": name}, every=3600)
+    # Saved before the SQL module checked cron expressions, and both due now.
+    client.cursor.execute(
+        "UPDATE postkit_queue.schedules SET next_run_at = now() - interval '1 minute',"
+        " cron = CASE name WHEN 'bad' THEN '0 0 30 2 *' END,"
+        " every = CASE name WHEN 'good' THEN every END WHERE namespace = %s",
+        (client.namespace,),
+    )
+    start_worker({Q: lambda job: ran.put(job.payload)}, tick_interval=0.2)
+
+    assert next_item(ran, "the good schedule never fired") == {"from": "good"}
+    pushed(client, {"from": "push"})
+    assert next_item(ran, "the worker stopped handling jobs") == {"from": "push"}
+    [bad] = [s for s in client.schedules() if s.name == "bad"]
+    assert bad.broken_reason is not None and "cannot compute the next run" in bad.broken_reason
+
+
 def test_retry_later_refuses_a_delay_the_queue_would_reject() -> None:
     with pytest.raises(InvalidDurationError):
         RetryLater(delay=-1)

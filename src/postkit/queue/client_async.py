@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from postkit import errors
 from postkit.queue import protocol
 from postkit.queue.job import (
+    BrokenSchedule,
     DeadLetter,
     Fired,
     Job,
@@ -141,6 +142,12 @@ class AsyncQueueClient:
         with ``FOR UPDATE SKIP LOCKED``: two workers never get the same job. The claim sticks
         when the caller commits; rolled back, it never happened.
 
+        A payload that the SQL API accepted but Python cannot decode (JSON nested deeper than
+        the recursion limit, an integer past Python's 4,300-digit limit) never makes this
+        raise: the job is claimed and returned with ``payload`` None and ``payload_error``
+        saying why, so the caller can fail it (the worker runtime does) while the other jobs
+        go on.
+
         Returns:
             the claimed job, or None when no job is ready.
         """
@@ -161,7 +168,8 @@ class AsyncQueueClient:
         :meth:`pull` would claim it.
 
         Returns:
-            the claimed jobs, in no particular order; empty when none is ready.
+            the claimed jobs, in no particular order; empty when none is ready. A job whose
+            payload Python cannot decode is among them, marked by ``payload_error``.
         """
         return await self._run(
             protocol.pull(
@@ -497,12 +505,29 @@ class AsyncQueueClient:
             )
         )
 
-    async def purge_dead_letters(self, *, older_than: Duration, queue: str | None = None) -> int:
-        """Delete the dead letters (of one queue, if given) that failed more than
-        ``older_than`` ago. Returns how many."""
+    async def purge_dead_letters(
+        self,
+        *,
+        older_than: Duration | None = None,
+        failed_before: datetime | None = None,
+        queue: str | None = None,
+    ) -> int:
+        """Delete the dead letters (of one queue, if given), retried or not, that failed more
+        than ``older_than`` ago by the queue's clock, or before ``failed_before``; give exactly
+        one. To show what will go before deleting it, read the cutoff once (:meth:`clock`
+        minus the age), count with ``dead_letters(failed_before=cutoff,
+        include_redriven=True)`` and purge with the same ``failed_before``: ``older_than``
+        is measured again when the purge runs. Returns how many were deleted."""
         return await self._run(
-            protocol.purge_dead_letters(self._namespace, older_than=older_than, queue=queue)
+            protocol.purge_dead_letters(
+                self._namespace, older_than=older_than, failed_before=failed_before, queue=queue
+            )
         )
+
+    async def clock(self) -> datetime:
+        """The queue's clock: the database's time, which every deadline, delay, schedule and
+        age in the queue follows (whatever the client's own clock says)."""
+        return await self._run(protocol.clock())
 
     async def cancel(self, job_id: int) -> bool:
         """Remove a pending or scheduled job.
@@ -547,10 +572,18 @@ class AsyncQueueClient:
     ) -> Schedule:
         """Create (or replace) the schedule ``name``: push ``payload`` to ``queue`` at the
         times of a 5-field ``cron`` expression in ``timezone``, or ``every`` interval.
+        Replacing a broken schedule repairs it.
+
+        The cron grammar (the SQL module's ``save_schedule`` accepts exactly the same):
+        minute, hour, day of month, month (or jan-dec) and day of week (0-7 or sun-sat, 7 is
+        Sunday), each ``*``, a value, a range ``a-b``, ``*/n``, ``a-b/n`` or ``a/n``, or a
+        comma-separated list of those; ``L`` (last day) and ``?`` in the day of month, ``?``
+        and ``v#n`` (n-th weekday v) in the day of week. An expression that never fires
+        ("0 0 30 2 *") is refused.
 
         Raises:
-            InvalidScheduleError: a bad cron expression or time zone, or not exactly one of
-                ``cron`` and ``every``.
+            InvalidScheduleError: a bad cron expression (or one that never fires) or time
+                zone, or not exactly one of ``cron`` and ``every``.
         """
         # Checked before the clock is read, so that a bad schedule raises before any SQL.
         schedule = protocol.new_schedule(
@@ -598,19 +631,33 @@ class AsyncQueueClient:
         """Delete a schedule. Returns False when there is no such schedule."""
         return await self._run(protocol.delete_schedule(self._namespace, name))
 
-    async def tick_schedules(self, *, limit: int = 100) -> list[Fired]:
+    async def tick_schedules(self, *, limit: int = 100) -> list[Fired | BrokenSchedule]:
         """Fire every due schedule once, in the caller's transaction; commit to make it stick.
 
         Any number of tickers may run at once: due schedules are locked (SKIP LOCKED) and each
         run is fenced on its due time, so each fires exactly once. Runs missed while nothing
         ticked collapse into one (the catch-up policy).
+
+        A due schedule whose next run cannot be computed (a cron expression saved before the
+        SQL module checked them, a time zone this Python does not know), or whose job its
+        queue refuses (a payload over a max_payload_bytes set later), is marked broken
+        instead, and the others fire: it is left out of later ticks until it is saved again
+        (:meth:`create_schedule`), and :meth:`schedules` shows it with ``broken_reason``.
+
+        Returns:
+            a :class:`Fired` for each run fired and a :class:`BrokenSchedule` for each
+            schedule this tick marked broken.
         """
-        fired = []
+        outcomes: list[Fired | BrokenSchedule] = []
         for run in await self._run(protocol.due_schedules(self._namespace, limit=limit)):
-            outcome = await self._run(protocol.fire_schedule(self._namespace, run))
+            outcome: Fired | BrokenSchedule | None
+            if run.next_run_at is None:
+                outcome = await self._run(protocol.mark_schedule_broken(self._namespace, run))
+            else:
+                outcome = await self._run(protocol.fire_schedule(self._namespace, run))
             if outcome is not None:
-                fired.append(outcome)
-        return fired
+                outcomes.append(outcome)
+        return outcomes
 
     async def configure_queue(
         self,

@@ -36,6 +36,11 @@ class Job(_RecordMapping):
     ``claim_token`` is the fence of the current claim: pass the whole ``Job`` (or its
     ``claim_token``) to ack, nack, fail and extend_visibility, and a stale attempt can never
     settle a newer one, even one taken under the same worker_id.
+
+    A payload that PostgreSQL stored but Python cannot decode (JSON nested deeper than the
+    recursion limit, an integer past Python's 4,300-digit limit) does not make the read
+    raise: the job comes back with ``payload`` None and ``payload_error`` saying why. The
+    worker runtime dead-letters such a job with that error instead of running its handler.
     """
 
     id: int
@@ -59,6 +64,9 @@ class Job(_RecordMapping):
     """One entry per failed attempt, oldest first: attempt, kind, error, worker_id, at."""
     created_at: datetime
     failed_at: datetime | None = None
+    payload_error: str | None = None
+    """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
+    then None)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -88,6 +96,9 @@ class DeadLetter(_RecordMapping):
     redriven_job_id: int | None
     """The job it was retried as, once an operator redrove it."""
     redriven_at: datetime | None
+    payload_error: str | None = None
+    """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
+    then None; redrive still copies the stored payload as it is)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -206,6 +217,14 @@ class Schedule(_RecordMapping):
     namespace: str
     created_at: datetime
     updated_at: datetime
+    broken_at: datetime | None = None
+    """When a tick could not compute the schedule's next run (a cron expression or time zone
+    this Python cannot use); a broken schedule does not fire until it is saved again."""
+    broken_reason: str | None = None
+    """Why it is broken."""
+    payload_error: str | None = None
+    """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
+    then None; the schedule still pushes the stored payload as it is)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -216,3 +235,14 @@ class Fired(_RecordMapping):
     job_id: int
     due_at: datetime
     next_run_at: datetime
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class BrokenSchedule(_RecordMapping):
+    """A due schedule that ``tick_schedules`` marked broken instead of firing: its next run
+    could not be computed (a cron expression or time zone this Python cannot use). It stays
+    broken, and fires no more, until it is saved again."""
+
+    name: str
+    due_at: datetime
+    reason: str

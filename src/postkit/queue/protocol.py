@@ -26,6 +26,7 @@ from croniter import croniter
 
 from postkit import errors
 from postkit.queue.job import (
+    BrokenSchedule,
     DeadLetter,
     Fired,
     Job,
@@ -195,20 +196,52 @@ def _base(namespace: str, **params: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+# A run of digits long enough to hold a fraction past the largest float (about 1.8e308).
+_LONG_DIGITS = re.compile(r"[0-9]{309}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"a number of {len(text)} characters does not fit a float")
+    return value
+
+
+def _decode(text: str, what: str) -> tuple[Any, str | None]:
+    """A stored JSON value as Python, and None; or None and why Python cannot decode it.
+
+    PostgreSQL accepts JSON that Python's json module refuses: arrays and objects nested
+    deeper than the interpreter's recursion limit (RecursionError), and integers of more
+    digits than ``sys.get_int_max_str_digits()`` (ValueError). Such a value is valid to the SQL
+    API, so reading it must never raise: the reader gets the reason instead, and the record
+    stays readable. A fraction past the largest float, which json.loads would turn into
+    infinity (no JSON value, so never written back), is refused the same way; only a text
+    with 309 digits in a row can hold one, so only such a text pays for the check. The message
+    never quotes the value, which may be megabytes long."""
+    try:
+        if len(text) >= 309 and _LONG_DIGITS.search(text):
+            return json.loads(text, parse_float=_finite_float), None
+        return json.loads(text), None
+    except (RecursionError, ValueError) as exc:
+        return None, f"{what} could not be decoded: {type(exc).__name__}: {exc}"
 
 
 def _errors(text: str) -> tuple[dict[str, Any], ...]:
     # Most claimed jobs have no history yet: no JSON to parse.
-    return () if text == "[]" else tuple(json.loads(text))
+    if text == "[]":
+        return ()
+    history, problem = _decode(text, "error history")
+    if problem is not None:
+        return ({"error": problem},)
+    return tuple(history)
 
 
 def _job(row: dict[str, Any]) -> Job:
+    payload, payload_error = _decode(row["payload"], "payload")
     return Job(
         id=row["id"],
         queue=row["queue"],
-        payload=_json(row["payload"]),
+        payload=payload,
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
         worker_id=row["worker_id"],
@@ -223,14 +256,16 @@ def _job(row: dict[str, Any]) -> Job:
         errors=_errors(row["errors"]),
         created_at=row["created_at"],
         failed_at=row.get("failed_at"),
+        payload_error=payload_error,
     )
 
 
 def _dead_letter(row: dict[str, Any]) -> DeadLetter:
+    payload, payload_error = _decode(row["payload"], "payload")
     return DeadLetter(
         job_id=row["job_id"],
         queue=row["queue"],
-        payload=_json(row["payload"]),
+        payload=payload,
         error=row["error"],
         errors=_errors(row["errors"]),
         reason=row["reason"],
@@ -245,6 +280,7 @@ def _dead_letter(row: dict[str, Any]) -> DeadLetter:
         expires_at=row["expires_at"],
         redriven_job_id=row["redriven_job_id"],
         redriven_at=row["redriven_at"],
+        payload_error=payload_error,
     )
 
 
@@ -686,11 +722,22 @@ def redrive(
     return Call("redrive", params, lambda rows: [Redriven(**row) for row in rows])
 
 
-def purge_dead_letters(namespace: str, *, older_than: Duration, queue: str | None) -> Call[int]:
-    seconds = _seconds("older_than", older_than)
-    if seconds is None:
-        raise errors.InvalidDurationError("older_than is required")
-    params = _base(namespace, older_than=seconds, queue=_text("queue", queue, required=False))
+def purge_dead_letters(
+    namespace: str,
+    *,
+    older_than: Duration | None,
+    failed_before: datetime | None = None,
+    queue: str | None,
+) -> Call[int]:
+    if (older_than is None) == (failed_before is None):
+        raise errors.InvalidDurationError("give exactly one of older_than and failed_before")
+    queue_name = _text("queue", queue, required=False)
+    if failed_before is not None:
+        params = _base(
+            namespace, failed_before=_time("failed_before", failed_before), queue=queue_name
+        )
+        return Call("purge_dead_letters_before", params, lambda rows: int(_scalar(rows)))
+    params = _base(namespace, older_than=_seconds("older_than", older_than), queue=queue_name)
     return Call("purge_dead_letters", params, lambda rows: int(_scalar(rows)))
 
 
@@ -723,7 +770,7 @@ def prune(namespace: str, *, limit: int) -> Call[Pruned]:
 
 def _schedule(row: dict[str, Any]) -> Schedule:
     fields = {key: value for key, value in row.items() if key != "now"}
-    fields["payload"] = _json(row["payload"])
+    fields["payload"], fields["payload_error"] = _decode(row["payload"], "payload")
     return Schedule(**fields)
 
 
@@ -761,50 +808,136 @@ def next_run_after(
     return croniter(cron, local).get_next(datetime).astimezone(_UTC)  # type: ignore[no-any-return]
 
 
-_CRON_FIELDS = (
-    ("minute", 0, 59),
-    ("hour", 0, 23),
-    ("day", 1, 31),
-    ("month", 1, 12),
-    ("weekday", 0, 7),
+# The cron grammar Postkit schedules, the same as postkit_queue.cron_problem's in SQL (migration
+# 9); a test runs both over the same expressions.
+_CRON_TEXT = re.compile(r"[ -~\t\n\r\v\f]*", re.ASCII)
+_CRON_WHITESPACE = " \t\n\r\v\f"
+_CRON_SEPARATOR = re.compile(r"[ \t\n\r\v\f]+", re.ASCII)
+_CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+_CRON_LOW = (0, 0, 1, 1, 0)
+_CRON_HIGH = (59, 23, 31, 12, 7)
+_MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_CRON_NAMES: dict[int, dict[str, int]] = {
+    3: {name: number for number, name in enumerate(_MONTH_NAMES, start=1)},
+    4: {name: number for number, name in enumerate(_WEEKDAY_NAMES)},
+}
+_CRON_ITEM = re.compile(
+    r"(\*|([0-9]{1,4}|[a-z]{3})(-([0-9]{1,4}|[a-z]{3}))?)(/([0-9]{1,4}))?", re.ASCII
 )
-"""A cron expression's fields, in order, with the numbers each accepts."""
+_CRON_NTH = re.compile(r"([0-9]{1,4}|[a-z]{3})#([0-9]{1,4})", re.ASCII)
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _cron_value(token: str, field: int) -> int | None:
+    if token.isdigit():
+        return int(token)
+    return _CRON_NAMES.get(field, {}).get(token)
+
+
+def cron_problem(cron: object) -> str | None:
+    """Why ``cron`` is not a cron expression Postkit schedules, or None when it is.
+
+    Five fields separated by ASCII whitespace: minute (0-59), hour (0-23), day of month
+    (1-31), month (1-12 or jan-dec), day of week (0-7 or sun-sat; 7 is Sunday). A field is a
+    comma-separated list of items: ``*``, a value, a range ``a-b`` (a <= b), each with an
+    optional step ``/n`` (1 <= n <= the field's span), or ``a/n`` (from a to the field's end).
+    The day of month also takes ``L`` (its last day) and ``?``; the day of week ``?`` and
+    ``v#n`` (the n-th weekday v of the month, n from 1 to 5; a list of those, not mixed with
+    other items). Letters are case-insensitive.
+    Refused besides: an expression that never fires (with the day of week unrestricted, days
+    of month none of its months has, such as "0 0 30 2 *"), and an n-th weekday together with
+    a restricted day of month. The SQL module's ``cron_problem`` accepts exactly the same.
+    """
+    if not isinstance(cron, str):
+        return f"a cron expression is text, got {type(cron).__name__}"
+    if not _CRON_TEXT.fullmatch(cron):
+        return f"the cron expression {cron!r} holds a character other than printable ASCII"
+    fields = _CRON_SEPARATOR.split(cron.strip(_CRON_WHITESPACE))
+    if len(fields) != 5:
+        return (
+            f"not a 5-field cron expression (minute hour day-of-month month day-of-week): {cron!r}"
+        )
+    unrestricted = [False] * 5
+    days: list[int] = []
+    months: list[int] = []
+    last_day = nth = plain_weekday = False
+    for index, text in enumerate(fields):
+        field = text.lower()
+        what = _CRON_FIELDS[index]
+        if field == "*" or (field == "?" and index in (2, 4)):
+            unrestricted[index] = True
+            continue
+        for item in field.split(","):
+            if index == 2 and item == "l":
+                last_day = True
+                continue
+            nth_match = _CRON_NTH.fullmatch(item) if index == 4 else None
+            if nth_match is not None:
+                weekday = _cron_value(nth_match[1], 4)
+                if weekday is None or weekday > 7 or not 1 <= int(nth_match[2]) <= 5:
+                    return (
+                        f"{item!r} in the day-of-week field of {cron!r} is not weekday#n "
+                        "(n from 1 to 5)"
+                    )
+                nth = True
+                continue
+            plain_weekday = plain_weekday or index == 4
+            match = _CRON_ITEM.fullmatch(item)
+            if match is None:
+                return f"{item!r} in the {what} field of {cron!r} is not a cron item"
+            low: int | None
+            high: int | None
+            if match[1] == "*":
+                low, high = _CRON_LOW[index], _CRON_HIGH[index]
+            else:
+                low = _cron_value(match[2], index)
+                if match[4] is not None:
+                    high = _cron_value(match[4], index)
+                else:
+                    high = _CRON_HIGH[index] if match[6] is not None else low
+            if low is None or high is None or low < _CRON_LOW[index] or high > _CRON_HIGH[index]:
+                return (
+                    f"{item!r} in the {what} field of {cron!r} is out of range "
+                    f"({_CRON_LOW[index]} to {_CRON_HIGH[index]})"
+                )
+            if low > high:
+                return f"the range {item!r} in the {what} field of {cron!r} runs backwards"
+            step = 1 if match[6] is None else int(match[6])
+            span = _CRON_HIGH[index] - _CRON_LOW[index] + 1
+            if not 1 <= step <= span:
+                return (
+                    f"the step of {item!r} in the {what} field of {cron!r} must be from 1 to {span}"
+                )
+            if index == 2:
+                days.extend(range(low, high + 1, step))
+            elif index == 3:
+                months.extend(range(low, high + 1, step))
+    if nth and plain_weekday:
+        return f"{cron!r} mixes n-th weekdays (#) with other days of the week: give one kind"
+    if nth and not unrestricted[2]:
+        return (
+            f"{cron!r} names both days of the month and an n-th weekday (#), which may never "
+            "coincide: give one of them"
+        )
+    # With both day fields restricted, cron runs on either (the union), and every weekday comes
+    # in every month; with the day of week unrestricted, the days of month alone decide.
+    if (
+        unrestricted[4]
+        and not (unrestricted[2] or last_day or unrestricted[3])
+        and not any(day <= _MONTH_DAYS[month - 1] for day in days for month in months)
+    ):
+        return f"{cron!r} never fires: none of its months has those days"
+    return None
 
 
 def check_cron(cron: str) -> str:
-    """``cron`` if it is a valid 5-field cron expression.
-
-    Raises:
-        InvalidScheduleError: not 5 fields, or a field that croniter refuses; the message
-            names the field (and the range, when a number is out of it).
-    """
-    if not isinstance(cron, str):
-        raise errors.InvalidScheduleError(
-            f"a cron expression must be a str, got {type(cron).__name__}"
-        )
-    fields = cron.split()
-    if len(fields) != 5:
-        raise errors.InvalidScheduleError(
-            f"a cron expression has 5 fields (minute hour day month weekday), {cron!r} has "
-            f"{len(fields)}"
-        )
-    for index, (name, low, high) in enumerate(_CRON_FIELDS):
-        alone = " ".join(field if at == index else "*" for at, field in enumerate(fields))
-        if croniter.is_valid(alone):
-            continue
-        field = fields[index]
-        for number in re.findall(r"\d+", field):
-            if not low <= int(number) <= high:
-                raise errors.InvalidScheduleError(
-                    f"{name} field {number} is out of range {low}-{high} in cron expression "
-                    f"{cron!r}"
-                )
-        raise errors.InvalidScheduleError(
-            f"{name} field {field!r} is not valid in cron expression {cron!r} (numbers "
-            f"{low}-{high}, *, ranges a-b, lists a,b and steps */n)"
-        )
-    if not croniter.is_valid(cron):
-        raise errors.InvalidScheduleError(f"not a valid cron expression: {cron!r}")
+    """``cron``, if Postkit schedules it (see :func:`cron_problem`) and croniter agrees."""
+    problem = cron_problem(cron)
+    if problem is None and not croniter.is_valid(cron):
+        problem = f"croniter cannot parse the cron expression {cron!r}"
+    if problem is not None:
+        raise errors.InvalidScheduleError(problem)
     return cron
 
 
@@ -859,9 +992,14 @@ def new_schedule(
 
 
 def save_schedule(schedule: NewSchedule, *, now: datetime) -> Call[Schedule]:
-    first = next_run_after(
-        now, cron=schedule.cron, timezone=schedule.timezone, every=schedule.every
-    )
+    try:
+        first = next_run_after(
+            now, cron=schedule.cron, timezone=schedule.timezone, every=schedule.every
+        )
+    except Exception as exc:
+        raise errors.InvalidScheduleError(
+            f"cannot compute the schedule's first run: {exc}"
+        ) from exc
     params = {**schedule.params, "next_run_at": first}
     return Call("save_schedule", params, lambda rows: _schedule(rows[0]))
 
@@ -882,26 +1020,38 @@ def delete_schedule(namespace: str, name: str) -> Call[bool]:
 
 @dataclass(frozen=True)
 class DueRun:
-    """A due schedule, locked for this transaction, with the run to fire and the next one."""
+    """A due schedule, locked for this transaction, with the run to fire and the next one; or,
+    when the next one cannot be computed, why (``next_run_at`` is then None)."""
 
     schedule: Schedule
-    next_run_at: datetime
+    next_run_at: datetime | None
+    problem: str | None = None
+
+
+def _due_run(row: dict[str, Any]) -> DueRun:
+    schedule = _schedule(row)
+    try:
+        following = next_run_after(
+            row["now"],
+            cron=schedule.cron,
+            timezone=schedule.timezone,
+            every=schedule.every,
+            due_at=schedule.next_run_at,
+        )
+    # Whatever croniter or zoneinfo raise over a stored expression or zone (a bad expression,
+    # one that never fires, a zone this Python lacks, a date past year 9999): one schedule's
+    # trouble, never the tick's.
+    except Exception as exc:
+        reason = (
+            str(exc) if isinstance(exc, errors.PostkitError) else f"{type(exc).__name__}: {exc}"
+        )
+        return DueRun(schedule, None, f"cannot compute the next run: {reason}")
+    return DueRun(schedule, following)
 
 
 def due_schedules(namespace: str, *, limit: int) -> Call[list[DueRun]]:
     def parse(rows: Rows) -> list[DueRun]:
-        due = []
-        for row in rows:
-            schedule = _schedule(row)
-            following = next_run_after(
-                row["now"],
-                cron=schedule.cron,
-                timezone=schedule.timezone,
-                every=schedule.every,
-                due_at=schedule.next_run_at,
-            )
-            due.append(DueRun(schedule, following))
-        return due
+        return [_due_run(row) for row in rows]
 
     params = _base(
         namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)
@@ -909,7 +1059,10 @@ def due_schedules(namespace: str, *, limit: int) -> Call[list[DueRun]]:
     return Call("due_schedules", params, parse)
 
 
-def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | None]:
+def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | BrokenSchedule | None]:
+    if run.next_run_at is None:
+        raise errors.InvalidScheduleError(f"schedule {run.schedule.name!r}: {run.problem}")
+    next_run_at = run.next_run_at
     params = _base(
         namespace,
         name=run.schedule.name,
@@ -917,13 +1070,29 @@ def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | None]:
         next_run_at=run.next_run_at,
     )
 
-    def parse(rows: Rows) -> Fired | None:
-        job_id = _scalar(rows)
+    def parse(rows: Rows) -> Fired | BrokenSchedule | None:
+        if not rows:
+            return None  # fenced out: fired or changed since it was read
+        job_id, reason = rows[0]["job_id"], rows[0]["broken_reason"]
         if job_id is None:
-            return None
-        return Fired(run.schedule.name, job_id, run.schedule.next_run_at, run.next_run_at)
+            return BrokenSchedule(run.schedule.name, run.schedule.next_run_at, reason)
+        return Fired(run.schedule.name, job_id, run.schedule.next_run_at, next_run_at)
 
     return Call("fire_schedule", params, parse)
+
+
+def mark_schedule_broken(namespace: str, run: DueRun) -> Call[BrokenSchedule | None]:
+    reason = _error_text(run.problem or "cannot compute the next run")
+    params = _base(
+        namespace, name=run.schedule.name, due_at=run.schedule.next_run_at, reason=reason
+    )
+
+    def parse(rows: Rows) -> BrokenSchedule | None:
+        if not _scalar(rows):
+            return None
+        return BrokenSchedule(run.schedule.name, run.schedule.next_run_at, reason or "")
+
+    return Call("mark_schedule_broken", params, parse)
 
 
 # --------------------------------------------------------------------------------------------

@@ -186,7 +186,7 @@ FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
 -- name: save_schedule
 SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
-       s.created_at, s.updated_at
+       s.created_at, s.updated_at, s.broken_at, s.broken_reason
 FROM postkit_queue.save_schedule(
     %(namespace)s, %(name)s, %(queue)s, %(payload)s::pg_catalog.jsonb, %(next_run_at)s::pg_catalog.timestamptz,
     %(cron)s, %(timezone)s, pg_catalog.make_interval(secs => %(every)s::pg_catalog.float8), %(priority)s::integer,
@@ -195,7 +195,7 @@ FROM postkit_queue.save_schedule(
 -- name: schedules
 SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
-       s.created_at, s.updated_at
+       s.created_at, s.updated_at, s.broken_at, s.broken_reason
 FROM postkit_queue.schedules(%(namespace)s) AS s;
 
 -- name: set_schedule_paused
@@ -207,12 +207,21 @@ SELECT postkit_queue.delete_schedule(%(namespace)s, %(name)s);
 -- name: due_schedules
 SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
-       s.created_at, s.updated_at, postkit_queue.clock() AS now
+       s.created_at, s.updated_at, s.broken_at, s.broken_reason, postkit_queue.clock() AS now
 FROM postkit_queue.due_schedules(%(namespace)s, %(limit)s::integer) AS s;
 
 -- name: fire_schedule
-SELECT postkit_queue.fire_schedule(
-    %(namespace)s, %(name)s, %(due_at)s::pg_catalog.timestamptz, %(next_run_at)s::pg_catalog.timestamptz) AS job_id;
+SELECT r.job_id, r.broken_reason
+FROM postkit_queue.fire_schedule_run(
+    %(namespace)s, %(name)s, %(due_at)s::pg_catalog.timestamptz, %(next_run_at)s::pg_catalog.timestamptz) AS r;
+
+-- name: mark_schedule_broken
+SELECT postkit_queue.mark_schedule_broken(
+    %(namespace)s, %(name)s, %(due_at)s::pg_catalog.timestamptz, %(reason)s) AS marked;
+
+-- name: purge_dead_letters_before
+SELECT postkit_queue.purge_dead_letters_before(
+    %(namespace)s, %(failed_before)s::pg_catalog.timestamptz, %(queue)s) AS purged;
 
 -- name: ack_many
 SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])

@@ -23,7 +23,9 @@ What the runtime does for you:
   again, which at-least-once delivery allows. Transactional handlers commit synchronously.
 - **Outcomes.** A handler that returns acks its job. :class:`~postkit.errors.PermanentError`
   fails it into the dead-letter queue, :class:`~postkit.errors.RetryLater` retries it after the
-  delay it names, and any other exception nacks it with the error and a traceback summary.
+  delay it names, and any other exception nacks it with the error and a traceback summary. A
+  job whose payload Python cannot decode (``Job.payload_error``) never reaches its handler: it
+  is failed into the dead-letter queue with that error, and the rest of its batch runs.
 - **Transactional handlers** (``transactional=True``) receive a cursor in the ack's transaction:
   their writes and the ack commit together, or, when the claim went stale, roll back together.
 - **Heartbeats.** Every third of the visibility timeout the claims of running jobs are extended,
@@ -63,7 +65,7 @@ import psycopg_pool
 
 from postkit.errors import PermanentError, RetryLater
 from postkit.queue.client import QueueClient
-from postkit.queue.job import Job
+from postkit.queue.job import BrokenSchedule, Job
 from postkit.queue.listen import WorkListener
 from postkit.queue.vacuum import JobsVacuum
 
@@ -515,13 +517,25 @@ class Worker:
                 extra={"event": "reclaimed", "count": reclaimed},
             )
         # One transaction: the due schedules stay locked until each has fired.
-        for fired in self._with_client(lambda client: client.tick_schedules(), transaction=True):
+        for outcome in self._with_client(lambda client: client.tick_schedules(), transaction=True):
+            if isinstance(outcome, BrokenSchedule):
+                logger.error(
+                    "schedule %s is broken and no longer fires: %s (save it again to repair it)",
+                    outcome.name,
+                    outcome.reason,
+                    extra={"event": "schedule_broken", "schedule": outcome.name},
+                )
+                continue
             logger.info(
                 "schedule %s fired job %d; next run at %s",
-                fired.name,
-                fired.job_id,
-                fired.next_run_at.isoformat(),
-                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
+                outcome.name,
+                outcome.job_id,
+                outcome.next_run_at.isoformat(),
+                extra={
+                    "event": "schedule_fired",
+                    "job_id": outcome.job_id,
+                    "schedule": outcome.name,
+                },
             )
         pruned = self._with_client(lambda client: client.prune())
         if pruned.completed_jobs or pruned.dead_letters:
@@ -563,7 +577,8 @@ class Worker:
                 job.max_attempts,
                 extra=_job_fields(job, "claimed"),
             )
-        if spec.is_async:
+        # A job without a payload to hand over goes to a sync thread, which dead-letters it.
+        if spec.is_async and job.payload_error is None:
             assert self._loop is not None
             asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
         else:
@@ -577,6 +592,14 @@ class Worker:
 
     def _run_sync(self, job: Job, spec: HandlerSpec) -> None:
         started = time.monotonic()
+        if job.payload_error is not None:
+            # Python cannot decode what the SQL API accepted: no handler can run it, now or on
+            # a retry, so it fails for good with the reason, and the rest of the batch runs.
+            try:
+                self._settle(job, "fail", started, error=job.payload_error)
+            finally:
+                self._finish(job)
+            return
         try:
             if spec.transactional:
                 self._run_transactional(job, spec)
