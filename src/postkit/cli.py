@@ -440,9 +440,10 @@ def _check_schema(dsn: str) -> None:
 @click.option(
     "--visibility-timeout",
     type=click.FloatRange(0, min_open=True),
-    default=30.0,
-    show_default=True,
-    help="Seconds a claim lasts between heartbeats; a dead worker's jobs return after it.",
+    default=None,
+    help="Seconds a claim lasts between heartbeats; a dead worker's jobs return after it. "
+    "Overrides each queue's policy (`configure_queue(visibility_timeout=...)`) [default: the "
+    "queue's policy, 30 s unless set].",
 )
 @click.option(
     "--grace-period",
@@ -491,7 +492,7 @@ def worker(
     processes: int,
     namespace: str,
     worker_id: str | None,
-    visibility_timeout: float,
+    visibility_timeout: float | None,
     grace_period: float,
     poll_interval: float,
     report_interval: float,
@@ -525,7 +526,11 @@ def worker(
             *(argument for queue in queues for argument in ("--queue", queue)),
             *("--namespace", namespace, "--concurrency", str(concurrency)),
             *(() if prefetch is None else ("--prefetch", str(prefetch))),
-            *("--visibility-timeout", str(visibility_timeout)),
+            *(
+                ()
+                if visibility_timeout is None
+                else ("--visibility-timeout", str(visibility_timeout))
+            ),
             *("--grace-period", str(grace_period), "--poll-interval", str(poll_interval)),
             *("--report-interval", str(report_interval), "--log-format", log_format),
             *("--vacuum-interval", str(vacuum_interval)),

@@ -366,6 +366,37 @@ def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> N
 # ---------------------------------------------------------------------------------------------
 
 
+def test_after_run_returns_the_worker_holds_no_connection(
+    worker_dsn: str, namespace: str, connect: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    admin = connect(autocommit=True)
+    application = psycopg.conninfo.conninfo_to_dict(worker_dsn)["application_name"]
+
+    def connections() -> int:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    worker = Worker(worker_dsn, {Q: lambda job: None}, namespace=namespace, poll_interval=30)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    wait_until(
+        lambda: admin.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND state = 'idle'"
+            " AND query LIKE '%%next_run_at%%'",
+            (application,),
+        ).fetchone(),
+        "the worker never started waiting on its listener",
+    )
+    worker.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    # The listener too: left waiting, it met the server going away after "stopped" and logged
+    # a reconnect.
+    wait_until(lambda: connections() == 0, "a connection of the stopped worker is open", 2)
+
+
 def test_concurrency_runs_that_many_jobs_at_once(
     start_worker: StartWorker, client: QueueClient
 ) -> None:
@@ -465,6 +496,76 @@ def test_a_stale_claim_rolls_back_the_handlers_writes_and_does_not_ack(
     assert (job.state, job.attempts) == ("pending", 1)
     assert [entry["kind"] for entry in job.errors] == ["timeout"]
     assert worker.stats.acked == 0
+
+
+def test_a_backlog_of_transactional_jobs_drains_without_waiting_for_the_poll(
+    start_worker: StartWorker, client: QueueClient, table: sql.Identifier
+) -> None:
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def record(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
+
+    client.push_batch(Q, [{} for _ in range(40)])
+    # Four slots, nothing claimed ahead, a 30 s poll: ten rounds of four jobs, each started by
+    # the end of the last one's transactions.
+    worker = start_worker(handlers, concurrency=4, prefetch=0)
+    wait_until(lambda: worker.stats.acked == 40, "the backlog stalled between batches", 10)
+    assert len(written(client, table)) == 40
+
+
+def test_a_healthy_transactional_job_is_never_reported_lost(
+    start_worker: StartWorker, client: QueueClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def slow(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        time.sleep(0.02 * (job.id % 7))
+
+    client.push_batch(Q, [{} for _ in range(150)])
+    with caplog.at_level("WARNING", logger="postkit.worker"):
+        # A heartbeat every 0.1 s, and a short poll, so that the drain does not depend on how
+        # finished jobs wake the loop.
+        worker = start_worker(handlers, concurrency=8, visibility_timeout=0.3, poll_interval=0.05)
+        wait_until(lambda: worker.stats.acked == 150, "the jobs were never all acked", 30)
+    lost = [record.getMessage() for record in caplog.records if "lost the claim" in record.msg]
+    assert lost == []
+
+
+@pytest.mark.parametrize("override", [None, 2.0], ids=["queue_policy", "worker_override"])
+def test_claims_last_the_queues_visibility_timeout_unless_the_worker_overrides_it(
+    start_worker: StartWorker,
+    client: QueueClient,
+    make_client: Callable[[], QueueClient],
+    override: float | None,
+) -> None:
+    started = threading.Event()
+    finish = threading.Event()
+
+    def long_job(job: Job) -> None:
+        started.set()
+        finish.wait(timeout=30)
+
+    client.configure_queue(Q, visibility_timeout=1.0)
+    start_worker({Q: long_job}, visibility_timeout=override)
+    job_id = pushed(client)
+    assert started.wait(timeout=15), "the job never started"
+    claimed = client.get_job(job_id)
+    assert claimed is not None and claimed.visible_until and claimed.claimed_at
+    lasts = (claimed.visible_until - claimed.claimed_at).total_seconds()
+    assert lasts == pytest.approx(override or 1.0, abs=0.01)
+
+    # The heartbeats follow the claim's own timeout: no reclaim over three of them.
+    ticker = make_client()
+    deadline = time.monotonic() + 3 * (override or 1.0)
+    while time.monotonic() < deadline:
+        assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was reclaimed"
+        ticker.cursor.connection.commit()
+        time.sleep(0.2)
+    finish.set()
+    wait_until(gone(client, job_id), "the job was never acked")
 
 
 def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(

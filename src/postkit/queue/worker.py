@@ -74,6 +74,11 @@ T = TypeVar("T")
 
 _TRACEBACK_FRAMES = 5
 _MAX_BACKOFF = 30.0
+# The longest wait between two tries to reach the database while it is away: a retry costs
+# one connection attempt, and the worker is back within this long of the server accepting
+# connections again.
+_MAX_RETRY = 1.0
+_LISTENER_DOWN_POLL = 1.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,7 @@ class Worker:
         worker_id: str | None = None,
         concurrency: int = 8,
         prefetch: int | None = None,
-        visibility_timeout: float = 30.0,
+        visibility_timeout: float | None = None,
         poll_interval: float = 5.0,
         tick_interval: float = 10.0,
         grace_period: float = 30.0,
@@ -183,7 +188,9 @@ class Worker:
                 ``concurrency``; 0 claims only for free slots). More prefetch means bigger
                 batches per round trip; less means other workers get a fairer share.
             worker_id: the name the worker claims under (default: ``hostname-pid``).
-            visibility_timeout: seconds each claim lasts between heartbeats.
+            visibility_timeout: seconds each claim lasts between heartbeats, overriding the
+                queue's policy (``configure_queue(visibility_timeout=...)``, 30 s unless set).
+                Default: the queue's policy.
             poll_interval: the longest wait between pulls when no notification arrives.
             tick_interval: mean seconds between calls to ``tick_timeouts``.
             grace_period: seconds running jobs get to finish after a stop is requested.
@@ -200,7 +207,11 @@ class Worker:
         missing = [queue for queue in self.queues if queue not in self.handlers]
         if missing or not self.queues:
             raise ValueError(f"no handler for queue(s) {missing or 'any'}")
-        if concurrency < 1 or visibility_timeout <= 0 or poll_interval <= 0:
+        if (
+            concurrency < 1
+            or (visibility_timeout is not None and visibility_timeout <= 0)
+            or poll_interval <= 0
+        ):
             raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
         if prefetch is not None and prefetch < 0:
             raise ValueError("prefetch must be zero or positive")
@@ -226,6 +237,15 @@ class Worker:
         self._closed = threading.Event()
         self._lock = threading.Condition()
         self._in_flight: dict[int, Job] = {}
+        # Jobs whose settle (an ack in a transactional handler's transaction, a nack, a fail)
+        # is under way: the heartbeat leaves them alone, since their claim is about to end.
+        self._settling: set[int] = set()
+        # When each claimed job's next heartbeat is due (time.monotonic()), by job id.
+        self._beats: dict[int, float] = {}
+        self._heartbeat_wake = threading.Event()
+        # Set when a job leaves _in_flight without a batched ack (a transactional handler, a
+        # nack, a fail): its slot is free, and the main loop wakes to fill it.
+        self._slot_freed = False
         # Jobs whose handler succeeded, waiting for the next batched ack, with their start time.
         self._finished: list[tuple[Job, float]] = []
         # Set by the listener thread when a job may be ready; cleared by the main loop.
@@ -238,6 +258,11 @@ class Worker:
         # Held while claiming, by the main loop or by the listener thread on a wake-up
         # (_claim_on_wake), so the two never claim at once and never overfill the slots.
         self._claiming = threading.Lock()
+        self._listener: WorkListener | None = None
+        self._listener_thread: threading.Thread | None = None
+        # Set by the main loop when the database answers again after errors: the listener
+        # reconnects at once instead of waiting out its backoff.
+        self._database_back = threading.Event()
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_slots: asyncio.Semaphore | None = None  # made on the loop's own thread
@@ -265,11 +290,18 @@ class Worker:
             # and one round trip; the few that need more say so (_with_client).
             kwargs={"autocommit": True},
             configure=_asynchronous_commit,
+            # While the server is away the pool's own reconnect attempts back off (1 s, 2 s,
+            # 4 s, ...), so that after a long outage its next attempt could come many seconds
+            # after the server is back. An attempt gives up after a second instead, and a
+            # caller waits at most two for a connection: the worker's own retries (at most a
+            # second apart, see _MAX_RETRY) start fresh attempts.
+            reconnect_timeout=1.0,
+            timeout=2.0,
             open=True,
             name=f"postkit-worker-{self.worker_id}",
         )
         self._start_thread(self._heartbeat_loop, "heartbeat")
-        self._start_thread(self._listen_loop, "listener")
+        self._listener_thread = self._start_thread(self._listen_loop, "listener")
         if self._vacuum is not None:
             vacuum = self._vacuum
             self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
@@ -319,8 +351,10 @@ class Worker:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    def _start_thread(self, target: Callable[[], object], name: str) -> None:
-        threading.Thread(target=target, name=f"postkit-{name}", daemon=True).start()
+    def _start_thread(self, target: Callable[[], object], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=f"postkit-{name}", daemon=True)
+        thread.start()
+        return thread
 
     # ---------------------------------------------------------------------------------------
     # The main loop: claim, dispatch, wait, tick.
@@ -347,13 +381,16 @@ class Worker:
                 with self._claiming:
                     with self._lock:
                         acks, self._finished = self._finished, []
+                        self._slot_freed = False
                     free = self.capacity - len(self._in_flight)
                     if acks or (want_jobs and free > 0):
                         claimed = self._settle_and_claim(acks, free if want_jobs else 0)
                         # Keep claiming while the queues give jobs; once they run dry, wait for
                         # a notification (or the fallback poll) before asking again.
                         want_jobs = claimed > 0 or (want_jobs and free <= 0)
-                        failures = 0
+                        if failures:
+                            failures = 0
+                            self._database_back.set()
                         continue
                 wake_by = min(next_tick, next_report) if self.report_interval else next_tick
                 if free > 0:
@@ -362,13 +399,17 @@ class Worker:
                     # notification meanwhile waits on its connection for the next look.
                     self._idle.set()
                 with self._lock:
+                    # Without a listener no notification can come: poll, at least every
+                    # second, until it is back (or for good, in pooler mode).
+                    poll = self.poll_interval if self._listener else _LISTENER_DOWN_POLL
                     woken = self._lock.wait_for(
                         lambda: (
                             bool(self._finished)
+                            or self._slot_freed
                             or self._work_hint.is_set()
                             or self._stopping.is_set()
                         ),
-                        timeout=max(min(self.poll_interval, wake_by - now), 0.0),
+                        timeout=max(min(poll, self.poll_interval, wake_by - now), 0.0),
                     )
                 self._idle.clear()
                 if not woken and time.monotonic() < wake_by:
@@ -381,7 +422,7 @@ class Worker:
                 with contextlib.suppress(Exception):
                     if self._pool is not None:
                         self._pool.check()
-                delay = min(_MAX_BACKOFF, 0.1 * 2 ** min(failures, 9)) * random.uniform(0.5, 1)
+                delay = min(_MAX_RETRY, 0.1 * 2 ** min(failures, 9)) * random.uniform(0.5, 1)
                 logger.warning(
                     "database error (%s); retrying in %.1fs",
                     exc,
@@ -443,7 +484,11 @@ class Worker:
         return acked, jobs
 
     def _listen_loop(self) -> None:
-        """Turn notifications into wake-ups for the main loop, on a connection of its own."""
+        """Turn notifications into wake-ups for the main loop, on a connection of its own.
+
+        A lost connection is retried with backoff, cut short when the main loop reaches the
+        database again: after a restart the listener is back as soon as the server is, not
+        after a backoff that grew while it was down."""
         listener: WorkListener | None = None
         failures = 0
         while not self._closed.is_set():
@@ -451,9 +496,18 @@ class Worker:
                 if listener is None:
                     listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
                     _asynchronous_commit(listener.connection)  # it claims, as the pool does
+                    with self._lock:
+                        self._listener = listener
+                    if failures:
+                        logger.info("listener reconnected", extra={"event": "db_back"})
+                    failures = 0
                 if not self._idle.wait(self.poll_interval):
                     continue
+                if self._closed.is_set():
+                    break
                 if listener.wait_for_work(timeout=self.poll_interval):
+                    if self._closed.is_set():
+                        break
                     self._claim_on_wake(listener.connection)
                     self._hint_taken.clear()
                     with self._lock:
@@ -463,24 +517,50 @@ class Worker:
                     # job would otherwise make wait_for_work return at once, over and over.
                     while not self._hint_taken.wait(0.5) and not self._closed.is_set():
                         pass
-                failures = 0
             except psycopg.Error as exc:
-                failures += 1
+                with self._lock:
+                    self._listener = None
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
                         listener.close()
                     listener = None
-                delay = min(_MAX_BACKOFF, 0.5 * 2 ** min(failures, 6))
-                logger.warning(
+                if self._closed.is_set():
+                    break  # the worker stopped: the connection went with it
+                failures += 1
+                delay = min(_MAX_RETRY, 0.1 * 2**failures) * random.uniform(0.5, 1)
+                # Once, not at every retry of an outage.
+                logger.log(
+                    logging.WARNING if failures == 1 else logging.DEBUG,
                     "listener connection failed (%s); reconnecting in %.1fs",
                     exc,
                     delay,
                     extra={"event": "db_error"},
                 )
-                self._closed.wait(delay)
+                self._database_back.clear()
+                self._database_back.wait(delay)
+        with self._lock:
+            self._listener = None
         if listener is not None:
             with contextlib.suppress(psycopg.Error):
                 listener.close()
+
+    def _stop_listener(self) -> None:
+        """Make the listener thread close its connection and end: its wait is cut short by a
+        notification on its wake channel. Called once the worker is closed."""
+        with self._lock:
+            listener = self._listener
+        self._database_back.set()
+        self._idle.set()
+        if listener is not None:
+            with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
+                # pg_notify is a built-in function: it reads and writes no Postkit table.
+                self._with_client(
+                    lambda client: client.cursor.execute(
+                        "SELECT pg_notify(%s, '')", (listener.wake_channel,)
+                    )
+                )
+        if self._listener_thread is not None:
+            self._listener_thread.join(timeout=5)
 
     def _claim_on_wake(self, connection: psycopg.Connection[Any]) -> None:
         """Claim for the free slots right away when a notification wakes the listener: on the
@@ -554,6 +634,8 @@ class Worker:
         spec = self.handlers[job.queue]
         with self._lock:
             self._in_flight[job.id] = job
+            self._beats[job.id] = time.monotonic() + claim_seconds(job) / 3
+        self._heartbeat_wake.set()
         if logger.isEnabledFor(logging.INFO):
             logger.info(
                 "claimed job %d (%s, attempt %d of %d)",
@@ -606,6 +688,7 @@ class Worker:
                     cursor.execute("SET LOCAL synchronous_commit = on")
                     handler_ran = True
                     spec.function(job, cursor)
+                    self._begin_settle(job)
                     acked = QueueClient(cursor, namespace=self.namespace).ack(job)
                     if not acked:
                         raise psycopg.Rollback(tx)
@@ -659,6 +742,7 @@ class Worker:
     ) -> None:
         """Ack, nack or fail ``job`` under its own claim, retrying a lost connection a few
         times. If it never gets through, the claim expires and the job is redelivered."""
+        self._begin_settle(job)
         for attempt in range(5):
             if self._closed.is_set():
                 return
@@ -727,41 +811,77 @@ class Worker:
                 )
 
     def _finish(self, job: Job) -> None:
+        """The job was settled (or given up on) by its own thread: free its slot and wake the
+        main loop to fill it."""
         with self._lock:
             self._in_flight.pop(job.id, None)
+            self._settling.discard(job.id)
+            self._slot_freed = True
             self._lock.notify_all()
+
+    def _begin_settle(self, job: Job) -> None:
+        """From now on the job's claim may end at any moment: stop its heartbeats."""
+        with self._lock:
+            self._settling.add(job.id)
 
     # ---------------------------------------------------------------------------------------
     # Heartbeats and shutdown.
     # ---------------------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        interval = self.visibility_timeout / 3
-        while not self._closed.wait(interval):
+        """Extend each claim a third of the way through its own timeout, the one its claim
+        was made with (the queue's policy, or the worker's override). A job that is being
+        settled is left alone: its claim ends with the settle."""
+        while not self._closed.is_set():
+            now = time.monotonic()
             with self._lock:
-                running = list(self._in_flight.values())
-            if not running:
+                beats = {
+                    job_id: due
+                    for job_id, due in self._beats.items()
+                    if job_id in self._in_flight and job_id not in self._settling
+                }
+                self._beats = {job_id: self._beats[job_id] for job_id in beats}
+                due_jobs = [self._in_flight[job_id] for job_id, due in beats.items() if due <= now]
+            if not due_jobs:
+                wait = min(beats.values(), default=now + self.poll_interval) - now
+                self._heartbeat_wake.wait(max(wait, 0.0))
+                self._heartbeat_wake.clear()
                 continue
             try:
-                lost = self._with_client(functools.partial(self._extend_claims, jobs=running))
+                lost = self._with_client(functools.partial(self._extend_claims, jobs=due_jobs))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                if self._closed.is_set():
+                    return
                 logger.warning("heartbeat failed (%s)", exc, extra={"event": "heartbeat_error"})
+                self._closed.wait(min(1.0, min(claim_seconds(job) for job in due_jobs) / 6))
                 continue
-            for job in lost:
-                if job.id in self._in_flight:
-                    logger.warning(
-                        "lost the claim of job %d: it was reclaimed or settled elsewhere",
-                        job.id,
-                        extra=_job_fields(job, "claim_lost"),
-                    )
+            extended = time.monotonic()
+            with self._lock:
+                for job in due_jobs:
+                    if job.id in lost:
+                        self._beats.pop(job.id, None)
+                    elif job.id in self._beats:
+                        self._beats[job.id] = extended + claim_seconds(job) / 3
+                reported = [
+                    job
+                    for job in due_jobs
+                    if job.id in lost and job.id in self._in_flight and job.id not in self._settling
+                ]
+            for job in reported:
+                logger.warning(
+                    "lost the claim of job %d: it was reclaimed or settled elsewhere",
+                    job.id,
+                    extra=_job_fields(job, "claim_lost"),
+                )
 
-    def _extend_claims(self, client: QueueClient, *, jobs: list[Job]) -> list[Job]:
-        """Extend each claim; return the jobs whose claim was lost."""
-        return [
-            job
+    def _extend_claims(self, client: QueueClient, *, jobs: list[Job]) -> set[int]:
+        """Extend each claim by its own timeout; return the ids of the jobs whose claim was
+        lost."""
+        return {
+            job.id
             for job in jobs
-            if not client.extend_visibility(job, extension=self.visibility_timeout)
-        ]
+            if not client.extend_visibility(job, extension=claim_seconds(job))
+        }
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.grace_period
@@ -794,6 +914,8 @@ class Worker:
                     extra=_job_fields(job, "released"),
                 )
         self._closed.set()
+        self._heartbeat_wake.set()
+        self._stop_listener()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._pool is not None:
@@ -822,6 +944,13 @@ def _settle_errors_logged(job: Job) -> Iterator[None]:
             job.id,
             extra=_job_fields(job, "settle_error"),
         )
+
+
+def claim_seconds(job: Job) -> float:
+    """How long ``job``'s claim lasts: the visibility timeout it was claimed with."""
+    if job.visible_until is None or job.claimed_at is None:
+        raise ValueError(f"job {job.id} is not claimed")
+    return (job.visible_until - job.claimed_at).total_seconds()
 
 
 def _asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
