@@ -1518,6 +1518,19 @@ def tick_round(client: QueueClient) -> TickRound:
     return TickRound(datetime.now(timezone.utc), reclaimed, fired, pruned)
 
 
+def _until_next_schedule(connection: psycopg.Connection[Any], namespace: str) -> float:
+    """Seconds until the namespace's next active schedule falls due (a little more than 0
+    when one is due now, and never more than a day): the ticker wakes for it."""
+    from postkit.queue import protocol
+    from postkit.queue.rows import as_dicts
+
+    call = protocol.next_schedule_at(namespace)
+    cursor = connection.execute(call.sql, call.params)
+    due = call.parse(as_dicts(cursor.description, cursor.fetchall()))
+    connection.rollback()
+    return 86_400.0 if due.seconds is None else min(max(due.seconds, 0.02), 86_400.0)
+
+
 def _report_round(result: TickRound, *, as_json: bool, quiet_if_idle: bool) -> None:
     if as_json:
         if result.anything or not quiet_if_idle:
@@ -1559,9 +1572,11 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
     (tick_schedules) and apply retention (prune), each in a transaction of its own.
 
     Every `postkit worker` does this on its own; run `postkit tick` when no worker runs the
-    namespace, or when its jobs are worked from another language. Any number of tickers may
-    run at once. It prints a line for each thing it does (--json: one object per round) and
-    stops cleanly on SIGTERM or Ctrl-C. A lost database connection is retried with backoff.
+    namespace, or when its jobs are worked from another language. Between rounds it also wakes
+    when the next schedule falls due, so schedules fire on time whatever the interval. Any
+    number of tickers may run at once. It prints a line for each thing it does (--json: one
+    object per round) and stops cleanly on SIGTERM or Ctrl-C. A lost database connection is
+    retried with backoff.
 
     \b
     Example:
@@ -1612,7 +1627,12 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
             failures = 0
             _report_round(result, as_json=as_json, quiet_if_idle=True)
             if not result.full:
-                stop.wait(interval * random.uniform(0.75, 1.25))
+                stop.wait(
+                    min(
+                        interval * random.uniform(0.75, 1.25),
+                        _until_next_schedule(connection, namespace),
+                    )
+                )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

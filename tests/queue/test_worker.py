@@ -606,6 +606,21 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
     assert worker.stats.acked == 1
 
 
+def test_a_schedule_fires_within_a_second_of_each_due_time_while_a_worker_runs(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    fired: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
+    # The tick (reclaims, retention) is a minute away: only the schedule's own wake-up fires it.
+    start_worker({Q: fired.put}, tick_interval=60.0)
+    schedule = client.create_schedule("every-2s", Q, {}, every=2)
+    runs = [next_item(fired, f"run {number} of the schedule never came") for number in range(3)]
+    due = schedule.next_run_at
+    for run in runs:
+        late = (run.created_at - due).total_seconds()
+        assert 0 <= late < 1.0, f"fired {late:.2f}s after its due time {due}"
+        due += timedelta(seconds=2)
+
+
 def test_a_delayed_job_does_not_run_before_it_falls_due(
     start_worker: StartWorker, client: QueueClient
 ) -> None:

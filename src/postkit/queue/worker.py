@@ -28,8 +28,12 @@ What the runtime does for you:
   their writes and the ack commit together, or, when the claim went stale, roll back together.
 - **Heartbeats.** Every third of the visibility timeout the claims of running jobs are extended,
   so a long healthy job is never reclaimed while a dead worker's job expires within one timeout.
-- **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts``; many
-  workers ticking at once is safe. A lost connection is retried with backoff.
+- **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts`` and
+  applies retention; many workers ticking at once is safe. A lost connection is retried, at
+  most a second apart, so the worker is back within about a second of the server's return.
+- **Schedules.** The worker fires its namespace's schedules when they fall due: it looks at the
+  next due schedule at least once a second and wakes for it, so a schedule fires within about a
+  second of its due time while any worker of the namespace runs.
 - **Vacuum.** A service thread vacuums the jobs table when claims have left enough dead
   entries in it, one worker at a time (``vacuum.py``), so claims stay fast between autovacuum's
   visits.
@@ -62,9 +66,11 @@ import psycopg
 import psycopg_pool
 
 from postkit.errors import PermanentError, RetryLater
+from postkit.queue import protocol
 from postkit.queue.client import QueueClient
 from postkit.queue.job import Job
 from postkit.queue.listen import WorkListener
+from postkit.queue.rows import as_dicts
 from postkit.queue.vacuum import JobsVacuum
 
 logger = logging.getLogger("postkit.worker")
@@ -79,6 +85,9 @@ _MAX_BACKOFF = 30.0
 # connections again.
 _MAX_RETRY = 1.0
 _LISTENER_DOWN_POLL = 1.0
+# The longest wait between two looks at the namespace's next due schedule, and the shortest.
+_SCHEDULE_LOOK = 1.0
+_SCHEDULE_MIN_WAIT = 0.02
 
 
 @dataclass(frozen=True)
@@ -192,7 +201,8 @@ class Worker:
                 queue's policy (``configure_queue(visibility_timeout=...)``, 30 s unless set).
                 Default: the queue's policy.
             poll_interval: the longest wait between pulls when no notification arrives.
-            tick_interval: mean seconds between calls to ``tick_timeouts``.
+            tick_interval: mean seconds between calls to ``tick_timeouts`` and ``prune``
+                (schedules fire when due, whatever this is).
             grace_period: seconds running jobs get to finish after a stop is requested.
             report_interval, report: call ``report(stats)`` this often (seconds).
             vacuum_interval: seconds between the vacuum service's looks at the jobs table
@@ -362,7 +372,7 @@ class Worker:
 
     def _main_loop(self) -> None:
         failures = 0
-        next_tick = time.monotonic()
+        next_tick = next_schedules = time.monotonic()
         next_report = time.monotonic() + (self.report_interval or 0)
         want_jobs = True
         while not self._stopping.is_set():
@@ -371,6 +381,8 @@ class Worker:
                 if now >= next_tick:
                     self._tick()
                     next_tick = now + self.tick_interval * random.uniform(0.5, 1.5)
+                if now >= next_schedules:
+                    next_schedules = now + self._fire_schedules()
                 if self.report_interval and self._report and now >= next_report:
                     self._report(self.stats)
                     next_report = now + self.report_interval
@@ -392,7 +404,9 @@ class Worker:
                             failures = 0
                             self._database_back.set()
                         continue
-                wake_by = min(next_tick, next_report) if self.report_interval else next_tick
+                wake_by = min(next_tick, next_schedules)
+                if self.report_interval:
+                    wake_by = min(wake_by, next_report)
                 if free > 0:
                     # Waiting for work, not only for a handler to finish: the listener may
                     # look for some. With every slot taken it stays out of the way; a
@@ -584,8 +598,8 @@ class Worker:
 
     def _tick(self) -> None:
         """The maintenance a deployment would otherwise need crons for, each in a transaction
-        of its own: reclaim expired claims, fire due schedules, apply retention. Any number of
-        workers may do this at once."""
+        of its own: reclaim expired claims, apply retention (schedules: _fire_schedules). Any
+        number of workers may do this at once."""
         reclaimed = self._with_client(lambda client: client.tick_timeouts())
         if reclaimed:
             self.stats.reclaimed += reclaimed
@@ -593,15 +607,6 @@ class Worker:
                 "reclaimed %d expired claim(s)",
                 reclaimed,
                 extra={"event": "reclaimed", "count": reclaimed},
-            )
-        # One transaction: the due schedules stay locked until each has fired.
-        for fired in self._with_client(lambda client: client.tick_schedules(), transaction=True):
-            logger.info(
-                "schedule %s fired job %d; next run at %s",
-                fired.name,
-                fired.job_id,
-                fired.next_run_at.isoformat(),
-                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
             )
         pruned = self._with_client(lambda client: client.prune())
         if pruned.completed_jobs or pruned.dead_letters:
@@ -611,6 +616,29 @@ class Worker:
                 pruned.dead_letters,
                 extra={"event": "pruned"},
             )
+
+    def _fire_schedules(self) -> float:
+        """Fire the namespace's due schedules; return the seconds until the next look.
+
+        The next look comes when the next schedule falls due, and within a second at the
+        latest, so that a schedule created or changed meanwhile is fired on time too."""
+        # One transaction: the due schedules stay locked until each has fired.
+        for fired in self._with_client(lambda client: client.tick_schedules(), transaction=True):
+            logger.info(
+                "schedule %s fired job %d; next run at %s",
+                fired.name,
+                fired.job_id,
+                fired.next_run_at.isoformat(),
+                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
+            )
+        due = self._with_client(
+            lambda client: _run_call(client, protocol.next_schedule_at(self.namespace))
+        )
+        if due.seconds is None:
+            return _SCHEDULE_LOOK
+        # Not less than a few milliseconds: a schedule another worker is firing stays due
+        # until that worker commits.
+        return min(max(due.seconds, _SCHEDULE_MIN_WAIT), _SCHEDULE_LOOK)
 
     def _with_client(self, action: Callable[[QueueClient], T], *, transaction: bool = False) -> T:
         """Run ``action`` on a pooled autocommit connection: each statement commits on its own,
@@ -951,6 +979,12 @@ def claim_seconds(job: Job) -> float:
     if job.visible_until is None or job.claimed_at is None:
         raise ValueError(f"job {job.id} is not claimed")
     return (job.visible_until - job.claimed_at).total_seconds()
+
+
+def _run_call(client: QueueClient, call: protocol.Call[T]) -> T:
+    """Run a call the client has no method for, on the client's cursor."""
+    client.cursor.execute(call.sql, call.params)
+    return call.parse(as_dicts(client.cursor.description, client.cursor.fetchall()))
 
 
 def _asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
