@@ -319,9 +319,11 @@ Quiet by default: warnings, and a throughput line every --report-interval second
 -v logs each job; --log-format json writes each log line as one JSON object
 (ts, level, logger, message, event, job_id, queue, attempt, duration_ms, ...).
 
-SIGTERM or Ctrl-C stops claiming; running jobs get --grace-period seconds to finish, then the
-rest are released to run elsewhere. A second signal exits at once. With --processes N, a
-supervisor runs N worker processes, restarts any that dies, and passes signals on.
+SIGTERM or Ctrl-C stops claiming; claimed jobs get --grace-period seconds to finish, then
+those not started are released to run elsewhere; a job whose handler still runs keeps its
+claim until the handler returns or --handler-timeout passes. A second signal exits at once.
+With --processes N, a supervisor runs N worker processes, restarts any that dies, and passes
+signals on.
 """
 
 
@@ -453,6 +455,14 @@ def _check_schema(dsn: str) -> None:
     help="Seconds running jobs get to finish after SIGTERM before they are released.",
 )
 @click.option(
+    "--handler-timeout",
+    type=click.FloatRange(0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a handler may run (unless its registration names a timeout); past it the "
+    "attempt counts as timed out and the job is retried. 0: no limit.",
+)
+@click.option(
     "--poll-interval",
     type=click.FloatRange(0, min_open=True),
     default=5.0,
@@ -494,6 +504,7 @@ def worker(
     worker_id: str | None,
     visibility_timeout: float | None,
     grace_period: float,
+    handler_timeout: float,
     poll_interval: float,
     report_interval: float,
     vacuum_interval: float,
@@ -532,6 +543,7 @@ def worker(
                 else ("--visibility-timeout", str(visibility_timeout))
             ),
             *("--grace-period", str(grace_period), "--poll-interval", str(poll_interval)),
+            *("--handler-timeout", str(handler_timeout)),
             *("--report-interval", str(report_interval), "--log-format", log_format),
             *("--vacuum-interval", str(vacuum_interval)),
         ]
@@ -558,6 +570,7 @@ def worker(
         visibility_timeout=visibility_timeout,
         poll_interval=poll_interval,
         grace_period=grace_period,
+        handler_timeout=handler_timeout or None,
         report_interval=report_interval or None,
         report=report,
         vacuum_interval=vacuum_interval or None,

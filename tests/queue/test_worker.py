@@ -621,6 +621,71 @@ def test_a_schedule_fires_within_a_second_of_each_due_time_while_a_worker_runs(
         due += timedelta(seconds=2)
 
 
+def test_a_handler_past_its_timeout_has_its_attempt_timed_out_and_its_slot_taken_over(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    release = threading.Event()
+    ran: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    handlers = Handlers()
+
+    @handlers.register(Q, timeout=0.5)
+    def work(job: Job) -> None:
+        if job.payload.get("block"):
+            release.wait(timeout=30)
+        ran.put(job.id)
+
+    worker = start_worker(handlers, concurrency=1, prefetch=0)
+    stuck = pushed(client, {"block": True}, backoff_base=60)
+    timed_out = wait_until(
+        lambda: (job := client.get_job(stuck)) is not None and job.errors and job,
+        "the stuck handler's job was never nacked",
+    )
+    assert timed_out.errors[0]["error"] == "HandlerTimeout: the handler ran past its 0.5s limit"
+    assert timed_out.attempts == 1
+
+    # Its only slot is free again, although the stuck handler still runs.
+    after = pushed(client)
+    assert next_item(ran, "the next job never ran beside the stuck handler") == after
+    assert not release.is_set()
+    release.set()
+    assert next_item(ran, "the stuck handler never returned") == stuck
+    wait_until(gone(client, after), "the next job was never acked")
+    job = client.get_job(stuck)
+    assert job is not None and job.state == "pending", "a late outcome settled nothing"
+    assert (worker.stats.acked, worker.stats.retried) == (1, 1)
+
+
+def test_stop_never_releases_a_job_whose_handler_is_still_running(
+    worker_dsn: str, namespace: str, client: QueueClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    started, finish = threading.Event(), threading.Event()
+
+    def long_job(job: Job) -> None:
+        started.set()
+        finish.wait(timeout=30)
+
+    worker = Worker(worker_dsn, {Q: long_job}, namespace=namespace, grace_period=0.2)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    with caplog.at_level("INFO", logger="postkit.worker"):
+        thread.start()
+        job_id = pushed(client)
+        assert started.wait(timeout=15), "the job never started"
+        claimed = client.get_job(job_id)
+        worker.stop()
+        wait_until(
+            lambda: any("end of the grace period" in record.msg for record in caplog.records),
+            "the grace period never ended",
+        )
+        kept = client.get_job(job_id)
+        assert kept is not None and claimed is not None
+        assert (kept.state, kept.claim_token) == ("running", claimed.claim_token)
+        finish.set()
+        thread.join(timeout=15)
+    assert not thread.is_alive()
+    assert client.get_job(job_id) is None, "the job that finished after the grace was acked"
+    assert (worker.stats.acked, worker.stats.released) == (1, 0)
+
+
 def test_a_delayed_job_does_not_run_before_it_falls_due(
     start_worker: StartWorker, client: QueueClient
 ) -> None:
@@ -685,6 +750,7 @@ WORKER_SCRIPT = textwrap.dedent(
 
     dsn, namespace = sys.argv[1], sys.argv[2]
     grace, visibility = float(sys.argv[3]), float(sys.argv[4])
+    timeout, concurrency = float(sys.argv[5]), int(sys.argv[6])
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="log %(message)s")
     handlers = Handlers()
 
@@ -700,7 +766,13 @@ WORKER_SCRIPT = textwrap.dedent(
 
 
     Worker(
-        dsn, handlers, namespace=namespace, grace_period=grace, visibility_timeout=visibility
+        dsn,
+        handlers,
+        namespace=namespace,
+        grace_period=grace,
+        visibility_timeout=visibility,
+        handler_timeout=timeout,
+        concurrency=concurrency,
     ).run()
     print("exited", flush=True)
     """
@@ -710,9 +782,20 @@ WORKER_SCRIPT = textwrap.dedent(
 class WorkerProcess:
     """A worker in a process of its own, whose output the test reads line by line."""
 
-    def __init__(self, script: Path, dsn: str, namespace: str, *, grace: float, visibility: float):
+    def __init__(
+        self,
+        script: Path,
+        dsn: str,
+        namespace: str,
+        *,
+        grace: float,
+        visibility: float,
+        timeout: float,
+        concurrency: int,
+    ):
+        arguments = [dsn, namespace, str(grace), str(visibility), str(timeout), str(concurrency)]
         self.process = subprocess.Popen(
-            [sys.executable, str(script), dsn, namespace, str(grace), str(visibility)],
+            [sys.executable, str(script), *arguments],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -760,8 +843,18 @@ def spawn_worker(
     script.write_text(WORKER_SCRIPT, encoding="utf-8")
     spawned: list[WorkerProcess] = []
 
-    def _spawn(*, grace: float = 1.0, visibility: float = 30.0) -> WorkerProcess:
-        worker = WorkerProcess(script, dsn, namespace, grace=grace, visibility=visibility)
+    def _spawn(
+        *, grace: float = 1.0, visibility: float = 30.0, timeout: float = 60.0, concurrency: int = 8
+    ) -> WorkerProcess:
+        worker = WorkerProcess(
+            script,
+            dsn,
+            namespace,
+            grace=grace,
+            visibility=visibility,
+            timeout=timeout,
+            concurrency=concurrency,
+        )
         spawned.append(worker)
         return worker
 
@@ -772,22 +865,38 @@ def spawn_worker(
             worker.process.wait(timeout=10)
 
 
-def test_sigterm_releases_a_job_still_running_after_the_grace_period(
+def test_sigterm_releases_a_job_not_started_and_keeps_a_running_ones_claim_until_it_times_out(
     spawn_worker: Callable[..., WorkerProcess], client: QueueClient
 ) -> None:
-    job_id = pushed(client)
-    worker = spawn_worker(grace=1.0, visibility=30.0)
-    assert worker.expect("started") == f"started {job_id}"
+    running_id = pushed(client)
+    waiting_id = pushed(client)
+    # One slot: the second job is claimed ahead and waits for it.
+    worker = spawn_worker(grace=0.5, timeout=3.0, concurrency=1)
+    assert worker.expect("started") == f"started {running_id}"
+    waiting = wait_until(
+        lambda: (job := client.get_job(waiting_id)) is not None and job.state == "running" and job,
+        "the second job was never claimed ahead",
+    )
+    assert waiting.attempts == 1
 
     worker.process.send_signal(signal.SIGTERM)
-    assert worker.wait() == 0, worker.output
-    assert any(line.startswith(f"log released job {job_id}") for line in worker.output)
-    assert f"finished {job_id}" not in worker.output
+    worker.expect(f"log released job {waiting_id}")
+    worker.expect(f"log job {running_id} still running at the end of the grace period")
+    released = client.get_job(waiting_id)
+    assert released is not None
+    assert (released.state, released.attempts, released.worker_id) == ("pending", 0, None)
+    # The job whose handler runs keeps its claim: no other worker can take it.
+    kept = client.get_job(running_id)
+    assert kept is not None and kept.state == "running" and kept.attempts == 1
 
-    job = client.get_job(job_id)
-    assert job is not None
-    assert (job.state, job.attempts, job.worker_id) == ("pending", 0, None)
-    assert job.errors == (), "a release is not a failed attempt"
+    worker.expect(f"log job {running_id} ran past its handler timeout (3s)")
+    assert worker.wait() == 0, worker.output
+    assert f"finished {running_id}" not in worker.output
+    timed_out = client.get_job(running_id)
+    assert timed_out is not None and timed_out.state == "pending"
+    assert timed_out.attempts == 1
+    assert [entry["kind"] for entry in timed_out.errors] == ["nack"]
+    assert timed_out.errors[0]["error"] == "HandlerTimeout: the handler ran past its 3s limit"
 
 
 def test_sigterm_lets_a_job_finish_within_the_grace_period(

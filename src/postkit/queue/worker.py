@@ -37,18 +37,24 @@ What the runtime does for you:
 - **Vacuum.** A service thread vacuums the jobs table when claims have left enough dead
   entries in it, one worker at a time (``vacuum.py``), so claims stay fast between autovacuum's
   visits.
-- **Graceful shutdown.** SIGTERM or SIGINT stops claiming; running jobs get ``grace_period``
-  seconds to finish, then each is released (pending again at once, its attempt returned). A
-  second signal exits immediately.
+- **Handler timeouts.** A handler that runs past its timeout (``Handlers.add(timeout=...)``, else
+  ``handler_timeout``, an hour by default) has its attempt counted as timed out: its job is
+  nacked and no longer heartbeated, and another thread takes its slot.
+- **Graceful shutdown.** SIGTERM or SIGINT stops claiming; claimed jobs get ``grace_period``
+  seconds to finish, then those not started are released (pending again at once, their attempt
+  returned). A job whose handler still runs is never released: its claim is kept until the
+  handler returns or times out. A second signal exits immediately.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
 import logging
+import math
 import os
 import queue as stdlib_queue
 import random
@@ -97,6 +103,8 @@ class HandlerSpec:
     function: Callable[..., Any]
     transactional: bool
     is_async: bool
+    timeout: float | None = None
+    """The handler's maximum run time in seconds; None: the worker's ``handler_timeout``."""
 
 
 class Handlers(Mapping[str, HandlerSpec]):
@@ -108,26 +116,46 @@ class Handlers(Mapping[str, HandlerSpec]):
         for queue, function in (handlers or {}).items():
             self.add(queue, function)
 
-    def add(self, queue: str, function: Callable[..., Any], *, transactional: bool = False) -> None:
+    def add(
+        self,
+        queue: str,
+        function: Callable[..., Any],
+        *,
+        transactional: bool = False,
+        timeout: float | None = None,
+    ) -> None:
         """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
         ``transactional``).
 
+        ``timeout`` is the handler's maximum run time in seconds (default: the worker's
+        ``handler_timeout``). Past it the attempt counts as timed out: the job is nacked with a
+        ``HandlerTimeout`` error (retried with backoff, or dead-lettered with its attempts
+        spent) and its claim is no longer extended. An ``async def`` handler is cancelled; a
+        synchronous one cannot be stopped (Python cannot kill a thread): it runs on, on a
+        thread of its own, and whatever it returns or raises is dropped; a transactional one's
+        writes roll back with its stale ack. Another thread takes its slot.
+
         Raises:
-            ValueError: the queue already has a handler, or an ``async def`` handler is
-                transactional (the ack's transaction lives on a synchronous connection).
+            ValueError: the queue already has a handler, an ``async def`` handler is
+                transactional (the ack's transaction lives on a synchronous connection), or
+                ``timeout`` is not positive.
         """
         if queue in self._specs:
             raise ValueError(f"queue {queue!r} already has a handler")
         is_async = inspect.iscoroutinefunction(function)
         if is_async and transactional:
             raise ValueError("transactional handlers must be synchronous functions")
-        self._specs[queue] = HandlerSpec(function, transactional, is_async)
+        if timeout is not None and not timeout > 0:
+            raise ValueError("a handler's timeout must be positive")
+        self._specs[queue] = HandlerSpec(function, transactional, is_async, timeout)
 
-    def register(self, queue: str, *, transactional: bool = False) -> Callable[[F], F]:
+    def register(
+        self, queue: str, *, transactional: bool = False, timeout: float | None = None
+    ) -> Callable[[F], F]:
         """Decorator form of :meth:`add`."""
 
         def decorate(function: F) -> F:
-            self.add(queue, function, transactional=transactional)
+            self.add(queue, function, transactional=transactional, timeout=timeout)
             return function
 
         return decorate
@@ -182,6 +210,7 @@ class Worker:
         poll_interval: float = 5.0,
         tick_interval: float = 10.0,
         grace_period: float = 30.0,
+        handler_timeout: float | None = 3600.0,
         report_interval: float | None = None,
         report: Callable[[WorkerStats], None] | None = None,
         vacuum_interval: float | None = 2.0,
@@ -203,7 +232,13 @@ class Worker:
             poll_interval: the longest wait between pulls when no notification arrives.
             tick_interval: mean seconds between calls to ``tick_timeouts`` and ``prune``
                 (schedules fire when due, whatever this is).
-            grace_period: seconds running jobs get to finish after a stop is requested.
+            grace_period: seconds claimed jobs get to finish after a stop is requested. Past
+                it the jobs that have not started are released; a job whose handler is still
+                running keeps its claim (heartbeats go on) until the handler returns or its
+                timeout passes: a job is never released while its handler runs.
+            handler_timeout: the maximum run time of each handler, in seconds, unless its
+                registration names one (see :meth:`Handlers.add` for what happens past it);
+                None: no limit, a handler that never returns keeps its job forever.
             report_interval, report: call ``report(stats)`` this often (seconds).
             vacuum_interval: seconds between the vacuum service's looks at the jobs table
                 (see ``vacuum.py``); None turns the service off and leaves the table to
@@ -239,6 +274,9 @@ class Worker:
         self.poll_interval = poll_interval
         self.tick_interval = tick_interval
         self.grace_period = grace_period
+        if handler_timeout is not None and not handler_timeout > 0:
+            raise ValueError("handler_timeout must be positive")
+        self.handler_timeout = handler_timeout
         self.report_interval = report_interval
         self._report = report
         self.stats = WorkerStats()
@@ -250,6 +288,13 @@ class Worker:
         # Jobs whose settle (an ack in a transactional handler's transaction, a nack, a fail)
         # is under way: the heartbeat leaves them alone, since their claim is about to end.
         self._settling: set[int] = set()
+        # Jobs whose handler runs: when it started and when it times out (time.monotonic()).
+        self._started: dict[int, tuple[float, float]] = {}
+        # Jobs that ran past their handler's timeout and were nacked, their handler still
+        # running: whatever it returns is dropped.
+        self._timed_out: set[int] = set()
+        self._async_tasks: dict[int, concurrent.futures.Future[None]] = {}
+        self._handler_threads = 0
         # When each claimed job's next heartbeat is due (time.monotonic()), by job id.
         self._beats: dict[int, float] = {}
         self._heartbeat_wake = threading.Event()
@@ -315,8 +360,8 @@ class Worker:
         if self._vacuum is not None:
             vacuum = self._vacuum
             self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
-        for number in range(self.concurrency):
-            self._start_thread(self._sync_job_loop, f"handler-{number}")
+        for _ in range(self.concurrency):
+            self._start_handler_thread()
         if any(self.handlers[queue].is_async for queue in self.queues):
             self._loop = asyncio.new_event_loop()
             self._start_thread(self._loop.run_forever, "event-loop")
@@ -352,7 +397,7 @@ class Worker:
                 logger.warning("second signal: exiting now; running jobs will be reclaimed")
                 os._exit(128 + signum)
             logger.warning(
-                "signal %s: finishing running jobs (up to %.0fs), then releasing the rest",
+                "signal %s: letting jobs finish (up to %.0fs), then releasing those not started",
                 signal.Signals(signum).name,
                 self.grace_period,
             )
@@ -675,38 +720,92 @@ class Worker:
             )
         if spec.is_async:
             assert self._loop is not None
-            asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
+            task = asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
+            with self._lock:
+                self._async_tasks[job.id] = task
         else:
             self._sync_jobs.put((job, spec))
+
+    def _start_handler_thread(self) -> None:
+        self._handler_threads += 1
+        self._start_thread(self._sync_job_loop, f"handler-{self._handler_threads}")
 
     def _sync_job_loop(self) -> None:
         while True:
             job, spec = self._sync_jobs.get()
+            timed_out = False
             with _settle_errors_logged(job):
-                self._run_sync(job, spec)
+                timed_out = not self._run_sync(job, spec)
+            if timed_out:
+                return  # another thread took this one's place when the job timed out
 
-    def _run_sync(self, job: Job, spec: HandlerSpec) -> None:
-        started = time.monotonic()
+    def _start(self, job: Job, spec: HandlerSpec) -> float | None:
+        """The handler of ``job`` starts now, unless the job was released meanwhile (a stop):
+        then None. From now on its timeout runs."""
+        timeout = spec.timeout if spec.timeout is not None else self.handler_timeout
+        with self._lock:
+            if job.id not in self._in_flight:
+                return None
+            now = time.monotonic()
+            self._started[job.id] = (now, now + timeout if timeout is not None else math.inf)
+        self._heartbeat_wake.set()  # it also watches the handlers' timeouts
+        return now
+
+    def _claim_outcome(self, job: Job) -> bool:
+        """The handler of ``job`` returned or raised: settle it, unless it had already run
+        past its timeout (then the job was nacked as timed out, and this returns False)."""
+        with self._lock:
+            if job.id in self._timed_out:
+                return False
+            self._started.pop(job.id, None)
+            self._settling.add(job.id)
+            return True
+
+    def _drop_late_outcome(self, job: Job) -> bool:
+        with self._lock:
+            self._timed_out.discard(job.id)
+        logger.warning(
+            "the handler of job %d returned after its timeout: its outcome is dropped (the "
+            "attempt was counted as timed out)",
+            job.id,
+            extra=_job_fields(job, "late_outcome"),
+        )
+        return False
+
+    def _run_sync(self, job: Job, spec: HandlerSpec) -> bool:
+        """Run one job's handler and settle the job. Returns False when the handler ran past
+        its timeout (its thread was replaced meanwhile)."""
+        started = self._start(job, spec)
+        if started is None:
+            return True
         try:
             if spec.transactional:
-                self._run_transactional(job, spec)
+                if not self._run_transactional(job, spec):
+                    return self._drop_late_outcome(job)
             else:
                 spec.function(job)
         except BaseException as error:
+            if not self._claim_outcome(job):
+                return self._drop_late_outcome(job)
             try:
                 self._settle_error(job, error, started)
             finally:
                 self._finish(job)
-            return
+            return True
         if spec.transactional:
             self._finish(job)
-        else:
+        elif self._claim_outcome(job):
             self._complete(job, started)
+        else:
+            return self._drop_late_outcome(job)
+        return True
 
-    def _run_transactional(self, job: Job, spec: HandlerSpec) -> None:
-        """The handler's writes and the ack share one transaction: both commit, or neither."""
+    def _run_transactional(self, job: Job, spec: HandlerSpec) -> bool:
+        """The handler's writes and the ack share one transaction: both commit, or neither.
+        Returns False, with the writes rolled back, when the handler ran past its timeout."""
         assert self._pool is not None
         started = time.monotonic()
+        acked = False
         for attempt in range(3):
             handler_ran = False
             try:
@@ -716,7 +815,8 @@ class Worker:
                     cursor.execute("SET LOCAL synchronous_commit = on")
                     handler_ran = True
                     spec.function(job, cursor)
-                    self._begin_settle(job)
+                    if not self._claim_outcome(job):
+                        raise psycopg.Rollback(tx)
                     acked = QueueClient(cursor, namespace=self.namespace).ack(job)
                     if not acked:
                         raise psycopg.Rollback(tx)
@@ -727,7 +827,10 @@ class Worker:
                 # the dead one) instead of spending an attempt on it.
                 if handler_ran or attempt == 2:
                     raise
+        if job.id in self._timed_out:
+            return False
         self._record(job, "ack" if acked else "stale", started)
+        return True
 
     async def _run_async(self, job: Job, spec: HandlerSpec) -> None:
         if self._async_slots is None:
@@ -736,18 +839,26 @@ class Worker:
             await self._run_async_job(job, spec)
 
     async def _run_async_job(self, job: Job, spec: HandlerSpec) -> None:
-        started = time.monotonic()
+        started = self._start(job, spec)
+        if started is None:
+            return
         loop = asyncio.get_running_loop()
         try:
             await spec.function(job)
         except BaseException as error:
+            if not self._claim_outcome(job):
+                self._drop_late_outcome(job)
+                return
             try:
                 with _settle_errors_logged(job):
                     await loop.run_in_executor(None, self._settle_error, job, error, started)
             finally:
                 self._finish(job)
         else:
-            self._complete(job, started)
+            if self._claim_outcome(job):
+                self._complete(job, started)
+            else:
+                self._drop_late_outcome(job)
 
     def _settle_error(self, job: Job, error: BaseException, started: float) -> None:
         if isinstance(error, PermanentError):
@@ -820,6 +931,8 @@ class Worker:
         """The handler succeeded: free the slot and queue the job for the next batched ack."""
         with self._lock:
             self._in_flight.pop(job.id, None)
+            self._settling.discard(job.id)
+            self._async_tasks.pop(job.id, None)
             self._finished.append((job, started))
             self._lock.notify_all()
 
@@ -844,6 +957,7 @@ class Worker:
         with self._lock:
             self._in_flight.pop(job.id, None)
             self._settling.discard(job.id)
+            self._async_tasks.pop(job.id, None)
             self._slot_freed = True
             self._lock.notify_all()
 
@@ -861,8 +975,10 @@ class Worker:
         was made with (the queue's policy, or the worker's override). A job that is being
         settled is left alone: its claim ends with the settle."""
         while not self._closed.is_set():
+            self._expire_overdue_handlers()
             now = time.monotonic()
             with self._lock:
+                next_timeout = min((end for _, end in self._started.values()), default=math.inf)
                 beats = {
                     job_id: due
                     for job_id, due in self._beats.items()
@@ -871,7 +987,7 @@ class Worker:
                 self._beats = {job_id: self._beats[job_id] for job_id in beats}
                 due_jobs = [self._in_flight[job_id] for job_id, due in beats.items() if due <= now]
             if not due_jobs:
-                wait = min(beats.values(), default=now + self.poll_interval) - now
+                wait = min(*beats.values(), next_timeout, now + self.poll_interval) - now
                 self._heartbeat_wake.wait(max(wait, 0.0))
                 self._heartbeat_wake.clear()
                 continue
@@ -902,6 +1018,42 @@ class Worker:
                     extra=_job_fields(job, "claim_lost"),
                 )
 
+    def _expire_overdue_handlers(self) -> None:
+        """Count the attempt of each job whose handler ran past its timeout as timed out: nack
+        it (the heartbeats stop), cancel an async handler, and give a synchronous one's slot to
+        a new thread, since the handler's own thread cannot be stopped."""
+        now = time.monotonic()
+        with self._lock:
+            overdue = [
+                (self._in_flight[job_id], started)
+                for job_id, (started, end) in self._started.items()
+                if end <= now and job_id in self._in_flight and job_id not in self._settling
+            ]
+            for job, _ in overdue:
+                del self._started[job.id]
+                self._timed_out.add(job.id)
+                self._settling.add(job.id)
+                task = self._async_tasks.pop(job.id, None)
+                if task is not None:
+                    task.cancel()
+        for job, started in overdue:
+            spec = self.handlers[job.queue]
+            limit = spec.timeout if spec.timeout is not None else self.handler_timeout
+            logger.warning(
+                "job %d ran past its handler timeout (%gs): the attempt counts as timed out%s",
+                job.id,
+                limit,
+                "" if spec.is_async else "; its handler thread runs on, its outcome dropped",
+                extra=_job_fields(job, "handler_timeout"),
+            )
+            if not spec.is_async:
+                self._start_handler_thread()
+            error = f"HandlerTimeout: the handler ran past its {limit:g}s limit"
+            try:
+                self._settle(job, "nack", started, error=error)
+            finally:
+                self._finish(job)
+
     def _extend_claims(self, client: QueueClient, *, jobs: list[Job]) -> set[int]:
         """Extend each claim by its own timeout; return the ids of the jobs whose claim was
         lost."""
@@ -911,24 +1063,42 @@ class Worker:
             if not client.extend_visibility(job, extension=claim_seconds(job))
         }
 
-    def _shutdown(self) -> None:
-        deadline = time.monotonic() + self.grace_period
+    def _drain(self, deadline: float) -> None:
+        """Acknowledge the jobs that finish until none is left claimed or ``deadline``
+        (time.monotonic()) passes."""
         while True:
             with self._lock:
                 self._lock.wait_for(
                     lambda: not self._in_flight or bool(self._finished),
-                    timeout=max(deadline - time.monotonic(), 0),
+                    timeout=None if deadline == math.inf else max(deadline - time.monotonic(), 0),
                 )
                 acks, self._finished = self._finished, []
-                unfinished = list(self._in_flight.values())
+                done = not self._in_flight
             if acks:
                 try:
                     self._settle_and_claim(acks, 0)
                 except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                     logger.warning("could not acknowledge %d job(s) (%s)", len(acks), exc)
-            if not unfinished or time.monotonic() >= deadline:
-                break
-        for job in unfinished:
+                    time.sleep(_MAX_RETRY)
+            if done or time.monotonic() >= deadline:
+                return
+
+    def _shutdown(self) -> None:
+        """Let claimed jobs finish for the grace period; then release those that never
+        started, and keep the claims of those whose handler still runs until it returns or
+        times out. A job is never released while its handler runs: another worker would run
+        it a second time, at once."""
+        self._drain(time.monotonic() + self.grace_period)
+        with self._lock:
+            waiting = [
+                job
+                for job_id, job in self._in_flight.items()
+                if job_id not in self._started and job_id not in self._settling
+            ]
+            for job in waiting:
+                del self._in_flight[job.id]  # a handler thread that takes it skips it
+            running = list(self._in_flight.values())
+        for job in waiting:
             try:
                 released = self._with_client(functools.partial(QueueClient.release, job=job))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
@@ -937,10 +1107,21 @@ class Worker:
             if released:
                 self.stats.released += 1
                 logger.info(
-                    "released job %d: still running at the end of the grace period",
+                    "released job %d: not started by the end of the grace period",
                     job.id,
                     extra=_job_fields(job, "released"),
                 )
+        for job in running:
+            spec = self.handlers[job.queue]
+            limit = spec.timeout if spec.timeout is not None else self.handler_timeout
+            logger.warning(
+                "job %d still running at the end of the grace period: its claim is kept until "
+                "its handler returns or %s (a second signal exits now)",
+                job.id,
+                "never times out" if limit is None else f"its {limit:g}s timeout passes",
+                extra=_job_fields(job, "still_running"),
+            )
+        self._drain(math.inf)
         self._closed.set()
         self._heartbeat_wake.set()
         self._stop_listener()
