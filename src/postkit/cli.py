@@ -465,9 +465,15 @@ def _check_schema(dsn: str) -> None:
 @click.option(
     "--poll-interval",
     type=click.FloatRange(0, min_open=True),
-    default=5.0,
-    show_default=True,
-    help="Longest wait between pulls when no notification arrives.",
+    default=None,
+    help="Longest wait between pulls when no notification arrives [default: 5; with --pooler, 1].",
+)
+@click.option(
+    "--pooler",
+    is_flag=True,
+    help="The DSN leads to a pooler in transaction mode (PgBouncer): keep no session state "
+    "(no prepared statements, no session settings, no LISTEN, no vacuum service) and poll "
+    "every --poll-interval seconds instead of waiting for notifications.",
 )
 @click.option(
     "--report-interval",
@@ -505,7 +511,8 @@ def worker(
     visibility_timeout: float | None,
     grace_period: float,
     handler_timeout: float,
-    poll_interval: float,
+    poll_interval: float | None,
+    pooler: bool,
     report_interval: float,
     vacuum_interval: float,
     verbose: bool,
@@ -542,7 +549,9 @@ def worker(
                 if visibility_timeout is None
                 else ("--visibility-timeout", str(visibility_timeout))
             ),
-            *("--grace-period", str(grace_period), "--poll-interval", str(poll_interval)),
+            *("--grace-period", str(grace_period)),
+            *(() if poll_interval is None else ("--poll-interval", str(poll_interval))),
+            *(["--pooler"] if pooler else []),
             *("--handler-timeout", str(handler_timeout)),
             *("--report-interval", str(report_interval), "--log-format", log_format),
             *("--vacuum-interval", str(vacuum_interval)),
@@ -569,6 +578,7 @@ def worker(
         prefetch=prefetch,
         visibility_timeout=visibility_timeout,
         poll_interval=poll_interval,
+        pooler=pooler,
         grace_period=grace_period,
         handler_timeout=handler_timeout or None,
         report_interval=report_interval or None,

@@ -340,6 +340,18 @@ def test_a_push_wakes_an_idle_worker_without_waiting_for_its_poll(
     assert next_item(handled, "the worker slept through the notification", 10) == job_id
 
 
+def test_an_idle_worker_finds_a_job_whose_notification_never_came_on_its_fallback_poll(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    ran: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    start_worker({Q: lambda job: ran.put(job.id)}, poll_interval=0.5)
+    first = pushed(client)
+    assert next_item(ran, "the first job never ran") == first
+    client.cursor.execute("SET postkit_queue.notify = off")  # this session's pushes are silent
+    silent = pushed(client)
+    assert next_item(ran, "the fallback poll never found the job", 5) == silent
+
+
 def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> None:
     ran = threading.Event()
     worker = Worker(

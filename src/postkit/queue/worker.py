@@ -21,6 +21,9 @@ What the runtime does for you:
   acks, retries) commit asynchronously (``synchronous_commit = off``): if the database crashes
   in the instant after such a commit, the claim or ack is lost and the job is simply delivered
   again, which at-least-once delivery allows. Transactional handlers commit synchronously.
+- **Pooler mode** (``pooler=True``): through PgBouncer in transaction mode the worker keeps no
+  session state (no prepared statements, no session settings, no LISTEN, no advisory lock) and
+  polls every ``poll_interval`` (1 s by default).
 - **Outcomes.** A handler that returns acks its job. :class:`~postkit.errors.PermanentError`
   fails it into the dead-letter queue, :class:`~postkit.errors.RetryLater` retries it after the
   delay it names, and any other exception nacks it with the error and a traceback summary.
@@ -91,6 +94,7 @@ _MAX_BACKOFF = 30.0
 # connections again.
 _MAX_RETRY = 1.0
 _LISTENER_DOWN_POLL = 1.0
+_POOLER_POLL = 1.0
 # The longest wait between two looks at the namespace's next due schedule, and the shortest.
 _SCHEDULE_LOOK = 1.0
 _SCHEDULE_MIN_WAIT = 0.02
@@ -207,13 +211,14 @@ class Worker:
         concurrency: int = 8,
         prefetch: int | None = None,
         visibility_timeout: float | None = None,
-        poll_interval: float = 5.0,
+        poll_interval: float | None = None,
         tick_interval: float = 10.0,
         grace_period: float = 30.0,
         handler_timeout: float | None = 3600.0,
         report_interval: float | None = None,
         report: Callable[[WorkerStats], None] | None = None,
         vacuum_interval: float | None = 2.0,
+        pooler: bool = False,
     ) -> None:
         """
         Args:
@@ -229,7 +234,8 @@ class Worker:
             visibility_timeout: seconds each claim lasts between heartbeats, overriding the
                 queue's policy (``configure_queue(visibility_timeout=...)``, 30 s unless set).
                 Default: the queue's policy.
-            poll_interval: the longest wait between pulls when no notification arrives.
+            poll_interval: the longest wait between pulls when no notification arrives
+                (default: 5 s; in pooler mode, where none can arrive, 1 s).
             tick_interval: mean seconds between calls to ``tick_timeouts`` and ``prune``
                 (schedules fire when due, whatever this is).
             grace_period: seconds claimed jobs get to finish after a stop is requested. Past
@@ -243,6 +249,14 @@ class Worker:
             vacuum_interval: seconds between the vacuum service's looks at the jobs table
                 (see ``vacuum.py``); None turns the service off and leaves the table to
                 autovacuum.
+            pooler: ``dsn`` leads to a pooler in transaction mode (PgBouncer's
+                ``pool_mode = transaction``), where consecutive statements of one connection
+                may run on different server sessions. Pooler mode keeps no session state:
+                no prepared statements (``prepare_threshold=None``), no session settings (the
+                worker's bookkeeping then commits synchronously), no LISTEN (a notification
+                would reach whichever client holds the server session next): the worker polls
+                every ``poll_interval`` instead, and says so in its log. The vacuum service,
+                which holds a session-level advisory lock, is off.
 
         Raises:
             ValueError: a queue has no handler, or a number is out of range.
@@ -255,13 +269,14 @@ class Worker:
         if (
             concurrency < 1
             or (visibility_timeout is not None and visibility_timeout <= 0)
-            or poll_interval <= 0
+            or (poll_interval is not None and poll_interval <= 0)
         ):
             raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
         if prefetch is not None and prefetch < 0:
             raise ValueError("prefetch must be zero or positive")
+        self.pooler = pooler
         self._vacuum = (
-            None if vacuum_interval is None else JobsVacuum(dsn, interval=vacuum_interval)
+            None if vacuum_interval is None or pooler else JobsVacuum(dsn, interval=vacuum_interval)
         )
         self.dsn = dsn
         self.namespace = namespace
@@ -271,6 +286,8 @@ class Worker:
         # Jobs claimed and not yet settled: running, or waiting for a handler slot.
         self.capacity = self.concurrency + self.prefetch
         self.visibility_timeout = visibility_timeout
+        if poll_interval is None:
+            poll_interval = _POOLER_POLL if pooler else 5.0
         self.poll_interval = poll_interval
         self.tick_interval = tick_interval
         self.grace_period = grace_period
@@ -343,8 +360,13 @@ class Worker:
             max_size=self.concurrency + 2,
             # Autocommit: each of the worker's calls is one statement, hence one transaction
             # and one round trip; the few that need more say so (_with_client).
-            kwargs={"autocommit": True},
-            configure=_asynchronous_commit,
+            kwargs=(
+                # No session state through a pooler: no server-side prepared statements.
+                {"autocommit": True, "prepare_threshold": None}
+                if self.pooler
+                else {"autocommit": True}
+            ),
+            configure=None if self.pooler else _asynchronous_commit,
             # While the server is away the pool's own reconnect attempts back off (1 s, 2 s,
             # 4 s, ...), so that after a long outage its next attempt could come many seconds
             # after the server is back. An attempt gives up after a second instead, and a
@@ -356,7 +378,8 @@ class Worker:
             name=f"postkit-worker-{self.worker_id}",
         )
         self._start_thread(self._heartbeat_loop, "heartbeat")
-        self._listener_thread = self._start_thread(self._listen_loop, "listener")
+        if not self.pooler:
+            self._listener_thread = self._start_thread(self._listen_loop, "listener")
         if self._vacuum is not None:
             vacuum = self._vacuum
             self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
@@ -373,6 +396,14 @@ class Worker:
             self.concurrency,
             extra={"event": "started", "worker_id": self.worker_id},
         )
+        if self.pooler:
+            logger.warning(
+                "pooler mode: notifications are off (LISTEN does not work through a "
+                "transaction pooler), so the worker polls every %gs; no prepared statements, no "
+                "session settings, no vacuum service",
+                self.poll_interval,
+                extra={"event": "notifications_off"},
+            )
         try:
             self._main_loop()
         finally:
@@ -417,7 +448,7 @@ class Worker:
 
     def _main_loop(self) -> None:
         failures = 0
-        next_tick = next_schedules = time.monotonic()
+        next_tick = next_schedules = last_look = time.monotonic()
         next_report = time.monotonic() + (self.report_interval or 0)
         want_jobs = True
         while not self._stopping.is_set():
@@ -441,6 +472,8 @@ class Worker:
                         self._slot_freed = False
                     free = self.capacity - len(self._in_flight)
                     if acks or (want_jobs and free > 0):
+                        if want_jobs and free > 0:
+                            last_look = now
                         claimed = self._settle_and_claim(acks, free if want_jobs else 0)
                         # Keep claiming while the queues give jobs; once they run dry, wait for
                         # a notification (or the fallback poll) before asking again.
@@ -457,22 +490,28 @@ class Worker:
                     # look for some. With every slot taken it stays out of the way; a
                     # notification meanwhile waits on its connection for the next look.
                     self._idle.set()
+                # The fallback poll: a notification may have been missed. Without a listener
+                # none can come: poll at least every second until it is back (or for good,
+                # every poll_interval, in pooler mode).
+                poll = (
+                    self.poll_interval
+                    if self._listener or self.pooler
+                    else min(self.poll_interval, _LISTENER_DOWN_POLL)
+                )
+                next_poll = last_look + poll
                 with self._lock:
-                    # Without a listener no notification can come: poll, at least every
-                    # second, until it is back (or for good, in pooler mode).
-                    poll = self.poll_interval if self._listener else _LISTENER_DOWN_POLL
-                    woken = self._lock.wait_for(
+                    self._lock.wait_for(
                         lambda: (
                             bool(self._finished)
                             or self._slot_freed
                             or self._work_hint.is_set()
                             or self._stopping.is_set()
                         ),
-                        timeout=max(min(poll, self.poll_interval, wake_by - now), 0.0),
+                        timeout=max(min(next_poll, wake_by) - now, 0.0),
                     )
                 self._idle.clear()
-                if not woken and time.monotonic() < wake_by:
-                    want_jobs = True  # the fallback poll: a notification may have been missed
+                if time.monotonic() >= next_poll:
+                    want_jobs = True
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 failures += 1
                 # Drop every pooled connection that died with this one (a server restart
