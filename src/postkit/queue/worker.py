@@ -331,6 +331,7 @@ class Worker:
         # (_claim_on_wake), so the two never claim at once and never overfill the slots.
         self._claiming = threading.Lock()
         self._listener: WorkListener | None = None
+        self._schedule_due = True  # the first look fires what fell due while nothing ran
         self._listener_thread: threading.Thread | None = None
         # Set by the main loop when the database answers again after errors: the listener
         # reconnects at once instead of waiting out its backoff.
@@ -706,8 +707,14 @@ class Worker:
 
         The next look comes when the next schedule falls due, and within a second at the
         latest, so that a schedule created or changed meanwhile is fired on time too."""
-        # One transaction: the due schedules stay locked until each has fired.
-        for fired in self._with_client(lambda client: client.tick_schedules(), transaction=True):
+        # One transaction: the due schedules stay locked until each has fired. Only when the
+        # last look found one falling due by now: otherwise a look is one statement.
+        fired_now = (
+            self._with_client(lambda client: client.tick_schedules(), transaction=True)
+            if self._schedule_due
+            else []
+        )
+        for fired in fired_now:
             logger.info(
                 "schedule %s fired job %d; next run at %s",
                 fired.name,
@@ -718,6 +725,7 @@ class Worker:
         due = self._with_client(
             lambda client: _run_call(client, protocol.next_schedule_at(self.namespace))
         )
+        self._schedule_due = due.seconds is not None and due.seconds <= _SCHEDULE_LOOK
         if due.seconds is None:
             return _SCHEDULE_LOOK
         # Not less than a few milliseconds: a schedule another worker is firing stays due
@@ -746,7 +754,7 @@ class Worker:
         spec = self.handlers[job.queue]
         with self._lock:
             self._in_flight[job.id] = job
-            self._beats[job.id] = time.monotonic() + claim_seconds(job) / 3
+            self._beats[job.id] = time.monotonic() + _claim_seconds(job) / 3
         self._heartbeat_wake.set()
         if logger.isEnabledFor(logging.INFO):
             logger.info(
@@ -804,7 +812,7 @@ class Worker:
         with self._lock:
             self._timed_out.discard(job.id)
         logger.warning(
-            "the handler of job %d returned after its timeout: its outcome is dropped (the "
+            "the handler of job %d ended after its timeout: its outcome is dropped (the "
             "attempt was counted as timed out)",
             job.id,
             extra=_job_fields(job, "late_outcome"),
@@ -1036,7 +1044,7 @@ class Worker:
                 if self._closed.is_set():
                     return
                 logger.warning("heartbeat failed (%s)", exc, extra={"event": "heartbeat_error"})
-                self._closed.wait(min(1.0, min(claim_seconds(job) for job in due_jobs) / 6))
+                self._closed.wait(min(1.0, min(_claim_seconds(job) for job in due_jobs) / 6))
                 continue
             extended = time.monotonic()
             with self._lock:
@@ -1044,7 +1052,7 @@ class Worker:
                     if job.id in lost:
                         self._beats.pop(job.id, None)
                     elif job.id in self._beats:
-                        self._beats[job.id] = extended + claim_seconds(job) / 3
+                        self._beats[job.id] = extended + _claim_seconds(job) / 3
                 reported = [
                     job
                     for job in due_jobs
@@ -1099,7 +1107,7 @@ class Worker:
         return {
             job.id
             for job in jobs
-            if not client.extend_visibility(job, extension=claim_seconds(job))
+            if not client.extend_visibility(job, extension=_claim_seconds(job))
         }
 
     def _drain(self, deadline: float) -> None:
@@ -1194,10 +1202,11 @@ def _settle_errors_logged(job: Job) -> Iterator[None]:
         )
 
 
-def claim_seconds(job: Job) -> float:
-    """How long ``job``'s claim lasts: the visibility timeout it was claimed with."""
+def _claim_seconds(job: Job) -> float:
+    """How long ``job``'s claim lasts: the visibility timeout it was claimed with (the
+    built-in 30 s for a job that does not say, which a claimed job always does)."""
     if job.visible_until is None or job.claimed_at is None:
-        raise ValueError(f"job {job.id} is not claimed")
+        return 30.0
     return (job.visible_until - job.claimed_at).total_seconds()
 
 
