@@ -534,14 +534,14 @@ def test_a_healthy_transactional_job_is_never_reported_lost(
 
     @handlers.register(Q, transactional=True)
     def slow(job: Job, cursor: psycopg.Cursor[Any]) -> None:
-        time.sleep(0.02 * (job.id % 7))
+        time.sleep(0.002 * (job.id % 7))
 
-    client.push_batch(Q, [{} for _ in range(150)])
+    client.push_batch(Q, [{} for _ in range(400)])
     with caplog.at_level("WARNING", logger="postkit.worker"):
-        # A heartbeat every 0.1 s, and a short poll, so that the drain does not depend on how
-        # finished jobs wake the loop.
-        worker = start_worker(handlers, concurrency=8, visibility_timeout=0.3, poll_interval=0.05)
-        wait_until(lambda: worker.stats.acked == 150, "the jobs were never all acked", 30)
+        # A heartbeat every 20 ms, so that many land while a job's ack commits, and a short
+        # poll, so that the drain does not depend on how finished jobs wake the loop.
+        worker = start_worker(handlers, concurrency=8, visibility_timeout=0.06, poll_interval=0.05)
+        wait_until(lambda: worker.stats.acked == 400, "the jobs were never all acked", 60)
     lost = [record.getMessage() for record in caplog.records if "lost the claim" in record.msg]
     assert lost == []
 
