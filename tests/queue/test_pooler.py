@@ -13,8 +13,10 @@ import logging
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -217,6 +219,45 @@ def test_a_pooler_mode_worker_leaves_no_session_setting_to_other_clients(
         worker.stop()
         thread.join(timeout=30)
     assert seen == {("on", "0", '"$user", public')}
+
+
+def test_postkit_worker_with_pooler_drains_through_pgbouncer_and_exits_0_on_sigterm(
+    pooled_dsn: str, namespace: str, pooled_client: QueueClient, tmp_path: Path
+) -> None:
+    (tmp_path / "tasks.py").write_text(
+        "from postkit.queue.worker import Handlers\n"
+        "handlers = Handlers()\n"
+        "handlers.add('pooled', lambda job: None)\n"
+    )
+    output = tmp_path / "worker.log"
+    with output.open("w") as log:
+        worker = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "postkit.cli", "worker", "tasks", "--pooler", "-v"),
+                *("--namespace", namespace, "--dsn", pooled_dsn, "--processes", "2"),
+            ],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+    try:
+        wait_until(
+            lambda: output.read_text().count("pooler mode: notifications are off") == 2,
+            "the two worker processes never said they poll",
+        )
+        pooled_client.push_batch(Q, [{} for _ in range(30)])
+        wait_until(
+            lambda: output.read_text().count("acked job") == 30,
+            "the pooler-mode workers never acked every job",
+        )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=30)
+    text = output.read_text()
+    assert code == 0, text
+    assert text.count("pooler mode: notifications are off") == 2, text
+    assert "Traceback" not in text and "error" not in text, text
 
 
 @pytest.fixture

@@ -333,6 +333,7 @@ class Worker:
         self._listener: WorkListener | None = None
         self._schedule_due = True  # the first look fires what fell due while nothing ran
         self._listener_thread: threading.Thread | None = None
+        self._vacuum_thread: threading.Thread | None = None
         # Set by the main loop when the database answers again after errors: the listener
         # reconnects at once instead of waiting out its backoff.
         self._database_back = threading.Event()
@@ -383,7 +384,7 @@ class Worker:
             self._listener_thread = self._start_thread(self._listen_loop, "listener")
         if self._vacuum is not None:
             vacuum = self._vacuum
-            self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
+            self._vacuum_thread = self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
         for _ in range(self.concurrency):
             self._start_handler_thread()
         if any(self.handlers[queue].is_async for queue in self.queues):
@@ -1172,6 +1173,8 @@ class Worker:
         self._closed.set()
         self._heartbeat_wake.set()
         self._stop_listener()
+        if self._vacuum_thread is not None:
+            self._vacuum_thread.join(timeout=5)  # it ends at once, unless in a VACUUM
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._pool is not None:
