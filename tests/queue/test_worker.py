@@ -667,6 +667,43 @@ def test_a_handler_past_its_timeout_has_its_attempt_timed_out_and_its_slot_taken
     assert (worker.stats.acked, worker.stats.retried) == (1, 1)
 
 
+def test_a_transactional_handler_past_its_timeout_has_its_writes_rolled_back(
+    start_worker: StartWorker,
+    client: QueueClient,
+    table: sql.Identifier,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = threading.Event()
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True, timeout=0.5)
+    def record(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
+        if job.payload.get("block"):
+            release.wait(timeout=30)
+
+    # One slot, and a pool of three connections: as many as the stuck handlers hold.
+    worker = start_worker(handlers, concurrency=1, prefetch=0)
+    stuck = [pushed(client, {"block": True}, backoff_base=60) for _ in range(3)]
+    wait_until(
+        lambda: all((job := client.get_job(job_id)) and job.errors for job_id in stuck),
+        "the stuck handlers' jobs were never nacked",
+    )
+    # More jobs run on the slot while the stuck handlers hold their connections.
+    others = [pushed(client), pushed(client)]
+    wait_until(lambda: worker.stats.acked == 2, "the next jobs never ran beside the stuck ones")
+    with caplog.at_level("WARNING", logger="postkit.worker"):
+        release.set()
+        wait_until(
+            lambda: sum("ended after its timeout" in record.msg for record in caplog.records) == 3,
+            "the stuck handlers never ended",
+        )
+    for job_id in stuck:
+        job = client.get_job(job_id)
+        assert job is not None and job.state == "pending"
+    assert written(client, table) == sorted(others), "the stuck handlers' writes rolled back"
+
+
 def test_stop_never_releases_a_job_whose_handler_is_still_running(
     worker_dsn: str, namespace: str, client: QueueClient, caplog: pytest.LogCaptureFixture
 ) -> None:

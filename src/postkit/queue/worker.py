@@ -137,7 +137,8 @@ class Handlers(Mapping[str, HandlerSpec]):
         spent) and its claim is no longer extended. An ``async def`` handler is cancelled; a
         synchronous one cannot be stopped (Python cannot kill a thread): it runs on, on a
         thread of its own, and whatever it returns or raises is dropped; a transactional one's
-        writes roll back with its stale ack. Another thread takes its slot.
+        writes roll back (its ack is not sent), and the worker's pool grows by a connection
+        while it holds its own. Another thread takes its slot.
 
         Raises:
             ValueError: the queue already has a handler, an ``async def`` handler is
@@ -809,9 +810,16 @@ class Worker:
             self._settling.add(job.id)
             return True
 
+    def _resize_pool(self, change: int) -> None:
+        assert self._pool is not None
+        with self._lock:
+            self._pool.resize(1, self._pool.max_size + change)
+
     def _drop_late_outcome(self, job: Job) -> bool:
         with self._lock:
             self._timed_out.discard(job.id)
+        if self.handlers[job.queue].transactional:
+            self._resize_pool(-1)  # its connection is back in the pool
         logger.warning(
             "the handler of job %d ended after its timeout: its outcome is dropped (the "
             "attempt was counted as timed out)",
@@ -1096,6 +1104,11 @@ class Worker:
             )
             if not spec.is_async:
                 self._start_handler_thread()
+            if spec.transactional:
+                # The late handler keeps its pooled connection, in its open transaction, until
+                # it returns: the pool grows by one meanwhile, so its slot's new handler and the
+                # worker's own calls still get connections.
+                self._resize_pool(+1)
             error = f"HandlerTimeout: the handler ran past its {limit:g}s limit"
             try:
                 self._settle(job, "nack", started, error=error)
