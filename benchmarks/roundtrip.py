@@ -6,15 +6,23 @@ PostgreSQL, so the client's CPU per job limits the drain rate as much as the ser
 This drains a preloaded queue with ack_and_pull alone, one batch per transaction, and reports
 the rate and the process's CPU time per job (building the statement, reading the rows, making
 the Job objects).
+
+``worker_drain`` drains a preloaded backlog with a whole :class:`~postkit.queue.worker.Worker`
+instead, with a no-op handler, plain or transactional (the handler's transaction carries the
+ack): a transactional job settles on its own thread, and each must wake the worker to fill its
+slot, or the backlog drains one batch per fallback poll.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import psycopg
 
 from postkit.queue import Job, QueueClient
+from postkit.queue.worker import Handlers, Worker
 
 QUEUE = "roundtrip"
 
@@ -39,3 +47,38 @@ def drain(dsn: str, *, jobs: int, batch: int) -> tuple[float, float]:
                 break
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return settled / elapsed, cpu / settled * 1e6
+
+
+def worker_drain(dsn: str, *, jobs: int, transactional: bool) -> float:
+    """Preload ``jobs`` jobs, then drain them with a Worker (concurrency 8, its defaults
+    otherwise) whose handler does nothing. Returns jobs per second, from the worker's start to
+    its last ack."""
+    namespace = f"bench-worker-drain-{time.time_ns()}"
+    with psycopg.connect(dsn) as connection:
+        queue = QueueClient(connection.cursor(), namespace=namespace)
+        for first in range(0, jobs, 1000):
+            queue.push_batch(QUEUE, list(range(first, min(first + 1000, jobs))))
+        connection.commit()
+    handlers = Handlers()
+    if transactional:
+
+        def in_the_acks_transaction(job: Job, cursor: Any) -> None:
+            pass
+
+        handlers.add(QUEUE, in_the_acks_transaction, transactional=True)
+    else:
+        handlers.add(QUEUE, lambda job: None)
+    worker = Worker(dsn, handlers, namespace=namespace, concurrency=8, vacuum_interval=None)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    try:
+        while worker.stats.acked < jobs:
+            if not thread.is_alive():
+                raise RuntimeError("the worker stopped before the backlog drained")
+            time.sleep(0.002)
+        elapsed = time.perf_counter() - started
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+    return jobs / elapsed

@@ -1038,6 +1038,46 @@ def test_tick_runs_until_sigterm(
     assert out.read_text().count("schedule beat pushed job") == 1
 
 
+def test_tick_wakes_for_each_due_schedule_whatever_its_interval(
+    dsn: str, namespace: str, tmp_path: Path
+) -> None:
+    in_namespace = ["--dsn", dsn, "--namespace", namespace]
+    ok(
+        CliRunner().invoke(
+            main,
+            [
+                "schedule",
+                "create",
+                "beat",
+                "--queue",
+                "pings",
+                "--every",
+                "1s",
+                "--create",
+                *in_namespace,
+            ],
+        )
+    )
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        ticker = subprocess.Popen(
+            [sys.executable, "-m", "postkit.cli", "tick", "--interval", "60", *in_namespace],
+            stdout=stdout,
+            stderr=stderr,
+        )
+        try:
+            # Three runs of a schedule due every second, from a ticker whose rounds are a
+            # minute apart.
+            deadline = time.monotonic() + 10
+            while out.read_text().count("schedule beat pushed job") < 3:
+                assert ticker.poll() is None, err.read_text()
+                assert time.monotonic() < deadline, (out.read_text(), err.read_text())
+                time.sleep(0.05)
+        finally:
+            ticker.send_signal(signal.SIGTERM)
+            ticker.wait(timeout=10)
+
+
 # -------------------------------------------------------------------------------------------
 # The helpers
 # -------------------------------------------------------------------------------------------

@@ -362,9 +362,11 @@ Quiet by default: warnings, and a throughput line every --report-interval second
 -v logs each job; --log-format json writes each log line as one JSON object
 (ts, level, logger, message, event, job_id, queue, attempt, duration_ms, ...).
 
-SIGTERM or Ctrl-C stops claiming; running jobs get --grace-period seconds to finish, then the
-rest are released to run elsewhere. A second signal exits at once. With --processes N, a
-supervisor runs N worker processes, restarts any that dies, and passes signals on.
+SIGTERM or Ctrl-C stops claiming; claimed jobs get --grace-period seconds to finish, then
+those not started are released to run elsewhere; a job whose handler still runs keeps its
+claim until the handler returns or --handler-timeout passes. A second signal exits at once.
+With --processes N, a supervisor runs N worker processes, restarts any that dies, and passes
+signals on.
 """
 
 
@@ -547,9 +549,10 @@ def _log_start(
 @click.option(
     "--visibility-timeout",
     type=click.FloatRange(0, min_open=True),
-    default=30.0,
-    show_default=True,
-    help="Seconds a claim lasts between heartbeats; a dead worker's jobs return after it.",
+    default=None,
+    help="Seconds a claim lasts between heartbeats; a dead worker's jobs return after it. "
+    "Overrides each queue's policy (`configure_queue(visibility_timeout=...)`) [default: the "
+    "queue's policy, 30 s unless set].",
 )
 @click.option(
     "--grace-period",
@@ -559,11 +562,25 @@ def _log_start(
     help="Seconds running jobs get to finish after SIGTERM before they are released.",
 )
 @click.option(
+    "--handler-timeout",
+    type=click.FloatRange(0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a handler may run (unless its registration names a timeout); past it the "
+    "attempt counts as timed out and the job is retried. 0: no limit.",
+)
+@click.option(
     "--poll-interval",
     type=click.FloatRange(0, min_open=True),
-    default=5.0,
-    show_default=True,
-    help="Longest wait between pulls when no notification arrives.",
+    default=None,
+    help="Longest wait between pulls when no notification arrives [default: 5; with --pooler, 1].",
+)
+@click.option(
+    "--pooler",
+    is_flag=True,
+    help="The DSN leads to a pooler in transaction mode (PgBouncer): keep no session state "
+    "(no prepared statements, no session settings, no LISTEN, no vacuum service) and poll "
+    "every --poll-interval seconds instead of waiting for notifications.",
 )
 @click.option(
     "--report-interval",
@@ -598,9 +615,11 @@ def worker(
     processes: int,
     namespace: str,
     worker_id: str | None,
-    visibility_timeout: float,
+    visibility_timeout: float | None,
     grace_period: float,
-    poll_interval: float,
+    handler_timeout: float,
+    poll_interval: float | None,
+    pooler: bool,
     report_interval: float,
     vacuum_interval: float,
     verbose: bool,
@@ -634,8 +653,15 @@ def worker(
             *(argument for queue in queues for argument in ("--queue", queue)),
             *("--namespace", namespace, "--concurrency", str(concurrency)),
             *(() if prefetch is None else ("--prefetch", str(prefetch))),
-            *("--visibility-timeout", str(visibility_timeout)),
-            *("--grace-period", str(grace_period), "--poll-interval", str(poll_interval)),
+            *(
+                ()
+                if visibility_timeout is None
+                else ("--visibility-timeout", str(visibility_timeout))
+            ),
+            *("--grace-period", str(grace_period)),
+            *(() if poll_interval is None else ("--poll-interval", str(poll_interval))),
+            *(["--pooler"] if pooler else []),
+            *("--handler-timeout", str(handler_timeout)),
             *("--report-interval", str(report_interval), "--log-format", log_format),
             *("--vacuum-interval", str(vacuum_interval)),
         ]
@@ -661,7 +687,9 @@ def worker(
         prefetch=prefetch,
         visibility_timeout=visibility_timeout,
         poll_interval=poll_interval,
+        pooler=pooler,
         grace_period=grace_period,
+        handler_timeout=handler_timeout or None,
         report_interval=report_interval or None,
         report=report,
         vacuum_interval=vacuum_interval or None,
@@ -2151,6 +2179,19 @@ def tick_round(client: QueueClient) -> TickRound:
     return TickRound(datetime.now(timezone.utc), reclaimed, fired, broken, pruned)
 
 
+def _until_next_schedule(connection: psycopg.Connection[Any], namespace: str) -> float:
+    """Seconds until the namespace's next active schedule falls due (a little more than 0
+    when one is due now, and never more than a day): the ticker wakes for it."""
+    from postkit.queue import protocol
+    from postkit.queue.rows import as_dicts
+
+    call = protocol.next_schedule_at(namespace)
+    cursor = connection.execute(call.sql, call.params)
+    due = call.parse(as_dicts(cursor.description, cursor.fetchall()))
+    connection.rollback()
+    return 86_400.0 if due.seconds is None else min(max(due.seconds, 0.02), 86_400.0)
+
+
 def _report_round(result: TickRound, *, as_json: bool, quiet_if_idle: bool) -> None:
     if as_json:
         if result.anything or not quiet_if_idle:
@@ -2197,9 +2238,11 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
     (tick_schedules) and apply retention (prune), each in a transaction of its own.
 
     Every `postkit worker` does this on its own; run `postkit tick` when no worker runs the
-    namespace, or when its jobs are worked from another language. Any number of tickers may
-    run at once. It prints a line for each thing it does (--json: one object per round) and
-    stops cleanly on SIGTERM or Ctrl-C. A lost database connection is retried with backoff.
+    namespace, or when its jobs are worked from another language. Between rounds it also wakes
+    when the next schedule falls due, so schedules fire on time whatever the interval. Any
+    number of tickers may run at once. It prints a line for each thing it does (--json: one
+    object per round) and stops cleanly on SIGTERM or Ctrl-C. A lost database connection is
+    retried with backoff.
 
     \b
     Example:
@@ -2250,7 +2293,12 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
             failures = 0
             _report_round(result, as_json=as_json, quiet_if_idle=True)
             if not result.full:
-                stop.wait(interval * random.uniform(0.75, 1.25))
+                stop.wait(
+                    min(
+                        interval * random.uniform(0.75, 1.25),
+                        _until_next_schedule(connection, namespace),
+                    )
+                )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -7,6 +7,7 @@ Each test has a server of its own (``own_server``) and cuts only its own worker'
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -149,4 +150,64 @@ def test_a_worker_resumes_within_seconds_after_its_connections_are_cut(setup: Se
     assert job_id in ran, (
         "the server never went away, yet 15 s after its connections were cut the worker had"
         " not run a new job"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_is_back_at_full_speed_within_a_second_of_a_database_restart(
+    setup: Setup, own_server: EmbeddedServer
+) -> None:
+    """PostgreSQL goes away for 8 s under a steady producer and comes back: the worker must be
+    completing jobs again, at the producer's pace, within about a second of the server
+    accepting connections. Its fallback poll (30 s) is far longer than that, so only the
+    listener, back on its notifications, can keep up."""
+    completed: list[float] = []
+    handlers = Handlers()
+
+    @handlers.register(Q)
+    def handle(job: Job) -> None:
+        completed.append(time.monotonic())
+
+    setup.start_worker(handlers, concurrency=4, poll_interval=30.0)
+    stop_producing = threading.Event()
+
+    def produce() -> None:
+        """A job every 50 ms, reconnecting whenever the server is away."""
+        connection: psycopg.Connection[Any] | None = None
+        while not stop_producing.wait(0.05):
+            try:
+                if connection is None:
+                    connection = psycopg.connect(setup.dsn, autocommit=True, connect_timeout=2)
+                QueueClient(connection.cursor(), namespace=setup.namespace).push(Q, {})
+            except psycopg.OperationalError:
+                if connection is not None:
+                    connection.close()
+                connection = None
+        if connection is not None:
+            connection.close()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        wait_until(lambda: len(completed) >= 20, "the worker never got going")
+        setup.admin.close()
+        own_server.stop()
+        time.sleep(8)  # the outage itself: long enough for every backoff to grow
+        assert own_server.restart() == setup.dsn
+        back_at = time.monotonic()
+        time.sleep(6)
+    finally:
+        stop_producing.set()
+        producer.join(timeout=10)
+        setup.admin = psycopg.connect(setup.dsn, autocommit=True)
+
+    after = [at - back_at for at in completed if at > back_at]
+    assert after, "no job completed in the 6 s after the server came back"
+    first = after[0]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(after)]
+    assert first < 3.0, f"the first job after the restart completed {first:.1f}s after it"
+    assert max(gaps, default=0.0) < 3.0, (
+        f"jobs completed {first:.1f}s after the restart, then stalled for {max(gaps):.1f}s"
+        " (the worker fell back to its poll)"
     )

@@ -423,6 +423,18 @@ def test_a_push_wakes_an_idle_worker_without_waiting_for_its_poll(
     assert next_item(handled, "the worker slept through the notification", 10) == job_id
 
 
+def test_an_idle_worker_finds_a_job_whose_notification_never_came_on_its_fallback_poll(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    ran: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    start_worker({Q: lambda job: ran.put(job.id)}, poll_interval=0.5)
+    first = pushed(client)
+    assert next_item(ran, "the first job never ran") == first
+    client.cursor.execute("SET postkit_queue.notify = off")  # this session's pushes are silent
+    silent = pushed(client)
+    assert next_item(ran, "the fallback poll never found the job", 5) == silent
+
+
 def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> None:
     ran = threading.Event()
     worker = Worker(
@@ -447,6 +459,37 @@ def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> N
 # ---------------------------------------------------------------------------------------------
 # Concurrency, transactions, heartbeats.
 # ---------------------------------------------------------------------------------------------
+
+
+def test_after_run_returns_the_worker_holds_no_connection(
+    worker_dsn: str, namespace: str, connect: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    admin = connect(autocommit=True)
+    application = psycopg.conninfo.conninfo_to_dict(worker_dsn)["application_name"]
+
+    def connections() -> int:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    worker = Worker(worker_dsn, {Q: lambda job: None}, namespace=namespace, poll_interval=30)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    wait_until(
+        lambda: admin.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND state = 'idle'"
+            " AND query LIKE '%%next_run_at%%'",
+            (application,),
+        ).fetchone(),
+        "the worker never started waiting on its listener",
+    )
+    worker.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    # The listener too: left waiting, it met the server going away after "stopped" and logged
+    # a reconnect.
+    wait_until(lambda: connections() == 0, "a connection of the stopped worker is open", 2)
 
 
 def test_concurrency_runs_that_many_jobs_at_once(
@@ -550,6 +593,76 @@ def test_a_stale_claim_rolls_back_the_handlers_writes_and_does_not_ack(
     assert worker.stats.acked == 0
 
 
+def test_a_backlog_of_transactional_jobs_drains_without_waiting_for_the_poll(
+    start_worker: StartWorker, client: QueueClient, table: sql.Identifier
+) -> None:
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def record(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
+
+    client.push_batch(Q, [{} for _ in range(40)])
+    # Four slots, nothing claimed ahead, a 30 s poll: ten rounds of four jobs, each started by
+    # the end of the last one's transactions.
+    worker = start_worker(handlers, concurrency=4, prefetch=0)
+    wait_until(lambda: worker.stats.acked == 40, "the backlog stalled between batches", 10)
+    assert len(written(client, table)) == 40
+
+
+def test_a_healthy_transactional_job_is_never_reported_lost(
+    start_worker: StartWorker, client: QueueClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True)
+    def slow(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        time.sleep(0.002 * (job.id % 7))
+
+    client.push_batch(Q, [{} for _ in range(400)])
+    with caplog.at_level("WARNING", logger="postkit.worker"):
+        # A heartbeat every 20 ms, so that many land while a job's ack commits, and a short
+        # poll, so that the drain does not depend on how finished jobs wake the loop.
+        worker = start_worker(handlers, concurrency=8, visibility_timeout=0.06, poll_interval=0.05)
+        wait_until(lambda: worker.stats.acked == 400, "the jobs were never all acked", 60)
+    lost = [record.getMessage() for record in caplog.records if "lost the claim" in record.msg]
+    assert lost == []
+
+
+@pytest.mark.parametrize("override", [None, 2.0], ids=["queue_policy", "worker_override"])
+def test_claims_last_the_queues_visibility_timeout_unless_the_worker_overrides_it(
+    start_worker: StartWorker,
+    client: QueueClient,
+    make_client: Callable[[], QueueClient],
+    override: float | None,
+) -> None:
+    started = threading.Event()
+    finish = threading.Event()
+
+    def long_job(job: Job) -> None:
+        started.set()
+        finish.wait(timeout=30)
+
+    client.configure_queue(Q, visibility_timeout=1.0)
+    start_worker({Q: long_job}, visibility_timeout=override)
+    job_id = pushed(client)
+    assert started.wait(timeout=15), "the job never started"
+    claimed = client.get_job(job_id)
+    assert claimed is not None and claimed.visible_until and claimed.claimed_at
+    lasts = (claimed.visible_until - claimed.claimed_at).total_seconds()
+    assert lasts == pytest.approx(override or 1.0, abs=0.01)
+
+    # The heartbeats follow the claim's own timeout: no reclaim over three of them.
+    ticker = make_client()
+    deadline = time.monotonic() + 3 * (override or 1.0)
+    while time.monotonic() < deadline:
+        assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was reclaimed"
+        ticker.cursor.connection.commit()
+        time.sleep(0.2)
+    finish.set()
+    wait_until(gone(client, job_id), "the job was never acked")
+
+
 def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
     start_worker: StartWorker, make_client: Callable[[], QueueClient], client: QueueClient
 ) -> None:
@@ -586,6 +699,123 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
     wait_until(gone(client, job_id), "the job was never acked")
     assert attempts == [1]
     assert worker.stats.acked == 1
+
+
+def test_a_schedule_fires_within_a_second_of_each_due_time_while_a_worker_runs(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    fired: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
+    # The tick (reclaims, retention) is a minute away: only the schedule's own wake-up fires it.
+    start_worker({Q: fired.put}, tick_interval=60.0)
+    schedule = client.create_schedule("every-2s", Q, {}, every=2)
+    runs = [next_item(fired, f"run {number} of the schedule never came") for number in range(3)]
+    due = schedule.next_run_at
+    for run in runs:
+        late = (run.created_at - due).total_seconds()
+        assert 0 <= late < 1.0, f"fired {late:.2f}s after its due time {due}"
+        due += timedelta(seconds=2)
+
+
+def test_a_handler_past_its_timeout_has_its_attempt_timed_out_and_its_slot_taken_over(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    release = threading.Event()
+    ran: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    handlers = Handlers()
+
+    @handlers.register(Q, timeout=0.5)
+    def work(job: Job) -> None:
+        if job.payload.get("block"):
+            release.wait(timeout=30)
+        ran.put(job.id)
+
+    worker = start_worker(handlers, concurrency=1, prefetch=0)
+    stuck = pushed(client, {"block": True}, backoff_base=60)
+    timed_out = wait_until(
+        lambda: (job := client.get_job(stuck)) is not None and job.errors and job,
+        "the stuck handler's job was never nacked",
+    )
+    assert timed_out.errors[0]["error"] == "HandlerTimeout: the handler ran past its 0.5s limit"
+    assert timed_out.attempts == 1
+
+    # Its only slot is free again, although the stuck handler still runs.
+    after = pushed(client)
+    assert next_item(ran, "the next job never ran beside the stuck handler") == after
+    assert not release.is_set()
+    release.set()
+    assert next_item(ran, "the stuck handler never returned") == stuck
+    wait_until(gone(client, after), "the next job was never acked")
+    job = client.get_job(stuck)
+    assert job is not None and job.state == "pending", "a late outcome settled nothing"
+    assert (worker.stats.acked, worker.stats.retried) == (1, 1)
+
+
+def test_a_transactional_handler_past_its_timeout_has_its_writes_rolled_back(
+    start_worker: StartWorker,
+    client: QueueClient,
+    table: sql.Identifier,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = threading.Event()
+    handlers = Handlers()
+
+    @handlers.register(Q, transactional=True, timeout=0.5)
+    def record(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
+        if job.payload.get("block"):
+            release.wait(timeout=30)
+
+    # One slot, and a pool of three connections: as many as the stuck handlers hold.
+    worker = start_worker(handlers, concurrency=1, prefetch=0)
+    stuck = [pushed(client, {"block": True}, backoff_base=60) for _ in range(3)]
+    wait_until(
+        lambda: all((job := client.get_job(job_id)) and job.errors for job_id in stuck),
+        "the stuck handlers' jobs were never nacked",
+    )
+    # More jobs run on the slot while the stuck handlers hold their connections.
+    others = [pushed(client), pushed(client)]
+    wait_until(lambda: worker.stats.acked == 2, "the next jobs never ran beside the stuck ones")
+    with caplog.at_level("WARNING", logger="postkit.worker"):
+        release.set()
+        wait_until(
+            lambda: sum("ended after its timeout" in record.msg for record in caplog.records) == 3,
+            "the stuck handlers never ended",
+        )
+    for job_id in stuck:
+        job = client.get_job(job_id)
+        assert job is not None and job.state == "pending"
+    assert written(client, table) == sorted(others), "the stuck handlers' writes rolled back"
+
+
+def test_stop_never_releases_a_job_whose_handler_is_still_running(
+    worker_dsn: str, namespace: str, client: QueueClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    started, finish = threading.Event(), threading.Event()
+
+    def long_job(job: Job) -> None:
+        started.set()
+        finish.wait(timeout=30)
+
+    worker = Worker(worker_dsn, {Q: long_job}, namespace=namespace, grace_period=0.2)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    with caplog.at_level("INFO", logger="postkit.worker"):
+        thread.start()
+        job_id = pushed(client)
+        assert started.wait(timeout=15), "the job never started"
+        claimed = client.get_job(job_id)
+        worker.stop()
+        wait_until(
+            lambda: any("end of the grace period" in record.msg for record in caplog.records),
+            "the grace period never ended",
+        )
+        kept = client.get_job(job_id)
+        assert kept is not None and claimed is not None
+        assert (kept.state, kept.claim_token) == ("running", claimed.claim_token)
+        finish.set()
+        thread.join(timeout=15)
+    assert not thread.is_alive()
+    assert client.get_job(job_id) is None, "the job that finished after the grace was acked"
+    assert (worker.stats.acked, worker.stats.released) == (1, 0)
 
 
 def test_a_delayed_job_does_not_run_before_it_falls_due(
@@ -652,6 +882,7 @@ WORKER_SCRIPT = textwrap.dedent(
 
     dsn, namespace = sys.argv[1], sys.argv[2]
     grace, visibility = float(sys.argv[3]), float(sys.argv[4])
+    timeout, concurrency = float(sys.argv[5]), int(sys.argv[6])
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="log %(message)s")
     handlers = Handlers()
 
@@ -667,7 +898,13 @@ WORKER_SCRIPT = textwrap.dedent(
 
 
     Worker(
-        dsn, handlers, namespace=namespace, grace_period=grace, visibility_timeout=visibility
+        dsn,
+        handlers,
+        namespace=namespace,
+        grace_period=grace,
+        visibility_timeout=visibility,
+        handler_timeout=timeout,
+        concurrency=concurrency,
     ).run()
     print("exited", flush=True)
     """
@@ -677,9 +914,20 @@ WORKER_SCRIPT = textwrap.dedent(
 class WorkerProcess:
     """A worker in a process of its own, whose output the test reads line by line."""
 
-    def __init__(self, script: Path, dsn: str, namespace: str, *, grace: float, visibility: float):
+    def __init__(
+        self,
+        script: Path,
+        dsn: str,
+        namespace: str,
+        *,
+        grace: float,
+        visibility: float,
+        timeout: float,
+        concurrency: int,
+    ):
+        arguments = [dsn, namespace, str(grace), str(visibility), str(timeout), str(concurrency)]
         self.process = subprocess.Popen(
-            [sys.executable, str(script), dsn, namespace, str(grace), str(visibility)],
+            [sys.executable, str(script), *arguments],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -727,8 +975,18 @@ def spawn_worker(
     script.write_text(WORKER_SCRIPT, encoding="utf-8")
     spawned: list[WorkerProcess] = []
 
-    def _spawn(*, grace: float = 1.0, visibility: float = 30.0) -> WorkerProcess:
-        worker = WorkerProcess(script, dsn, namespace, grace=grace, visibility=visibility)
+    def _spawn(
+        *, grace: float = 1.0, visibility: float = 30.0, timeout: float = 60.0, concurrency: int = 8
+    ) -> WorkerProcess:
+        worker = WorkerProcess(
+            script,
+            dsn,
+            namespace,
+            grace=grace,
+            visibility=visibility,
+            timeout=timeout,
+            concurrency=concurrency,
+        )
         spawned.append(worker)
         return worker
 
@@ -739,22 +997,38 @@ def spawn_worker(
             worker.process.wait(timeout=10)
 
 
-def test_sigterm_releases_a_job_still_running_after_the_grace_period(
+def test_sigterm_releases_a_job_not_started_and_keeps_a_running_ones_claim_until_it_times_out(
     spawn_worker: Callable[..., WorkerProcess], client: QueueClient
 ) -> None:
-    job_id = pushed(client)
-    worker = spawn_worker(grace=1.0, visibility=30.0)
-    assert worker.expect("started") == f"started {job_id}"
+    running_id = pushed(client)
+    waiting_id = pushed(client)
+    # One slot: the second job is claimed ahead and waits for it.
+    worker = spawn_worker(grace=0.5, timeout=3.0, concurrency=1)
+    assert worker.expect("started") == f"started {running_id}"
+    waiting = wait_until(
+        lambda: (job := client.get_job(waiting_id)) is not None and job.state == "running" and job,
+        "the second job was never claimed ahead",
+    )
+    assert waiting.attempts == 1
 
     worker.process.send_signal(signal.SIGTERM)
-    assert worker.wait() == 0, worker.output
-    assert any(line.startswith(f"log released job {job_id}") for line in worker.output)
-    assert f"finished {job_id}" not in worker.output
+    worker.expect(f"log released job {waiting_id}")
+    worker.expect(f"log job {running_id} still running at the end of the grace period")
+    released = client.get_job(waiting_id)
+    assert released is not None
+    assert (released.state, released.attempts, released.worker_id) == ("pending", 0, None)
+    # The job whose handler runs keeps its claim: no other worker can take it.
+    kept = client.get_job(running_id)
+    assert kept is not None and kept.state == "running" and kept.attempts == 1
 
-    job = client.get_job(job_id)
-    assert job is not None
-    assert (job.state, job.attempts, job.worker_id) == ("pending", 0, None)
-    assert job.errors == (), "a release is not a failed attempt"
+    worker.expect(f"log job {running_id} ran past its handler timeout (3s)")
+    assert worker.wait() == 0, worker.output
+    assert f"finished {running_id}" not in worker.output
+    timed_out = client.get_job(running_id)
+    assert timed_out is not None and timed_out.state == "pending"
+    assert timed_out.attempts == 1
+    assert [entry["kind"] for entry in timed_out.errors] == ["nack"]
+    assert timed_out.errors[0]["error"] == "HandlerTimeout: the handler ran past its 3s limit"
 
 
 def test_sigterm_lets_a_job_finish_within_the_grace_period(

@@ -56,11 +56,20 @@ class WorkListener:
         cursor.execute(call.sql, call.params)
         return call.parse(as_dicts(cursor.description, cursor.fetchall()))
 
+    @property
+    def wake_channel(self) -> str:
+        """A channel of this listener's alone: ``SELECT pg_notify(channel, '')`` from any
+        connection makes its current or next :meth:`wait_for_work` return at once (a worker
+        stopping uses it to end its listener's wait without waiting out the timeout)."""
+        return f"postkit_wake_{self._connection.info.backend_pid}"
+
     def listen(self) -> None:
-        """LISTEN on the queues' channels. Notifications sent from now on are not missed."""
+        """LISTEN on the queues' channels and the wake channel. Notifications sent from now
+        on are not missed."""
         if self._listening:
             return
-        for channel in self._run(protocol.channels(self._namespace, self._queues)):
+        channels = self._run(protocol.channels(self._namespace, self._queues))
+        for channel in [*channels, self.wake_channel]:
             self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         self._listening = True
 

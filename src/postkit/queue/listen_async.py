@@ -55,11 +55,20 @@ class AsyncWorkListener:
         await cursor.execute(call.sql, call.params)
         return call.parse(as_dicts(cursor.description, await cursor.fetchall()))
 
+    @property
+    def wake_channel(self) -> str:
+        """A channel of this listener's alone: ``SELECT pg_notify(channel, '')`` from any
+        connection makes its current or next :meth:`wait_for_work` return at once (a worker
+        stopping uses it to end its listener's wait without waiting out the timeout)."""
+        return f"postkit_wake_{self._connection.info.backend_pid}"
+
     async def listen(self) -> None:
-        """LISTEN on the queues' channels. Notifications sent from now on are not missed."""
+        """LISTEN on the queues' channels and the wake channel. Notifications sent from now
+        on are not missed."""
         if self._listening:
             return
-        for channel in await self._run(protocol.channels(self._namespace, self._queues)):
+        channels = await self._run(protocol.channels(self._namespace, self._queues))
+        for channel in [*channels, self.wake_channel]:
             await self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         self._listening = True
 

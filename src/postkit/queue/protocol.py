@@ -420,6 +420,16 @@ def next_run_at(namespace: str, queues: list[str]) -> Call[NextDue]:
     return Call("next_run_at", _base(namespace, queues=_queue_list(queues)), parse)
 
 
+def next_schedule_at(namespace: str) -> Call[NextDue]:
+    """When the namespace's next active schedule falls due (None: it has none)."""
+
+    def parse(rows: Rows) -> NextDue:
+        due, now = rows[0]["next_run_at"], rows[0]["now"]
+        return NextDue(None if due is None else (due - now).total_seconds())
+
+    return Call("next_schedule_at", _base(namespace), parse)
+
+
 def channels(namespace: str, queues: list[str]) -> Call[list[str]]:
     """The LISTEN channels of these queues (the SQL module names them)."""
     params = _base(namespace, queues=_queue_list(queues))

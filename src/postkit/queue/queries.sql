@@ -116,6 +116,10 @@ SELECT postkit_queue.release(
 SELECT postkit_queue.next_run_at(%(namespace)s, %(queues)s::pg_catalog.text[]) AS next_run_at,
        postkit_queue.clock() AS now;
 
+-- name: next_schedule_at
+SELECT postkit_queue.next_schedule_at(%(namespace)s) AS next_run_at,
+       postkit_queue.clock() AS now;
+
 -- name: channels
 SELECT postkit_queue.channel(%(namespace)s, q) AS channel FROM pg_catalog.unnest(%(queues)s::pg_catalog.text[]) AS q;
 

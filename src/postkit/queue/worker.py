@@ -21,6 +21,9 @@ What the runtime does for you:
   acks, retries) commit asynchronously (``synchronous_commit = off``): if the database crashes
   in the instant after such a commit, the claim or ack is lost and the job is simply delivered
   again, which at-least-once delivery allows. Transactional handlers commit synchronously.
+- **Pooler mode** (``pooler=True``): through PgBouncer in transaction mode the worker keeps no
+  session state (no prepared statements, no session settings, no LISTEN, no advisory lock) and
+  polls every ``poll_interval`` (1 s by default).
 - **Outcomes.** A handler that returns acks its job. :class:`~postkit.errors.PermanentError`
   fails it into the dead-letter queue, :class:`~postkit.errors.RetryLater` retries it after the
   delay it names, and any other exception nacks it with the error and a traceback summary. A
@@ -30,23 +33,33 @@ What the runtime does for you:
   their writes and the ack commit together, or, when the claim went stale, roll back together.
 - **Heartbeats.** Every third of the visibility timeout the claims of running jobs are extended,
   so a long healthy job is never reclaimed while a dead worker's job expires within one timeout.
-- **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts``; many
-  workers ticking at once is safe. A lost connection is retried with backoff.
+- **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts`` and
+  applies retention; many workers ticking at once is safe. A lost connection is retried, at
+  most a second apart, so the worker is back within about a second of the server's return.
+- **Schedules.** The worker fires its namespace's schedules when they fall due: it looks at the
+  next due schedule at least once a second and wakes for it, so a schedule fires within about a
+  second of its due time while any worker of the namespace runs.
 - **Vacuum.** A service thread vacuums the jobs table when claims have left enough dead
   entries in it, one worker at a time (``vacuum.py``), so claims stay fast between autovacuum's
   visits.
-- **Graceful shutdown.** SIGTERM or SIGINT stops claiming; running jobs get ``grace_period``
-  seconds to finish, then each is released (pending again at once, its attempt returned). A
-  second signal exits immediately.
+- **Handler timeouts.** A handler that runs past its timeout (``Handlers.add(timeout=...)``, else
+  ``handler_timeout``, an hour by default) has its attempt counted as timed out: its job is
+  nacked and no longer heartbeated, and another thread takes its slot.
+- **Graceful shutdown.** SIGTERM or SIGINT stops claiming; claimed jobs get ``grace_period``
+  seconds to finish, then those not started are released (pending again at once, their attempt
+  returned). A job whose handler still runs is never released: its claim is kept until the
+  handler returns or times out. A second signal exits immediately.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
 import logging
+import math
 import os
 import queue as stdlib_queue
 import random
@@ -64,9 +77,11 @@ import psycopg
 import psycopg_pool
 
 from postkit.errors import PermanentError, RetryLater
+from postkit.queue import protocol
 from postkit.queue.client import QueueClient
 from postkit.queue.job import BrokenSchedule, Job
 from postkit.queue.listen import WorkListener
+from postkit.queue.rows import as_dicts
 from postkit.queue.vacuum import JobsVacuum
 
 logger = logging.getLogger("postkit.worker")
@@ -76,6 +91,15 @@ T = TypeVar("T")
 
 _TRACEBACK_FRAMES = 5
 _MAX_BACKOFF = 30.0
+# The longest wait between two tries to reach the database while it is away: a retry costs
+# one connection attempt, and the worker is back within this long of the server accepting
+# connections again.
+_MAX_RETRY = 1.0
+_LISTENER_DOWN_POLL = 1.0
+_POOLER_POLL = 1.0
+# The longest wait between two looks at the namespace's next due schedule, and the shortest.
+_SCHEDULE_LOOK = 1.0
+_SCHEDULE_MIN_WAIT = 0.02
 
 
 @dataclass(frozen=True)
@@ -85,6 +109,8 @@ class HandlerSpec:
     function: Callable[..., Any]
     transactional: bool
     is_async: bool
+    timeout: float | None = None
+    """The handler's maximum run time in seconds; None: the worker's ``handler_timeout``."""
 
 
 class Handlers(Mapping[str, HandlerSpec]):
@@ -96,26 +122,47 @@ class Handlers(Mapping[str, HandlerSpec]):
         for queue, function in (handlers or {}).items():
             self.add(queue, function)
 
-    def add(self, queue: str, function: Callable[..., Any], *, transactional: bool = False) -> None:
+    def add(
+        self,
+        queue: str,
+        function: Callable[..., Any],
+        *,
+        transactional: bool = False,
+        timeout: float | None = None,
+    ) -> None:
         """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
         ``transactional``).
 
+        ``timeout`` is the handler's maximum run time in seconds (default: the worker's
+        ``handler_timeout``). Past it the attempt counts as timed out: the job is nacked with a
+        ``HandlerTimeout`` error (retried with backoff, or dead-lettered with its attempts
+        spent) and its claim is no longer extended. An ``async def`` handler is cancelled; a
+        synchronous one cannot be stopped (Python cannot kill a thread): it runs on, on a
+        thread of its own, and whatever it returns or raises is dropped; a transactional one's
+        writes roll back (its ack is not sent), and the worker's pool grows by a connection
+        while it holds its own. Another thread takes its slot.
+
         Raises:
-            ValueError: the queue already has a handler, or an ``async def`` handler is
-                transactional (the ack's transaction lives on a synchronous connection).
+            ValueError: the queue already has a handler, an ``async def`` handler is
+                transactional (the ack's transaction lives on a synchronous connection), or
+                ``timeout`` is not positive.
         """
         if queue in self._specs:
             raise ValueError(f"queue {queue!r} already has a handler")
         is_async = inspect.iscoroutinefunction(function)
         if is_async and transactional:
             raise ValueError("transactional handlers must be synchronous functions")
-        self._specs[queue] = HandlerSpec(function, transactional, is_async)
+        if timeout is not None and not timeout > 0:
+            raise ValueError("a handler's timeout must be positive")
+        self._specs[queue] = HandlerSpec(function, transactional, is_async, timeout)
 
-    def register(self, queue: str, *, transactional: bool = False) -> Callable[[F], F]:
+    def register(
+        self, queue: str, *, transactional: bool = False, timeout: float | None = None
+    ) -> Callable[[F], F]:
         """Decorator form of :meth:`add`."""
 
         def decorate(function: F) -> F:
-            self.add(queue, function, transactional=transactional)
+            self.add(queue, function, transactional=transactional, timeout=timeout)
             return function
 
         return decorate
@@ -166,13 +213,15 @@ class Worker:
         worker_id: str | None = None,
         concurrency: int = 8,
         prefetch: int | None = None,
-        visibility_timeout: float = 30.0,
-        poll_interval: float = 5.0,
+        visibility_timeout: float | None = None,
+        poll_interval: float | None = None,
         tick_interval: float = 10.0,
         grace_period: float = 30.0,
+        handler_timeout: float | None = 3600.0,
         report_interval: float | None = None,
         report: Callable[[WorkerStats], None] | None = None,
         vacuum_interval: float | None = 2.0,
+        pooler: bool = False,
     ) -> None:
         """
         Args:
@@ -185,14 +234,32 @@ class Worker:
                 ``concurrency``; 0 claims only for free slots). More prefetch means bigger
                 batches per round trip; less means other workers get a fairer share.
             worker_id: the name the worker claims under (default: ``hostname-pid``).
-            visibility_timeout: seconds each claim lasts between heartbeats.
-            poll_interval: the longest wait between pulls when no notification arrives.
-            tick_interval: mean seconds between calls to ``tick_timeouts``.
-            grace_period: seconds running jobs get to finish after a stop is requested.
+            visibility_timeout: seconds each claim lasts between heartbeats, overriding the
+                queue's policy (``configure_queue(visibility_timeout=...)``, 30 s unless set).
+                Default: the queue's policy.
+            poll_interval: the longest wait between pulls when no notification arrives
+                (default: 5 s; in pooler mode, where none can arrive, 1 s).
+            tick_interval: mean seconds between calls to ``tick_timeouts`` and ``prune``
+                (schedules fire when due, whatever this is).
+            grace_period: seconds claimed jobs get to finish after a stop is requested. Past
+                it the jobs that have not started are released; a job whose handler is still
+                running keeps its claim (heartbeats go on) until the handler returns or its
+                timeout passes: a job is never released while its handler runs.
+            handler_timeout: the maximum run time of each handler, in seconds, unless its
+                registration names one (see :meth:`Handlers.add` for what happens past it);
+                None: no limit, a handler that never returns keeps its job forever.
             report_interval, report: call ``report(stats)`` this often (seconds).
             vacuum_interval: seconds between the vacuum service's looks at the jobs table
                 (see ``vacuum.py``); None turns the service off and leaves the table to
                 autovacuum.
+            pooler: ``dsn`` leads to a pooler in transaction mode (PgBouncer's
+                ``pool_mode = transaction``), where consecutive statements of one connection
+                may run on different server sessions. Pooler mode keeps no session state:
+                no prepared statements (``prepare_threshold=None``), no session settings (the
+                worker's bookkeeping then commits synchronously), no LISTEN (a notification
+                would reach whichever client holds the server session next): the worker polls
+                every ``poll_interval`` instead, and says so in its log. The vacuum service,
+                which holds a session-level advisory lock, is off.
 
         Raises:
             ValueError: a queue has no handler, or a number is out of range.
@@ -202,12 +269,17 @@ class Worker:
         missing = [queue for queue in self.queues if queue not in self.handlers]
         if missing or not self.queues:
             raise ValueError(f"no handler for queue(s) {missing or 'any'}")
-        if concurrency < 1 or visibility_timeout <= 0 or poll_interval <= 0:
+        if (
+            concurrency < 1
+            or (visibility_timeout is not None and visibility_timeout <= 0)
+            or (poll_interval is not None and poll_interval <= 0)
+        ):
             raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
         if prefetch is not None and prefetch < 0:
             raise ValueError("prefetch must be zero or positive")
+        self.pooler = pooler
         self._vacuum = (
-            None if vacuum_interval is None else JobsVacuum(dsn, interval=vacuum_interval)
+            None if vacuum_interval is None or pooler else JobsVacuum(dsn, interval=vacuum_interval)
         )
         self.dsn = dsn
         self.namespace = namespace
@@ -217,9 +289,14 @@ class Worker:
         # Jobs claimed and not yet settled: running, or waiting for a handler slot.
         self.capacity = self.concurrency + self.prefetch
         self.visibility_timeout = visibility_timeout
+        if poll_interval is None:
+            poll_interval = _POOLER_POLL if pooler else 5.0
         self.poll_interval = poll_interval
         self.tick_interval = tick_interval
         self.grace_period = grace_period
+        if handler_timeout is not None and not handler_timeout > 0:
+            raise ValueError("handler_timeout must be positive")
+        self.handler_timeout = handler_timeout
         self.report_interval = report_interval
         self._report = report
         self.stats = WorkerStats()
@@ -228,6 +305,22 @@ class Worker:
         self._closed = threading.Event()
         self._lock = threading.Condition()
         self._in_flight: dict[int, Job] = {}
+        # Jobs whose settle (an ack in a transactional handler's transaction, a nack, a fail)
+        # is under way: the heartbeat leaves them alone, since their claim is about to end.
+        self._settling: set[int] = set()
+        # Jobs whose handler runs: when it started and when it times out (time.monotonic()).
+        self._started: dict[int, tuple[float, float]] = {}
+        # Jobs that ran past their handler's timeout and were nacked, their handler still
+        # running: whatever it returns is dropped.
+        self._timed_out: set[int] = set()
+        self._async_tasks: dict[int, concurrent.futures.Future[None]] = {}
+        self._handler_threads = 0
+        # When each claimed job's next heartbeat is due (time.monotonic()), by job id.
+        self._beats: dict[int, float] = {}
+        self._heartbeat_wake = threading.Event()
+        # Set when a job leaves _in_flight without a batched ack (a transactional handler, a
+        # nack, a fail): its slot is free, and the main loop wakes to fill it.
+        self._slot_freed = False
         # Jobs whose handler succeeded, waiting for the next batched ack, with their start time.
         self._finished: list[tuple[Job, float]] = []
         # Set by the listener thread when a job may be ready; cleared by the main loop.
@@ -240,6 +333,13 @@ class Worker:
         # Held while claiming, by the main loop or by the listener thread on a wake-up
         # (_claim_on_wake), so the two never claim at once and never overfill the slots.
         self._claiming = threading.Lock()
+        self._listener: WorkListener | None = None
+        self._schedule_due = True  # the first look fires what fell due while nothing ran
+        self._listener_thread: threading.Thread | None = None
+        self._vacuum_thread: threading.Thread | None = None
+        # Set by the main loop when the database answers again after errors: the listener
+        # reconnects at once instead of waiting out its backoff.
+        self._database_back = threading.Event()
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_slots: asyncio.Semaphore | None = None  # made on the loop's own thread
@@ -265,18 +365,31 @@ class Worker:
             max_size=self.concurrency + 2,
             # Autocommit: each of the worker's calls is one statement, hence one transaction
             # and one round trip; the few that need more say so (_with_client).
-            kwargs={"autocommit": True},
-            configure=_asynchronous_commit,
+            kwargs=(
+                # No session state through a pooler: no server-side prepared statements.
+                {"autocommit": True, "prepare_threshold": None}
+                if self.pooler
+                else {"autocommit": True}
+            ),
+            configure=None if self.pooler else _asynchronous_commit,
+            # While the server is away the pool's own reconnect attempts back off (1 s, 2 s,
+            # 4 s, ...), so that after a long outage its next attempt could come many seconds
+            # after the server is back. An attempt gives up after a second instead, and a
+            # caller waits at most two for a connection: the worker's own retries (at most a
+            # second apart, see _MAX_RETRY) start fresh attempts.
+            reconnect_timeout=1.0,
+            timeout=2.0,
             open=True,
             name=f"postkit-worker-{self.worker_id}",
         )
         self._start_thread(self._heartbeat_loop, "heartbeat")
-        self._start_thread(self._listen_loop, "listener")
+        if not self.pooler:
+            self._listener_thread = self._start_thread(self._listen_loop, "listener")
         if self._vacuum is not None:
             vacuum = self._vacuum
-            self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
-        for number in range(self.concurrency):
-            self._start_thread(self._sync_job_loop, f"handler-{number}")
+            self._vacuum_thread = self._start_thread(lambda: vacuum.run(self._closed), "vacuum")
+        for _ in range(self.concurrency):
+            self._start_handler_thread()
         if any(self.handlers[queue].is_async for queue in self.queues):
             self._loop = asyncio.new_event_loop()
             self._start_thread(self._loop.run_forever, "event-loop")
@@ -288,6 +401,14 @@ class Worker:
             self.concurrency,
             extra={"event": "started", "worker_id": self.worker_id},
         )
+        if self.pooler:
+            logger.warning(
+                "pooler mode: notifications are off (LISTEN does not work through a "
+                "transaction pooler), so the worker polls every %gs; no prepared statements, no "
+                "session settings, no vacuum service",
+                self.poll_interval,
+                extra={"event": "notifications_off"},
+            )
         try:
             self._main_loop()
         finally:
@@ -312,7 +433,7 @@ class Worker:
                 logger.warning("second signal: exiting now; running jobs will be reclaimed")
                 os._exit(128 + signum)
             logger.warning(
-                "signal %s: finishing running jobs (up to %.0fs), then releasing the rest",
+                "signal %s: letting jobs finish (up to %.0fs), then releasing those not started",
                 signal.Signals(signum).name,
                 self.grace_period,
             )
@@ -321,8 +442,10 @@ class Worker:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    def _start_thread(self, target: Callable[[], object], name: str) -> None:
-        threading.Thread(target=target, name=f"postkit-{name}", daemon=True).start()
+    def _start_thread(self, target: Callable[[], object], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=f"postkit-{name}", daemon=True)
+        thread.start()
+        return thread
 
     # ---------------------------------------------------------------------------------------
     # The main loop: claim, dispatch, wait, tick.
@@ -330,7 +453,7 @@ class Worker:
 
     def _main_loop(self) -> None:
         failures = 0
-        next_tick = time.monotonic()
+        next_tick = next_schedules = last_look = time.monotonic()
         next_report = time.monotonic() + (self.report_interval or 0)
         want_jobs = True
         while not self._stopping.is_set():
@@ -339,6 +462,8 @@ class Worker:
                 if now >= next_tick:
                     self._tick()
                     next_tick = now + self.tick_interval * random.uniform(0.5, 1.5)
+                if now >= next_schedules:
+                    next_schedules = now + self._fire_schedules()
                 if self.report_interval and self._report and now >= next_report:
                     self._report(self.stats)
                     next_report = now + self.report_interval
@@ -349,32 +474,49 @@ class Worker:
                 with self._claiming:
                     with self._lock:
                         acks, self._finished = self._finished, []
+                        self._slot_freed = False
                     free = self.capacity - len(self._in_flight)
                     if acks or (want_jobs and free > 0):
+                        if want_jobs and free > 0:
+                            last_look = now
                         claimed = self._settle_and_claim(acks, free if want_jobs else 0)
                         # Keep claiming while the queues give jobs; once they run dry, wait for
                         # a notification (or the fallback poll) before asking again.
                         want_jobs = claimed > 0 or (want_jobs and free <= 0)
-                        failures = 0
+                        if failures:
+                            failures = 0
+                            self._database_back.set()
                         continue
-                wake_by = min(next_tick, next_report) if self.report_interval else next_tick
+                wake_by = min(next_tick, next_schedules)
+                if self.report_interval:
+                    wake_by = min(wake_by, next_report)
                 if free > 0:
                     # Waiting for work, not only for a handler to finish: the listener may
                     # look for some. With every slot taken it stays out of the way; a
                     # notification meanwhile waits on its connection for the next look.
                     self._idle.set()
+                # The fallback poll: a notification may have been missed. Without a listener
+                # none can come: poll at least every second until it is back (or for good,
+                # every poll_interval, in pooler mode).
+                poll = (
+                    self.poll_interval
+                    if self._listener or self.pooler
+                    else min(self.poll_interval, _LISTENER_DOWN_POLL)
+                )
+                next_poll = last_look + poll
                 with self._lock:
-                    woken = self._lock.wait_for(
+                    self._lock.wait_for(
                         lambda: (
                             bool(self._finished)
+                            or self._slot_freed
                             or self._work_hint.is_set()
                             or self._stopping.is_set()
                         ),
-                        timeout=max(min(self.poll_interval, wake_by - now), 0.0),
+                        timeout=max(min(next_poll, wake_by) - now, 0.0),
                     )
                 self._idle.clear()
-                if not woken and time.monotonic() < wake_by:
-                    want_jobs = True  # the fallback poll: a notification may have been missed
+                if time.monotonic() >= next_poll:
+                    want_jobs = True
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 failures += 1
                 # Drop every pooled connection that died with this one (a server restart
@@ -383,7 +525,7 @@ class Worker:
                 with contextlib.suppress(Exception):
                     if self._pool is not None:
                         self._pool.check()
-                delay = min(_MAX_BACKOFF, 0.1 * 2 ** min(failures, 9)) * random.uniform(0.5, 1)
+                delay = min(_MAX_RETRY, 0.1 * 2 ** min(failures, 9)) * random.uniform(0.5, 1)
                 logger.warning(
                     "database error (%s); retrying in %.1fs",
                     exc,
@@ -445,7 +587,11 @@ class Worker:
         return acked, jobs
 
     def _listen_loop(self) -> None:
-        """Turn notifications into wake-ups for the main loop, on a connection of its own."""
+        """Turn notifications into wake-ups for the main loop, on a connection of its own.
+
+        A lost connection is retried with backoff, cut short when the main loop reaches the
+        database again: after a restart the listener is back as soon as the server is, not
+        after a backoff that grew while it was down."""
         listener: WorkListener | None = None
         failures = 0
         while not self._closed.is_set():
@@ -453,9 +599,18 @@ class Worker:
                 if listener is None:
                     listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
                     _asynchronous_commit(listener.connection)  # it claims, as the pool does
+                    with self._lock:
+                        self._listener = listener
+                    if failures:
+                        logger.info("listener reconnected", extra={"event": "db_back"})
+                    failures = 0
                 if not self._idle.wait(self.poll_interval):
                     continue
+                if self._closed.is_set():
+                    break
                 if listener.wait_for_work(timeout=self.poll_interval):
+                    if self._closed.is_set():
+                        break
                     self._claim_on_wake(listener.connection)
                     self._hint_taken.clear()
                     with self._lock:
@@ -465,24 +620,50 @@ class Worker:
                     # job would otherwise make wait_for_work return at once, over and over.
                     while not self._hint_taken.wait(0.5) and not self._closed.is_set():
                         pass
-                failures = 0
             except psycopg.Error as exc:
-                failures += 1
+                with self._lock:
+                    self._listener = None
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
                         listener.close()
                     listener = None
-                delay = min(_MAX_BACKOFF, 0.5 * 2 ** min(failures, 6))
-                logger.warning(
+                if self._closed.is_set():
+                    break  # the worker stopped: the connection went with it
+                failures += 1
+                delay = min(_MAX_RETRY, 0.1 * 2**failures) * random.uniform(0.5, 1)
+                # Once, not at every retry of an outage.
+                logger.log(
+                    logging.WARNING if failures == 1 else logging.DEBUG,
                     "listener connection failed (%s); reconnecting in %.1fs",
                     exc,
                     delay,
                     extra={"event": "db_error"},
                 )
-                self._closed.wait(delay)
+                self._database_back.clear()
+                self._database_back.wait(delay)
+        with self._lock:
+            self._listener = None
         if listener is not None:
             with contextlib.suppress(psycopg.Error):
                 listener.close()
+
+    def _stop_listener(self) -> None:
+        """Make the listener thread close its connection and end: its wait is cut short by a
+        notification on its wake channel. Called once the worker is closed."""
+        with self._lock:
+            listener = self._listener
+        self._database_back.set()
+        self._idle.set()
+        if listener is not None:
+            with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
+                # pg_notify is a built-in function: it reads and writes no Postkit table.
+                self._with_client(
+                    lambda client: client.cursor.execute(
+                        "SELECT pg_notify(%s, '')", (listener.wake_channel,)
+                    )
+                )
+        if self._listener_thread is not None:
+            self._listener_thread.join(timeout=5)
 
     def _claim_on_wake(self, connection: psycopg.Connection[Any]) -> None:
         """Claim for the free slots right away when a notification wakes the listener: on the
@@ -506,8 +687,8 @@ class Worker:
 
     def _tick(self) -> None:
         """The maintenance a deployment would otherwise need crons for, each in a transaction
-        of its own: reclaim expired claims, fire due schedules, apply retention. Any number of
-        workers may do this at once."""
+        of its own: reclaim expired claims, apply retention (schedules: _fire_schedules). Any
+        number of workers may do this at once."""
         reclaimed = self._with_client(lambda client: client.tick_timeouts())
         if reclaimed:
             self.stats.reclaimed += reclaimed
@@ -516,8 +697,28 @@ class Worker:
                 reclaimed,
                 extra={"event": "reclaimed", "count": reclaimed},
             )
-        # One transaction: the due schedules stay locked until each has fired.
-        for outcome in self._with_client(lambda client: client.tick_schedules(), transaction=True):
+        pruned = self._with_client(lambda client: client.prune())
+        if pruned.completed_jobs or pruned.dead_letters:
+            logger.info(
+                "retention pruned %d archived job(s) and %d dead letter(s)",
+                pruned.completed_jobs,
+                pruned.dead_letters,
+                extra={"event": "pruned"},
+            )
+
+    def _fire_schedules(self) -> float:
+        """Fire the namespace's due schedules; return the seconds until the next look.
+
+        The next look comes when the next schedule falls due, and within a second at the
+        latest, so that a schedule created or changed meanwhile is fired on time too."""
+        # One transaction: the due schedules stay locked until each has fired. Only when the
+        # last look found one falling due by now: otherwise a look is one statement.
+        fired_now = (
+            self._with_client(lambda client: client.tick_schedules(), transaction=True)
+            if self._schedule_due
+            else []
+        )
+        for outcome in fired_now:
             if isinstance(outcome, BrokenSchedule):
                 logger.error(
                     "schedule %s is broken and no longer fires: %s (save it again to repair it)",
@@ -537,14 +738,15 @@ class Worker:
                     "schedule": outcome.name,
                 },
             )
-        pruned = self._with_client(lambda client: client.prune())
-        if pruned.completed_jobs or pruned.dead_letters:
-            logger.info(
-                "retention pruned %d archived job(s) and %d dead letter(s)",
-                pruned.completed_jobs,
-                pruned.dead_letters,
-                extra={"event": "pruned"},
-            )
+        due = self._with_client(
+            lambda client: _run_call(client, protocol.next_schedule_at(self.namespace))
+        )
+        self._schedule_due = due.seconds is not None and due.seconds <= _SCHEDULE_LOOK
+        if due.seconds is None:
+            return _SCHEDULE_LOOK
+        # Not less than a few milliseconds: a schedule another worker is firing stays due
+        # until that worker commits.
+        return min(max(due.seconds, _SCHEDULE_MIN_WAIT), _SCHEDULE_LOOK)
 
     def _with_client(self, action: Callable[[QueueClient], T], *, transaction: bool = False) -> T:
         """Run ``action`` on a pooled autocommit connection: each statement commits on its own,
@@ -568,6 +770,8 @@ class Worker:
         spec = self.handlers[job.queue]
         with self._lock:
             self._in_flight[job.id] = job
+            self._beats[job.id] = time.monotonic() + _claim_seconds(job) / 3
+        self._heartbeat_wake.set()
         if logger.isEnabledFor(logging.INFO):
             logger.info(
                 "claimed job %d (%s, attempt %d of %d)",
@@ -580,46 +784,108 @@ class Worker:
         # A job without a payload to hand over goes to a sync thread, which dead-letters it.
         if spec.is_async and job.payload_error is None:
             assert self._loop is not None
-            asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
+            task = asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
+            with self._lock:
+                self._async_tasks[job.id] = task
         else:
             self._sync_jobs.put((job, spec))
+
+    def _start_handler_thread(self) -> None:
+        self._handler_threads += 1
+        self._start_thread(self._sync_job_loop, f"handler-{self._handler_threads}")
 
     def _sync_job_loop(self) -> None:
         while True:
             job, spec = self._sync_jobs.get()
+            timed_out = False
             with _settle_errors_logged(job):
-                self._run_sync(job, spec)
+                timed_out = not self._run_sync(job, spec)
+            if timed_out:
+                return  # another thread took this one's place when the job timed out
 
-    def _run_sync(self, job: Job, spec: HandlerSpec) -> None:
-        started = time.monotonic()
+    def _start(self, job: Job, spec: HandlerSpec) -> float | None:
+        """The handler of ``job`` starts now, unless the job was released meanwhile (a stop):
+        then None. From now on its timeout runs."""
+        timeout = spec.timeout if spec.timeout is not None else self.handler_timeout
+        with self._lock:
+            if job.id not in self._in_flight:
+                return None
+            now = time.monotonic()
+            self._started[job.id] = (now, now + timeout if timeout is not None else math.inf)
+        self._heartbeat_wake.set()  # it also watches the handlers' timeouts
+        return now
+
+    def _claim_outcome(self, job: Job) -> bool:
+        """The handler of ``job`` returned or raised: settle it, unless it had already run
+        past its timeout (then the job was nacked as timed out, and this returns False)."""
+        with self._lock:
+            if job.id in self._timed_out:
+                return False
+            self._started.pop(job.id, None)
+            self._settling.add(job.id)
+            return True
+
+    def _resize_pool(self, change: int) -> None:
+        assert self._pool is not None
+        with self._lock:
+            self._pool.resize(1, self._pool.max_size + change)
+
+    def _drop_late_outcome(self, job: Job) -> bool:
+        with self._lock:
+            self._timed_out.discard(job.id)
+        if self.handlers[job.queue].transactional:
+            self._resize_pool(-1)  # its connection is back in the pool
+        logger.warning(
+            "the handler of job %d ended after its timeout: its outcome is dropped (the "
+            "attempt was counted as timed out)",
+            job.id,
+            extra=_job_fields(job, "late_outcome"),
+        )
+        return False
+
+    def _run_sync(self, job: Job, spec: HandlerSpec) -> bool:
+        """Run one job's handler and settle the job. Returns False when the handler ran past
+        its timeout (its thread was replaced meanwhile)."""
         if job.payload_error is not None:
             # Python cannot decode what the SQL API accepted: no handler can run it, now or on
             # a retry, so it fails for good with the reason, and the rest of the batch runs.
+            self._claim_outcome(job)  # being settled: the heartbeat leaves it alone
             try:
-                self._settle(job, "fail", started, error=job.payload_error)
+                self._settle(job, "fail", time.monotonic(), error=job.payload_error)
             finally:
                 self._finish(job)
-            return
+            return True
+        started = self._start(job, spec)
+        if started is None:
+            return True
         try:
             if spec.transactional:
-                self._run_transactional(job, spec)
+                if not self._run_transactional(job, spec):
+                    return self._drop_late_outcome(job)
             else:
                 spec.function(job)
         except BaseException as error:
+            if not self._claim_outcome(job):
+                return self._drop_late_outcome(job)
             try:
                 self._settle_error(job, error, started)
             finally:
                 self._finish(job)
-            return
+            return True
         if spec.transactional:
             self._finish(job)
-        else:
+        elif self._claim_outcome(job):
             self._complete(job, started)
+        else:
+            return self._drop_late_outcome(job)
+        return True
 
-    def _run_transactional(self, job: Job, spec: HandlerSpec) -> None:
-        """The handler's writes and the ack share one transaction: both commit, or neither."""
+    def _run_transactional(self, job: Job, spec: HandlerSpec) -> bool:
+        """The handler's writes and the ack share one transaction: both commit, or neither.
+        Returns False, with the writes rolled back, when the handler ran past its timeout."""
         assert self._pool is not None
         started = time.monotonic()
+        acked = False
         for attempt in range(3):
             handler_ran = False
             try:
@@ -629,6 +895,8 @@ class Worker:
                     cursor.execute("SET LOCAL synchronous_commit = on")
                     handler_ran = True
                     spec.function(job, cursor)
+                    if not self._claim_outcome(job):
+                        raise psycopg.Rollback(tx)
                     acked = QueueClient(cursor, namespace=self.namespace).ack(job)
                     if not acked:
                         raise psycopg.Rollback(tx)
@@ -639,7 +907,10 @@ class Worker:
                 # the dead one) instead of spending an attempt on it.
                 if handler_ran or attempt == 2:
                     raise
+        if job.id in self._timed_out:
+            return False
         self._record(job, "ack" if acked else "stale", started)
+        return True
 
     async def _run_async(self, job: Job, spec: HandlerSpec) -> None:
         if self._async_slots is None:
@@ -648,18 +919,26 @@ class Worker:
             await self._run_async_job(job, spec)
 
     async def _run_async_job(self, job: Job, spec: HandlerSpec) -> None:
-        started = time.monotonic()
+        started = self._start(job, spec)
+        if started is None:
+            return
         loop = asyncio.get_running_loop()
         try:
             await spec.function(job)
         except BaseException as error:
+            if not self._claim_outcome(job):
+                self._drop_late_outcome(job)
+                return
             try:
                 with _settle_errors_logged(job):
                     await loop.run_in_executor(None, self._settle_error, job, error, started)
             finally:
                 self._finish(job)
         else:
-            self._complete(job, started)
+            if self._claim_outcome(job):
+                self._complete(job, started)
+            else:
+                self._drop_late_outcome(job)
 
     def _settle_error(self, job: Job, error: BaseException, started: float) -> None:
         if isinstance(error, PermanentError):
@@ -682,6 +961,7 @@ class Worker:
     ) -> None:
         """Ack, nack or fail ``job`` under its own claim, retrying a lost connection a few
         times. If it never gets through, the claim expires and the job is redelivered."""
+        self._begin_settle(job)
         for attempt in range(5):
             if self._closed.is_set():
                 return
@@ -731,6 +1011,8 @@ class Worker:
         """The handler succeeded: free the slot and queue the job for the next batched ack."""
         with self._lock:
             self._in_flight.pop(job.id, None)
+            self._settling.discard(job.id)
+            self._async_tasks.pop(job.id, None)
             self._finished.append((job, started))
             self._lock.notify_all()
 
@@ -750,60 +1032,158 @@ class Worker:
                 )
 
     def _finish(self, job: Job) -> None:
+        """The job was settled (or given up on) by its own thread: free its slot and wake the
+        main loop to fill it."""
         with self._lock:
             self._in_flight.pop(job.id, None)
+            self._settling.discard(job.id)
+            self._async_tasks.pop(job.id, None)
+            self._slot_freed = True
             self._lock.notify_all()
+
+    def _begin_settle(self, job: Job) -> None:
+        """From now on the job's claim may end at any moment: stop its heartbeats."""
+        with self._lock:
+            self._settling.add(job.id)
 
     # ---------------------------------------------------------------------------------------
     # Heartbeats and shutdown.
     # ---------------------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        interval = self.visibility_timeout / 3
-        while not self._closed.wait(interval):
+        """Extend each claim a third of the way through its own timeout, the one its claim
+        was made with (the queue's policy, or the worker's override). A job that is being
+        settled is left alone: its claim ends with the settle."""
+        while not self._closed.is_set():
+            self._expire_overdue_handlers()
+            now = time.monotonic()
             with self._lock:
-                running = list(self._in_flight.values())
-            if not running:
+                next_timeout = min((end for _, end in self._started.values()), default=math.inf)
+                beats = {
+                    job_id: due
+                    for job_id, due in self._beats.items()
+                    if job_id in self._in_flight and job_id not in self._settling
+                }
+                self._beats = {job_id: self._beats[job_id] for job_id in beats}
+                due_jobs = [self._in_flight[job_id] for job_id, due in beats.items() if due <= now]
+            if not due_jobs:
+                wait = min(*beats.values(), next_timeout, now + self.poll_interval) - now
+                self._heartbeat_wake.wait(max(wait, 0.0))
+                self._heartbeat_wake.clear()
                 continue
             try:
-                lost = self._with_client(functools.partial(self._extend_claims, jobs=running))
+                lost = self._with_client(functools.partial(self._extend_claims, jobs=due_jobs))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                if self._closed.is_set():
+                    return
                 logger.warning("heartbeat failed (%s)", exc, extra={"event": "heartbeat_error"})
+                self._closed.wait(min(1.0, min(_claim_seconds(job) for job in due_jobs) / 6))
                 continue
-            for job in lost:
-                if job.id in self._in_flight:
-                    logger.warning(
-                        "lost the claim of job %d: it was reclaimed or settled elsewhere",
-                        job.id,
-                        extra=_job_fields(job, "claim_lost"),
-                    )
+            extended = time.monotonic()
+            with self._lock:
+                for job in due_jobs:
+                    if job.id in lost:
+                        self._beats.pop(job.id, None)
+                    elif job.id in self._beats:
+                        self._beats[job.id] = extended + _claim_seconds(job) / 3
+                reported = [
+                    job
+                    for job in due_jobs
+                    if job.id in lost and job.id in self._in_flight and job.id not in self._settling
+                ]
+            for job in reported:
+                logger.warning(
+                    "lost the claim of job %d: it was reclaimed or settled elsewhere",
+                    job.id,
+                    extra=_job_fields(job, "claim_lost"),
+                )
 
-    def _extend_claims(self, client: QueueClient, *, jobs: list[Job]) -> list[Job]:
-        """Extend each claim; return the jobs whose claim was lost."""
-        return [
-            job
+    def _expire_overdue_handlers(self) -> None:
+        """Count the attempt of each job whose handler ran past its timeout as timed out: nack
+        it (the heartbeats stop), cancel an async handler, and give a synchronous one's slot to
+        a new thread, since the handler's own thread cannot be stopped."""
+        now = time.monotonic()
+        with self._lock:
+            overdue = [
+                (self._in_flight[job_id], started)
+                for job_id, (started, end) in self._started.items()
+                if end <= now and job_id in self._in_flight and job_id not in self._settling
+            ]
+            for job, _ in overdue:
+                del self._started[job.id]
+                self._timed_out.add(job.id)
+                self._settling.add(job.id)
+                task = self._async_tasks.pop(job.id, None)
+                if task is not None:
+                    task.cancel()
+        for job, started in overdue:
+            spec = self.handlers[job.queue]
+            limit = spec.timeout if spec.timeout is not None else self.handler_timeout
+            logger.warning(
+                "job %d ran past its handler timeout (%gs): the attempt counts as timed out%s",
+                job.id,
+                limit,
+                "" if spec.is_async else "; its handler thread runs on, its outcome dropped",
+                extra=_job_fields(job, "handler_timeout"),
+            )
+            if not spec.is_async:
+                self._start_handler_thread()
+            if spec.transactional:
+                # The late handler keeps its pooled connection, in its open transaction, until
+                # it returns: the pool grows by one meanwhile, so its slot's new handler and the
+                # worker's own calls still get connections.
+                self._resize_pool(+1)
+            error = f"HandlerTimeout: the handler ran past its {limit:g}s limit"
+            try:
+                self._settle(job, "nack", started, error=error)
+            finally:
+                self._finish(job)
+
+    def _extend_claims(self, client: QueueClient, *, jobs: list[Job]) -> set[int]:
+        """Extend each claim by its own timeout; return the ids of the jobs whose claim was
+        lost."""
+        return {
+            job.id
             for job in jobs
-            if not client.extend_visibility(job, extension=self.visibility_timeout)
-        ]
+            if not client.extend_visibility(job, extension=_claim_seconds(job))
+        }
 
-    def _shutdown(self) -> None:
-        deadline = time.monotonic() + self.grace_period
+    def _drain(self, deadline: float) -> None:
+        """Acknowledge the jobs that finish until none is left claimed or ``deadline``
+        (time.monotonic()) passes."""
         while True:
             with self._lock:
                 self._lock.wait_for(
                     lambda: not self._in_flight or bool(self._finished),
-                    timeout=max(deadline - time.monotonic(), 0),
+                    timeout=None if deadline == math.inf else max(deadline - time.monotonic(), 0),
                 )
                 acks, self._finished = self._finished, []
-                unfinished = list(self._in_flight.values())
+                done = not self._in_flight
             if acks:
                 try:
                     self._settle_and_claim(acks, 0)
                 except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                     logger.warning("could not acknowledge %d job(s) (%s)", len(acks), exc)
-            if not unfinished or time.monotonic() >= deadline:
-                break
-        for job in unfinished:
+                    time.sleep(_MAX_RETRY)
+            if done or time.monotonic() >= deadline:
+                return
+
+    def _shutdown(self) -> None:
+        """Let claimed jobs finish for the grace period; then release those that never
+        started, and keep the claims of those whose handler still runs until it returns or
+        times out. A job is never released while its handler runs: another worker would run
+        it a second time, at once."""
+        self._drain(time.monotonic() + self.grace_period)
+        with self._lock:
+            waiting = [
+                job
+                for job_id, job in self._in_flight.items()
+                if job_id not in self._started and job_id not in self._settling
+            ]
+            for job in waiting:
+                del self._in_flight[job.id]  # a handler thread that takes it skips it
+            running = list(self._in_flight.values())
+        for job in waiting:
             try:
                 released = self._with_client(functools.partial(QueueClient.release, job=job))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
@@ -812,11 +1192,26 @@ class Worker:
             if released:
                 self.stats.released += 1
                 logger.info(
-                    "released job %d: still running at the end of the grace period",
+                    "released job %d: not started by the end of the grace period",
                     job.id,
                     extra=_job_fields(job, "released"),
                 )
+        for job in running:
+            spec = self.handlers[job.queue]
+            limit = spec.timeout if spec.timeout is not None else self.handler_timeout
+            logger.warning(
+                "job %d still running at the end of the grace period: its claim is kept until "
+                "its handler returns or %s (a second signal exits now)",
+                job.id,
+                "never times out" if limit is None else f"its {limit:g}s timeout passes",
+                extra=_job_fields(job, "still_running"),
+            )
+        self._drain(math.inf)
         self._closed.set()
+        self._heartbeat_wake.set()
+        self._stop_listener()
+        if self._vacuum_thread is not None:
+            self._vacuum_thread.join(timeout=5)  # it ends at once, unless in a VACUUM
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._pool is not None:
@@ -845,6 +1240,20 @@ def _settle_errors_logged(job: Job) -> Iterator[None]:
             job.id,
             extra=_job_fields(job, "settle_error"),
         )
+
+
+def _claim_seconds(job: Job) -> float:
+    """How long ``job``'s claim lasts: the visibility timeout it was claimed with (the
+    built-in 30 s for a job that does not say, which a claimed job always does)."""
+    if job.visible_until is None or job.claimed_at is None:
+        return 30.0
+    return (job.visible_until - job.claimed_at).total_seconds()
+
+
+def _run_call(client: QueueClient, call: protocol.Call[T]) -> T:
+    """Run a call the client has no method for, on the client's cursor."""
+    client.cursor.execute(call.sql, call.params)
+    return call.parse(as_dicts(client.cursor.description, client.cursor.fetchall()))
 
 
 def _asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
