@@ -1,18 +1,20 @@
 -- The statements the Python SDK sends, one per SDK call, each a single round trip to one SQL
 -- function of the queue module. Parameters use the pyformat style (%(name)s), which psycopg 3,
--- psycopg2 and Django's cursor all accept. Durations travel as seconds (float8) and become
--- intervals here; payloads travel as JSON text with a ::jsonb cast; JSON and UUIDs come back as
--- text so that every driver returns the same Python types.
+-- psycopg2 and Django's cursor all accept. Durations travel as whole microseconds (bigint; a
+-- schedule's interval as seconds, float8) and become intervals here, so the SQL module checks
+-- exactly the value the SDK checked before sending it; payloads travel as JSON text with a
+-- ::jsonb cast; JSON and UUIDs come back as text so that every driver returns the same Python
+-- types.
 
 -- name: push
 SELECT postkit_queue.push(
     %(namespace)s, %(queue)s, %(payload)s::jsonb,
-    %(delay)s::float8 * interval '1 second',
+    %(delay)s::bigint * interval '1 microsecond',
     %(priority)s::integer,
     %(max_attempts)s::integer,
     %(unique_key)s,
-    %(backoff_base)s::float8 * interval '1 second',
-    %(backoff_cap)s::float8 * interval '1 second') AS id;
+    %(backoff_base)s::bigint * interval '1 microsecond',
+    %(backoff_cap)s::bigint * interval '1 microsecond') AS id;
 
 -- name: pull
 SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priority, j.run_at,
@@ -20,7 +22,7 @@ SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priori
        j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at
 FROM postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
-    %(visibility_timeout)s::float8 * interval '1 second',
+    %(visibility_timeout)s::bigint * interval '1 microsecond',
     %(limit)s::integer) AS j;
 
 -- name: ack
@@ -29,7 +31,7 @@ SELECT postkit_queue.ack(%(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(cla
 -- name: nack
 SELECT postkit_queue.nack(
     %(namespace)s, %(job_id)s::bigint, %(error)s, %(worker_id)s, %(claim_token)s::uuid,
-    %(backoff)s::float8 * interval '1 second') AS outcome;
+    %(backoff)s::bigint * interval '1 microsecond') AS outcome;
 
 -- name: fail
 SELECT postkit_queue.fail(
@@ -37,7 +39,7 @@ SELECT postkit_queue.fail(
 
 -- name: extend_visibility
 SELECT postkit_queue.extend_visibility(
-    %(namespace)s, %(job_id)s::bigint, %(extension)s::float8 * interval '1 second',
+    %(namespace)s, %(job_id)s::bigint, %(extension)s::bigint * interval '1 microsecond',
     %(worker_id)s, %(claim_token)s::uuid);
 
 -- name: tick_timeouts
@@ -69,11 +71,11 @@ SELECT p.max_attempts,
        p.max_payload_bytes
 FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
-    %(visibility_timeout)s::float8 * interval '1 second',
-    %(backoff_base)s::float8 * interval '1 second',
-    %(backoff_cap)s::float8 * interval '1 second',
-    %(retain_completed)s::float8 * interval '1 second',
-    %(retain_dead)s::float8 * interval '1 second',
+    %(visibility_timeout)s::bigint * interval '1 microsecond',
+    %(backoff_base)s::bigint * interval '1 microsecond',
+    %(backoff_cap)s::bigint * interval '1 microsecond',
+    %(retain_completed)s::bigint * interval '1 microsecond',
+    %(retain_dead)s::bigint * interval '1 microsecond',
     %(max_payload_bytes)s::integer) AS p;
 
 -- name: release
@@ -96,13 +98,13 @@ SELECT j.namespace, j.id, j.queue, j.state, j.payload::text AS payload, j.priori
        j.claimed_at, j.visible_until, j.errors::text AS errors, j.created_at
 FROM postkit_queue.pull_any(
     %(namespace)s, %(queues)s::text[], %(worker_id)s,
-    %(visibility_timeout)s::float8 * interval '1 second',
+    %(visibility_timeout)s::bigint * interval '1 microsecond',
     %(limit)s::integer) AS j;
 
 -- name: push_batch
 SELECT b.id FROM postkit_queue.push_batch(
     %(namespace)s, %(queue)s, %(payloads)s::jsonb,
-    %(delay)s::float8 * interval '1 second',
+    %(delay)s::bigint * interval '1 microsecond',
     %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::text[]) AS b
 ORDER BY b.ordinality;
 
@@ -133,7 +135,7 @@ FROM postkit_queue.redrive(
 
 -- name: purge_dead_letters
 SELECT postkit_queue.purge_dead_letters(
-    %(namespace)s, %(older_than)s::float8 * interval '1 second', %(queue)s) AS purged;
+    %(namespace)s, %(older_than)s::bigint * interval '1 microsecond', %(queue)s) AS purged;
 
 -- name: cancel
 SELECT postkit_queue.cancel(%(namespace)s, %(job_id)s::bigint);
@@ -200,7 +202,7 @@ FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens
      AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
-    %(visibility_timeout)s::float8 * interval '1 second', %(limit)s::integer)
+    %(visibility_timeout)s::bigint * interval '1 microsecond', %(limit)s::integer)
     WITH ORDINALITY AS j ON true;
 
 -- name: vacuum_state
