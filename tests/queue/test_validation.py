@@ -509,6 +509,13 @@ def test_a_payload_limit_out_of_range_is_refused(queue: QueueClient) -> None:
 
 NAMES = [
     "a",
+    "\u00a0\u3000",
+    "a\u00a0b",
+    "\u200b",
+    "a\u200db",
+    "\ufeff",
+    "\x1b[0m",
+    "a\U000e0041",
     "v",
     "vvv",
     " a ",
@@ -539,3 +546,162 @@ def test_the_fast_path_name_rule_agrees_with_check_name(
         assert error.sqlstate == "PKQ01"
         accepted = False
     assert fast is accepted
+
+
+# --------------------------------------------------------------------------------------------
+# The SQL module's own checks, for callers in any language.
+# --------------------------------------------------------------------------------------------
+
+# Compares as 11 hours (PostgreSQL normalizes a year to 360 days), but moves a time back about
+# five days: a claim born expired, a dead letter pruned at once.
+BACKWARDS = "interval '-1 years +360 days 11:00:00'"
+TOKENS = "'{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}'::uuid[]"
+
+SQL_CASES: dict[str, tuple[str, str, str]] = {
+    # name: (statement, SQLSTATE, a word of the message)
+    **{
+        f"{function}-{argument}": (
+            f"SELECT postkit_queue.{function}(%(ns)s, {arguments}p_{argument} => {BACKWARDS})",
+            "PKQ05",
+            argument,
+        )
+        for function, arguments, argument in [
+            ("push", "'q', '1', ", "delay"),
+            ("push", "'q', '1', ", "backoff_base"),
+            ("push", "'q', '1', ", "backoff_cap"),
+            ("push_batch", "'q', '[1]', ", "delay"),
+            ("pull", "'q', ", "visibility_timeout"),
+            ("pull_any", "'{q}', ", "visibility_timeout"),
+            ("nack", "1, p_worker_id => 'w', ", "backoff"),
+            ("extend_visibility", "1, p_worker_id => 'w', ", "extension"),
+            ("configure_queue", "'q', ", "visibility_timeout"),
+            ("configure_queue", "'q', ", "backoff_base"),
+            ("configure_queue", "'q', ", "backoff_cap"),
+            ("configure_queue", "'q', ", "retain_completed"),
+            ("configure_queue", "'q', ", "retain_dead"),
+            ("purge_dead_letters", "", "older_than"),
+            ("save_schedule", "'s', 'q', '{}', now() + interval '1 minute', ", "every"),
+        ]
+    },
+    "push-delay-negative-months": (
+        "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_delay => interval '-1 month +31 days')",
+        "PKQ05",
+        "delay",
+    ),
+    "extend-visibility-negative-time": (
+        "SELECT postkit_queue.extend_visibility(%(ns)s, 1, interval '1 day -23 hours', 'w')",
+        "PKQ05",
+        "extension",
+    ),
+    "push-batch-unique-keys-two-dimensional": (
+        "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', '[1, 2]', "
+        "p_unique_keys => '{{a},{b}}')",
+        "PKQ01",
+        "unique_keys",
+    ),
+    "push-batch-unique-keys-from-zero": (
+        "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', '[1, 2]', "
+        "p_unique_keys => '[0:1]={a,b}')",
+        "PKQ01",
+        "unique_keys",
+    ),
+    "ack-many-job-ids-two-dimensional": (
+        f"SELECT postkit_queue.ack_many(%(ns)s, '{{{{1}},{{2}}}}', {TOKENS})",
+        "PKQ06",
+        "job_ids",
+    ),
+    "ack-many-job-ids-from-zero": (
+        f"SELECT postkit_queue.ack_many(%(ns)s, '[0:1]={{1,2}}', {TOKENS})",
+        "PKQ06",
+        "job_ids",
+    ),
+    "ack-many-a-null-token": (
+        "SELECT postkit_queue.ack_many(%(ns)s, '{1,2}', "
+        "'{00000000-0000-0000-0000-000000000001,NULL}')",
+        "PKQ13",
+        "claim_tokens",
+    ),
+    "ack-batch-a-null-job-id": (
+        f"SELECT postkit_queue.ack_batch(%(ns)s, '{{1,NULL}}', {TOKENS})",
+        "PKQ06",
+        "job_ids",
+    ),
+    "ack-batch-tokens-from-two": (
+        "SELECT postkit_queue.ack_batch(%(ns)s, '{1,2}', "
+        "'[2:3]={00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}')",
+        "PKQ13",
+        "claim_tokens",
+    ),
+    "pull-any-queues-two-dimensional": (
+        "SELECT count(*) FROM postkit_queue.pull_any(%(ns)s, '{{a},{b}}')",
+        "PKQ01",
+        "queues",
+    ),
+    "queue-no-break-space": (
+        "SELECT postkit_queue.push(%(ns)s, E'\\u00a0', '1')",
+        "PKQ01",
+        "blank",
+    ),
+    "queue-zero-width-space": (
+        "SELECT postkit_queue.push(%(ns)s, E'\\u200b', '1')",
+        "PKQ01",
+        "U+200B",
+    ),
+    "worker-id-escape": (
+        "SELECT count(*) FROM postkit_queue.pull(%(ns)s, 'q', E'\\x1b[0m')",
+        "PKQ01",
+        "U+001B",
+    ),
+    "set-paused-null": ("SELECT postkit_queue.set_paused(%(ns)s, 'q', NULL)", "PKQ09", "paused"),
+    "ack-a-bare-job-id": ("SELECT postkit_queue.ack(%(ns)s, 1)", "PKQ13", "claim token"),
+    "release-a-bare-job-id": ("SELECT postkit_queue.release(%(ns)s, 1)", "PKQ13", "claim token"),
+}
+
+
+@pytest.mark.parametrize(("statement", "sqlstate", "word"), SQL_CASES.values(), ids=SQL_CASES)
+def test_the_sql_functions_refuse_bad_arguments_with_a_postkit_error_naming_them(
+    observer: psycopg.Connection, namespace: str, statement: str, sqlstate: str, word: str
+) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        observer.execute(statement, {"ns": namespace})
+
+    assert raised.value.sqlstate == sqlstate
+    assert word in (raised.value.diag.message_primary or "")
+    assert snapshot(observer, namespace) == []
+
+
+def test_a_payload_read_compressed_from_a_table_is_measured_at_its_real_size(
+    observer: psycopg.Connection, namespace: str
+) -> None:
+    observer.execute("CREATE TEMPORARY TABLE big (value jsonb)")
+    # Two million times the same letter: stored compressed in a few kilobytes.
+    observer.execute("INSERT INTO big SELECT jsonb_build_object('x', repeat('x', 2000000))")
+    [[stored]] = observer.execute("SELECT pg_column_size(value) FROM big").fetchall()
+    assert stored < 1024 * 1024
+
+    with pytest.raises(psycopg.Error) as raised:
+        observer.execute(
+            "SELECT postkit_queue.push(%s, 'q', (SELECT value FROM big))", (namespace,)
+        )
+
+    assert raised.value.sqlstate == "PKQ02"
+    assert "2000017 bytes" in (raised.value.diag.message_primary or "")
+    assert snapshot(observer, namespace) == []
+
+
+CONTROL_TEXT = {"newline-and-tab": "a\nb\tc", "right-to-left-override": "\u202eevil\u202c"}
+
+
+@pytest.mark.parametrize("text", CONTROL_TEXT.values(), ids=CONTROL_TEXT.keys())
+def test_control_characters_refused_in_names_round_trip_in_payloads_and_errors(
+    queue: QueueClient, text: str
+) -> None:
+    with pytest.raises(errors.InvalidNameError):
+        queue.push(text, 1)
+    queue.push(Q, {text: [text]})
+    job = queue.pull(Q)
+    assert job is not None and job.payload == {text: [text]}
+
+    assert queue.fail(job, error=text)
+    [letter] = queue.dead_letters(Q)
+    assert (letter.payload, letter.error) == ({text: [text]}, text)
