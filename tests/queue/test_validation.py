@@ -174,6 +174,11 @@ CASES: dict[str, Bad] = {
     "batch-priority-minus-32769": Bad(
         Priority, "priority", lambda q, j: q.push_batch(Q, [1], priority=-32769)
     ),
+    "schedule-every-over-3650-days": Bad(
+        Duration,
+        "every",
+        lambda q, j: q.create_schedule("s", Q, 1, every=timedelta(days=3650, seconds=1)),
+    ),
     "schedule-priority-32768": Bad(
         Priority, "priority", lambda q, j: q.create_schedule("s", Q, 1, every=60, priority=32768)
     ),

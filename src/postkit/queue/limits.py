@@ -166,6 +166,9 @@ DURATIONS: dict[str, DurationRule] = {
 }
 """Each duration argument and its rule, by the argument's name."""
 
+EVERY_MAX = timedelta(days=3650)
+"""A schedule's interval is at most this long (and at least a second)."""
+
 
 def _shown(microseconds: int) -> str:
     return f"{microseconds / 1_000_000:g} seconds"

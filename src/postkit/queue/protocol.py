@@ -815,6 +815,10 @@ def new_schedule(
     interval = None if seconds is None else timedelta(seconds=seconds)
     if interval is not None and interval < timedelta(seconds=1):
         raise errors.InvalidScheduleError("a schedule runs at most every second")
+    if interval is not None and interval > limits.EVERY_MAX:
+        raise errors.InvalidDurationError(
+            f"every of {interval} is too long; the limit is {limits.EVERY_MAX}"
+        )
     _zone(timezone)
     if cron is not None:
         check_cron(cron)
