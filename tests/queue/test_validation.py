@@ -216,6 +216,9 @@ CASES: dict[str, Bad] = {
     "visibility-timeout-rounds-to-zero": Bad(
         Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=1e-7)
     ),
+    "visibility-timeout-1e308": Bad(
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=1e308)
+    ),
     "pull-any-visibility-timeout-zero": Bad(
         Duration, "visibility_timeout", lambda q, j: q.pull_any([Q], visibility_timeout=0)
     ),

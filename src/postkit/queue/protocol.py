@@ -138,8 +138,12 @@ def _duration(what: str, value: object) -> int | None:
         )
     elif not math.isfinite(value):
         raise errors.InvalidDurationError(f"{what} must be finite, got {value}")
+    elif isinstance(value, int):
+        microseconds = value * 1_000_000
+    elif not math.isfinite(value * 1e6):
+        raise errors.InvalidDurationError(f"{what} of {value} seconds is too long")
     else:
-        microseconds = value * 1_000_000 if isinstance(value, int) else round(value * 1e6)
+        microseconds = round(value * 1e6)
     problem = limits.duration_problem(what, microseconds)
     if problem is not None:
         raise errors.InvalidDurationError(problem)
