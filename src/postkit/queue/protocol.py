@@ -225,11 +225,6 @@ def _job_id(value: object) -> int:
     return value
 
 
-def job_id_of(job: object) -> int:
-    """The id of a :data:`JobRef`, checked."""
-    return _job_id(job.id if isinstance(job, Job) else job)
-
-
 def _claim(call: str, job: object, worker_id: object, claim_token: object) -> dict[str, Any]:
     """The parameters that identify a claim: the job id, the worker and the fence. A bare job
     id identifies none: the claim token, or at least the worker_id, must come with it."""
@@ -237,7 +232,7 @@ def _claim(call: str, job: object, worker_id: object, claim_token: object) -> di
     if isinstance(job, Job) and token is None:
         token = job.claim_token
     params = {
-        "job_id": job_id_of(job),
+        "job_id": _job_id(job.id if isinstance(job, Job) else job),
         "worker_id": _name("worker_id", worker_id, required=False),
         "claim_token": _claim_token(token),
     }
