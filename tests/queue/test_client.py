@@ -10,7 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from postkit import errors
 from postkit.queue import Job, NackOutcome, QueueClient
+from postkit.queue.client import REMEMBERED_CLAIMS
 from postkit.queue.protocol import JobRef
 
 Shift = Callable[[QueueClient, float], None]
@@ -366,6 +368,28 @@ def test_a_bare_id_of_a_job_this_client_pulled_settles_that_claim(
 
     assert settle(queue, operation, job["id"]) is True
     assert queue.get_job(job.id) != job
+
+
+def test_a_client_forgets_the_claim_it_settled(queue: QueueClient) -> None:
+    queue.push(Q, {"n": 1})
+    job = pulled(queue)
+    assert queue.ack(job["id"]) is True
+
+    with pytest.raises(errors.InvalidClaimTokenError):
+        queue.ack(job["id"])
+
+
+def test_a_client_remembers_a_bounded_number_of_claims_and_forgets_the_oldest(
+    queue: QueueClient,
+) -> None:
+    queue.push_batch(Q, list(range(REMEMBERED_CLAIMS + 1)))
+    claimed_jobs = [job for _ in range(11) for job in queue.pull_batch(Q, limit=1000)]
+    assert len(claimed_jobs) == REMEMBERED_CLAIMS + 1
+    oldest, newest = claimed_jobs[0], claimed_jobs[-1]
+
+    with pytest.raises(errors.InvalidClaimTokenError):
+        queue.ack(oldest["id"])
+    assert queue.ack(newest["id"]) is True
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
