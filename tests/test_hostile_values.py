@@ -49,8 +49,10 @@ DECODABLE = {
 PAYLOADS = {**UNDECODABLE, **DECODABLE}
 
 # Names the SQL module accepts (non-blank, at most 128 characters).
-QUEUE = "hostile\n\u202eeueuq\u001b[0m"
-WORKER = "worker\t\u202e\r\n-" + "w" * 100
+# Names the SQL API accepts (it refuses control and format characters in names since migration
+# 13): quotes, format placeholders, markup, an emoji, a combining accent, at full length.
+QUEUE = "hostile 'q' \"x\" %s {0} <b>&amp; \U0001f389 e\u0301"
+WORKER = "worker 'w' \"%s\" $HOME `id` -" + "w" * 100
 ERRORS = ["Traceback (most recent call last):\n" * 2000, "\u001b[2J\u202e\r" + "e" * 50_000]
 
 # Schedules the SQL module accepts: the rarest expressions, the far time zones, the longest
@@ -157,7 +159,7 @@ def stored(dsn: str, namespace: str) -> Stored:
                 "SELECT postkit_queue.save_schedule(%s, %s, %s, %s::jsonb, postkit_queue.clock(),"
                 " %s, %s, %s::interval)",
                 namespace,
-                f"schedule {number}\n\u202e",
+                f"schedule {number} \U0001f389 'x' %s",
                 QUEUE,
                 payload,
                 schedule.get("cron"),

@@ -827,6 +827,7 @@ def render_sdk() -> str:
     out += ["", "## Installing the schema", "", "`postkit.queue`: the migrations, in Python."]
     for function in (
         migrations.install,
+        migrations.install_async,
         migrations.install_script,
         migrations.installed_version,
         migrations.latest_version,

@@ -39,7 +39,8 @@ class ValidationError(PostkitError, ValueError):
 
 
 class InvalidNameError(ValidationError):
-    """A namespace, queue, worker id or unique key is null, blank, not text or too long."""
+    """A namespace, queue, worker id or unique key is null, blank (made only of spaces of any
+    kind), not text, too long, or holds a control or format character."""
 
 
 class InvalidPayloadError(ValidationError):
@@ -55,12 +56,12 @@ class InvalidMaxAttemptsError(ValidationError):
 
 
 class InvalidDurationError(ValidationError):
-    """A delay, visibility timeout, extension or backoff is negative, zero where not allowed,
-    too long, or not a duration."""
+    """A delay, visibility timeout, extension, backoff or retention is negative (or has a
+    negative part), zero where not allowed, too long, or not a duration."""
 
 
 class InvalidJobIdError(ValidationError):
-    """A job id is missing or not an integer."""
+    """A job id is missing or not an integer (or an array of job ids is malformed)."""
 
 
 class InvalidLimitError(ValidationError):
@@ -68,7 +69,8 @@ class InvalidLimitError(ValidationError):
 
 
 class InvalidClaimTokenError(ValidationError):
-    """A claim token is not a UUID."""
+    """A claim token is not a UUID, or a settle names no claim: a bare job id, without the
+    claim token or the worker_id the job was claimed under."""
 
 
 class JobRunningError(PostkitError):
@@ -76,7 +78,8 @@ class JobRunningError(PostkitError):
 
 
 class InvalidStateError(ValidationError):
-    """A job state filter is not one of pending, scheduled, running or dead."""
+    """A job state filter is not one of pending, scheduled, running or dead, or a queue's
+    paused flag is NULL."""
 
 
 class InvalidScheduleError(ValidationError):
@@ -130,6 +133,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ10": InvalidScheduleError,
     "PKQ11": InvalidAccessError,
     "PKQ12": SchemaMismatchError,
+    "PKQ13": InvalidClaimTokenError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.

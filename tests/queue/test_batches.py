@@ -147,8 +147,14 @@ def test_push_batch_refuses_a_blank_unique_key_like_push(
 ) -> None:
     with pytest.raises(errors.InvalidNameError, match="unique_key"):
         queue.push_batch(Q, [1, 2], unique_keys=["fine", "  "])
+    assert conn.info.transaction_status == TransactionStatus.IDLE  # refused before sending
 
-    assert conn.info.transaction_status == TransactionStatus.INERROR
+    with pytest.raises(psycopg.Error) as raised:
+        conn.execute(
+            "SELECT * FROM postkit_queue.push_batch(%s, %s, '[1, 2]', p_unique_keys => %s)",
+            (queue.namespace, Q, ["fine", "  "]),
+        )
+    assert raised.value.sqlstate == "PKQ01"
     conn.rollback()
     assert live_jobs(queue) == []
 

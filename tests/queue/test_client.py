@@ -10,7 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from postkit import errors
 from postkit.queue import Job, NackOutcome, QueueClient
+from postkit.queue.client import REMEMBERED_CLAIMS
 from postkit.queue.protocol import JobRef
 
 Shift = Callable[[QueueClient, float], None]
@@ -378,19 +380,106 @@ def test_without_a_token_a_worker_id_cannot_fence_its_own_older_attempt(
     queue: QueueClient, shift_clock: Shift
 ) -> None:
     # The documented limit of id + worker_id: only the claim token tells two attempts of one
-    # worker apart. This pins that trade-off so a change to it is deliberate.
+    # worker apart. This pins that trade-off so a change to it is deliberate. (A client that
+    # did not pull the job: the one that did would fence on the token it remembers.)
     first = claimed(queue, worker_id="worker-1", visibility_timeout=30)
     shift_clock(queue, 31)
     queue.tick_timeouts()
     pulled(queue, worker_id="worker-1")
+    elsewhere = QueueClient(queue.cursor, namespace=queue.namespace)
 
-    assert queue.ack(first.id, worker_id="worker-1") is True
+    assert elsewhere.ack(first.id, worker_id="worker-1") is True
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_an_unknown_job_id_settles_nothing(queue: QueueClient, operation: str) -> None:
     assert settle(queue, operation, UNKNOWN_JOB_ID, worker_id="worker-1") is False
-    assert settle(queue, operation, UNKNOWN_JOB_ID) is False
+    assert settle(queue, operation, UNKNOWN_JOB_ID, claim_token=uuid.uuid4()) is False
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_bare_id_of_a_job_this_client_pulled_settles_that_claim(
+    queue: QueueClient, operation: str
+) -> None:
+    # The article's first example: pull without a worker_id, settle by id.
+    queue.push("send_otp", {"user_id": "42"})
+    job = pulled(queue, "send_otp")
+
+    assert settle(queue, operation, job["id"]) is True
+    assert queue.get_job(job.id) != job
+
+
+def test_a_client_forgets_the_claim_it_settled(queue: QueueClient) -> None:
+    queue.push(Q, {"n": 1})
+    job = pulled(queue)
+    assert queue.ack(job["id"]) is True
+
+    with pytest.raises(errors.InvalidClaimTokenError):
+        queue.ack(job["id"])
+
+
+def test_a_client_remembers_a_bounded_number_of_claims_and_forgets_the_oldest(
+    queue: QueueClient,
+) -> None:
+    queue.push_batch(Q, list(range(REMEMBERED_CLAIMS + 1)))
+    claimed_jobs = [job for _ in range(11) for job in queue.pull_batch(Q, limit=1000)]
+    assert len(claimed_jobs) == REMEMBERED_CLAIMS + 1
+    oldest, newest = claimed_jobs[0], claimed_jobs[-1]
+
+    with pytest.raises(errors.InvalidClaimTokenError):
+        queue.ack(oldest["id"])
+    assert queue.ack(newest["id"]) is True
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_stale_workers_bare_id_settles_nothing_after_an_unnamed_reclaim(
+    make_client: Callable[[], QueueClient], shift_clock: Shift, operation: str
+) -> None:
+    stale, holder = make_client(), make_client()
+    stale.push(Q, {"n": 1})
+    first = pulled(stale, visibility_timeout=30)
+    stale.cursor.connection.commit()
+    shift_clock(holder, 31)
+    assert holder.tick_timeouts() == 1
+    second = pulled(holder)
+    holder.cursor.connection.commit()
+
+    assert settle(stale, operation, first["id"]) is False
+    stale.cursor.connection.commit()
+    assert settle(holder, operation, second) is True
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_in_sql_a_bare_job_id_settles_no_claim(
+    queue: QueueClient, conn: psycopg.Connection, namespace: str, operation: str
+) -> None:
+    job = claimed(queue, worker_id=None)
+    conn.commit()
+    arguments = {
+        "ack": "",
+        "nack": ", p_error => 'x'",
+        "fail": ", p_error => 'x'",
+        "extend_visibility": ", p_extension => interval '1 minute'",
+    }[operation]
+
+    with pytest.raises(psycopg.Error) as raised:
+        conn.execute(
+            f"SELECT postkit_queue.{operation}(%s, p_job_id => %s{arguments})", (namespace, job.id)
+        )
+
+    assert raised.value.sqlstate == "PKQ13"
+    conn.rollback()
+    assert queue.get_job(job.id) == job
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_claim_taken_without_a_worker_id_is_settled_by_its_token_only(
+    queue: QueueClient, operation: str
+) -> None:
+    job = claimed(queue, worker_id=None)
+
+    assert settle(queue, operation, job.id, worker_id="worker-1") is False
+    assert settle(queue, operation, job.id, claim_token=job.claim_token) is True
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,7 +14,15 @@ import psycopg
 import pytest
 
 from postkit import errors
-from postkit.queue import QueueClient, install, install_script, installed_version, latest_version
+from postkit.queue import (
+    InstallResult,
+    QueueClient,
+    install,
+    install_async,
+    install_script,
+    installed_version,
+    latest_version,
+)
 from postkit.queue.migrations import migrations
 
 ALL_VERSIONS = tuple(range(1, latest_version() + 1))
@@ -251,7 +261,7 @@ def test_a_database_set_up_from_other_migration_files_is_refused_unchanged(
         assert version_of(fresh_database) == latest_version() - 1
 
 
-def test_the_upgrade_to_version_9_marks_schedules_it_would_refuse_broken(
+def test_the_upgrade_to_version_11_marks_schedules_it_would_refuse_broken(
     fresh_database: str,
 ) -> None:
     """Schedules saved before the SQL module checked cron expressions and run times: one
@@ -281,3 +291,41 @@ def test_the_upgrade_to_version_9_marks_schedules_it_would_refuse_broken(
     assert reasons["garbage"] is not None and "not a 5-field cron expression" in reasons["garbage"]
     assert reasons["never"] is not None and "never fires" in reasons["never"]
     assert reasons["far"] is not None and "more than 100 years away" in reasons["far"]
+
+
+def test_install_async_installs_through_an_async_connection(fresh_database: str) -> None:
+    async def run() -> InstallResult:
+        async with await psycopg.AsyncConnection.connect(fresh_database) as connection:
+            return await install_async(connection)
+
+    result = asyncio.run(run())
+
+    assert (result.previous_version, result.version) == (0, latest_version())
+    assert version_of(fresh_database) == latest_version()
+
+
+def test_install_async_through_an_async_cursor_runs_in_the_callers_transaction(
+    fresh_database: str,
+) -> None:
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(fresh_database) as connection:
+            async with connection.cursor() as cursor:
+                await install_async(cursor)
+            await connection.rollback()
+
+    asyncio.run(run())
+
+    assert version_of(fresh_database) == 0
+
+
+def test_install_given_an_async_connection_says_to_use_install_async(fresh_database: str) -> None:
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(fresh_database) as connection:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no "coroutine was never awaited"
+                with pytest.raises(errors.ValidationError, match="install_async"):
+                    install(connection)
+
+    asyncio.run(run())
+
+    assert version_of(fresh_database) == 0

@@ -72,7 +72,7 @@ HOW = (
     "token_and_worker",  # job id, claim_token and the claimant's worker_id
     "token_and_other_worker",  # the right token under another worker_id
     "worker",  # job id and worker_id, no token
-    "nothing",  # job id alone (worker_id NULL, no token)
+    "nothing",  # job id alone: the token the client remembers from its pull, if any
     "foreign_token",  # the claimant's worker_id with a token nobody holds
 )
 # Mostly the ways a worker names its own claim, so that many calls take effect.
@@ -159,7 +159,7 @@ def holds_claim(job: ModelJob, worker_id: str | None, claim_token: str | None) -
         return False
     if claim_token is not None:
         return job.claim_token == claim_token and (worker_id is None or job.worker_id == worker_id)
-    return job.worker_id == worker_id
+    return worker_id is not None and job.worker_id == worker_id
 
 
 def other_worker(worker_id: str | None) -> str:
@@ -181,6 +181,8 @@ class QueueModel(RuleBasedStateMachine):
         self.policies: dict[str, Policy] = {}
         self.jobs: dict[int, ModelJob] = {}
         self.claims: list[Job] = []
+        # The claim tokens the client remembers: of the jobs it pulled and has not settled.
+        self.remembered: dict[int, str] = {}
         self.payloads = 0
         self._set_clock()
         # nack's jitter (random()) decides where a retried job's run_at lands, and so which
@@ -239,11 +241,17 @@ class QueueModel(RuleBasedStateMachine):
 
     def _effective(
         self, claim: Job, how: str
-    ) -> tuple[ModelJob, Job | int, str | None, str | None, bool]:
-        """The model job, the call's arguments, and whether the model says the call holds."""
+    ) -> tuple[ModelJob, Job | int, str | None, str | None, bool | None]:
+        """The model job, the call's arguments, and whether the model says the call holds
+        (None: the call names no claim, and the client refuses it before sending it)."""
         job_ref, worker_id, token = self._credentials(claim, how)
         model = self.jobs[claim.id]
-        fence_token = claim.claim_token if isinstance(job_ref, Job) else token
+        if isinstance(job_ref, Job):
+            fence_token = claim.claim_token
+        else:
+            fence_token = token if token is not None else self.remembered.get(claim.id)
+        if fence_token is None and worker_id is None:
+            return model, job_ref, worker_id, token, None
         return model, job_ref, worker_id, token, holds_claim(model, worker_id, fence_token)
 
     def _due(self, queue: str) -> list[ModelJob]:
@@ -467,6 +475,7 @@ class QueueModel(RuleBasedStateMachine):
             )
             assert (job.priority, job.max_attempts) == (model.priority, model.max_attempts)
             self.claims.append(job)
+            self.remembered[job.id] = job.claim_token
 
     @precondition(lambda self: self.claims)
     @rule(
@@ -504,11 +513,11 @@ class QueueModel(RuleBasedStateMachine):
         extension: int,
     ) -> None:
         model, job_ref, worker_id, token, holds = self._effective(claim, how)
-        if action == "nack":
-            self._nack(model, job_ref, worker_id, token, holds, backoff, error)
-            return
-        result = {
+        call = {
             "ack": lambda: self.client.ack(job_ref, worker_id=worker_id, claim_token=token),
+            "nack": lambda: self.client.nack_outcome(
+                job_ref, error=error, worker_id=worker_id, claim_token=token, backoff=backoff
+            ),
             "fail": lambda: self.client.fail(
                 job_ref, error=error, worker_id=worker_id, claim_token=token
             ),
@@ -516,7 +525,17 @@ class QueueModel(RuleBasedStateMachine):
                 job_ref, extension=extension, worker_id=worker_id, claim_token=token
             ),
             "release": lambda: self.client.release(job_ref, worker_id=worker_id, claim_token=token),
-        }[action]()
+        }[action]
+        if holds is None:
+            with pytest.raises(errors.InvalidClaimTokenError):
+                call()
+            return
+        if action != "extend_visibility":
+            self.remembered.pop(claim.id, None)  # a settle sent is a claim the client forgets
+        if action == "nack":
+            self._nack(model, call(), holds, backoff, error)
+            return
+        result = call()
         seq = self._tick_seq()
         assert result is holds, f"{action} returned {result}, the model says {holds}"
         if not holds:
@@ -537,16 +556,11 @@ class QueueModel(RuleBasedStateMachine):
     def _nack(
         self,
         model: ModelJob,
-        job_ref: Job | int,
-        worker_id: str | None,
-        token: str | None,
+        outcome: object,
         holds: bool,
         backoff: int | None,
         error: str | None,
     ) -> None:
-        outcome = self.client.nack_outcome(
-            job_ref, error=error, worker_id=worker_id, claim_token=token, backoff=backoff
-        )
         seq = self._tick_seq()
         if not holds:
             assert outcome is NackOutcome.STALE
@@ -602,6 +616,9 @@ class QueueModel(RuleBasedStateMachine):
         ``worker_id``) of a few claims."""
         count = data.draw(st.integers(0, 3), label="how many claims")
         claims = [self._draw_claim(data) for _ in range(count)]
+        if action != "ack_batch":
+            for claim in claims:
+                self.remembered.pop(claim.id, None)
         if action == "ack_many":
             acked = self.client.ack_many(claims)
             self._tick_seq()
@@ -617,6 +634,7 @@ class QueueModel(RuleBasedStateMachine):
             if all_held:
                 for claim in claims:
                     self.jobs[claim.id].state = "done"
+                    self.remembered.pop(claim.id, None)
         else:
             acked, claimed = self.client.ack_and_pull(
                 queue, claims, limit=limit, worker_id=worker_id, visibility_timeout=UNIT
@@ -709,6 +727,10 @@ class QueueModel(RuleBasedStateMachine):
                 ),
                 "release": lambda: self.client.release(job_id, worker_id=worker_id),
             }
+            if worker_id is None:  # a bare id of a job the client never pulled names no claim
+                with pytest.raises(errors.InvalidClaimTokenError):
+                    calls[action]()
+                return
             result = calls[action]()
             assert result in (False, NackOutcome.STALE), f"{action} of an unknown job: {result!r}"
         else:
@@ -728,9 +750,12 @@ class QueueModel(RuleBasedStateMachine):
             (errors.InvalidLimitError, lambda: client.pull_batch("a", limit=0)),
             (
                 errors.InvalidDurationError,
-                lambda: client.extend_visibility(some_claim, extension=0),
+                lambda: client.extend_visibility(some_claim, extension=0, worker_id="w1"),
             ),
-            (errors.InvalidDurationError, lambda: client.nack(some_claim, backoff=-1)),
+            (
+                errors.InvalidDurationError,
+                lambda: client.nack(some_claim, backoff=-1, worker_id="w1"),
+            ),
             (errors.InvalidLimitError, lambda: client.tick_timeouts(limit=0)),
         ]
 

@@ -1,11 +1,11 @@
-"""Bad input is refused with a readable Postkit error and leaves the database as it was;
-hostile text is stored and returned untouched."""
+"""Bad input is refused with a readable Postkit error before anything is sent, so the caller's
+transaction and its own writes survive it; hostile text is stored and returned untouched."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,8 +20,6 @@ from postkit.queue import Job, QueueClient
 Q = "emails"
 LONG = "x" * 129
 BAD_NAMESPACES = ["", "   ", LONG]
-PY = "python"  # refused by the SDK before any SQL is sent
-SQL = "sql"  # refused by the SQL module, which aborts the caller's transaction
 
 Payload = errors.InvalidPayloadError
 Name = errors.InvalidNameError
@@ -38,7 +36,6 @@ class Bad:
     error: type[errors.ValidationError]
     word: str
     """A word the message must contain, so that a person can tell what to fix."""
-    refused_by: str
     call: Callable[[QueueClient, Job], object]
 
 
@@ -54,142 +51,235 @@ def as_namespace(namespace: Any) -> Callable[[QueueClient], QueueClient]:
 
 CASES: dict[str, Bad] = {
     # Payloads.
-    "payload-object": Bad(Payload, "payload", PY, lambda q, j: q.push(Q, object())),
-    "payload-set": Bad(Payload, "payload", PY, lambda q, j: q.push(Q, {1, 2})),
-    "payload-nan": Bad(Payload, "payload", PY, lambda q, j: q.push(Q, {"x": float("nan")})),
-    "payload-infinity": Bad(Payload, "payload", PY, lambda q, j: q.push(Q, [float("inf")])),
-    "payload-circular": Bad(Payload, "payload", PY, lambda q, j: q.push(Q, circular())),
-    "payload-nul-in-value": Bad(Payload, "NUL", PY, lambda q, j: q.push(Q, {"x": "a\u0000b"})),
-    "payload-nul-in-key": Bad(Payload, "NUL", PY, lambda q, j: q.push(Q, {"\u0000": 1})),
-    "payload-nul-after-backslash": Bad(Payload, "NUL", PY, lambda q, j: q.push(Q, "\\\u0000")),
+    "payload-object": Bad(Payload, "payload", lambda q, j: q.push(Q, object())),
+    "payload-set": Bad(Payload, "payload", lambda q, j: q.push(Q, {1, 2})),
+    "payload-nan": Bad(Payload, "payload", lambda q, j: q.push(Q, {"x": float("nan")})),
+    "payload-infinity": Bad(Payload, "payload", lambda q, j: q.push(Q, [float("inf")])),
+    "payload-circular": Bad(Payload, "payload", lambda q, j: q.push(Q, circular())),
+    "payload-nul-in-value": Bad(Payload, "NUL", lambda q, j: q.push(Q, {"x": "a\u0000b"})),
+    "payload-nul-in-key": Bad(Payload, "NUL", lambda q, j: q.push(Q, {"\u0000": 1})),
+    "payload-nul-after-backslash": Bad(Payload, "NUL", lambda q, j: q.push(Q, "\\\u0000")),
     # Queue names.
-    "queue-empty": Bad(Name, "queue", SQL, lambda q, j: q.push("", 1)),
-    "queue-blank": Bad(Name, "queue", SQL, lambda q, j: q.push(" \t ", 1)),
-    "queue-vertical-tab": Bad(Name, "queue", SQL, lambda q, j: q.push("\x0b\x0c", 1)),
-    "queue-129-chars": Bad(Name, "queue", SQL, lambda q, j: q.push(LONG, 1)),
-    "queue-none": Bad(Name, "queue", PY, lambda q, j: q.push(None, 1)),
-    "queue-int": Bad(Name, "queue", PY, lambda q, j: q.push(7, 1)),
-    "queue-nul": Bad(Name, "queue", PY, lambda q, j: q.push("a\u0000", 1)),
-    "pull-queue-blank": Bad(Name, "queue", SQL, lambda q, j: q.pull(" ")),
-    "dead-letters-queue-empty": Bad(Name, "queue", SQL, lambda q, j: q.dead_letters("")),
+    "queue-empty": Bad(Name, "queue", lambda q, j: q.push("", 1)),
+    "queue-blank": Bad(Name, "queue", lambda q, j: q.push(" \t ", 1)),
+    "queue-vertical-tab": Bad(Name, "queue", lambda q, j: q.push("\x0b\x0c", 1)),
+    "queue-129-chars": Bad(Name, "queue", lambda q, j: q.push(LONG, 1)),
+    "queue-none": Bad(Name, "queue", lambda q, j: q.push(None, 1)),
+    "queue-int": Bad(Name, "queue", lambda q, j: q.push(7, 1)),
+    "queue-nul": Bad(Name, "queue", lambda q, j: q.push("a\u0000", 1)),
+    "pull-queue-blank": Bad(Name, "queue", lambda q, j: q.pull(" ")),
+    "dead-letters-queue-empty": Bad(Name, "queue", lambda q, j: q.dead_letters("")),
     # Namespaces.
-    "namespace-empty": Bad(Name, "namespace", SQL, lambda q, j: as_namespace("")(q).push(Q, 1)),
-    "namespace-blank": Bad(Name, "namespace", SQL, lambda q, j: as_namespace("   ")(q).push(Q, 1)),
-    "namespace-129-chars": Bad(
-        Name, "namespace", SQL, lambda q, j: as_namespace(LONG)(q).push(Q, 1)
-    ),
-    "namespace-none": Bad(Name, "namespace", PY, lambda q, j: as_namespace(None)(q).push(Q, 1)),
-    "namespace-bytes": Bad(Name, "namespace", PY, lambda q, j: as_namespace(b"ns")(q).push(Q, 1)),
-    "namespace-blank-pull": Bad(Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).pull(Q)),
-    "namespace-blank-ack": Bad(Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).ack(j)),
+    "namespace-empty": Bad(Name, "namespace", lambda q, j: as_namespace("")(q).push(Q, 1)),
+    "namespace-blank": Bad(Name, "namespace", lambda q, j: as_namespace("   ")(q).push(Q, 1)),
+    "namespace-129-chars": Bad(Name, "namespace", lambda q, j: as_namespace(LONG)(q).push(Q, 1)),
+    "namespace-none": Bad(Name, "namespace", lambda q, j: as_namespace(None)(q).push(Q, 1)),
+    "namespace-bytes": Bad(Name, "namespace", lambda q, j: as_namespace(b"ns")(q).push(Q, 1)),
+    "namespace-blank-pull": Bad(Name, "namespace", lambda q, j: as_namespace(" ")(q).pull(Q)),
+    "namespace-blank-ack": Bad(Name, "namespace", lambda q, j: as_namespace(" ")(q).ack(j)),
     "namespace-blank-get-job": Bad(
-        Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).get_job(j.id)
+        Name, "namespace", lambda q, j: as_namespace(" ")(q).get_job(j.id)
     ),
     "namespace-blank-tick": Bad(
-        Name, "namespace", SQL, lambda q, j: as_namespace(" ")(q).tick_timeouts()
+        Name, "namespace", lambda q, j: as_namespace(" ")(q).tick_timeouts()
     ),
     # Worker ids.
-    "worker-id-empty": Bad(Name, "worker_id", SQL, lambda q, j: q.pull(Q, worker_id="")),
-    "worker-id-129-chars": Bad(Name, "worker_id", SQL, lambda q, j: q.pull(Q, worker_id=LONG)),
-    "worker-id-int": Bad(Name, "worker_id", PY, lambda q, j: q.pull(Q, worker_id=7)),
-    "worker-id-empty-ack": Bad(Name, "worker_id", SQL, lambda q, j: q.ack(j.id, worker_id="")),
-    "worker-id-blank-release": Bad(
-        Name, "worker_id", SQL, lambda q, j: q.release(j.id, worker_id=" ")
-    ),
-    "unique-key-blank": Bad(Name, "unique_key", SQL, lambda q, j: q.push(Q, 1, unique_key=" ")),
+    "worker-id-empty": Bad(Name, "worker_id", lambda q, j: q.pull(Q, worker_id="")),
+    "worker-id-129-chars": Bad(Name, "worker_id", lambda q, j: q.pull(Q, worker_id=LONG)),
+    "worker-id-int": Bad(Name, "worker_id", lambda q, j: q.pull(Q, worker_id=7)),
+    "worker-id-empty-ack": Bad(Name, "worker_id", lambda q, j: q.ack(j.id, worker_id="")),
+    "worker-id-blank-release": Bad(Name, "worker_id", lambda q, j: q.release(j.id, worker_id=" ")),
+    "unique-key-blank": Bad(Name, "unique_key", lambda q, j: q.push(Q, 1, unique_key=" ")),
     # Durations.
     "visibility-timeout-zero": Bad(
-        Duration, "visibility_timeout", SQL, lambda q, j: q.pull(Q, visibility_timeout=0)
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=0)
     ),
     "visibility-timeout-negative": Bad(
-        Duration, "visibility_timeout", SQL, lambda q, j: q.pull(Q, visibility_timeout=-1)
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=-1)
     ),
     "visibility-timeout-over-12h": Bad(
         Duration,
         "visibility_timeout",
-        SQL,
         lambda q, j: q.pull(Q, visibility_timeout=timedelta(hours=12, seconds=1)),
     ),
     "visibility-timeout-str": Bad(
-        Duration, "visibility_timeout", PY, lambda q, j: q.pull(Q, visibility_timeout="30")
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout="30")
     ),
     "visibility-timeout-bool": Bad(
-        Duration, "visibility_timeout", PY, lambda q, j: q.pull(Q, visibility_timeout=True)
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=True)
     ),
     "visibility-timeout-nan": Bad(
-        Duration, "visibility_timeout", PY, lambda q, j: q.pull(Q, visibility_timeout=float("nan"))
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=float("nan"))
     ),
-    "extension-zero": Bad(
-        Duration, "extension", SQL, lambda q, j: q.extend_visibility(j, extension=0)
-    ),
+    "extension-zero": Bad(Duration, "extension", lambda q, j: q.extend_visibility(j, extension=0)),
     "extension-negative": Bad(
-        Duration, "extension", SQL, lambda q, j: q.extend_visibility(j, extension=-5)
+        Duration, "extension", lambda q, j: q.extend_visibility(j, extension=-5)
     ),
     "extension-over-12h": Bad(
-        Duration, "extension", SQL, lambda q, j: q.extend_visibility(j, extension=43201)
+        Duration, "extension", lambda q, j: q.extend_visibility(j, extension=43201)
     ),
     "extension-none": Bad(
-        Duration, "extension", PY, lambda q, j: q.extend_visibility(j, extension=None)
+        Duration, "extension", lambda q, j: q.extend_visibility(j, extension=None)
     ),
-    "delay-negative": Bad(Duration, "delay", SQL, lambda q, j: q.push(Q, 1, delay=-1)),
-    "delay-str": Bad(Duration, "delay", PY, lambda q, j: q.push(Q, 1, delay="soon")),
-    "backoff-negative": Bad(Duration, "backoff", SQL, lambda q, j: q.nack(j, backoff=-1)),
-    "backoff-base-zero": Bad(
-        Duration, "backoff_base", SQL, lambda q, j: q.push(Q, 1, backoff_base=0)
-    ),
+    "delay-negative": Bad(Duration, "delay", lambda q, j: q.push(Q, 1, delay=-1)),
+    "delay-str": Bad(Duration, "delay", lambda q, j: q.push(Q, 1, delay="soon")),
+    "backoff-negative": Bad(Duration, "backoff", lambda q, j: q.nack(j, backoff=-1)),
+    "backoff-base-zero": Bad(Duration, "backoff_base", lambda q, j: q.push(Q, 1, backoff_base=0)),
     "queue-visibility-timeout-zero": Bad(
-        Duration, "visibility_timeout", SQL, lambda q, j: q.configure_queue(Q, visibility_timeout=0)
+        Duration, "visibility_timeout", lambda q, j: q.configure_queue(Q, visibility_timeout=0)
     ),
     # Attempts.
-    "max-attempts-zero": Bad(
-        Attempts, "max_attempts", SQL, lambda q, j: q.push(Q, 1, max_attempts=0)
-    ),
+    "max-attempts-zero": Bad(Attempts, "max_attempts", lambda q, j: q.push(Q, 1, max_attempts=0)),
     "max-attempts-negative": Bad(
-        Attempts, "max_attempts", SQL, lambda q, j: q.push(Q, 1, max_attempts=-1)
+        Attempts, "max_attempts", lambda q, j: q.push(Q, 1, max_attempts=-1)
     ),
     "max-attempts-1001": Bad(
-        Attempts, "max_attempts", SQL, lambda q, j: q.push(Q, 1, max_attempts=1001)
+        Attempts, "max_attempts", lambda q, j: q.push(Q, 1, max_attempts=1001)
     ),
-    "max-attempts-str": Bad(
-        Attempts, "max_attempts", PY, lambda q, j: q.push(Q, 1, max_attempts="3")
-    ),
+    "max-attempts-str": Bad(Attempts, "max_attempts", lambda q, j: q.push(Q, 1, max_attempts="3")),
     "max-attempts-float": Bad(
-        Attempts, "max_attempts", PY, lambda q, j: q.push(Q, 1, max_attempts=2.5)
+        Attempts, "max_attempts", lambda q, j: q.push(Q, 1, max_attempts=2.5)
     ),
     "queue-max-attempts-zero": Bad(
-        Attempts, "max_attempts", SQL, lambda q, j: q.configure_queue(Q, max_attempts=0)
+        Attempts, "max_attempts", lambda q, j: q.configure_queue(Q, max_attempts=0)
     ),
     # Priorities.
-    "priority-40000": Bad(Priority, "priority", SQL, lambda q, j: q.push(Q, 1, priority=40000)),
-    "priority-minus-40000": Bad(
-        Priority, "priority", SQL, lambda q, j: q.push(Q, 1, priority=-40000)
-    ),
-    "priority-2-to-the-40": Bad(
-        Priority, "priority", PY, lambda q, j: q.push(Q, 1, priority=2**40)
-    ),
-    "priority-str": Bad(Priority, "priority", PY, lambda q, j: q.push(Q, 1, priority="high")),
-    "priority-none": Bad(Priority, "priority", PY, lambda q, j: q.push(Q, 1, priority=None)),
-    "priority-bool": Bad(Priority, "priority", PY, lambda q, j: q.push(Q, 1, priority=True)),
+    "priority-40000": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority=40000)),
+    "priority-minus-40000": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority=-40000)),
+    "priority-2-to-the-40": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority=2**40)),
+    "priority-str": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority="high")),
+    "priority-none": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority=None)),
+    "priority-bool": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority=True)),
     # Job ids and claim tokens.
-    "job-id-str": Bad(JobId, "job", PY, lambda q, j: q.ack("1")),
-    "job-id-none": Bad(JobId, "job", PY, lambda q, j: q.nack(None)),
-    "job-id-float": Bad(JobId, "job", PY, lambda q, j: q.fail(1.5)),
-    "job-id-bool": Bad(JobId, "job", PY, lambda q, j: q.extend_visibility(True, extension=10)),
-    "job-id-2-to-the-64": Bad(JobId, "job", PY, lambda q, j: q.get_job(2**64)),
-    "get-job-id-str": Bad(JobId, "job", PY, lambda q, j: q.get_job("1")),
+    "job-id-str": Bad(JobId, "job", lambda q, j: q.ack("1")),
+    "job-id-none": Bad(JobId, "job", lambda q, j: q.nack(None)),
+    "job-id-float": Bad(JobId, "job", lambda q, j: q.fail(1.5)),
+    "job-id-bool": Bad(JobId, "job", lambda q, j: q.extend_visibility(True, extension=10)),
+    "job-id-2-to-the-64": Bad(JobId, "job", lambda q, j: q.get_job(2**64)),
+    "get-job-id-str": Bad(JobId, "job", lambda q, j: q.get_job("1")),
     "claim-token-not-a-uuid": Bad(
-        Token, "claim_token", PY, lambda q, j: q.ack(j.id, claim_token="not-a-uuid")
+        Token, "claim_token", lambda q, j: q.ack(j.id, claim_token="not-a-uuid")
     ),
     "claim-token-not-a-uuid-fail": Bad(
-        Token, "claim_token", PY, lambda q, j: q.fail(j.id, claim_token="1234")
+        Token, "claim_token", lambda q, j: q.fail(j.id, claim_token="1234")
     ),
     # Limits.
-    "dead-letters-limit-zero": Bad(Limit, "limit", SQL, lambda q, j: q.dead_letters(limit=0)),
-    "dead-letters-limit-too-big": Bad(
-        Limit, "limit", SQL, lambda q, j: q.dead_letters(limit=10001)
+    "dead-letters-limit-zero": Bad(Limit, "limit", lambda q, j: q.dead_letters(limit=0)),
+    "dead-letters-limit-too-big": Bad(Limit, "limit", lambda q, j: q.dead_letters(limit=10001)),
+    "tick-limit-zero": Bad(Limit, "limit", lambda q, j: q.tick_timeouts(limit=0)),
+    "tick-limit-str": Bad(Limit, "limit", lambda q, j: q.tick_timeouts(limit="10")),
+    # Every limit the SQL module checks, checked by the SDK before it sends anything.
+    "priority-99999": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority=99999)),
+    "priority-32768": Bad(Priority, "priority", lambda q, j: q.push(Q, 1, priority=32768)),
+    "batch-priority-minus-32769": Bad(
+        Priority, "priority", lambda q, j: q.push_batch(Q, [1], priority=-32769)
     ),
-    "tick-limit-zero": Bad(Limit, "limit", SQL, lambda q, j: q.tick_timeouts(limit=0)),
-    "tick-limit-str": Bad(Limit, "limit", PY, lambda q, j: q.tick_timeouts(limit="10")),
+    "schedule-every-over-3650-days": Bad(
+        Duration,
+        "every",
+        lambda q, j: q.create_schedule("s", Q, 1, every=timedelta(days=3650, seconds=1)),
+    ),
+    "schedule-priority-32768": Bad(
+        Priority, "priority", lambda q, j: q.create_schedule("s", Q, 1, every=60, priority=32768)
+    ),
+    "batch-max-attempts-1001": Bad(
+        Attempts, "max_attempts", lambda q, j: q.push_batch(Q, [1], max_attempts=1001)
+    ),
+    "queue-no-break-spaces": Bad(Name, "blank", lambda q, j: q.push("\u00a0\u00a0", 1)),
+    "queue-ideographic-space": Bad(Name, "blank", lambda q, j: q.push("\u3000", 1)),
+    "queue-zero-width-space": Bad(Name, "U+200B", lambda q, j: q.push("\u200b", 1)),
+    "queue-zero-width-joiner": Bad(Name, "U+200D", lambda q, j: q.push("a\u200db", 1)),
+    "queue-byte-order-mark": Bad(Name, "U+FEFF", lambda q, j: q.push("\ufeffemails", 1)),
+    "queue-bidi-override": Bad(Name, "U+202E", lambda q, j: q.push("\u202eevil", 1)),
+    "queue-newline": Bad(Name, "U+000A", lambda q, j: q.push("a\nb", 1)),
+    "queue-escape-sequence": Bad(Name, "U+001B", lambda q, j: q.push("\x1b[31mred", 1)),
+    "queue-lone-surrogate": Bad(Name, "queue", lambda q, j: q.push("a\ud800", 1)),
+    "namespace-tab": Bad(Name, "namespace", lambda q, j: as_namespace("a\tb")(q).push(Q, 1)),
+    "worker-id-no-break-space": Bad(Name, "worker_id", lambda q, j: q.pull(Q, worker_id="\u00a0")),
+    "unique-key-zero-width": Bad(
+        Name, "unique_key", lambda q, j: q.push(Q, 1, unique_key="\u200b")
+    ),
+    "batch-unique-key-control": Bad(
+        Name, "unique_key", lambda q, j: q.push_batch(Q, [1], unique_keys=["\x07"])
+    ),
+    "batch-unique-keys-too-few": Bad(
+        Name, "unique keys", lambda q, j: q.push_batch(Q, [1, 2], unique_keys=["a"])
+    ),
+    "batch-too-many-payloads": Bad(Limit, "100000", lambda q, j: q.push_batch(Q, [0] * 100_001)),
+    "pull-any-queue-blank": Bad(Name, "queue", lambda q, j: q.pull_any([Q, " "])),
+    "redrive-to-queue-blank": Bad(Name, "to_queue", lambda q, j: q.redrive(to_queue="\u00a0")),
+    "visibility-timeout-12h-and-a-microsecond": Bad(
+        Duration,
+        "visibility_timeout",
+        lambda q, j: q.pull(Q, visibility_timeout=timedelta(hours=12, microseconds=1)),
+    ),
+    "visibility-timeout-rounds-to-zero": Bad(
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=1e-7)
+    ),
+    "visibility-timeout-1e308": Bad(
+        Duration, "visibility_timeout", lambda q, j: q.pull(Q, visibility_timeout=1e308)
+    ),
+    "pull-any-visibility-timeout-zero": Bad(
+        Duration, "visibility_timeout", lambda q, j: q.pull_any([Q], visibility_timeout=0)
+    ),
+    "delay-over-3650-days": Bad(
+        Duration, "delay", lambda q, j: q.push(Q, 1, delay=timedelta(days=3650, seconds=1))
+    ),
+    "batch-delay-negative": Bad(Duration, "delay", lambda q, j: q.push_batch(Q, [1], delay=-1)),
+    "backoff-over-30-days": Bad(
+        Duration, "backoff", lambda q, j: q.nack(j, backoff=timedelta(days=30, seconds=1))
+    ),
+    "backoff-base-over-a-day": Bad(
+        Duration, "backoff_base", lambda q, j: q.push(Q, 1, backoff_base=86401)
+    ),
+    "backoff-cap-zero": Bad(Duration, "backoff_cap", lambda q, j: q.push(Q, 1, backoff_cap=0)),
+    "queue-retain-dead-negative": Bad(
+        Duration, "retain_dead", lambda q, j: q.configure_queue(Q, retain_dead=-1)
+    ),
+    "queue-retain-completed-zero": Bad(
+        Duration, "retain_completed", lambda q, j: q.configure_queue(Q, retain_completed=0)
+    ),
+    "queue-backoff-cap-over-30-days": Bad(
+        Duration,
+        "backoff_cap",
+        lambda q, j: q.configure_queue(Q, backoff_cap=timedelta(days=31)),
+    ),
+    "purge-older-than-negative": Bad(
+        Duration, "older_than", lambda q, j: q.purge_dead_letters(older_than=-1)
+    ),
+    "queue-max-payload-bytes-zero": Bad(
+        Payload, "max_payload_bytes", lambda q, j: q.configure_queue(Q, max_payload_bytes=0)
+    ),
+    "queue-max-payload-bytes-over-100-mib": Bad(
+        Payload,
+        "max_payload_bytes",
+        lambda q, j: q.configure_queue(Q, max_payload_bytes=104_857_601),
+    ),
+    "pull-batch-limit-1001": Bad(Limit, "limit", lambda q, j: q.pull_batch(Q, limit=1001)),
+    "pull-any-limit-zero": Bad(Limit, "limit", lambda q, j: q.pull_any([Q], limit=0)),
+    "ack-and-pull-limit-1001": Bad(Limit, "limit", lambda q, j: q.ack_and_pull(Q, [], limit=1001)),
+    "tick-limit-100001": Bad(Limit, "limit", lambda q, j: q.tick_timeouts(limit=100_001)),
+    "stats-cap-zero": Bad(Limit, "cap", lambda q, j: q.stats(cap=0)),
+    "jobs-limit-10001": Bad(Limit, "limit", lambda q, j: q.jobs(Q, limit=10_001)),
+    "jobs-state-unknown": Bad(errors.InvalidStateError, "state", lambda q, j: q.jobs(Q, "done")),
+    "redrive-limit-zero": Bad(Limit, "limit", lambda q, j: q.redrive(limit=0)),
+    "prune-limit-100001": Bad(Limit, "limit", lambda q, j: q.prune(limit=100_001)),
+    "tick-schedules-limit-zero": Bad(Limit, "limit", lambda q, j: q.tick_schedules(limit=0)),
+    # A bare job id names no claim, unless this client pulled that job.
+    "ack-bare-id-of-a-job-this-client-did-not-pull": Bad(
+        Token, "claim token", lambda q, j: QueueClient(q.cursor, namespace=q.namespace).ack(j.id)
+    ),
+    "nack-bare-id-of-a-job-this-client-did-not-pull": Bad(
+        Token, "claim token", lambda q, j: QueueClient(q.cursor, namespace=q.namespace).nack(j.id)
+    ),
+    "release-bare-id-of-a-job-this-client-did-not-pull": Bad(
+        Token,
+        "claim token",
+        lambda q, j: QueueClient(q.cursor, namespace=q.namespace).release(j.id),
+    ),
+    "ack-many-a-job-never-claimed": Bad(
+        Token, "claim token", lambda q, j: q.ack_many([replace(j, claim_token=None)])
+    ),
 }
 
 
@@ -197,6 +287,14 @@ CASES: dict[str, Bad] = {
 def observer(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
     """A connection of its own, autocommit: it sees only what was committed."""
     return connect(autocommit=True)
+
+
+@pytest.fixture
+def app_table(connect: Callable[..., psycopg.Connection]) -> str:
+    """A table of the application's own, beside the queue."""
+    with connect(autocommit=True) as admin:
+        admin.execute("CREATE TABLE IF NOT EXISTS app_writes (namespace text, note text)")
+    return "app_writes"
 
 
 @pytest.fixture
@@ -230,15 +328,17 @@ def snapshot(observer: psycopg.Connection, namespace: str) -> list[tuple[str, st
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_bad_input_is_refused_with_a_readable_error_and_changes_nothing(
+def test_bad_input_is_refused_before_anything_is_sent_and_the_callers_own_writes_commit(
     queue: QueueClient,
     conn: psycopg.Connection,
     observer: psycopg.Connection,
     namespace: str,
     running_job: Job,
+    app_table: str,
     case: Bad,
 ) -> None:
     before = snapshot(observer, namespace)
+    conn.execute("INSERT INTO app_writes VALUES (%s, 'the application''s own write')", (namespace,))
 
     with pytest.raises(case.error) as raised:
         case.call(queue, running_job)
@@ -246,11 +346,10 @@ def test_bad_input_is_refused_with_a_readable_error_and_changes_nothing(
     assert isinstance(raised.value, errors.PostkitError)
     assert case.word in str(raised.value)
     assert not str(raised.value).startswith("postkit:")
-    if case.refused_by == PY:
-        assert conn.info.transaction_status == TransactionStatus.IDLE  # no SQL was sent
-    else:
-        assert conn.info.transaction_status == TransactionStatus.INERROR
-    conn.rollback()
+    assert conn.info.transaction_status == TransactionStatus.INTRANS  # not aborted
+    conn.commit()
+    written = observer.execute("SELECT note FROM app_writes WHERE namespace = %s", (namespace,))
+    assert written.fetchall() == [("the application's own write",)]
     assert snapshot(observer, namespace) == before
     assert len(before) == 2
 
@@ -316,12 +415,10 @@ HOSTILE = {
     "dollar-quotes": "$$; SELECT 1; $$",
     "backslash-quote": "\\' OR 1=1 --",
     "cjk-and-emoji": "名前🚀",
-    "newline-and-tab": "a\nb\tc",
     "pyformat-placeholder": "%(namespace)s",
     "format-placeholder": "%s",
     "braces": "{}",
     "escaped-nul-text": "\\u0000",
-    "right-to-left-override": "\u202eevil\u202c",
     # Once refused as blank: E'\v' in SQL is the letter v, not a vertical tab.
     "letter-v": "v",
 }
@@ -420,6 +517,13 @@ def test_a_payload_limit_out_of_range_is_refused(queue: QueueClient) -> None:
 
 NAMES = [
     "a",
+    "\u00a0\u3000",
+    "a\u00a0b",
+    "\u200b",
+    "a\u200db",
+    "\ufeff",
+    "\x1b[0m",
+    "a\U000e0041",
     "v",
     "vvv",
     " a ",
@@ -450,3 +554,162 @@ def test_the_fast_path_name_rule_agrees_with_check_name(
         assert error.sqlstate == "PKQ01"
         accepted = False
     assert fast is accepted
+
+
+# --------------------------------------------------------------------------------------------
+# The SQL module's own checks, for callers in any language.
+# --------------------------------------------------------------------------------------------
+
+# Compares as 11 hours (PostgreSQL normalizes a year to 360 days), but moves a time back about
+# five days: a claim born expired, a dead letter pruned at once.
+BACKWARDS = "interval '-1 years +360 days 11:00:00'"
+TOKENS = "'{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}'::uuid[]"
+
+SQL_CASES: dict[str, tuple[str, str, str]] = {
+    # name: (statement, SQLSTATE, a word of the message)
+    **{
+        f"{function}-{argument}": (
+            f"SELECT postkit_queue.{function}(%(ns)s, {arguments}p_{argument} => {BACKWARDS})",
+            "PKQ05",
+            argument,
+        )
+        for function, arguments, argument in [
+            ("push", "'q', '1', ", "delay"),
+            ("push", "'q', '1', ", "backoff_base"),
+            ("push", "'q', '1', ", "backoff_cap"),
+            ("push_batch", "'q', '[1]', ", "delay"),
+            ("pull", "'q', ", "visibility_timeout"),
+            ("pull_any", "'{q}', ", "visibility_timeout"),
+            ("nack", "1, p_worker_id => 'w', ", "backoff"),
+            ("extend_visibility", "1, p_worker_id => 'w', ", "extension"),
+            ("configure_queue", "'q', ", "visibility_timeout"),
+            ("configure_queue", "'q', ", "backoff_base"),
+            ("configure_queue", "'q', ", "backoff_cap"),
+            ("configure_queue", "'q', ", "retain_completed"),
+            ("configure_queue", "'q', ", "retain_dead"),
+            ("purge_dead_letters", "", "older_than"),
+            ("save_schedule", "'s', 'q', '{}', now() + interval '1 minute', ", "every"),
+        ]
+    },
+    "push-delay-negative-months": (
+        "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_delay => interval '-1 month +31 days')",
+        "PKQ05",
+        "delay",
+    ),
+    "extend-visibility-negative-time": (
+        "SELECT postkit_queue.extend_visibility(%(ns)s, 1, interval '1 day -23 hours', 'w')",
+        "PKQ05",
+        "extension",
+    ),
+    "push-batch-unique-keys-two-dimensional": (
+        "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', '[1, 2]', "
+        "p_unique_keys => '{{a},{b}}')",
+        "PKQ01",
+        "unique_keys",
+    ),
+    "push-batch-unique-keys-from-zero": (
+        "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', '[1, 2]', "
+        "p_unique_keys => '[0:1]={a,b}')",
+        "PKQ01",
+        "unique_keys",
+    ),
+    "ack-many-job-ids-two-dimensional": (
+        f"SELECT postkit_queue.ack_many(%(ns)s, '{{{{1}},{{2}}}}', {TOKENS})",
+        "PKQ06",
+        "job_ids",
+    ),
+    "ack-many-job-ids-from-zero": (
+        f"SELECT postkit_queue.ack_many(%(ns)s, '[0:1]={{1,2}}', {TOKENS})",
+        "PKQ06",
+        "job_ids",
+    ),
+    "ack-many-a-null-token": (
+        "SELECT postkit_queue.ack_many(%(ns)s, '{1,2}', "
+        "'{00000000-0000-0000-0000-000000000001,NULL}')",
+        "PKQ13",
+        "claim_tokens",
+    ),
+    "ack-batch-a-null-job-id": (
+        f"SELECT postkit_queue.ack_batch(%(ns)s, '{{1,NULL}}', {TOKENS})",
+        "PKQ06",
+        "job_ids",
+    ),
+    "ack-batch-tokens-from-two": (
+        "SELECT postkit_queue.ack_batch(%(ns)s, '{1,2}', "
+        "'[2:3]={00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}')",
+        "PKQ13",
+        "claim_tokens",
+    ),
+    "pull-any-queues-two-dimensional": (
+        "SELECT count(*) FROM postkit_queue.pull_any(%(ns)s, '{{a},{b}}')",
+        "PKQ01",
+        "queues",
+    ),
+    "queue-no-break-space": (
+        "SELECT postkit_queue.push(%(ns)s, E'\\u00a0', '1')",
+        "PKQ01",
+        "blank",
+    ),
+    "queue-zero-width-space": (
+        "SELECT postkit_queue.push(%(ns)s, E'\\u200b', '1')",
+        "PKQ01",
+        "U+200B",
+    ),
+    "worker-id-escape": (
+        "SELECT count(*) FROM postkit_queue.pull(%(ns)s, 'q', E'\\x1b[0m')",
+        "PKQ01",
+        "U+001B",
+    ),
+    "set-paused-null": ("SELECT postkit_queue.set_paused(%(ns)s, 'q', NULL)", "PKQ09", "paused"),
+    "ack-a-bare-job-id": ("SELECT postkit_queue.ack(%(ns)s, 1)", "PKQ13", "claim token"),
+    "release-a-bare-job-id": ("SELECT postkit_queue.release(%(ns)s, 1)", "PKQ13", "claim token"),
+}
+
+
+@pytest.mark.parametrize(("statement", "sqlstate", "word"), SQL_CASES.values(), ids=SQL_CASES)
+def test_the_sql_functions_refuse_bad_arguments_with_a_postkit_error_naming_them(
+    observer: psycopg.Connection, namespace: str, statement: str, sqlstate: str, word: str
+) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        observer.execute(statement, {"ns": namespace})
+
+    assert raised.value.sqlstate == sqlstate
+    assert word in (raised.value.diag.message_primary or "")
+    assert snapshot(observer, namespace) == []
+
+
+def test_a_payload_read_compressed_from_a_table_is_measured_at_its_real_size(
+    observer: psycopg.Connection, namespace: str
+) -> None:
+    observer.execute("CREATE TEMPORARY TABLE big (value jsonb)")
+    # Two million times the same letter: stored compressed in a few kilobytes.
+    observer.execute("INSERT INTO big SELECT jsonb_build_object('x', repeat('x', 2000000))")
+    [[stored]] = observer.execute("SELECT pg_column_size(value) FROM big").fetchall()
+    assert stored < 1024 * 1024
+
+    with pytest.raises(psycopg.Error) as raised:
+        observer.execute(
+            "SELECT postkit_queue.push(%s, 'q', (SELECT value FROM big))", (namespace,)
+        )
+
+    assert raised.value.sqlstate == "PKQ02"
+    assert "2000017 bytes" in (raised.value.diag.message_primary or "")
+    assert snapshot(observer, namespace) == []
+
+
+CONTROL_TEXT = {"newline-and-tab": "a\nb\tc", "right-to-left-override": "\u202eevil\u202c"}
+
+
+@pytest.mark.parametrize("text", CONTROL_TEXT.values(), ids=CONTROL_TEXT.keys())
+def test_control_characters_refused_in_names_round_trip_in_payloads_and_errors(
+    queue: QueueClient, text: str
+) -> None:
+    with pytest.raises(errors.InvalidNameError):
+        queue.push(text, 1)
+    queue.push(Q, {text: [text]})
+    job = queue.pull(Q)
+    assert job is not None and job.payload == {text: [text]}
+
+    assert queue.fail(job, error=text)
+    [letter] = queue.dead_letters(Q)
+    assert (letter.payload, letter.error) == ({text: [text]}, text)

@@ -15,6 +15,7 @@ from postkit.queue.listen_async import AsyncWorkListener
 from postkit.queue.migrations import (
     InstallResult,
     install,
+    install_async,
     install_script,
     installed_version,
     latest_version,
@@ -31,6 +32,7 @@ __all__ = [
     "QueuePolicy",
     "WorkListener",
     "install",
+    "install_async",
     "install_script",
     "installed_version",
     "latest_version",

@@ -33,6 +33,10 @@ from postkit.queue.rows import as_dicts
 
 T = TypeVar("T")
 
+REMEMBERED_CLAIMS = 10_000
+"""How many claims a client remembers at most (see :class:`QueueClient`); past that it
+forgets the oldest."""
+
 
 class QueueClient:
     """Push, pull and settle jobs through a DB-API cursor the caller owns.
@@ -47,9 +51,18 @@ class QueueClient:
     cursor.
 
     Invalid arguments raise a :class:`postkit.errors.ValidationError` subclass before anything
-    is written. When the SQL module rejects a value, the database aborts the current transaction
-    (as with any failed statement), so the caller rolls back before going on. Errors the SQL
-    module does not own (a lost connection, a deadlock) are raised as the driver raised them.
+    is sent, so the caller's transaction and its own writes are untouched: the client checks
+    every limit the SQL functions check (:mod:`postkit.queue.limits`). The one exception is a
+    payload larger than its queue's ``max_payload_bytes``, a setting only the database knows:
+    the SQL module refuses it, and like any failed statement that aborts the current
+    transaction, so the caller rolls back before going on. Errors the SQL module does not own
+    (a lost connection, a deadlock) are raised as the driver raised them.
+
+    The client remembers the claim token of every job it pulls until it settles the job (at
+    most :data:`REMEMBERED_CLAIMS` of them), so settling by a bare job id is fenced on the claim
+    token too: ``queue.ack(job["id"])`` after ``job = queue.pull(...)`` settles that claim and
+    no other. A bare id the client did not pull, without ``worker_id`` or ``claim_token``,
+    names no claim and raises :class:`postkit.errors.InvalidClaimTokenError`.
     """
 
     def __init__(self, cursor: Any, namespace: str = "default") -> None:
@@ -57,6 +70,7 @@ class QueueClient:
         application using the same installation; each call reads and writes only its own."""
         self._cursor = cursor
         self._namespace = namespace
+        self._claims: dict[int, str] = {}  # job id -> claim token, oldest first
 
     @property
     def namespace(self) -> str:
@@ -65,6 +79,26 @@ class QueueClient:
     @property
     def cursor(self) -> Any:
         return self._cursor
+
+    def _remember(self, jobs: list[Job]) -> list[Job]:
+        for job in jobs:
+            if job.claim_token is not None:
+                self._claims.pop(job.id, None)
+                self._claims[job.id] = job.claim_token
+        while len(self._claims) > REMEMBERED_CLAIMS:
+            del self._claims[next(iter(self._claims))]
+        return jobs
+
+    def _forget(self, jobs: Sequence[JobRef]) -> None:
+        for job in jobs:
+            self._claims.pop(job.id if isinstance(job, Job) else job, None)
+
+    def _token(self, job: JobRef, claim_token: Any) -> Any:
+        """The claim token to settle ``job`` with: the one given, the Job's own, or the one
+        remembered from this client's pull of that job id."""
+        if claim_token is not None or isinstance(job, Job) or not isinstance(job, int):
+            return claim_token
+        return self._claims.get(job)
 
     def _run(self, call: protocol.Call[T]) -> T:
         cursor = self._cursor
@@ -172,7 +206,7 @@ class QueueClient:
             the claimed jobs, in no particular order; empty when none is ready. A job whose
             payload Python cannot decode is among them, marked by ``payload_error``.
         """
-        return self._run(
+        jobs = self._run(
             protocol.pull(
                 self._namespace,
                 queue,
@@ -181,21 +215,27 @@ class QueueClient:
                 limit=limit,
             )
         )
+        return self._remember(jobs)
 
     def ack(self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None) -> bool:
         """The job succeeded: remove it from the queue.
 
-        ``job`` is a :class:`Job` (whose claim token is then the fence) or a job id with the
-        ``worker_id`` it was claimed under (or its ``claim_token``).
+        ``job`` is a :class:`Job` (whose claim token is then the fence), or a job id: this
+        client remembers the claim token of each job it pulled and fences on it; else pass the
+        ``claim_token``, or the ``worker_id`` the job was claimed under (which cannot tell two
+        claims of that worker apart).
 
         Returns:
             True if the job was acknowledged; False, with nothing changed, when the caller no
             longer holds the claim (the job was reclaimed, settled or is unknown). A claim
             whose deadline passed still holds until :meth:`tick_timeouts` reclaims it.
         """
-        return self._run(
-            protocol.ack(self._namespace, job, worker_id=worker_id, claim_token=claim_token)
+        token = self._token(job, claim_token)
+        acked = self._run(
+            protocol.ack(self._namespace, job, worker_id=worker_id, claim_token=token)
         )
+        self._forget([job])
+        return acked
 
     def nack(
         self,
@@ -231,16 +271,18 @@ class QueueClient:
         claim_token: Any = None,
     ) -> NackOutcome:
         """:meth:`nack`, returning what it did: RETRIED, DEAD_LETTERED or STALE."""
-        return self._run(
+        outcome = self._run(
             protocol.nack(
                 self._namespace,
                 job,
                 error=error,
                 worker_id=worker_id,
-                claim_token=claim_token,
+                claim_token=self._token(job, claim_token),
                 backoff=backoff,
             )
         )
+        self._forget([job])
+        return outcome
 
     def fail(
         self,
@@ -257,11 +299,17 @@ class QueueClient:
             True if the job was dead-lettered; False, with nothing changed, when the caller no
             longer holds the claim.
         """
-        return self._run(
+        failed = self._run(
             protocol.fail(
-                self._namespace, job, error=error, worker_id=worker_id, claim_token=claim_token
+                self._namespace,
+                job,
+                error=error,
+                worker_id=worker_id,
+                claim_token=self._token(job, claim_token),
             )
         )
+        self._forget([job])
+        return failed
 
     def extend_visibility(
         self,
@@ -284,7 +332,7 @@ class QueueClient:
                 job,
                 extension=extension,
                 worker_id=worker_id,
-                claim_token=claim_token,
+                claim_token=self._token(job, claim_token),
             )
         )
 
@@ -298,9 +346,12 @@ class QueueClient:
             True if the job was released; False, with nothing changed, when the caller no
             longer holds the claim.
         """
-        return self._run(
-            protocol.release(self._namespace, job, worker_id=worker_id, claim_token=claim_token)
+        token = self._token(job, claim_token)
+        released = self._run(
+            protocol.release(self._namespace, job, worker_id=worker_id, claim_token=token)
         )
+        self._forget([job])
+        return released
 
     def tick_timeouts(self, *, limit: int = 1000) -> int:
         """Reclaim up to ``limit`` expired claims of this namespace.
@@ -367,7 +418,7 @@ class QueueClient:
         """Claim up to ``limit`` ready jobs from several queues, in the order the queues are
         given: the first queue is emptied before the second is tried. A paused queue is
         skipped. Each claim is as :meth:`pull` makes it."""
-        return self._run(
+        jobs = self._run(
             protocol.pull_any(
                 self._namespace,
                 queues,
@@ -376,6 +427,7 @@ class QueueClient:
                 limit=limit,
             )
         )
+        return self._remember(jobs)
 
     def push_batch(
         self,
@@ -412,7 +464,9 @@ class QueueClient:
         Returns:
             the ids acknowledged; a job whose claim went stale is skipped, not an error.
         """
-        return self._run(protocol.ack_many(self._namespace, jobs))
+        acked = self._run(protocol.ack_many(self._namespace, jobs))
+        self._forget(jobs)
+        return acked
 
     def ack_and_pull(
         self,
@@ -429,7 +483,7 @@ class QueueClient:
         Returns:
             the ids acknowledged, and the jobs claimed.
         """
-        return self._run(
+        acked, jobs = self._run(
             protocol.ack_and_pull(
                 self._namespace,
                 queue,
@@ -439,6 +493,8 @@ class QueueClient:
                 limit=limit,
             )
         )
+        self._forget(acks)
+        return acked, self._remember(jobs)
 
     def ack_batch(self, jobs: Sequence[Job], *, worker_id: str | None = None) -> bool:
         """Acknowledge many claimed jobs in one round trip, all or nothing.
@@ -447,7 +503,10 @@ class QueueClient:
             True if every job was still held by its claim and all are acknowledged; False,
             with nothing changed, if any claim was stale.
         """
-        return self._run(protocol.ack_batch(self._namespace, jobs, worker_id=worker_id))
+        acked = self._run(protocol.ack_batch(self._namespace, jobs, worker_id=worker_id))
+        if acked:
+            self._forget(jobs)
+        return acked
 
     def stats(self, queue: str | None = None, *, cap: int = 100_000) -> list[QueueStats]:
         """Per queue (or one queue): pending, scheduled, running and dead counts, the age of

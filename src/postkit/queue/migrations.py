@@ -5,13 +5,15 @@ into a single script that anyone can run with psql (``postkit sql | psql "$DSN"`
 advisory lock so that concurrent installers queue up, creates the schema and the
 ``postkit_queue.migrations`` table, then applies each migration that table has not recorded,
 in order, and records it. Running the script again is a no-op; running it against an older
-install upgrades it in place. :func:`install` runs the very same script from Python.
+install upgrades it in place. :func:`install` runs the very same script from Python, and
+:func:`install_async` from asyncio, on psycopg's async connections.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -19,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from postkit.errors import ClientClosedError
+from postkit.errors import ClientClosedError, ValidationError
 from postkit.queue.rows import first_value
 
 SCHEMA = "postkit_queue"
@@ -241,18 +243,35 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
     return "\n".join(parts) + "\n"
 
 
+_VERSION_PROBE = (
+    f"SELECT pg_catalog.to_regclass('{SCHEMA}.migrations') IS NOT NULL,"
+    f" pg_catalog.to_regprocedure('{SCHEMA}.schema_version()') IS NOT NULL"
+)
+
+
+def _version_query(probe: Any) -> str | None:
+    """What reads the installed version, given the row of _VERSION_PROBE; None: no schema."""
+    has_table, has_function = tuple(probe.values()) if isinstance(probe, Mapping) else probe
+    if not has_table:
+        return None
+    # From migration 9 callers hold no privileges on the tables: they ask a function.
+    if has_function:
+        return f"SELECT {SCHEMA}.schema_version()"
+    return f"SELECT pg_catalog.max(version) FROM {SCHEMA}.migrations"
+
+
 def installed_version(cursor: Any) -> int:
     """The newest migration recorded in the database the cursor is connected to; 0 if none."""
-    cursor.execute(f"SELECT pg_catalog.to_regclass('{SCHEMA}.migrations') IS NOT NULL")
-    if not first_value(cursor.fetchone()):
+    cursor.execute(_VERSION_PROBE)
+    query = _version_query(cursor.fetchone())
+    if query is None:
         return 0
-    # From migration 9 callers hold no privileges on the tables: they ask a function.
-    cursor.execute(f"SELECT pg_catalog.to_regprocedure('{SCHEMA}.schema_version()') IS NOT NULL")
-    if first_value(cursor.fetchone()):
-        cursor.execute(f"SELECT {SCHEMA}.schema_version()")
-    else:
-        cursor.execute(f"SELECT pg_catalog.max(version) FROM {SCHEMA}.migrations")
+    cursor.execute(query)
     return int(first_value(cursor.fetchone()) or 0)
+
+
+def _is_async(target: Any) -> bool:
+    return isinstance(target, (psycopg.AsyncConnection, psycopg.AsyncCursor))
 
 
 def install(target: Any, *, target_version: int | None = None) -> InstallResult:
@@ -272,8 +291,15 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
         ClientClosedError: the connection or cursor is closed.
         SchemaMismatchError: a migration recorded in the database differs from the one this
             Postkit ships (the database was set up by another version); nothing is changed.
+        ValidationError: ``target`` is one of psycopg's async connections or cursors: those
+            take ``await`` :func:`install_async`.
         ValueError: ``target_version`` is not a shipped version.
     """
+    if _is_async(target):
+        raise ValidationError(
+            f"install() takes a synchronous connection or cursor, got {type(target).__name__}: "
+            "use `await postkit.queue.install_async(connection)`"
+        )
     script = install_script(target_version=target_version, transaction=False)
     if isinstance(target, psycopg.Connection):
         if target.closed:
@@ -285,6 +311,13 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
     return _run_install(target, script)
 
 
+def _translated(exc: Exception) -> BaseException:
+    # Imported here: protocol imports this package's modules, not the other way round.
+    from postkit.queue.protocol import translate_error
+
+    return translate_error(exc) or exc
+
+
 def _run_install(cursor: Any, script: str) -> InstallResult:
     try:
         # Wait for concurrent installers before reading the version, so that ``applied``
@@ -294,12 +327,57 @@ def _run_install(cursor: Any, script: str) -> InstallResult:
         before = installed_version(cursor)
         cursor.execute(script)
     except Exception as exc:
-        # Imported here: protocol imports this package's modules, not the other way round.
-        from postkit.queue.protocol import translate_error
-
-        translated = translate_error(exc)
-        if translated is None:
+        translated = _translated(exc)
+        if translated is exc:
             raise
         raise translated from exc
     after = installed_version(cursor)
+    return InstallResult(before, after, tuple(range(before + 1, after + 1)))
+
+
+async def install_async(target: Any, *, target_version: int | None = None) -> InstallResult:
+    """:func:`install`, for asyncio: the same script and the same transaction rules, on a
+    psycopg 3 ``AsyncConnection`` (a transaction of its own, or a savepoint) or
+    ``AsyncCursor`` (the caller's transaction: the caller commits).
+
+    Raises:
+        ClientClosedError, SchemaMismatchError, ValueError: as :func:`install`.
+        ValidationError: ``target`` is not one of psycopg's async connections or cursors.
+    """
+    if not _is_async(target):
+        raise ValidationError(
+            f"install_async() takes a psycopg AsyncConnection or AsyncCursor, got "
+            f"{type(target).__name__}: use postkit.queue.install(connection)"
+        )
+    script = install_script(target_version=target_version, transaction=False)
+    if target.closed:
+        raise ClientClosedError("install_async() was given a closed connection or cursor")
+    if isinstance(target, psycopg.AsyncConnection):
+        async with target.transaction(), target.cursor() as cursor:
+            return await _run_install_async(cursor, script)
+    return await _run_install_async(target, script)
+
+
+async def _installed_version_async(cursor: Any) -> int:
+    await cursor.execute(_VERSION_PROBE)
+    query = _version_query(await cursor.fetchone())
+    if query is None:
+        return 0
+    await cursor.execute(query)
+    return int(first_value(await cursor.fetchone()) or 0)
+
+
+async def _run_install_async(cursor: Any, script: str) -> InstallResult:
+    # As _run_install.
+    try:
+        await cursor.execute(_PIN_SEARCH_PATH)
+        await cursor.execute(_LOCK_STATEMENT)
+        before = await _installed_version_async(cursor)
+        await cursor.execute(script)
+    except Exception as exc:
+        translated = _translated(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+    after = await _installed_version_async(cursor)
     return InstallResult(before, after, tuple(range(before + 1, after + 1)))

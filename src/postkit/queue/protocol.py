@@ -3,9 +3,10 @@
 Nothing here touches a connection. A client turns a :class:`Call` into one ``execute`` and one
 ``fetchall`` on its cursor, hands the rows back to :meth:`Call.parse`, and passes any driver
 error through :func:`translate_error`. The SQL functions own every rule of the state machine;
-this module only checks what must be right before a value can be bound at all (its Python type,
-that a payload serializes to JSON, that text holds no NUL byte), so that those mistakes raise
-before any SQL runs.
+this module checks every argument before anything is sent: what must be right before a value
+can be bound at all (its Python type, that a payload serializes to JSON, that text holds no NUL
+byte), and every limit the SQL functions check, from :mod:`postkit.queue.limits`. A refusal by
+the SQL module aborts the caller's transaction; a refusal here leaves it as it was.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from postkit import errors
+from postkit.queue import limits
 from postkit.queue.job import (
     BrokenSchedule,
     DeadLetter,
@@ -47,8 +49,6 @@ JobRef = Job | int
 """A job, or its id. A ``Job`` also carries its claim token, the fence."""
 
 _UTC = timezone.utc
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # The escape json.dumps writes for a NUL character: \u0000 after an even number of backslashes
 # (an odd run would make it the literal text "\\u0000", which PostgreSQL stores fine).
@@ -83,10 +83,9 @@ class Call(Generic[T]):
 # --------------------------------------------------------------------------------------------
 
 
-def _text(what: str, value: object, *, required: bool) -> str | None:
+def _text(what: str, value: object) -> str | None:
+    """Free text (a search string): any str without NUL, or None."""
     if value is None:
-        if required:
-            raise errors.InvalidNameError(f"{what} must not be None")
         return None
     if not isinstance(value, str):
         raise errors.InvalidNameError(f"{what} must be a str, got {type(value).__name__}")
@@ -95,16 +94,69 @@ def _text(what: str, value: object, *, required: bool) -> str | None:
     return value
 
 
+def _name(what: str, value: object, *, required: bool) -> str | None:
+    """A name, by the rule of limits.name_problem (the SQL module's check_name)."""
+    if value is None:
+        if required:
+            raise errors.InvalidNameError(f"{what} must not be None")
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidNameError(f"{what} must be a str, got {type(value).__name__}")
+    problem = limits.name_problem(value)
+    if problem is not None:
+        raise errors.InvalidNameError(f"{what} {problem}")
+    return value
+
+
 def _integer(
-    what: str, value: object, error: type[errors.ValidationError], *, bounds: tuple[int, int]
+    what: str, value: object, error: type[errors.ValidationError], *, bounds: limits.Bounds
 ) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise error(f"{what} must be an int, got {type(value).__name__}")
-    if not bounds[0] <= value <= bounds[1]:
-        raise error(f"{what} is out of range: {value}")
+    if value not in bounds:
+        raise error(f"{what} must be between {bounds.low} and {bounds.high}, got {value}")
     return value
+
+
+def _limit(call: str, value: object, what: str = "limit") -> int:
+    limit = _integer(what, value, errors.InvalidLimitError, bounds=limits.LIMITS[call])
+    if limit is None:
+        raise errors.InvalidLimitError(f"{what} must be an int, got None")
+    return limit
+
+
+def _duration(what: str, value: object) -> int | None:
+    """A duration as whole microseconds, checked against ``limits.DURATIONS[what]``. It
+    travels as microseconds, so the SQL module checks exactly the value checked here."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        microseconds = value // timedelta(microseconds=1)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.InvalidDurationError(
+            f"{what} must be a timedelta or a number of seconds, got {type(value).__name__}"
+        )
+    elif not math.isfinite(value):
+        raise errors.InvalidDurationError(f"{what} must be finite, got {value}")
+    elif isinstance(value, int):
+        microseconds = value * 1_000_000
+    elif not math.isfinite(value * 1e6):
+        raise errors.InvalidDurationError(f"{what} of {value} seconds is too long")
+    else:
+        microseconds = round(value * 1e6)
+    problem = limits.duration_problem(what, microseconds)
+    if problem is not None:
+        raise errors.InvalidDurationError(problem)
+    return microseconds
+
+
+def _required_duration(what: str, value: object) -> int:
+    microseconds = _duration(what, value)
+    if microseconds is None:
+        raise errors.InvalidDurationError(f"{what} is required")
+    return microseconds
 
 
 def _seconds(what: str, value: object) -> float | None:
@@ -165,30 +217,38 @@ def _error_text(value: object) -> str | None:
     return text.replace("\x00", "\ufffd")
 
 
-def _claim(job: object, worker_id: object, claim_token: object) -> dict[str, Any]:
-    """The parameters that identify a claim: the job id, the worker and the fence."""
-    token = claim_token
-    if isinstance(job, Job):
-        job_id: object = job.id
-        if token is None:
-            token = job.claim_token
-    else:
-        job_id = job
-    if job_id is None or isinstance(job_id, bool) or not isinstance(job_id, int):
+def _job_id(value: object) -> int:
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
         raise errors.InvalidJobIdError(
-            f"job must be a Job or an int job id, got {type(job_id).__name__}"
+            f"job must be a Job or an int job id, got {type(value).__name__}"
         )
-    if not _INT64[0] <= job_id <= _INT64[1]:
-        raise errors.InvalidJobIdError(f"job id is out of range: {job_id}")
-    return {
-        "job_id": job_id,
-        "worker_id": _text("worker_id", worker_id, required=False),
+    if value not in limits.JOB_ID:
+        raise errors.InvalidJobIdError(f"job id is out of range: {value}")
+    return value
+
+
+def _claim(call: str, job: object, worker_id: object, claim_token: object) -> dict[str, Any]:
+    """The parameters that identify a claim: the job id, the worker and the fence. A bare job
+    id identifies none: the claim token, or at least the worker_id, must come with it."""
+    token = claim_token
+    if isinstance(job, Job) and token is None:
+        token = job.claim_token
+    params = {
+        "job_id": _job_id(job.id if isinstance(job, Job) else job),
+        "worker_id": _name("worker_id", worker_id, required=False),
         "claim_token": _claim_token(token),
     }
+    if params["worker_id"] is None and params["claim_token"] is None:
+        raise errors.InvalidClaimTokenError(
+            f"{call} needs the claim token pull returned (pass the Job, or claim_token=) or the "
+            "worker_id the job was claimed under: a bare job id does not say whose claim it "
+            "settles"
+        )
+    return params
 
 
 def _base(namespace: str, **params: Any) -> dict[str, Any]:
-    return {"namespace": _text("namespace", namespace, required=True), **params}
+    return {"namespace": _name("namespace", namespace, required=True), **params}
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,16 +371,18 @@ def push(
 ) -> Call[int | None]:
     params = _base(
         namespace,
-        queue=_text("queue", queue, required=True),
+        queue=_name("queue", queue, required=True),
         payload=_payload(payload),
-        delay=_seconds("delay", delay),
-        priority=_integer("priority", priority, errors.InvalidPriorityError, bounds=_INT32),
-        max_attempts=_integer(
-            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=_INT32
+        delay=_duration("delay", delay),
+        priority=_integer(
+            "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
         ),
-        unique_key=_text("unique_key", unique_key, required=False),
-        backoff_base=_seconds("backoff_base", backoff_base),
-        backoff_cap=_seconds("backoff_cap", backoff_cap),
+        max_attempts=_integer(
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
+        ),
+        unique_key=_name("unique_key", unique_key, required=False),
+        backoff_base=_duration("backoff_base", backoff_base),
+        backoff_cap=_duration("backoff_cap", backoff_cap),
     )
     if params["priority"] is None:
         raise errors.InvalidPriorityError("priority must be an int, got None")
@@ -337,16 +399,16 @@ def pull(
 ) -> Call[list[Job]]:
     params = _base(
         namespace,
-        queue=_text("queue", queue, required=True),
-        worker_id=_text("worker_id", worker_id, required=False),
-        visibility_timeout=_seconds("visibility_timeout", visibility_timeout),
-        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        queue=_name("queue", queue, required=True),
+        worker_id=_name("worker_id", worker_id, required=False),
+        visibility_timeout=_duration("visibility_timeout", visibility_timeout),
+        limit=_limit("pull", limit),
     )
     return Call("pull", params, lambda rows: [_job(row) for row in rows])
 
 
 def ack(namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object) -> Call[bool]:
-    return Call("ack", _base(namespace, **_claim(job, worker_id, claim_token)), _scalar)
+    return Call("ack", _base(namespace, **_claim("ack", job, worker_id, claim_token)), _scalar)
 
 
 def nack(
@@ -360,9 +422,9 @@ def nack(
 ) -> Call[NackOutcome]:
     params = _base(
         namespace,
-        **_claim(job, worker_id, claim_token),
+        **_claim("nack", job, worker_id, claim_token),
         error=_error_text(error),
-        backoff=_seconds("backoff", backoff),
+        backoff=_duration("backoff", backoff),
     )
     return Call("nack", params, lambda rows: NackOutcome(_scalar(rows)))
 
@@ -370,7 +432,9 @@ def nack(
 def fail(
     namespace: str, job: JobRef, *, error: object, worker_id: str | None, claim_token: object
 ) -> Call[bool]:
-    params = _base(namespace, **_claim(job, worker_id, claim_token), error=_error_text(error))
+    params = _base(
+        namespace, **_claim("fail", job, worker_id, claim_token), error=_error_text(error)
+    )
     return Call("fail", params, _scalar)
 
 
@@ -382,23 +446,25 @@ def extend_visibility(
     worker_id: str | None,
     claim_token: object,
 ) -> Call[bool]:
-    seconds = _seconds("extension", extension)
-    if seconds is None:
-        raise errors.InvalidDurationError("extension is required")
-    params = _base(namespace, **_claim(job, worker_id, claim_token), extension=seconds)
+    params = _base(
+        namespace,
+        **_claim("extend_visibility", job, worker_id, claim_token),
+        extension=_required_duration("extension", extension),
+    )
     return Call("extend_visibility", params, _scalar)
 
 
 def release(
     namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object
 ) -> Call[bool]:
-    return Call("release", _base(namespace, **_claim(job, worker_id, claim_token)), _scalar)
+    params = _base(namespace, **_claim("release", job, worker_id, claim_token))
+    return Call("release", params, _scalar)
 
 
 def _queue_list(queues: object) -> list[str]:
     if isinstance(queues, str) or not hasattr(queues, "__iter__"):
         raise errors.InvalidNameError("queues must be a list of queue names")
-    names = [_text("queue", queue, required=True) for queue in queues]
+    names = [_name("queue", queue, required=True) for queue in queues]
     if not names:
         raise errors.InvalidNameError("queues must name at least one queue")
     return [name for name in names if name is not None]
@@ -437,14 +503,12 @@ def channels(namespace: str, queues: list[str]) -> Call[list[str]]:
 
 
 def tick_timeouts(namespace: str, *, limit: int) -> Call[int]:
-    params = _base(
-        namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)
-    )
+    params = _base(namespace, limit=_limit("tick_timeouts", limit))
     return Call("tick_timeouts", params, lambda rows: int(_scalar(rows)))
 
 
 def get_job(namespace: str, job_id: int) -> Call[Job | None]:
-    params = _base(namespace, job_id=_claim(job_id, None, None)["job_id"])
+    params = _base(namespace, job_id=_job_id(job_id))
     return Call("get_job", params, _optional_job)
 
 
@@ -461,11 +525,11 @@ def dead_letters(
 ) -> Call[list[DeadLetter]]:
     params = _base(
         namespace,
-        queue=_text("queue", queue, required=False),
-        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        queue=_name("queue", queue, required=False),
+        limit=_limit("dead_letters", limit),
         failed_after=_time("failed_after", failed_after),
         failed_before=_time("failed_before", failed_before),
-        error_contains=_text("error_contains", error_contains, required=False),
+        error_contains=_text("error_contains", error_contains),
         include_redriven=bool(include_redriven),
         after_failed_at=None if after is None else after.failed_at,
         after_job_id=None if after is None else after.job_id,
@@ -487,17 +551,20 @@ def configure_queue(
 ) -> Call[QueuePolicy]:
     params = _base(
         namespace,
-        queue=_text("queue", queue, required=True),
+        queue=_name("queue", queue, required=True),
         max_attempts=_integer(
-            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=_INT32
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
         ),
-        visibility_timeout=_seconds("visibility_timeout", visibility_timeout),
-        backoff_base=_seconds("backoff_base", backoff_base),
-        backoff_cap=_seconds("backoff_cap", backoff_cap),
-        retain_completed=_seconds("retain_completed", retain_completed),
-        retain_dead=_seconds("retain_dead", retain_dead),
+        visibility_timeout=_duration("visibility_timeout", visibility_timeout),
+        backoff_base=_duration("backoff_base", backoff_base),
+        backoff_cap=_duration("backoff_cap", backoff_cap),
+        retain_completed=_duration("retain_completed", retain_completed),
+        retain_dead=_duration("retain_dead", retain_dead),
         max_payload_bytes=_integer(
-            "max_payload_bytes", max_payload_bytes, errors.InvalidPayloadError, bounds=_INT32
+            "max_payload_bytes",
+            max_payload_bytes,
+            errors.InvalidPayloadError,
+            bounds=limits.MAX_PAYLOAD_BYTES,
         ),
     )
     return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
@@ -582,9 +649,9 @@ def pull_any(
     params = _base(
         namespace,
         queues=_queue_list(queues),
-        worker_id=_text("worker_id", worker_id, required=False),
-        visibility_timeout=_seconds("visibility_timeout", visibility_timeout),
-        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        worker_id=_name("worker_id", worker_id, required=False),
+        visibility_timeout=_duration("visibility_timeout", visibility_timeout),
+        limit=_limit("pull_any", limit),
     )
     return Call("pull_any", params, lambda rows: [_job(row) for row in rows])
 
@@ -601,17 +668,27 @@ def push_batch(
 ) -> Call[list[int | None]]:
     if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Sequence):
         raise errors.InvalidPayloadError("payloads must be a list of JSON-serializable values")
+    if len(payloads) > limits.BATCH_PAYLOADS:
+        raise errors.InvalidLimitError(
+            f"at most {limits.BATCH_PAYLOADS} payloads per batch, got {len(payloads)}"
+        )
     keys = None
     if unique_keys is not None:
-        keys = [_text("unique_key", key, required=False) for key in unique_keys]
+        if isinstance(unique_keys, (str, bytes)) or not isinstance(unique_keys, Sequence):
+            raise errors.InvalidNameError("unique_keys must be a list of str or None")
+        keys = [_name("unique_key", key, required=False) for key in unique_keys]
+        if len(keys) != len(payloads):
+            raise errors.InvalidNameError(f"{len(keys)} unique keys for {len(payloads)} payloads")
     params = _base(
         namespace,
-        queue=_text("queue", queue, required=True),
+        queue=_name("queue", queue, required=True),
         payloads=_payload(list(payloads)),
-        delay=_seconds("delay", delay),
-        priority=_integer("priority", priority, errors.InvalidPriorityError, bounds=_INT32),
+        delay=_duration("delay", delay),
+        priority=_integer(
+            "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
+        ),
         max_attempts=_integer(
-            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=_INT32
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
         ),
         unique_keys=keys,
     )
@@ -622,7 +699,7 @@ def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> 
     params = _base(
         namespace,
         **_claims("ack_batch", jobs),
-        worker_id=_text("worker_id", worker_id, required=False),
+        worker_id=_name("worker_id", worker_id, required=False),
     )
     return Call("ack_batch", params, _scalar)
 
@@ -638,7 +715,7 @@ def _claims(call: str, jobs: Sequence[Job]) -> dict[str, str]:
     """The ``job_ids`` and ``claim_tokens`` parameters of ``call``, each claim checked."""
     if isinstance(jobs, Job) or not all(isinstance(job, Job) for job in jobs):
         raise errors.InvalidJobIdError(f"{call} takes a list of Job objects (their claims)")
-    claims = [_claim(job, None, None) for job in jobs]
+    claims = [_claim(call, job, None, None) for job in jobs]
     return {
         "job_ids": _array_literal([claim["job_id"] for claim in claims]),
         "claim_tokens": _array_literal([claim["claim_token"] for claim in claims]),
@@ -663,10 +740,10 @@ def ack_and_pull(
     params = _base(
         namespace,
         **_claims("ack_and_pull", acks),
-        queue=_text("queue", queue, required=True),
-        worker_id=_text("worker_id", worker_id, required=False),
-        visibility_timeout=_seconds("visibility_timeout", visibility_timeout),
-        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        queue=_name("queue", queue, required=True),
+        worker_id=_name("worker_id", worker_id, required=False),
+        visibility_timeout=_duration("visibility_timeout", visibility_timeout),
+        limit=_limit("pull", limit),
     )
 
     def parse(rows: Rows) -> tuple[list[int], list[Job]]:
@@ -683,8 +760,8 @@ def _stats(row: dict[str, Any]) -> QueueStats:
 def stats(namespace: str, queue: str | None, *, cap: int) -> Call[list[QueueStats]]:
     params = _base(
         namespace,
-        queue=_text("queue", queue, required=False),
-        cap=_integer("cap", cap, errors.InvalidLimitError, bounds=_INT32),
+        queue=_name("queue", queue, required=False),
+        cap=_limit("stats", cap, "cap"),
     )
     return Call("stats", params, lambda rows: [_stats(row) for row in rows])
 
@@ -693,14 +770,14 @@ JOB_STATES = ("pending", "scheduled", "running", "dead")
 
 
 def jobs(namespace: str, queue: str, state: str, *, limit: int, after_id: int) -> Call[list[Job]]:
-    if not isinstance(state, str):
+    if state not in JOB_STATES:
         raise errors.InvalidStateError(f"state must be one of {', '.join(JOB_STATES)}")
     params = _base(
         namespace,
-        queue=_text("queue", queue, required=True),
+        queue=_name("queue", queue, required=True),
         state=state,
-        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
-        after_id=_claim(after_id, None, None)["job_id"],
+        limit=_limit("jobs", limit),
+        after_id=_job_id(after_id),
     )
     return Call("jobs", params, lambda rows: [_job(row) for row in rows])
 
@@ -717,16 +794,18 @@ def redrive(
     limit: int,
     dry_run: bool,
 ) -> Call[list[Redriven]]:
-    ids = None if job_ids is None else [_claim(job_id, None, None)["job_id"] for job_id in job_ids]
+    if isinstance(job_ids, (str, bytes)):
+        raise errors.InvalidJobIdError("job_ids must be a list of int job ids")
+    ids = None if job_ids is None else [_job_id(job_id) for job_id in job_ids]
     params = _base(
         namespace,
         job_ids=ids,
-        queue=_text("queue", queue, required=False),
+        queue=_name("queue", queue, required=False),
         failed_after=_time("failed_after", failed_after),
         failed_before=_time("failed_before", failed_before),
-        error_contains=_text("error_contains", error_contains, required=False),
-        to_queue=_text("to_queue", to_queue, required=False),
-        limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32),
+        error_contains=_text("error_contains", error_contains),
+        to_queue=_name("to_queue", to_queue, required=False),
+        limit=_limit("redrive", limit),
         dry_run=bool(dry_run),
     )
     return Call("redrive", params, lambda rows: [Redriven(**row) for row in rows])
@@ -741,34 +820,34 @@ def purge_dead_letters(
 ) -> Call[int]:
     if (older_than is None) == (failed_before is None):
         raise errors.InvalidDurationError("give exactly one of older_than and failed_before")
-    queue_name = _text("queue", queue, required=False)
+    queue_name = _name("queue", queue, required=False)
     if failed_before is not None:
         params = _base(
             namespace, failed_before=_time("failed_before", failed_before), queue=queue_name
         )
         return Call("purge_dead_letters_before", params, lambda rows: int(_scalar(rows)))
-    params = _base(namespace, older_than=_seconds("older_than", older_than), queue=queue_name)
+    params = _base(
+        namespace, older_than=_required_duration("older_than", older_than), queue=queue_name
+    )
     return Call("purge_dead_letters", params, lambda rows: int(_scalar(rows)))
 
 
 def cancel(namespace: str, job_id: int) -> Call[bool]:
-    return Call("cancel", _base(namespace, job_id=_claim(job_id, None, None)["job_id"]), _scalar)
+    return Call("cancel", _base(namespace, job_id=_job_id(job_id)), _scalar)
 
 
 def set_queue_paused(namespace: str, queue: str, *, paused: bool) -> Call[bool]:
-    params = _base(namespace, queue=_text("queue", queue, required=True))
+    params = _base(namespace, queue=_name("queue", queue, required=True))
     return Call("pause_queue" if paused else "resume_queue", params, _scalar)
 
 
 def purge_queue(namespace: str, queue: str) -> Call[int]:
-    params = _base(namespace, queue=_text("queue", queue, required=True))
+    params = _base(namespace, queue=_name("queue", queue, required=True))
     return Call("purge_queue", params, lambda rows: int(_scalar(rows)))
 
 
 def prune(namespace: str, *, limit: int) -> Call[Pruned]:
-    params = _base(
-        namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)
-    )
+    params = _base(namespace, limit=_limit("prune", limit))
     return Call("prune", params, lambda rows: Pruned(**rows[0]))
 
 
@@ -982,20 +1061,26 @@ def new_schedule(
     interval = None if seconds is None else timedelta(seconds=seconds)
     if interval is not None and interval < timedelta(seconds=1):
         raise errors.InvalidScheduleError("a schedule runs at most every second")
+    if interval is not None and interval > limits.EVERY_MAX:
+        raise errors.InvalidDurationError(
+            f"every of {interval} is too long; the limit is {limits.EVERY_MAX}"
+        )
     _zone(timezone)
     if cron is not None:
         check_cron(cron)
     params = _base(
         namespace,
-        name=_text("schedule name", name, required=True),
-        queue=_text("queue", queue, required=True),
+        name=_name("schedule name", name, required=True),
+        queue=_name("queue", queue, required=True),
         payload=_payload(payload),
         cron=cron,
         timezone=timezone,
         every=seconds,
-        priority=_integer("priority", priority, errors.InvalidPriorityError, bounds=_INT32),
+        priority=_integer(
+            "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
+        ),
         max_attempts=_integer(
-            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=_INT32
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
         ),
     )
     return NewSchedule(params, cron, timezone, interval)
@@ -1019,12 +1104,12 @@ def schedules(namespace: str) -> Call[list[Schedule]]:
 
 
 def set_schedule_paused(namespace: str, name: str, *, paused: bool) -> Call[bool]:
-    params = _base(namespace, name=_text("schedule name", name, required=True), paused=paused)
+    params = _base(namespace, name=_name("schedule name", name, required=True), paused=paused)
     return Call("set_schedule_paused", params, _scalar)
 
 
 def delete_schedule(namespace: str, name: str) -> Call[bool]:
-    params = _base(namespace, name=_text("schedule name", name, required=True))
+    params = _base(namespace, name=_name("schedule name", name, required=True))
     return Call("delete_schedule", params, _scalar)
 
 
@@ -1063,9 +1148,7 @@ def due_schedules(namespace: str, *, limit: int) -> Call[list[DueRun]]:
     def parse(rows: Rows) -> list[DueRun]:
         return [_due_run(row) for row in rows]
 
-    params = _base(
-        namespace, limit=_integer("limit", limit, errors.InvalidLimitError, bounds=_INT32)
-    )
+    params = _base(namespace, limit=_limit("due_schedules", limit))
     return Call("due_schedules", params, parse)
 
 

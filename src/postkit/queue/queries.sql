@@ -1,25 +1,26 @@
 -- The statements the Python SDK sends, one per SDK call, each a single round trip to one SQL
 -- function of the queue module. Parameters use the pyformat style (%(name)s), which psycopg 3,
--- psycopg2 and Django's cursor all accept. Durations travel as seconds (float8) and become
--- intervals here; payloads travel as JSON text cast to jsonb; JSON and UUIDs come back as text so
--- that every driver returns the same Python types.
+-- psycopg2 and Django's cursor all accept. Durations travel as whole microseconds (bigint; a
+-- schedule's interval as seconds, float8) and become intervals here, so the SQL module checks
+-- exactly the value the SDK checked before sending it; payloads travel as JSON text cast to
+-- jsonb; JSON and UUIDs come back as text so that every driver returns the same Python types.
 --
 -- These statements run under the caller's search_path, which may put a schema anyone can create
 -- in (public, on PostgreSQL 14 and older) ahead of pg_catalog. So every function, type and
 -- operator is schema-qualified: a planted public.unnest(text[]) or a domain named public.text
 -- would otherwise be a better match than the built-in and run inside every worker. Keywords
 -- (integer, bigint, boolean, interval, coalesce, CASE, extract) are bound to pg_catalog by the
--- grammar itself; durations become intervals through make_interval, not an operator.
+-- grammar itself.
 
 -- name: push
 SELECT postkit_queue.push(
     %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
-    pg_catalog.make_interval(secs => %(delay)s::pg_catalog.float8),
+    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(priority)s::integer,
     %(max_attempts)s::integer,
     %(unique_key)s,
-    pg_catalog.make_interval(secs => %(backoff_base)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(backoff_cap)s::pg_catalog.float8)) AS id;
+    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS id;
 
 -- name: pull
 SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
@@ -27,7 +28,7 @@ SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payloa
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
 FROM postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
-    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
+    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(limit)s::integer) AS j;
 
 -- name: ack
@@ -36,7 +37,7 @@ SELECT postkit_queue.ack(%(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(cla
 -- name: nack
 SELECT postkit_queue.nack(
     %(namespace)s, %(job_id)s::bigint, %(error)s, %(worker_id)s, %(claim_token)s::pg_catalog.uuid,
-    pg_catalog.make_interval(secs => %(backoff)s::pg_catalog.float8)) AS outcome;
+    %(backoff)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS outcome;
 
 -- name: fail
 SELECT postkit_queue.fail(
@@ -44,7 +45,7 @@ SELECT postkit_queue.fail(
 
 -- name: extend_visibility
 SELECT postkit_queue.extend_visibility(
-    %(namespace)s, %(job_id)s::bigint, pg_catalog.make_interval(secs => %(extension)s::pg_catalog.float8),
+    %(namespace)s, %(job_id)s::bigint, %(extension)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
 -- name: tick_timeouts
@@ -76,11 +77,11 @@ SELECT p.max_attempts,
        p.max_payload_bytes
 FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
-    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(backoff_base)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(backoff_cap)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(retain_completed)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(retain_dead)s::pg_catalog.float8),
+    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(retain_completed)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(retain_dead)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(max_payload_bytes)s::integer) AS p;
 
 -- name: update_queue_settings
@@ -94,11 +95,11 @@ SELECT p.max_attempts,
        p.max_payload_bytes
 FROM postkit_queue.update_queue_settings(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
-    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(backoff_base)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(backoff_cap)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(retain_completed)s::pg_catalog.float8),
-    pg_catalog.make_interval(secs => %(retain_dead)s::pg_catalog.float8),
+    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(retain_completed)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(retain_dead)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(max_payload_bytes)s::integer, %(reset)s::pg_catalog.text[]) AS p;
 
 -- name: queues
@@ -132,13 +133,13 @@ SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payloa
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
 FROM postkit_queue.pull_any(
     %(namespace)s, %(queues)s::pg_catalog.text[], %(worker_id)s,
-    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8),
+    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(limit)s::integer) AS j;
 
 -- name: push_batch
 SELECT b.id FROM postkit_queue.push_batch(
     %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
-    pg_catalog.make_interval(secs => %(delay)s::pg_catalog.float8),
+    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[]) AS b
 ORDER BY b.ordinality;
 
@@ -169,7 +170,7 @@ FROM postkit_queue.redrive(
 
 -- name: purge_dead_letters
 SELECT postkit_queue.purge_dead_letters(
-    %(namespace)s, pg_catalog.make_interval(secs => %(older_than)s::pg_catalog.float8), %(queue)s) AS purged;
+    %(namespace)s, %(older_than)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond', %(queue)s) AS purged;
 
 -- name: cancel
 SELECT postkit_queue.cancel(%(namespace)s, %(job_id)s::bigint);
@@ -245,7 +246,7 @@ FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens
      AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
-    pg_catalog.make_interval(secs => %(visibility_timeout)s::pg_catalog.float8), %(limit)s::integer)
+    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond', %(limit)s::integer)
     WITH ORDINALITY AS j ON true;
 
 -- name: vacuum_state

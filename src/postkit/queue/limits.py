@@ -1,0 +1,185 @@
+"""Every limit an argument is checked against, for the SDK, in one place.
+
+The SQL module checks the same limits (``check_*`` and ``is_*`` in the migrations), and the SDK
+checks them first, before it sends anything: a refusal by the SQL module aborts the caller's
+transaction, with whatever the application wrote in it, while a refusal here leaves it intact.
+``tests/queue/test_limits.py`` proves the two agree: for each limit, the values at the boundary
+and just beyond it are accepted or refused alike by the SQL function and by the SDK, and the
+name rule agrees on every Unicode code point.
+
+The one check the SDK cannot make is a payload's size against its queue's
+``max_payload_bytes``: the limit is a setting of the queue, stored in the database.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+# --------------------------------------------------------------------------------------------
+# Names: namespaces, queues, worker ids, unique keys, schedule names.
+# --------------------------------------------------------------------------------------------
+
+NAME_MAX_CHARS = 128
+"""A name is at most this many characters (code points)."""
+
+CONTROL_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0000, 0x001F),  # Cc: C0 controls, tab and newline among them
+    (0x007F, 0x009F),  # Cc: DEL and the C1 controls
+    (0x00AD, 0x00AD),  # Cf from here on: soft hyphen
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),  # Arabic letter mark (bidi)
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x180E, 0x180E),
+    (0x200B, 0x200F),  # zero-width space, non-joiner, joiner; left-to-right and right-to-left marks
+    (0x202A, 0x202E),  # bidi embeddings and overrides
+    (0x2060, 0x2064),  # word joiner and invisible operators
+    (0x2066, 0x206F),  # bidi isolates and deprecated format characters
+    (0xFEFF, 0xFEFF),  # zero-width no-break space (byte order mark)
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),  # tag characters
+)
+"""Characters no name may hold: Unicode's control (Cc) and format (Cf) characters, as of
+Unicode 15. They are invisible or move text around, so two names that look alike could differ."""
+
+BLANK_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0020, 0x0020),
+    (0x00A0, 0x00A0),  # no-break space
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),  # line and paragraph separators (Zl, Zp)
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x3000, 0x3000),  # ideographic space
+)
+"""Unicode's space separators (Zs, Zl, Zp): a name made only of these is blank."""
+
+
+def _char_class(ranges: tuple[tuple[int, int], ...]) -> str:
+    return "".join(
+        re.escape(chr(low)) if low == high else f"{re.escape(chr(low))}-{re.escape(chr(high))}"
+        for low, high in ranges
+    )
+
+
+# Lone surrogates exist in Python strings only: PostgreSQL text cannot hold them.
+_CONTROL = re.compile(f"[{_char_class(CONTROL_RANGES)}\ud800-\udfff]")
+_NOT_BLANK = re.compile(f"[^{_char_class(BLANK_RANGES)}]")
+
+
+def name_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as a name, in the words the SQL module's check_name uses
+    after the argument's name; None when it is a valid name. The checks run in the same order
+    as there: length, control characters, blank."""
+    if len(value) > NAME_MAX_CHARS:
+        return f"is {len(value)} characters long; the limit is {NAME_MAX_CHARS}"
+    control = _CONTROL.search(value)
+    if control is not None:
+        return (
+            "must not contain control or format characters "
+            f"(U+{ord(control.group()):04X} at position {control.start() + 1})"
+        )
+    if _NOT_BLANK.search(value) is None:
+        return "must not be empty or blank"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """An inclusive range of integers."""
+
+    low: int
+    high: int
+
+    def __contains__(self, value: int) -> bool:
+        return self.low <= value <= self.high
+
+
+PRIORITY = Bounds(-32768, 32767)
+MAX_ATTEMPTS = Bounds(1, 1000)
+MAX_PAYLOAD_BYTES = Bounds(1, 104_857_600)
+"""What ``configure_queue`` accepts as a queue's ``max_payload_bytes`` (up to 100 MiB)."""
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
+"""A queue's ``max_payload_bytes`` unless configured: 1 MiB."""
+JOB_ID = Bounds(-(2**63), 2**63 - 1)
+BATCH_PAYLOADS = 100_000
+"""At most this many payloads per ``push_batch``."""
+
+LIMITS: dict[str, Bounds] = {
+    "pull": Bounds(1, 1000),
+    "pull_any": Bounds(1, 1000),
+    "tick_timeouts": Bounds(1, 100_000),
+    "dead_letters": Bounds(1, 10_000),
+    "stats": Bounds(1, 10_000_000),
+    "jobs": Bounds(1, 10_000),
+    "redrive": Bounds(1, 100_000),
+    "prune": Bounds(1, 100_000),
+    "due_schedules": Bounds(1, 10_000),
+}
+"""The ``limit`` (``cap`` for stats) each SQL function accepts."""
+
+# --------------------------------------------------------------------------------------------
+# Durations.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DurationRule:
+    """A duration must be positive (or zero where ``allow_zero``) and at most ``maximum``."""
+
+    allow_zero: bool
+    maximum: timedelta
+
+    @property
+    def maximum_us(self) -> int:
+        return self.maximum // timedelta(microseconds=1)
+
+
+CLAIM_MAX = timedelta(hours=12)
+"""A claim lasts at most 12 hours (visibility timeout, extension), as in SQS."""
+
+DURATIONS: dict[str, DurationRule] = {
+    "visibility_timeout": DurationRule(False, CLAIM_MAX),
+    "extension": DurationRule(False, CLAIM_MAX),
+    "delay": DurationRule(True, timedelta(days=3650)),
+    "backoff": DurationRule(True, timedelta(days=30)),
+    "backoff_base": DurationRule(False, timedelta(days=1)),
+    "backoff_cap": DurationRule(False, timedelta(days=30)),
+    "retain_completed": DurationRule(False, timedelta(days=3650)),
+    "retain_dead": DurationRule(False, timedelta(days=3650)),
+    "older_than": DurationRule(True, timedelta(days=3650)),
+}
+"""Each duration argument and its rule, by the argument's name."""
+
+EVERY_MAX = timedelta(days=3650)
+"""A schedule's interval is at most this long (and at least a second)."""
+
+
+def _shown(microseconds: int) -> str:
+    return f"{microseconds / 1_000_000:g} seconds"
+
+
+def duration_problem(what: str, microseconds: int) -> str | None:
+    """What is wrong with a duration of ``microseconds`` as the argument ``what``, or None."""
+    rule = DURATIONS[what]
+    if microseconds > rule.maximum_us:
+        return f"{what} of {_shown(microseconds)} is too long; the limit is {rule.maximum}"
+    if microseconds < 0 or (microseconds == 0 and not rule.allow_zero):
+        sign = "zero or positive" if rule.allow_zero else "positive"
+        return f"{what} must be {sign}, got {_shown(microseconds)}"
+    return None

@@ -1,0 +1,276 @@
+"""The SDK's limits (postkit.queue.limits) and the SQL module's checks are one rule: at every
+boundary, and just beyond it, the SQL function called directly and the SDK accept and refuse
+the same values, with the same exception."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from postkit import errors
+from postkit.queue import limits, protocol
+
+US = timedelta(microseconds=1)
+NONE: dict[str, Any] = {
+    "delay": None,
+    "priority": 0,
+    "max_attempts": None,
+    "unique_key": None,
+    "backoff_base": None,
+    "backoff_cap": None,
+}
+POLICY: dict[str, Any] = {
+    "max_attempts": None,
+    "visibility_timeout": None,
+    "backoff_base": None,
+    "backoff_cap": None,
+    "retain_completed": None,
+    "retain_dead": None,
+    "max_payload_bytes": None,
+}
+
+
+@dataclass(frozen=True)
+class Limit:
+    sdk: Callable[[str, Any], object]
+    """Builds the SDK's call for namespace and value (and raises where the SDK refuses)."""
+    sql: str
+    """The SQL function called directly, with %(ns)s and %(v)s."""
+    values: tuple[Any, ...]
+    """The boundaries and the values just beyond them."""
+
+
+def around(bounds: limits.Bounds) -> tuple[int, ...]:
+    return (bounds.low - 1, bounds.low, bounds.high, bounds.high + 1)
+
+
+def durations(what: str) -> tuple[int, ...]:
+    rule = limits.DURATIONS[what]
+    return (-1, 0, 1, rule.maximum_us, rule.maximum_us + 1)
+
+
+def duration(what: str) -> Callable[[str, Any], object]:
+    """The SDK's call that takes the duration ``what``, given in microseconds."""
+    value = lambda v: v * US  # noqa: E731
+    claim = {"worker_id": "w", "claim_token": None}
+    return {
+        "visibility_timeout": lambda ns, v: protocol.pull(
+            ns, "q", worker_id=None, visibility_timeout=value(v), limit=1
+        ),
+        "extension": lambda ns, v: protocol.extend_visibility(ns, 1, extension=value(v), **claim),
+        "delay": lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "delay": value(v)}),
+        "backoff": lambda ns, v: protocol.nack(ns, 1, error=None, backoff=value(v), **claim),
+        "backoff_base": lambda ns, v: protocol.push(
+            ns, "q", 1, **{**NONE, "backoff_base": value(v)}
+        ),
+        "backoff_cap": lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "backoff_cap": value(v)}),
+        "retain_completed": lambda ns, v: protocol.configure_queue(
+            ns, "q", **{**POLICY, "retain_completed": value(v)}
+        ),
+        "retain_dead": lambda ns, v: protocol.configure_queue(
+            ns, "q", **{**POLICY, "retain_dead": value(v)}
+        ),
+        "older_than": lambda ns, v: protocol.purge_dead_letters(
+            ns, older_than=value(v), queue=None
+        ),
+    }[what]
+
+
+V = "%(v)s::bigint * interval '1 microsecond'"
+DURATION_SQL = {
+    "visibility_timeout": f"SELECT count(*) FROM postkit_queue.pull(%(ns)s, 'q', NULL, {V})",
+    "extension": f"SELECT postkit_queue.extend_visibility(%(ns)s, 1, {V}, 'w')",
+    "delay": f"SELECT postkit_queue.push(%(ns)s, 'q', '1', p_delay => {V})",
+    "backoff": f"SELECT postkit_queue.nack(%(ns)s, 1, NULL, 'w', NULL, {V})",
+    "backoff_base": f"SELECT postkit_queue.push(%(ns)s, 'q', '1', p_backoff_base => {V})",
+    "backoff_cap": f"SELECT postkit_queue.push(%(ns)s, 'q', '1', p_backoff_cap => {V})",
+    "retain_completed": (
+        f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_completed => {V})"
+    ),
+    "retain_dead": f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_dead => {V})",
+    "older_than": f"SELECT postkit_queue.purge_dead_letters(%(ns)s, {V})",
+}
+assert set(DURATION_SQL) == set(limits.DURATIONS)
+
+LIMIT_CASES: dict[str, Limit] = {
+    "priority": Limit(
+        lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "priority": v}),
+        "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_priority => %(v)s)",
+        around(limits.PRIORITY),
+    ),
+    "batch-priority": Limit(
+        lambda ns, v: protocol.push_batch(
+            ns, "q", [1], delay=None, priority=v, max_attempts=None, unique_keys=None
+        ),
+        "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', '[1]', p_priority => %(v)s)",
+        around(limits.PRIORITY),
+    ),
+    "max_attempts": Limit(
+        lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "max_attempts": v}),
+        "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_max_attempts => %(v)s)",
+        around(limits.MAX_ATTEMPTS),
+    ),
+    "queue-max_attempts": Limit(
+        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "max_attempts": v}),
+        "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_max_attempts => %(v)s)",
+        around(limits.MAX_ATTEMPTS),
+    ),
+    "max_payload_bytes": Limit(
+        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "max_payload_bytes": v}),
+        "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_max_payload_bytes => %(v)s)",
+        around(limits.MAX_PAYLOAD_BYTES),
+    ),
+    "batch-payloads": Limit(
+        lambda ns, v: protocol.push_batch(
+            ns, "q", [0] * v, delay=None, priority=0, max_attempts=None, unique_keys=None
+        ),
+        "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', "
+        "(SELECT jsonb_agg(0) FROM generate_series(1, %(v)s)))",
+        (limits.BATCH_PAYLOADS, limits.BATCH_PAYLOADS + 1),
+    ),
+    "limit-pull": Limit(
+        lambda ns, v: protocol.pull(ns, "q", worker_id=None, visibility_timeout=None, limit=v),
+        "SELECT count(*) FROM postkit_queue.pull(%(ns)s, 'q', p_limit => %(v)s)",
+        around(limits.LIMITS["pull"]),
+    ),
+    "limit-pull_any": Limit(
+        lambda ns, v: protocol.pull_any(
+            ns, ["q"], worker_id=None, visibility_timeout=None, limit=v
+        ),
+        "SELECT count(*) FROM postkit_queue.pull_any(%(ns)s, '{q}', p_limit => %(v)s)",
+        around(limits.LIMITS["pull_any"]),
+    ),
+    "limit-tick_timeouts": Limit(
+        lambda ns, v: protocol.tick_timeouts(ns, limit=v),
+        "SELECT count(*) FROM postkit_queue.tick_timeouts(%(ns)s, %(v)s)",
+        around(limits.LIMITS["tick_timeouts"]),
+    ),
+    "limit-dead_letters": Limit(
+        lambda ns, v: protocol.dead_letters(ns, None, limit=v),
+        "SELECT count(*) FROM postkit_queue.dead_letters(%(ns)s, p_limit => %(v)s)",
+        around(limits.LIMITS["dead_letters"]),
+    ),
+    "limit-stats": Limit(
+        lambda ns, v: protocol.stats(ns, None, cap=v),
+        "SELECT count(*) FROM postkit_queue.stats(%(ns)s, p_cap => %(v)s)",
+        around(limits.LIMITS["stats"]),
+    ),
+    "limit-jobs": Limit(
+        lambda ns, v: protocol.jobs(ns, "q", "pending", limit=v, after_id=0),
+        "SELECT count(*) FROM postkit_queue.jobs(%(ns)s, 'q', 'pending', %(v)s)",
+        around(limits.LIMITS["jobs"]),
+    ),
+    "limit-redrive": Limit(
+        lambda ns, v: protocol.redrive(
+            ns,
+            job_ids=None,
+            queue=None,
+            failed_after=None,
+            failed_before=None,
+            error_contains=None,
+            to_queue=None,
+            limit=v,
+            dry_run=True,
+        ),
+        "SELECT count(*) FROM postkit_queue.redrive(%(ns)s, p_limit => %(v)s)",
+        around(limits.LIMITS["redrive"]),
+    ),
+    "limit-prune": Limit(
+        lambda ns, v: protocol.prune(ns, limit=v),
+        "SELECT count(*) FROM postkit_queue.prune(%(ns)s, %(v)s)",
+        around(limits.LIMITS["prune"]),
+    ),
+    "limit-due_schedules": Limit(
+        lambda ns, v: protocol.due_schedules(ns, limit=v),
+        "SELECT count(*) FROM postkit_queue.due_schedules(%(ns)s, %(v)s)",
+        around(limits.LIMITS["due_schedules"]),
+    ),
+    "name-length": Limit(
+        lambda ns, v: protocol.push(ns, "x" * v, 1, **NONE),
+        "SELECT postkit_queue.push(%(ns)s, repeat('x', %(v)s), '1')",
+        (0, 1, limits.NAME_MAX_CHARS, limits.NAME_MAX_CHARS + 1),
+    ),
+    **{
+        f"duration-{what}": Limit(duration(what), DURATION_SQL[what], durations(what))
+        for what in limits.DURATIONS
+    },
+}
+assert {f"limit-{call}" for call in limits.LIMITS} <= set(LIMIT_CASES)
+
+
+def sdk_verdict(build: Callable[[str, Any], object], namespace: str, value: Any) -> Any:
+    try:
+        build(namespace, value)
+    except errors.PostkitError as error:
+        return type(error)
+    return None
+
+
+def sql_verdict(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> Any:
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(statement, params)
+    except psycopg.Error as error:
+        return errors.SQLSTATE_ERRORS.get(error.sqlstate or "", error.sqlstate)
+    return None
+
+
+@pytest.mark.parametrize("case", LIMIT_CASES.values(), ids=LIMIT_CASES.keys())
+def test_the_sdk_and_the_sql_function_accept_and_refuse_alike_at_every_boundary(
+    connect: Callable[..., psycopg.Connection], namespace: str, case: Limit
+) -> None:
+    conn = connect(autocommit=True)
+    verdicts = {
+        value: (
+            sdk_verdict(case.sdk, namespace, value),
+            sql_verdict(conn, case.sql, {"ns": namespace, "v": value}),
+        )
+        for value in case.values
+    }
+
+    assert {value: sdk for value, (sdk, _) in verdicts.items()} == {
+        value: sql for value, (_, sql) in verdicts.items()
+    }
+    assert any(sdk is None for sdk, _ in verdicts.values())  # a boundary is accepted
+    assert any(sdk is not None for sdk, _ in verdicts.values())  # and the next value refused
+
+
+def python_refuses(text: str) -> bool:
+    return limits.name_problem(text) is not None
+
+
+def test_the_name_rule_agrees_with_the_sql_module_on_every_code_point(
+    connect: Callable[..., psycopg.Connection],
+) -> None:
+    """Alone, a character is refused when it is a control or format character or a space
+    separator; after a letter, only when it is a control or format character."""
+    conn = connect(autocommit=True)
+    [[alone, after_letter]] = conn.execute(
+        """
+        SELECT coalesce(jsonb_agg(cp) FILTER (WHERE NOT postkit_queue.is_name(chr(cp))), '[]'),
+               coalesce(jsonb_agg(cp) FILTER (WHERE NOT postkit_queue.is_name('x' || chr(cp))),
+                        '[]')
+        FROM generate_series(1, 1114111) AS cp
+        WHERE cp NOT BETWEEN 55296 AND 57343  -- surrogates: not characters PostgreSQL stores
+        """
+    ).fetchall()
+    code_points = [cp for cp in range(1, 0x110000) if not 0xD800 <= cp <= 0xDFFF]
+
+    assert alone == [cp for cp in code_points if python_refuses(chr(cp))]
+    assert after_letter == [cp for cp in code_points if python_refuses("x" + chr(cp))]
+
+
+def test_the_name_rule_refuses_every_control_and_format_character_python_knows() -> None:
+    for cp in range(0x110000):
+        category = unicodedata.category(chr(cp))
+        if category in ("Cc", "Cf", "Cs"):
+            assert python_refuses(f"x{chr(cp)}"), f"U+{cp:04X} ({category})"
+        if category in ("Zs", "Zl", "Zp"):
+            assert python_refuses(chr(cp) * 2), f"U+{cp:04X} ({category})"
+            assert not python_refuses(f"x{chr(cp)}x"), f"U+{cp:04X} ({category})"
