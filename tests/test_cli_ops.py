@@ -10,6 +10,7 @@ changed in the database.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import signal
@@ -834,6 +835,53 @@ def test_dlq_purge_deletes_exactly_what_it_asked_about_whatever_the_clients_cloc
 # -------------------------------------------------------------------------------------------
 # queue
 # -------------------------------------------------------------------------------------------
+
+
+class AnswerAfter(io.BytesIO):
+    """An answer typed at the prompt, after ``meanwhile`` ran: what happens between the
+    question and the answer (another application pushing a job, say)."""
+
+    def __init__(self, answer: str, meanwhile: Callable[[], object]) -> None:
+        super().__init__(answer.encode())
+        self._meanwhile: Callable[[], object] | None = meanwhile
+
+    def _first(self, size: int | None) -> None:
+        if self._meanwhile is not None and size != 0:  # click probes the stream with read(0)
+            self._meanwhile, meanwhile = None, self._meanwhile
+            meanwhile()
+
+    def read1(self, size: int | None = -1, /) -> bytes:
+        self._first(size)
+        return super().read1(size)
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        self._first(size)
+        return super().read(size)
+
+
+def test_queue_purge_deletes_what_it_asked_about_not_a_job_pushed_while_it_asked(
+    dsn: str, namespace: str, client: QueueClient, make_client: Callable[[], QueueClient]
+) -> None:
+    asked = [client.push("emails", {"n": n}) for n in range(2)]
+    commit(client)
+    other = make_client()
+    pushed_meanwhile: list[int | None] = []
+
+    def push_another() -> None:
+        pushed_meanwhile.append(other.push("emails", {"n": "late"}))
+        commit(other)
+
+    result = CliRunner().invoke(
+        main,
+        ["queue", "purge", "emails", "--dsn", dsn, "--namespace", namespace],
+        input=AnswerAfter("y\n", push_another),
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "Delete 2 pending and scheduled job(s) of queue emails?" in result.output
+    assert result.output.endswith("Deleted 2 pending and scheduled jobs of queue emails.\n")
+    assert pushed_meanwhile[0] is not None and asked[0] is not None
+    assert live_job_ids(client, "emails") == [pushed_meanwhile[0]]
 
 
 def test_queue_pause_and_resume(run: Run, client: QueueClient, namespace: str) -> None:

@@ -1861,7 +1861,8 @@ def queue_configure(
 @_operation
 def queue_purge(queue: str, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
     """Delete every pending and scheduled job of QUEUE. Running jobs are left to their
-    workers; dead letters stay (see `postkit dlq purge`). Asks first, unless --yes.
+    workers; dead letters stay (see `postkit dlq purge`). Asks first, unless --yes; a job
+    pushed while the question waits is not deleted.
 
     \b
     Example:
@@ -1870,18 +1871,19 @@ def queue_purge(queue: str, yes: bool, namespace: str, dsn: str | None, as_json:
     """
     with _client(dsn, namespace) as client:
         require_known_queue(client, queue)
-        (row,) = client.stats(queue)
+        # One cutoff, by the queue's clock, for the count shown and for the delete: a job
+        # pushed while the prompt waits is not one the operator agreed to delete.
+        cutoff = client.clock()
+        waiting = client.purge_queue(queue, created_before=cutoff, dry_run=True)
         _rollback(client)
-        waiting = row.pending + row.scheduled
         deleted = 0
         if waiting:
-            count = f"{waiting}+" if row.counts_capped else str(waiting)
             _confirm(
-                f"Delete {count} pending and scheduled job(s) of queue {queue}? "
+                f"Delete {waiting} pending and scheduled job(s) of queue {queue}? "
                 "This cannot be undone.",
                 yes,
             )
-            deleted = client.purge_queue(queue)
+            deleted = client.purge_queue(queue, created_before=cutoff)
             _commit(client)
     if as_json:
         echo_json({"queue": queue, "deleted": deleted})

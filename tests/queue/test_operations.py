@@ -561,6 +561,31 @@ def test_queues_lists_the_queues_with_jobs_dead_letters_or_settings(queue: Queue
     assert queue.queues() == sorted([Q, OTHER, "paused_one"])
 
 
+def test_purge_queue_with_a_cutoff_counts_then_deletes_only_jobs_created_by_then(
+    queue: QueueClient, conn: psycopg.Connection[Any], make_client: Callable[[], QueueClient]
+) -> None:
+    queue.push("emails", 1)
+    queue.push("emails", 2, delay=3600)
+    conn.commit()
+    cutoff = queue.clock()
+    conn.commit()
+    later = make_client()
+    late = later.push("emails", 3)
+    later.cursor.connection.commit()
+
+    counted = queue.purge_queue("emails", created_before=cutoff, dry_run=True)
+    deleted = queue.purge_queue("emails", created_before=cutoff)
+    conn.commit()
+
+    assert (counted, deleted) == (2, 2)
+    assert [job.id for job in queue.jobs("emails", "pending")] == [late]
+
+
+def test_a_purge_dry_run_needs_a_cutoff(queue: QueueClient) -> None:
+    with pytest.raises(errors.InvalidDurationError, match="created_before"):
+        queue.purge_queue("emails", dry_run=True)
+
+
 def test_purge_queue_deletes_pending_and_scheduled_jobs_and_leaves_running_ones(
     queue: QueueClient,
 ) -> None:

@@ -518,6 +518,15 @@ def test_a_non_superuser_session_cannot_move_the_queues_clock(
     assert worker.pull("emails") is None
 
 
+def test_a_clock_offset_over_a_century_is_refused_before_anything_is_stored(
+    queue: QueueClient,
+) -> None:
+    queue.cursor.execute("SET postkit_queue.clock_offset = '9000 years'")
+
+    with pytest.raises(errors.InvalidDurationError, match="100 years"):
+        queue.push("emails", {})
+
+
 def test_an_infinite_clock_offset_is_refused_before_anything_is_stored(
     queue: QueueClient, conn: psycopg.Connection[Any]
 ) -> None:

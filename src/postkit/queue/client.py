@@ -606,10 +606,24 @@ class QueueClient:
         """Hand out jobs of ``queue`` again. Returns False (not paused)."""
         return self._run(protocol.set_queue_paused(self._namespace, queue, paused=False))
 
-    def purge_queue(self, queue: str) -> int:
-        """Delete every pending and scheduled job of ``queue``; running jobs are left to their
-        workers. Returns how many were deleted."""
-        return self._run(protocol.purge_queue(self._namespace, queue))
+    def purge_queue(
+        self, queue: str, *, created_before: datetime | None = None, dry_run: bool = False
+    ) -> int:
+        """Delete every pending and scheduled job of ``queue``, or with ``created_before``
+        only those created at or before it (by the queue's clock, :meth:`clock`); running jobs
+        are left to their workers. Returns how many were deleted, or with ``dry_run`` (which
+        needs ``created_before``) how many would be, deleting nothing: a prompt that shows the
+        dry run's count and then purges with the same cutoff deletes at most that many.
+
+        Raises:
+            InvalidDurationError: ``dry_run`` without ``created_before``, or a time that is
+                not timezone-aware.
+        """
+        return self._run(
+            protocol.purge_queue(
+                self._namespace, queue, created_before=created_before, dry_run=dry_run
+            )
+        )
 
     def prune(self, *, limit: int = 1000) -> Pruned:
         """Apply retention once: delete up to ``limit`` expired archived jobs and dead letters

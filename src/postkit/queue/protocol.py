@@ -841,9 +841,25 @@ def set_queue_paused(namespace: str, queue: str, *, paused: bool) -> Call[bool]:
     return Call("pause_queue" if paused else "resume_queue", params, _scalar)
 
 
-def purge_queue(namespace: str, queue: str) -> Call[int]:
-    params = _base(namespace, queue=_name("queue", queue, required=True))
-    return Call("purge_queue", params, lambda rows: int(_scalar(rows)))
+def purge_queue(
+    namespace: str, queue: str, *, created_before: datetime | None = None, dry_run: bool = False
+) -> Call[int]:
+    if not isinstance(dry_run, bool):
+        raise errors.InvalidStateError(f"dry_run must be a bool, got {type(dry_run).__name__}")
+    queue_name = _name("queue", queue, required=True)
+    if created_before is None:
+        if dry_run:
+            raise errors.InvalidDurationError("a dry run needs created_before")
+        return Call(
+            "purge_queue", _base(namespace, queue=queue_name), lambda rows: int(_scalar(rows))
+        )
+    params = _base(
+        namespace,
+        queue=queue_name,
+        created_before=_time("created_before", created_before),
+        dry_run=dry_run,
+    )
+    return Call("purge_queue_before", params, lambda rows: int(_scalar(rows)))
 
 
 def prune(namespace: str, *, limit: int) -> Call[Pruned]:

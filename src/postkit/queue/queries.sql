@@ -272,3 +272,8 @@ VACUUM (SKIP_LOCKED) postkit_queue.jobs;
 
 -- name: vacuum_unlock
 SELECT pg_catalog.pg_advisory_unlock(x'706b76616375756d'::bigint) AS unlocked;
+
+-- name: purge_queue_before
+SELECT postkit_queue.purge_queue_before(
+    %(namespace)s, %(queue)s, %(created_before)s::pg_catalog.timestamptz,
+    %(dry_run)s::boolean) AS purged;

@@ -141,7 +141,7 @@ $$;
 -- The queue's clock: the statement's time, moved by postkit_queue.clock_offset in a
 -- superuser's session (the test suite's seam for deadlines and delays). Any other session that
 -- sets the offset gets an error instead of a clock it could use to store run_at = -infinity or
--- to expire other workers' claims; an offset that makes the clock infinite is refused too.
+-- to expire other workers' claims; an offset that is infinite or over a century is refused too.
 CREATE OR REPLACE FUNCTION postkit_queue.clock() RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -165,9 +165,13 @@ BEGIN
                    OR interval_field_overflow THEN
         v_now := NULL;
     END;
-    IF v_now IS NULL OR NOT isfinite(v_now) THEN
-        RAISE EXCEPTION 'postkit: postkit_queue.clock_offset must be a finite interval, got %',
-            v_setting USING ERRCODE = 'PKQ05';
+    -- Within a century: every time the queue stores from this clock stays one that every
+    -- driver reads (Python's datetime ends at year 9999).
+    IF v_now IS NULL OR NOT isfinite(v_now)
+       OR v_now NOT BETWEEN statement_timestamp() - interval '100 years'
+                        AND statement_timestamp() + interval '100 years' THEN
+        RAISE EXCEPTION 'postkit: postkit_queue.clock_offset must be a finite interval of at '
+                        'most 100 years, got %', v_setting USING ERRCODE = 'PKQ05';
     END IF;
     RETURN v_now;
 END
