@@ -1039,6 +1039,23 @@ def test_tick_and_schedule_list_report_a_schedule_that_cannot_be_computed(
     assert "legacy" not in ok(run("tick", "--once")).output, "reported once, then skipped"
 
 
+def test_a_broken_schedules_reason_cannot_write_escape_codes_to_the_operators_terminal(
+    run: Run, connect: Callable[..., psycopg.Connection], namespace: str
+) -> None:
+    ok(run("schedule", "create", "nightly", "--queue", "pings", "--every", "1h", "--create"))
+    with connect() as connection:  # a worker may mark a schedule broken, with any reason
+        connection.execute(
+            "SELECT postkit_queue.mark_schedule_broken(%s, 'nightly', s.next_run_at, %s)"
+            " FROM postkit_queue.schedules(%s) AS s",
+            (namespace, "ok\x1b[2J\x1b]52;c;cm0gLXJm\x07all healthy", namespace),
+        )
+
+    table = ok(run("schedule", "list")).output
+
+    assert "\x1b" not in table and "\x07" not in table
+    assert "all healthy" in table
+
+
 def test_tick_runs_until_sigterm(
     dsn: str, namespace: str, connect: Callable[..., psycopg.Connection], tmp_path: Path
 ) -> None:

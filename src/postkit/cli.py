@@ -2051,9 +2051,10 @@ def schedule_list(namespace: str, dsn: str | None, as_json: bool) -> None:
     click.echo(render_table(headers, table, right=["LAST JOB"]))
     for row in rows:
         if row.broken_at is not None:
+            reason = printable(first_line(row.broken_reason))
             click.echo(
                 f"\nSchedule {row.name} is broken since {format_time(row.broken_at)} UTC and does "
-                f"not fire: {first_line(row.broken_reason)}. Create it again to repair it "
+                f"not fire: {reason}. Create it again to repair it "
                 f"(postkit schedule create {row.name} ...{_ns(namespace)})."
             )
 
@@ -2213,7 +2214,7 @@ def _report_round(result: TickRound, *, as_json: bool, quiet_if_idle: bool) -> N
     for broken in result.broken:
         click.echo(
             f"{stamp}  schedule {broken.name} is broken and no longer fires: "
-            f"{first_line(broken.reason)} (create it again to repair it)"
+            f"{printable(first_line(broken.reason))} (create it again to repair it)"
         )
     if result.pruned.completed_jobs or result.pruned.dead_letters:
         click.echo(

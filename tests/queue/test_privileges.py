@@ -474,6 +474,75 @@ def test_an_install_refuses_a_schema_someone_else_created_first(fresh_database: 
     assert owner == role
 
 
+def test_an_install_refuses_a_superuser_session_acting_as_the_database_owner(
+    fresh_database: str,
+) -> None:
+    """A database owner may make its role the database's default, even for superusers: their
+    install would then create every object as the database owner."""
+    role = f"pk_dbowner_{uuid.uuid4().hex[:8]}"
+    database = str(psycopg.conninfo.conninfo_to_dict(fresh_database)["dbname"])
+    with psycopg.connect(fresh_database, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                sql.Identifier(database), sql.Identifier(role)
+            )
+        )
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET role = {}").format(
+                sql.Identifier(database), sql.Literal(role)
+            )
+        )
+    try:
+        with psycopg.connect(fresh_database) as installer:
+            with pytest.raises(errors.SchemaMismatchError, match="acts as role"):
+                install(installer)
+            installer.rollback()
+            (schema,) = installer.execute(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = 'postkit_queue'"
+            ).fetchone()  # type: ignore[misc]
+    finally:
+        # From another database: a session of this one would act as the database owner.
+        elsewhere = psycopg.conninfo.make_conninfo(fresh_database, dbname="postgres")
+        with psycopg.connect(elsewhere, autocommit=True) as admin:
+            admin.execute(sql.SQL("ALTER DATABASE {} RESET role").format(sql.Identifier(database)))
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} OWNER TO postgres").format(sql.Identifier(database))
+            )
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+    assert schema == 0
+
+
+def test_an_execute_granted_by_hand_does_not_let_a_worker_purge(
+    database: str, make_login: MakeLogin, namespace: str
+) -> None:
+    worker_dsn = make_login("worker")
+    worker = client(worker_dsn, namespace)
+    worker.push("emails", {})
+    job = worker.pull("emails")
+    assert job is not None and worker.fail(job, error="boom")
+    with psycopg.connect(database, autocommit=True) as admin:
+        for function in (
+            "purge_dead_letters(text, interval, text)",
+            "purge_dead_letters_before(text, timestamptz, text)",
+            "purge_queue(text, text)",
+        ):
+            admin.execute(
+                sql.SQL("GRANT EXECUTE ON FUNCTION postkit_queue.{} TO {}").format(
+                    sql.SQL(function), sql.Identifier(role_of(worker_dsn))
+                )
+            )
+
+    with pytest.raises(errors.PermissionDeniedError, match="operator"):
+        worker.purge_dead_letters(older_than=0)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="operator"):
+        worker.cursor.execute(
+            "SELECT postkit_queue.purge_dead_letters_before(%s, 'infinity')", (namespace,)
+        )
+    assert len(worker.dead_letters()) == 1
+
+
 def test_an_upgrade_never_runs_a_function_planted_in_public(fresh_database: str) -> None:
     old_grant = f"pk_old_grant_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(fresh_database, autocommit=True) as admin:

@@ -63,6 +63,15 @@ DECLARE
     v_holder text;
     v_until  timestamptz := clock_timestamp() + interval '60 seconds';
 BEGIN
+    -- A superuser's session acting as another role (SET ROLE, or a role a database owner set as
+    -- the database's default with ALTER DATABASE ... SET role) would create everything as that
+    -- role, which would then own every tenant's jobs.
+    IF current_user <> session_user
+       AND (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) THEN
+        RAISE EXCEPTION 'postkit: this superuser session acts as role %: install as the '
+                        'superuser itself (RESET ROLE; and check pg_db_role_setting for a '
+                        'role setting of this database)', current_user USING ERRCODE = 'PKQ12';
+    END IF;
     SELECT n.oid, n.nspowner INTO v_schema, v_owner FROM pg_namespace n
     WHERE n.nspname = '{SCHEMA}';
     IF FOUND THEN

@@ -258,11 +258,13 @@ BEGIN
     END IF;
     -- A role of that name that someone could log in as, or act as through membership, would
     -- own every job: refuse to hand the queue to it.
-    IF v_role.rolcanlogin OR v_role.rolsuper OR v_role.rolbypassrls
-       OR EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m WHERE m.roleid = v_role.oid) THEN
-        RAISE EXCEPTION 'postkit: the role postkit_queue_owner exists but can log in, is a '
-                        'superuser, bypasses row-level security or has members; it cannot own '
-                        'the queue. Drop it, or make it NOLOGIN without members.'
+    IF v_role.rolcanlogin OR v_role.rolsuper OR v_role.rolbypassrls OR v_role.rolcreaterole
+       OR v_role.rolcreatedb OR v_role.rolreplication
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
+                  WHERE m.roleid = v_role.oid OR m.member = v_role.oid) THEN
+        RAISE EXCEPTION 'postkit: the role postkit_queue_owner exists but can log in, has a '
+                        'special attribute, or has members or roles of its own; it cannot own '
+                        'the queue. Drop it, or make it a plain NOLOGIN role without members.'
             USING ERRCODE = 'PKQ11';
     END IF;
     RETURN v_role.oid;

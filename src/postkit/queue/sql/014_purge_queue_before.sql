@@ -1,4 +1,5 @@
--- Postkit queue, migration 14: a queue purge deletes what its prompt counted.
+-- Postkit queue, migration 14: a queue purge deletes what its prompt counted, and every purge
+-- checks for operator access.
 --
 -- `postkit queue purge` counted a queue's waiting jobs, asked, then called purge_queue, which
 -- deleted every waiting job, those pushed while the operator read the prompt included. Now the
@@ -47,6 +48,56 @@ BEGIN
         FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
+END
+$$;
+
+-- The dead-letter purges check for operator access too, as cancel and the queue purges do: an
+-- EXECUTE granted by hand is not enough to destroy jobs or dead letters.
+CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters(
+    p_namespace text, p_older_than interval, p_queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_deleted bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    IF p_older_than IS NULL THEN
+        RAISE EXCEPTION 'postkit: older_than must not be null' USING ERRCODE = 'PKQ05';
+    END IF;
+    PERFORM postkit_queue.check_duration('older_than', p_older_than, true, interval '3650 days');
+    PERFORM postkit_queue.require_operator('purge dead letters');
+    DELETE FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace AND (p_queue IS NULL OR d.queue = p_queue)
+      AND d.failed_at < postkit_queue.clock() - p_older_than;
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters_before(
+    p_namespace text, p_failed_before timestamptz, p_queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_deleted bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    IF p_failed_before IS NULL THEN
+        RAISE EXCEPTION 'postkit: failed_before must not be null' USING ERRCODE = 'PKQ05';
+    END IF;
+    PERFORM postkit_queue.require_operator('purge dead letters');
+    -- The same predicate as dead_letters' p_failed_before.
+    DELETE FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace AND (p_queue IS NULL OR d.queue = p_queue)
+      AND d.failed_at < p_failed_before;
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
 END
 $$;
 
