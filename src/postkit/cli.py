@@ -64,6 +64,7 @@ from postkit.queue import (
     install_script,
     installed_version,
     latest_version,
+    limits,
 )
 from postkit.queue import install as install_queue
 from postkit.queue.admin import (
@@ -123,6 +124,11 @@ def _one_line(exc: Exception) -> str:
     text = primary or str(exc)
     message = " ".join(line.strip() for line in text.splitlines() if line.strip())
     return message or type(exc).__name__
+
+
+def bounded(bounds: limits.Bounds) -> click.IntRange:
+    """An integer option with the SQL module's own bounds (postkit.queue.limits)."""
+    return click.IntRange(bounds.low, bounds.high)
 
 
 @click.group(cls=_FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -1019,7 +1025,7 @@ _JOB_TIME_COLUMN = {
 @click.option(
     "--limit",
     metavar="N",
-    type=click.IntRange(1, 10_000),
+    type=bounded(limits.LIMITS["jobs"]),
     default=50,
     show_default=True,
     help="Page size.",
@@ -1121,7 +1127,7 @@ def _payload_argument(text: str) -> Any:
 )
 @click.option(
     "--priority",
-    type=click.IntRange(-32768, 32767),
+    type=bounded(limits.PRIORITY),
     default=0,
     show_default=True,
     help="Higher runs first among the queue's ready jobs.",
@@ -1133,7 +1139,7 @@ def _payload_argument(text: str) -> Any:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, 1000),
+    type=bounded(limits.MAX_ATTEMPTS),
     help="Claims before the job is dead-lettered. Default: the queue's setting.",
 )
 @create_option
@@ -1276,7 +1282,7 @@ def dlq() -> None:
 @click.option(
     "--limit",
     metavar="N",
-    type=click.IntRange(1, 10_000),
+    type=bounded(limits.LIMITS["dead_letters"]),
     default=50,
     show_default=True,
     help="At most.",
@@ -1463,7 +1469,7 @@ def _indent(text: str) -> str:
 @click.option(
     "--limit",
     metavar="N",
-    type=click.IntRange(1, 100_000),
+    type=bounded(limits.LIMITS["redrive"]),
     default=1000,
     show_default=True,
     help="Retry at most this many.",
@@ -1763,7 +1769,7 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
 @click.option(
     "--max-attempts",
     metavar="N|default",
-    type=OrDefault(click.IntRange(1, 1000)),
+    type=OrDefault(bounded(limits.MAX_ATTEMPTS)),
     help="Claims before a job is dead-lettered (1-1000; built-in: 20).",
 )
 @click.option(
@@ -1787,7 +1793,7 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
 @click.option(
     "--max-payload-bytes",
     metavar="BYTES|default",
-    type=OrDefault(click.IntRange(1, 104_857_600)),
+    type=OrDefault(bounded(limits.MAX_PAYLOAD_BYTES)),
     help="The largest payload a push accepts (built-in: 1048576, 1 MiB).",
 )
 @click.option(
@@ -1933,10 +1939,15 @@ def _when(row: Schedule) -> str:
 @click.option(
     "--payload", default="{}", show_default=True, metavar="JSON", help="Each job's payload."
 )
-@click.option("--priority", type=click.IntRange(-32768, 32767), default=0, show_default=True)
+@click.option(
+    "--priority",
+    type=bounded(limits.PRIORITY),
+    default=0,
+    show_default=True,
+)
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, 1000),
+    type=bounded(limits.MAX_ATTEMPTS),
     help="Each job's attempts. Default: the queue's setting.",
 )
 @click.option(
