@@ -887,14 +887,21 @@ WORKER_SCRIPT = textwrap.dedent(
     handlers = Handlers()
 
 
+    def say(line):
+        # One write, line and newline together, as the log handler's are: print writes the
+        # newline separately, and a log line from another thread could land in between.
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
     @handlers.register("work")
     def work(job):
-        print(f"started {job.id}", flush=True)
+        say(f"started {job.id}")
         go = job.payload.get("go")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (go and os.path.exists(go)):
             time.sleep(0.01)
-        print(f"finished {job.id}", flush=True)
+        say(f"finished {job.id}")
 
 
     Worker(
@@ -906,7 +913,7 @@ WORKER_SCRIPT = textwrap.dedent(
         handler_timeout=timeout,
         concurrency=concurrency,
     ).run()
-    print("exited", flush=True)
+    say("exited")
     """
 )
 
