@@ -890,7 +890,7 @@ WORKER_SCRIPT = textwrap.dedent(
     def say(line):
         # One write, line and newline together, as the log handler's are: print writes the
         # newline separately, and a log line from another thread could land in between.
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(line + "\\n")
         sys.stdout.flush()
 
 
