@@ -772,9 +772,10 @@ def create_option(command: F) -> F:
 
 
 def known_queues(client: QueueClient) -> list[str]:
-    """The queues the namespace has seen, by name: those with jobs, dead letters, settings or
-    outcomes in the last hour (QueueClient.queues), and those a schedule pushes to."""
-    return sorted(set(client.queues()) | {row.queue for row in client.schedules()})
+    """The queues the namespace has used, by name (QueueClient.known_queues): with jobs, dead
+    letters, settings or outcomes in the last hour, served by a worker, or pushed to by a
+    schedule."""
+    return client.known_queues()
 
 
 def require_known_queue(
@@ -794,7 +795,7 @@ def require_known_queue(
     label = f"{option} {queue!r}" if option else f"queue {queue!r}"
     message = (
         f"{label} is unknown in namespace {client.namespace!r} (no jobs, dead letters, "
-        "settings, schedule or outcomes in the last hour)."
+        "settings, schedule or worker, and no outcomes in the last hour)."
     )
     close = difflib.get_close_matches(queue, known, n=1, cutoff=0.6)
     if close:
@@ -1675,8 +1676,9 @@ def queue_group() -> None:
     """Pause, resume, configure or purge a queue.
 
     A queue name the namespace has not seen (no jobs, dead letters, settings, schedule or
-    outcomes in the last hour) is refused, with the known queues: a typo would otherwise
-    act on a queue of its own. --create accepts a new name where that makes sense.
+    worker, and no outcomes in the last hour) is refused, with the known queues: a typo
+    would otherwise act on a queue of its own. --create accepts a new name where that makes
+    sense.
 
     \b
     Example:

@@ -200,6 +200,25 @@ def test_a_producer_login_pushes_and_follows_its_jobs_but_cannot_pull(
         producer.pull("emails")
 
 
+def test_a_producer_login_pushes_from_the_command_line_to_a_queue_the_namespace_knows(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    producer_dsn = make_login("producer")
+    client(producer_dsn, namespace).push("emails", {})
+    command = [sys.executable, "-m", "postkit.cli", "push"]
+    options = ["--dsn", producer_dsn, "--namespace", namespace]
+
+    known = subprocess.run(
+        [*command, "emails", "{}", *options], capture_output=True, text=True, timeout=60
+    )
+    typo = subprocess.run(
+        [*command, "emials", "{}", *options], capture_output=True, text=True, timeout=60
+    )
+
+    assert known.returncode == 0, known.stdout + known.stderr
+    assert typo.returncode == 1 and "Did you mean 'emails'?" in typo.stderr, typo.stderr
+
+
 def test_a_worker_login_runs_a_worker_through_its_ticks(
     make_login: MakeLogin, namespace: str
 ) -> None:

@@ -1072,3 +1072,15 @@ def test_a_killed_workers_job_is_redelivered_after_its_visibility_timeout(
     assert [entry["kind"] for entry in job.errors] == ["timeout"]
     wait_until(gone(client, job_id), "the redelivered job was never acked")
     assert worker.stats.reclaimed == 1
+
+
+def test_the_queues_a_worker_serves_stay_known_once_their_jobs_are_done(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    job_id = pushed(client)
+    done: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    start_worker({Q: lambda job: done.put(job.id), "idle": lambda job: None})
+
+    assert next_item(done, "the worker never ran its job") == job_id
+    wait_until(gone(client, job_id), "the job was never acked")
+    assert {Q, "idle"} <= set(client.known_queues())

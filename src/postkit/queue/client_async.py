@@ -679,6 +679,18 @@ class AsyncQueueClient:
         last hour."""
         return await self._run(protocol.queues(self._namespace))
 
+    async def known_queues(self) -> list[str]:
+        """Every queue name this namespace has used, sorted: :meth:`queues`, the queues its
+        workers serve (:meth:`register_queues`) and those its schedules push to. Producers may
+        ask (names only); the command line refuses a queue name outside it as a typo."""
+        return await self._run(protocol.known_queues(self._namespace))
+
+    async def register_queues(self, queues: Sequence[str]) -> int:
+        """Record that a worker serves ``queues`` (the runtime does, as it starts), so that
+        they stay known while idle: a settings row of built-in defaults for each queue that
+        has none. Returns how many were new."""
+        return await self._run(protocol.register_queues(self._namespace, queues))
+
     async def outcomes_since(self, since: datetime) -> list[Outcomes]:
         """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of
         the minute of ``since`` on; queues without any are left out.

@@ -633,6 +633,15 @@ def queues(namespace: str) -> Call[list[str]]:
     return Call("queues", _base(namespace), lambda rows: [str(row["queue"]) for row in rows])
 
 
+def known_queues(namespace: str) -> Call[list[str]]:
+    return Call("known_queues", _base(namespace), lambda rows: [str(row["queue"]) for row in rows])
+
+
+def register_queues(namespace: str, queues: Sequence[str]) -> Call[int]:
+    params = _base(namespace, queues=_queue_list(queues))
+    return Call("register_queues", params, lambda rows: int(_scalar(rows)))
+
+
 def clock() -> Call[datetime]:
     """The queue's clock (the database's, plus any test offset)."""
     return Call("clock", {}, _scalar)

@@ -277,3 +277,9 @@ SELECT pg_catalog.pg_advisory_unlock(x'706b76616375756d'::bigint) AS unlocked;
 SELECT postkit_queue.purge_queue_before(
     %(namespace)s, %(queue)s, %(created_before)s::pg_catalog.timestamptz,
     %(dry_run)s::boolean) AS purged;
+
+-- name: register_queues
+SELECT postkit_queue.register_queues(%(namespace)s, %(queues)s::pg_catalog.text[]) AS added;
+
+-- name: known_queues
+SELECT q AS queue FROM postkit_queue.known_queues(%(namespace)s) AS q ORDER BY q;

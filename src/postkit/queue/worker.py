@@ -308,6 +308,7 @@ class Worker:
         # Jobs whose settle (an ack in a transactional handler's transaction, a nack, a fail)
         # is under way: the heartbeat leaves them alone, since their claim is about to end.
         self._settling: set[int] = set()
+        self._queues_registered = False
         # Jobs whose handler runs: when it started and when it times out (time.monotonic()).
         self._started: dict[int, tuple[float, float]] = {}
         # Jobs that ran past their handler's timeout and were nacked, their handler still
@@ -689,6 +690,11 @@ class Worker:
         """The maintenance a deployment would otherwise need crons for, each in a transaction
         of its own: reclaim expired claims, apply retention (schedules: _fire_schedules). Any
         number of workers may do this at once."""
+        if not self._queues_registered:
+            # Once, at the first tick: the queues served stay known while idle (the command
+            # line's typo guard, postkit_queue.known_queues).
+            self._with_client(lambda client: client.register_queues(self.queues))
+            self._queues_registered = True
         reclaimed = self._with_client(lambda client: client.tick_timeouts())
         if reclaimed:
             self.stats.reclaimed += reclaimed
