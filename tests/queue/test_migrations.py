@@ -206,6 +206,16 @@ def test_psql_installs_the_rendered_script_and_a_second_run_is_a_no_op(
         assert job is not None and (job["id"], job["payload"]) == (job_id, {"via": "psql"})
 
 
+def test_psql_installs_and_reinstalls_in_silence(fresh_database: str) -> None:
+    """No "column checksum already exists, skipping" and no result rows: an operator reads
+    only what went wrong."""
+    first = run_psql(fresh_database, install_script())
+    again = run_psql(fresh_database, install_script())
+
+    assert (first.stdout, first.stderr) == ("", "")
+    assert (again.stdout, again.stderr) == ("", "")
+
+
 def test_psql_upgrades_an_older_install_and_python_agrees(fresh_database: str) -> None:
     run_psql(fresh_database, install_script(target_version=1))
     assert version_of(fresh_database) == 1

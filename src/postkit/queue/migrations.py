@@ -34,16 +34,30 @@ _BODY_QUOTE = "$postkit_migration$"
 # The script resolves every name in pg_catalog, whatever the installer's search_path: an
 # install runs as a superuser or the schema's owner, and a function planted in public (a
 # public.format(text, name) is a better match than pg_catalog.format(text, VARIADIC "any"))
-# would otherwise run with those rights. The installer's own search_path is saved first and
-# put back at the end, since install() may run inside the caller's transaction.
-_PIN_SEARCH_PATH = """SELECT pg_catalog.set_config('postkit_queue.installer_search_path',
-    coalesce(nullif(
-        pg_catalog.current_setting('postkit_queue.installer_search_path', true), ''),
-        pg_catalog.current_setting('search_path')), true),
-    pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"""
-_RESTORE_SEARCH_PATH = """SELECT pg_catalog.set_config('search_path',
-    pg_catalog.current_setting('postkit_queue.installer_search_path'), true),
-    pg_catalog.set_config('postkit_queue.installer_search_path', '', true)"""
+# would otherwise run with those rights. It also keeps PostgreSQL's notices to itself ("column
+# checksum already exists, skipping" is no news to an operator). The installer's own settings
+# are saved first and put back at the end, since install() may run inside the caller's
+# transaction.
+_PIN_SEARCH_PATH = """DO $postkit_pin$ BEGIN PERFORM
+    pg_catalog.set_config('postkit_queue.installer_search_path',
+        coalesce(nullif(
+            pg_catalog.current_setting('postkit_queue.installer_search_path', true), ''),
+            pg_catalog.current_setting('search_path')), true),
+    pg_catalog.set_config('postkit_queue.installer_messages',
+        coalesce(nullif(
+            pg_catalog.current_setting('postkit_queue.installer_messages', true), ''),
+            pg_catalog.current_setting('client_min_messages')), true),
+    pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true),
+    pg_catalog.set_config('client_min_messages', 'warning', true);
+END $postkit_pin$"""
+_RESTORE_SEARCH_PATH = """DO $postkit_restore$ BEGIN PERFORM
+    pg_catalog.set_config('search_path',
+        pg_catalog.current_setting('postkit_queue.installer_search_path'), true),
+    pg_catalog.set_config('client_min_messages',
+        pg_catalog.current_setting('postkit_queue.installer_messages'), true),
+    pg_catalog.set_config('postkit_queue.installer_search_path', '', true),
+    pg_catalog.set_config('postkit_queue.installer_messages', '', true);
+END $postkit_restore$"""
 
 # Before anything is created, a schema that already exists must be one a Postkit install made:
 # owned by a superuser, postkit_queue_owner or this installer, and every object in it by its
