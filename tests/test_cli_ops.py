@@ -477,7 +477,7 @@ def test_queue_configure_default_restores_the_built_in_value(run: Run, client: Q
     fields = dict(line.strip().split("  ", 1) for line in text.splitlines()[1:])
     assert fields["max attempts"].strip() == "20"
     assert fields["completed jobs"].strip() == "deleted at once"
-    assert fields["backoff"].strip() == "1s doubling, up to 1h00m"
+    assert fields["backoff"].strip() == "1s doubling, up to 1h"
 
 
 # -------------------------------------------------------------------------------------------
@@ -826,7 +826,7 @@ def test_dlq_purge_deletes_exactly_what_it_asked_about_whatever_the_clients_cloc
     result = CliRunner(env=ahead).invoke(main, args, input="y\n")
 
     assert result.exit_code == 0, result.output
-    assert "Delete 2 dead letter(s) that failed more than 2d00h ago?" in result.output
+    assert "Delete 2 dead letter(s) that failed more than 2d ago?" in result.output
     assert result.output.endswith("Deleted 2 dead letters.\n")
     shift_clock(client, 0)
     assert [dead.job_id for dead in client.dead_letters()] == [buried["in 2.5 days"]]
@@ -945,7 +945,7 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
     text = ok(
         run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "5m", "--create")
     ).output
-    assert text.startswith("Created schedule heartbeat: pushes {} to pings, every 5m00s")
+    assert text.startswith("Created schedule heartbeat: pushes {} to pings, every 5m")
     replaced = ok(run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "1h"))
     assert replaced.output.startswith("Replaced schedule heartbeat")
 
@@ -953,7 +953,7 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
     assert [row["name"] for row in listed] == ["heartbeat", "nightly-report"]
     assert listed[0]["every"] == 3600.0
     table = ok(run("schedule", "list")).output
-    assert 'cron "0 3 * * *" Europe/Paris' in table and "every 1h00m" in table
+    assert 'cron "0 3 * * *" Europe/Paris' in table and "every 1h" in table
 
     assert ok(run("schedule", "pause", "heartbeat")).output == "Paused schedule heartbeat.\n"
     assert [row["paused"] for row in as_json(run("schedule", "list", "--json"))] == [True, False]
@@ -1187,12 +1187,23 @@ def test_format_duration_and_tables() -> None:
         "250ms",
         "42s",
         "4m12s",
-        "2h05m",
-        "3d04h",
+        "2h5m",
+        "3d4h",
     ]
     assert format_duration(None) == "-" and format_duration(0) == "0s"
     table = render_table(["NAME", "COUNT"], [["a", 5], ["long name", None]], right=["COUNT"])
     assert table.splitlines() == ["NAME       COUNT", "a              5", "long name      -"]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(600, "10m"), (3600, "1h"), (30 * 86400, "30d"), (5400, "1h30m"), (187200, "2d4h"),
+     (86430, "1d"), (3601, "1h")],
+)  # fmt: skip
+def test_a_duration_prints_its_two_largest_units_without_zero_padding(
+    seconds: float, shown: str
+) -> None:
+    assert format_duration(seconds) == shown
 
 
 @pytest.mark.parametrize(
