@@ -222,12 +222,44 @@ def test_a_bad_argument_is_a_usage_error_without_a_traceback(
             ["schedule", "create", "s", "--queue", "q", "--cron", "0 9 * * *", "--timezone", "X/Y"],
             "Error: unknown time zone 'X/Y'",
         ),
-        (["schedule", "create", "s", "--queue", "q", "--every", "0s"], "Error: "),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--every", "0s"],
+            "Error: a schedule runs at most every second",
+        ),
+        (["stats", "--queue", " "], "Error: queue must not be empty or blank"),
+        (["push", "", "{}", "--create"], "Error: queue must not be empty or blank"),
+        (["dlq", "show", str(2**64)], f"Error: job id is out of range: {2**64}"),
+        (["cancel", str(2**63), "--yes"], f"Error: job id is out of range: {2**63}"),
+        (
+            ["queue", "configure", "q", "--create", "--retain-completed", "0s"],
+            "Error: retain_completed must be positive",
+        ),
+        (["push", "q", '{"a": "\\u0000"}', "--create"], "Error: "),
+    ],
+)
+def test_a_value_the_sdk_refuses_is_a_bad_argument_one_line_and_exit_code_2(
+    run: Run, args: list[str], message: str
+) -> None:
+    output = fails_cleanly(run(*args), code=2)
+
+    assert output.startswith(message)
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_an_empty_namespace_is_a_bad_argument_one_line_and_exit_code_2(dsn: str) -> None:
+    result = CliRunner().invoke(main, ["stats", "--namespace", "", "--dsn", dsn])
+
+    output = fails_cleanly(result, code=2)
+    assert output == "Error: namespace must not be empty or blank\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
         (["schedule", "pause", "nope"], "Error: no schedule named 'nope'"),
         (["schedule", "resume", "nope"], "Error: no schedule named 'nope'"),
         (["schedule", "delete", "nope", "--yes"], "Error: no schedule named 'nope'"),
         (["dlq", "show", "999999999"], "Error: no job 999999999"),
-        (["stats", "--queue", " "], "Error: queue must not be empty or blank"),
     ],
 )
 def test_a_rejected_value_is_one_line_and_exit_code_1(

@@ -55,7 +55,7 @@ from postkit.cli_format import (
     to_jsonable,
 )
 from postkit.embedded import resolve_dsn
-from postkit.errors import PostkitError
+from postkit.errors import PostkitError, ValidationError
 from postkit.queue import (
     DeadLetter,
     Job,
@@ -106,12 +106,22 @@ def json_option(command: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(command)
 
 
+class _BadValue(click.ClickException):
+    """A value the SDK or the SQL module refused (a ValidationError): a bad argument, exit code
+    2 as for click's own, but one `Error:` line without the usage hint."""
+
+    exit_code = 2
+
+
 class _FriendlyGroup(click.Group):
-    """Turns Postkit and database errors into one readable line and exit code 1."""
+    """Turns Postkit and database errors into one readable line: exit code 2 for a value the
+    SDK or the SQL module refused (a ValidationError, a bad argument), 1 for the others."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ValidationError as exc:
+            raise _BadValue(_one_line(exc)) from exc
         except (PostkitError, psycopg.Error) as exc:
             raise click.ClickException(_one_line(exc)) from exc
 
