@@ -61,6 +61,24 @@ def test_readme_python_blocks_run_as_written(
         scope[name].close()  # type: ignore[attr-defined]
 
 
+def test_the_readme_describes_the_clis_errors_as_they_print(dsn: str) -> None:
+    from click.testing import CliRunner
+
+    from postkit.cli import main
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    usage = CliRunner().invoke(main, ["jobs", "q", "--limit", "0", "--dsn", dsn])
+    refused = CliRunner().invoke(main, ["stats", "--queue", " ", "--dsn", dsn])
+
+    assert "Errors end with one `Error:` line, never a traceback; a usage mistake" in text
+    assert "adds click's usage hint above it" in text
+    assert "errors are one line" not in text
+    *hint, last = usage.output.strip().splitlines()
+    assert usage.exit_code == 2 and last.startswith("Error: ") and hint[0].startswith("Usage: ")
+    assert refused.exit_code == 2 and refused.output.startswith("Error: ")
+    assert len(refused.output.strip().splitlines()) == 1
+
+
 @pytest.mark.skipif(shutil.which("psql") is None, reason="needs psql")
 def test_readme_sql_runs_as_written_with_psql(fresh_database: str) -> None:
     section = from_sql_section()

@@ -2,7 +2,8 @@
 
 Every command that talks to a database takes ``--dsn``; without it, ``POSTKIT_DSN`` or
 ``DATABASE_URL`` is used, and without those an embedded PostgreSQL is started (see
-:mod:`postkit.embedded`). Errors print one line and exit non-zero; they never show a traceback.
+:mod:`postkit.embedded`). Errors end with one ``Error:`` line (click adds its usage hint above
+a usage mistake) and never show a traceback; the exit code is 2 for a bad argument, 1 otherwise.
 
 Besides install, sql, demo and worker, the operating commands (stats, jobs, push, cancel, dlq,
 queue, schedule, tick) each take ``--namespace`` and ``--json``; those that delete or retry ask
