@@ -408,7 +408,28 @@ def test_push_prints_the_new_job_with_the_options_given(run: Run, client: QueueC
     again = ok(run("push", "reports", "{}", "--unique-key", "weekly")).output
     assert again.startswith("Not pushed: a job with unique key 'weekly' is already pending")
     text = ok(run("push", "reports", '{"kind": "daily"}')).output
-    assert re.fullmatch(r"Pushed job \d+ to queue reports; it runs now\.\n", text)
+    assert re.fullmatch(r"Pushed job \d+ to queue reports; it is ready now\.\n", text)
+
+
+def test_push_says_the_job_is_ready_or_when_it_is_due_never_that_it_runs(
+    run: Run, client: QueueClient
+) -> None:
+    client.pause_queue("send_otp")
+    commit(client)
+
+    ready = ok(run("push", "send_otp", "{}")).output
+    due = ok(run("push", "send_otp", "{}", "--delay", "1h")).output
+
+    assert re.fullmatch(r"Pushed job \d+ to queue send_otp; it is ready now\.\n", ready)
+    job_id = int(due.split()[2])
+    job = client.get_job(job_id)
+    commit(client)
+    assert job is not None
+    assert due == (
+        f"Pushed job {job_id} to queue send_otp; it is due at "
+        f"{job.run_at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC.\n"
+    )
+    assert "run" not in ready + due
 
 
 def test_push_reads_the_payload_from_stdin(run: Run, client: QueueClient) -> None:

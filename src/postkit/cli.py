@@ -1206,8 +1206,14 @@ def push(
             f"queue {queue}."
         )
     else:
-        when = "now" if delay is None or job is None else f"at {format_time(job.run_at)} UTC"
-        click.echo(f"Pushed job {job_id} to queue {queue}; it runs {when}.")
+        # Ready or due: whether a worker takes it then depends on workers and on the queue
+        # being paused, which a producer's role cannot read.
+        when = (
+            "is ready now"
+            if delay is None or job is None
+            else f"is due at {format_time(job.run_at)} UTC"
+        )
+        click.echo(f"Pushed job {job_id} to queue {queue}; it {when}.")
 
 
 @main.command()
