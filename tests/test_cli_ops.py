@@ -780,8 +780,38 @@ def test_dlq_retry_confirmed_makes_a_new_job_once(
 
     again = run("dlq", "retry", str(dead["cursed"]), "--yes")
     assert again.exit_code == 1
-    assert f"job {dead['cursed']} is not in the dead-letter queue of namespace" in again.output
+    assert f"job {dead['cursed']} was already retried as job {new_job}" in again.output
     assert live_job_ids(client, "send_otp") == [new_job]
+
+
+def test_dlq_retry_of_a_dead_letter_already_retried_is_one_error_line_naming_its_new_job(
+    run: Run, client: QueueClient, dead: dict[str, int]
+) -> None:
+    (retried,) = as_json(run("dlq", "retry", str(dead["cursed"]), "--yes", "--json"))["retried"]
+
+    again = run("dlq", "retry", str(dead["cursed"]), "--yes")
+
+    fails_cleanly(again, code=1)
+    assert again.stdout == ""
+    assert again.stderr == (
+        f"Error: job {dead['cursed']} was already retried as job {retried['new_job_id']}\n"
+    )
+
+
+def test_dlq_retry_of_a_job_that_is_no_dead_letter_is_one_error_line(
+    run: Run, client: QueueClient, dead: dict[str, int], namespace: str
+) -> None:
+    live = client.push("send_otp", {})
+    commit(client)
+
+    for job_id in (live, 999_999_999):
+        result = run("dlq", "retry", str(job_id), "--yes")
+
+        fails_cleanly(result, code=1)
+        assert result.stdout == ""
+        assert result.stderr == (
+            f"Error: job {job_id} is not in the dead-letter queue of namespace {namespace!r}\n"
+        )
 
 
 def test_dlq_retry_by_filter_into_another_queue_with_yes(

@@ -1547,6 +1547,8 @@ def dlq_retry(
         _rollback(client)  # the dry run locked what it looked at; nothing changed
         found = {row.job_id for row in planned}
         missing = [job_id for job_id in dict.fromkeys(job_ids) if job_id not in found]
+        matching = "" if all(value is None for value in filters) else " matching the filters"
+        why_missing = [_why_not_retried(client, job_id, matching) for job_id in missing]
         details = {
             row.job_id: client.get_job(row.job_id) for row in planned[:_SHOWN_BEFORE_CONFIRMING]
         }
@@ -1562,13 +1564,6 @@ def dlq_retry(
                 [row.job_id for row in planned], to_queue=to_queue, limit=len(planned)
             )
             _commit(client)
-    matching = "" if all(value is None for value in filters) else " matching the filters"
-    for job_id in missing:
-        click.echo(
-            f"job {job_id} is not in the dead-letter queue of namespace {namespace!r}{matching},"
-            " or was already retried",
-            err=True,
-        )
     if as_json:
         echo_json(
             {
@@ -1581,10 +1576,11 @@ def dlq_retry(
         if planned:
             _show_planned(planned, details, to_queue, to_stderr=False, dry_run=True)
             click.echo("Dry run: nothing changed.")
-        else:
+        elif not missing:
             click.echo("No dead letters match; nothing would be retried.")
     elif not planned:
-        click.echo("No dead letters match; nothing retried.")
+        if not missing:
+            click.echo("No dead letters match; nothing retried.")
     else:
         what = "as a new job" if len(retried) == 1 else "as new jobs"
         click.echo(f"Retried {plural(len(retried), 'dead letter')} {what}:")
@@ -1596,7 +1592,20 @@ def dlq_retry(
                 f"{len(planned) - len(retried)} of them had been retried by someone else meanwhile."
             )
     if missing:
-        raise click.exceptions.Exit(1)
+        raise click.ClickException("; ".join(why_missing))
+
+
+def _why_not_retried(client: QueueClient, job_id: int, matching: str) -> str:
+    """Why a JOB_ID given to `dlq retry` is not to be retried: it was already (as which job),
+    or it is no dead letter (matching the filters) of the namespace."""
+    job = client.get_job(job_id)
+    dead = None if job is None or job.state != "dead" else _find_dead_letter(client, job)
+    _rollback(client)
+    if dead is not None and dead.redriven_job_id is not None:
+        return f"job {job_id} was already retried as job {dead.redriven_job_id}"
+    return (
+        f"job {job_id} is not in the dead-letter queue of namespace {client.namespace!r}{matching}"
+    )
 
 
 def _show_planned(
