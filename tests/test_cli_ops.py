@@ -1013,7 +1013,9 @@ def test_queue_purge_asks_and_leaves_running_jobs(run: Run, client: QueueClient)
 # -------------------------------------------------------------------------------------------
 
 
-def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient) -> None:
+def test_schedule_create_list_pause_resume_delete(
+    run: Run, client: QueueClient, namespace: str
+) -> None:
     created = as_json(
         run(
             "schedule", "create", "nightly-report", "--queue", "reports", "--create",
@@ -1038,7 +1040,10 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
     table = ok(run("schedule", "list")).output
     assert 'cron "0 3 * * *" Europe/Paris' in table and "every 1h" in table
 
-    assert ok(run("schedule", "pause", "heartbeat")).output == "Paused schedule heartbeat.\n"
+    assert ok(run("schedule", "pause", "heartbeat")).output == (
+        f"Paused schedule heartbeat: it does not fire until "
+        f"`postkit schedule resume heartbeat --namespace {namespace}`.\n"
+    )
     assert [row["paused"] for row in as_json(run("schedule", "list", "--json"))] == [True, False]
     assert as_json(run("schedule", "resume", "heartbeat", "--json"))["paused"] is False
 
@@ -1050,6 +1055,24 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
         "Deleted schedule heartbeat.\n"
     )
     assert [row.name for row in client.schedules()] == ["nightly-report"]
+
+
+def test_resuming_a_schedule_that_is_not_paused_says_so_and_changes_nothing(run: Run) -> None:
+    ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h", "--create"))
+
+    text = ok(run("schedule", "resume", "beat")).output
+    assert text == "Schedule beat is not paused; nothing changed (it already fires).\n"
+    assert as_json(run("schedule", "resume", "beat", "--json")) == {
+        "name": "beat",
+        "paused": False,
+        "changed": False,
+    }
+    assert as_json(run("schedule", "pause", "beat", "--json"))["changed"] is True
+    again = ok(run("schedule", "pause", "beat")).output
+    assert again == "Schedule beat is already paused; nothing changed.\n"
+    assert as_json(run("schedule", "pause", "beat", "--json"))["changed"] is False
+    assert as_json(run("schedule", "resume", "beat", "--json"))["changed"] is True
+    assert [row["paused"] for row in as_json(run("schedule", "list", "--json"))] == [False]
 
 
 # -------------------------------------------------------------------------------------------

@@ -2109,24 +2109,39 @@ def _no_such_schedule(name: str, namespace: str) -> click.ClickException:
     )
 
 
+def _schedule_paused(client: QueueClient, name: str) -> bool:
+    """Whether the schedule NAME is paused; refuses, in one line, a name the namespace lacks."""
+    row = next((row for row in client.schedules() if row.name == name), None)
+    if row is None:
+        raise _no_such_schedule(name, client.namespace)
+    return row.paused
+
+
 @schedule.command("pause")
 @click.argument("name")
 @_operation
 def schedule_pause(name: str, namespace: str, dsn: str | None, as_json: bool) -> None:
-    """Stop firing the schedule NAME.
+    """Stop firing the schedule NAME. Pausing a schedule that is already paused changes
+    nothing (and says so).
 
     \b
     Example:
       postkit schedule pause nightly-report
     """
     with _client(dsn, namespace) as client:
-        if not client.pause_schedule(name):
+        changed = not _schedule_paused(client, name)
+        if changed and not client.pause_schedule(name):
             raise _no_such_schedule(name, namespace)
         _commit(client)
     if as_json:
-        echo_json({"name": name, "paused": True})
+        echo_json({"name": name, "paused": True, "changed": changed})
+    elif changed:
+        click.echo(
+            f"Paused schedule {name}: it does not fire until "
+            f"`postkit schedule resume {name}{_ns(namespace)}`."
+        )
     else:
-        click.echo(f"Paused schedule {name}.")
+        click.echo(f"Schedule {name} is already paused; nothing changed.")
 
 
 @schedule.command("resume")
@@ -2134,19 +2149,24 @@ def schedule_pause(name: str, namespace: str, dsn: str | None, as_json: bool) ->
 @_operation
 def schedule_resume(name: str, namespace: str, dsn: str | None, as_json: bool) -> None:
     """Fire the schedule NAME again; once at the next tick if a run fell due while paused.
+    Resuming a schedule that is not paused changes nothing (and says so; the exit code is 0
+    either way).
 
     \b
     Example:
       postkit schedule resume nightly-report
     """
     with _client(dsn, namespace) as client:
-        if not client.resume_schedule(name):
+        changed = _schedule_paused(client, name)
+        if changed and not client.resume_schedule(name):
             raise _no_such_schedule(name, namespace)
         _commit(client)
     if as_json:
-        echo_json({"name": name, "paused": False})
+        echo_json({"name": name, "paused": False, "changed": changed})
+    elif changed:
+        click.echo(f"Resumed schedule {name}: it fires again.")
     else:
-        click.echo(f"Resumed schedule {name}.")
+        click.echo(f"Schedule {name} is not paused; nothing changed (it already fires).")
 
 
 @schedule.command("delete")
