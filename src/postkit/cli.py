@@ -714,7 +714,7 @@ def worker(
     report.worker_id = runner.worker_id
     runner.run()
     if report_interval:
-        report(runner.stats)  # the jobs settled since the last line
+        report(runner.stats)  # the attempts settled since the last line
 
 
 # -------------------------------------------------------------------------------------------
