@@ -17,14 +17,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import click
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
+from psycopg import sql
 
 from postkit.cli import main
 from postkit.cli_format import (
@@ -35,6 +38,7 @@ from postkit.cli_format import (
     render_table,
 )
 from postkit.queue import QueueClient
+from postkit.queue.admin import grant_access
 
 Run = Callable[..., Result]
 
@@ -152,6 +156,82 @@ def test_the_main_help_lists_the_operating_commands() -> None:
 
     for command in ("stats", "jobs", "push", "cancel", "dlq", "queue", "schedule", "tick"):
         assert f"postkit {command}" in output
+    assert "(and schedule create, pause, resume, delete)" in " ".join(output.split())
+
+
+def every_command(
+    group: click.Group = main, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    for name, command in sorted(group.commands.items()):
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from every_command(command, (*path, name))
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    undocumented = [
+        f"postkit {' '.join(path)} {option.opts[0]}"
+        for path, command in every_command()
+        for option in command.params
+        if isinstance(option, click.Option) and not option.hidden and not option.help
+    ]
+
+    assert undocumented == []
+
+
+def test_every_namespace_option_is_the_same_option() -> None:
+    options = {
+        " ".join(path): (option.metavar, option.help, option.default)
+        for path, command in every_command()
+        for option in command.params
+        if option.name == "namespace"
+    }
+
+    assert "worker" in options and "schedule create" in options
+    assert set(options.values()) == {
+        (
+            "NAME",
+            "The application's namespace; a command sees and changes only its own jobs.",
+            "default",
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    "args", [["cancel", "abc"], ["cancel", "0"], ["dlq", "show", "4.5"], ["dlq", "retry", "1x"]]
+)
+def test_a_job_id_that_is_not_a_positive_integer_is_named_as_such(
+    run: Run, args: list[str]
+) -> None:
+    output = fails_cleanly(run(*args), code=2)
+
+    assert output.splitlines()[-1].endswith(f"{args[-1]!r} is not a job id (a positive integer)")
+
+
+def test_a_role_without_the_access_is_told_the_install_option_as_documented(
+    dsn: str, namespace: str
+) -> None:
+    role = f"pk_cli_producer_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        try:
+            grant_access(admin.cursor(), role, "producer")
+            as_producer = psycopg.conninfo.make_conninfo(dsn, user=role)
+            result = CliRunner().invoke(
+                main, ["stats", "--dsn", as_producer, "--namespace", namespace]
+            )
+            install_help = ok(CliRunner().invoke(main, ["install", "--help"])).output
+        finally:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+    output = fails_cleanly(result, code=1)
+    assert "`postkit install --grant ROLE:KIND`" in output
+    assert "--grant ROLE[:KIND]" in install_help
 
 
 @pytest.mark.parametrize(

@@ -261,10 +261,16 @@ def test_help_teaches_with_an_example_handler_module() -> None:
             "tasks",
             "tasks defines several Handlers (a, b); name one, e.g. tasks:a",
         ),
-        ("x = 1\n", "tasks:handlers", "tasks:handlers is not defined, not a postkit Handlers"),
+        ("x = 1\n", "tasks:handlers", "tasks has no attribute 'handlers'"),
+        (
+            "handlers = 1\n",
+            "tasks:handlers",
+            "tasks:handlers is not a Handlers object (from postkit.queue.worker import "
+            "Handlers) but of type int",
+        ),
         ("x = 1\n", "nosuch.tasks", "cannot import nosuch.tasks: no module named 'nosuch'"),
     ],
-    ids=["no-handlers", "several-handlers", "missing-attribute", "missing-module"],
+    ids=["no-handlers", "several-handlers", "missing-attribute", "not-handlers", "missing-module"],
 )
 def test_a_module_without_one_handlers_is_a_one_line_error(
     tmp_path: Path, dsn: str, module_text: str, spec: str, message: str

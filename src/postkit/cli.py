@@ -37,6 +37,7 @@ import psycopg
 from postkit import __version__
 from postkit.cli_format import (
     DURATION,
+    JOB_ID,
     RESET,
     SECONDS,
     TIME,
@@ -107,6 +108,15 @@ def json_option(command: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(command)
 
 
+_NAMESPACE_HELP = "The application's namespace; a command sees and changes only its own jobs."
+
+
+def namespace_option(command: F) -> F:
+    return click.option(
+        "--namespace", default="default", show_default=True, metavar="NAME", help=_NAMESPACE_HELP
+    )(command)
+
+
 class _BadValue(click.ClickException):
     """A value the SDK or the SQL module refused (a ValidationError): a bad argument, exit code
     2 as for click's own, but one `Error:` line without the usage hint."""
@@ -162,7 +172,8 @@ def main() -> None:
       postkit dlq list               the dead-letter queue (and dlq show, retry, purge)
       postkit queue pause send_otp   stop handing out a queue's jobs (and resume, configure,
                                      purge)
-      postkit schedule list          recurring jobs (and schedule create, pause, delete)
+      postkit schedule list          recurring jobs (and schedule create, pause, resume,
+                                     delete)
       postkit tick                   reclaim expired claims, fire schedules, prune
     """
 
@@ -417,10 +428,14 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
     except Exception as exc:  # the module's own code failed: a SyntaxError, a missing name...
         raise click.ClickException(_import_failure(module_name, exc)) from None
     if attribute:
-        value = getattr(module, attribute, None)
+        if not hasattr(module, attribute):
+            raise click.ClickException(f"{module_name} has no attribute {attribute!r}")
+        value = getattr(module, attribute)
         if not isinstance(value, Handlers):
-            what = "is not defined" if value is None else f"is a {type(value).__name__}"
-            raise click.ClickException(f"{spec} {what}, not a postkit Handlers")
+            raise click.ClickException(
+                f"{spec} is not a Handlers object (from postkit.queue.worker import Handlers) "
+                f"but of type {type(value).__name__}"
+            )
         handlers, name = value, spec
     else:
         found: dict[int, tuple[str, Handlers]] = {}
@@ -556,7 +571,7 @@ def _log_start(
     show_default=True,
     help="Worker processes; more than 1 runs a supervisor that restarts any that dies.",
 )
-@click.option("--namespace", default="default", show_default=True, help="The jobs' namespace.")
+@namespace_option
 @click.option(
     "--worker-id",
     metavar="ID",
@@ -724,19 +739,12 @@ def worker(
 # transaction, unlike the SDK, which writes in its caller's.
 # -------------------------------------------------------------------------------------------
 
-_NAMESPACE_HELP = "The application's namespace; a command sees and changes only its own jobs."
 _SHOWN_BEFORE_CONFIRMING = 20
 """Dead letters listed before a retry's confirmation; the rest are counted."""
 _STATS_CAP = 100_000
 """Where stats stops counting (see QueueClient.stats)."""
 _KNOWN_SHOWN = 10
 """Known queues named in an unknown queue's error; the rest are counted."""
-
-
-def namespace_option(command: F) -> F:
-    return click.option(
-        "--namespace", default="default", show_default=True, metavar="NAME", help=_NAMESPACE_HELP
-    )(command)
 
 
 def yes_option(command: F) -> F:
@@ -1217,7 +1225,7 @@ def push(
 
 
 @main.command()
-@click.argument("job_id", type=click.IntRange(1))
+@click.argument("job_id", type=JOB_ID)
 @yes_option
 @_operation
 def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
@@ -1386,7 +1394,7 @@ def _find_dead_letter(client: QueueClient, job: Job) -> DeadLetter | None:
 
 
 @dlq.command("show")
-@click.argument("job_id", type=click.IntRange(1))
+@click.argument("job_id", type=JOB_ID)
 @click.option("--full", is_flag=True, help="Every error in full, with its traceback.")
 @_operation
 def dlq_show(job_id: int, full: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
@@ -1471,7 +1479,7 @@ def _indent(text: str) -> str:
 
 
 @dlq.command("retry")
-@click.argument("job_ids", nargs=-1, type=click.IntRange(1), metavar="[JOB_ID]...")
+@click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB_ID]...")
 @click.option("--queue", "-q", metavar="QUEUE", help="The dead letters of this queue.")
 @click.option("--error", "error_contains", metavar="TEXT", help="Whose last error contains TEXT.")
 @click.option("--since", type=TIME, help="Failed at or after: a duration ago (2h) or a time.")
@@ -1970,6 +1978,7 @@ def _when(row: Schedule) -> str:
     type=bounded(limits.PRIORITY),
     default=0,
     show_default=True,
+    help="Each job's priority: higher runs first among the queue's ready jobs.",
 )
 @click.option(
     "--max-attempts",

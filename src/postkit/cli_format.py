@@ -147,6 +147,21 @@ class SecondsType(_ParamType):
         return seconds
 
 
+class JobIdType(_ParamType):
+    """A job id: a positive integer (how large a one the queue accepts is the queue's to say);
+    converts to int."""
+
+    name = "job_id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+            self.fail(f"{value!r} is not a job id (a positive integer)", param, ctx)
+        return int(text)
+
+
 RESET = "default"
 """What an :class:`OrDefault` parameter converts ``default`` to."""
 
@@ -168,6 +183,7 @@ class OrDefault(_ParamType):
 DURATION = DurationType()
 TIME = TimeType()
 SECONDS = SecondsType()
+JOB_ID = JobIdType()
 
 
 def format_duration(value: timedelta | float | None) -> str:
