@@ -17,14 +17,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import click
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
+from psycopg import sql
 
 from postkit.cli import main
 from postkit.cli_format import (
@@ -35,6 +38,7 @@ from postkit.cli_format import (
     render_table,
 )
 from postkit.queue import QueueClient
+from postkit.queue.admin import grant_access
 
 Run = Callable[..., Result]
 
@@ -152,6 +156,82 @@ def test_the_main_help_lists_the_operating_commands() -> None:
 
     for command in ("stats", "jobs", "push", "cancel", "dlq", "queue", "schedule", "tick"):
         assert f"postkit {command}" in output
+    assert "(and schedule create, pause, resume, delete)" in " ".join(output.split())
+
+
+def every_command(
+    group: click.Group = main, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    for name, command in sorted(group.commands.items()):
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from every_command(command, (*path, name))
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    undocumented = [
+        f"postkit {' '.join(path)} {option.opts[0]}"
+        for path, command in every_command()
+        for option in command.params
+        if isinstance(option, click.Option) and not option.hidden and not option.help
+    ]
+
+    assert undocumented == []
+
+
+def test_every_namespace_option_is_the_same_option() -> None:
+    options = {
+        " ".join(path): (option.metavar, option.help, option.default)
+        for path, command in every_command()
+        for option in command.params
+        if option.name == "namespace"
+    }
+
+    assert "worker" in options and "schedule create" in options
+    assert set(options.values()) == {
+        (
+            "NAME",
+            "The application's namespace; a command sees and changes only its own jobs.",
+            "default",
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    "args", [["cancel", "abc"], ["cancel", "0"], ["dlq", "show", "4.5"], ["dlq", "retry", "1x"]]
+)
+def test_a_job_id_that_is_not_a_positive_integer_is_named_as_such(
+    run: Run, args: list[str]
+) -> None:
+    output = fails_cleanly(run(*args), code=2)
+
+    assert output.splitlines()[-1].endswith(f"{args[-1]!r} is not a job id (a positive integer)")
+
+
+def test_a_role_without_the_access_is_told_the_install_option_as_documented(
+    dsn: str, namespace: str
+) -> None:
+    role = f"pk_cli_producer_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        try:
+            grant_access(admin.cursor(), role, "producer")
+            as_producer = psycopg.conninfo.make_conninfo(dsn, user=role)
+            result = CliRunner().invoke(
+                main, ["stats", "--dsn", as_producer, "--namespace", namespace]
+            )
+            install_help = ok(CliRunner().invoke(main, ["install", "--help"])).output
+        finally:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+    output = fails_cleanly(result, code=1)
+    assert "`postkit install --grant ROLE:KIND`" in output
+    assert "--grant ROLE[:KIND]" in install_help
 
 
 @pytest.mark.parametrize(
@@ -222,12 +302,44 @@ def test_a_bad_argument_is_a_usage_error_without_a_traceback(
             ["schedule", "create", "s", "--queue", "q", "--cron", "0 9 * * *", "--timezone", "X/Y"],
             "Error: unknown time zone 'X/Y'",
         ),
-        (["schedule", "create", "s", "--queue", "q", "--every", "0s"], "Error: "),
+        (
+            ["schedule", "create", "s", "--queue", "q", "--every", "0s"],
+            "Error: a schedule runs at most every second",
+        ),
+        (["stats", "--queue", " "], "Error: queue must not be empty or blank"),
+        (["push", "", "{}", "--create"], "Error: queue must not be empty or blank"),
+        (["dlq", "show", str(2**64)], f"Error: job id is out of range: {2**64}"),
+        (["cancel", str(2**63), "--yes"], f"Error: job id is out of range: {2**63}"),
+        (
+            ["queue", "configure", "q", "--create", "--retain-completed", "0s"],
+            "Error: retain_completed must be positive",
+        ),
+        (["push", "q", '{"a": "\\u0000"}', "--create"], "Error: "),
+    ],
+)
+def test_a_value_the_sdk_refuses_is_a_bad_argument_one_line_and_exit_code_2(
+    run: Run, args: list[str], message: str
+) -> None:
+    output = fails_cleanly(run(*args), code=2)
+
+    assert output.startswith(message)
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_an_empty_namespace_is_a_bad_argument_one_line_and_exit_code_2(dsn: str) -> None:
+    result = CliRunner().invoke(main, ["stats", "--namespace", "", "--dsn", dsn])
+
+    output = fails_cleanly(result, code=2)
+    assert output == "Error: namespace must not be empty or blank\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
         (["schedule", "pause", "nope"], "Error: no schedule named 'nope'"),
         (["schedule", "resume", "nope"], "Error: no schedule named 'nope'"),
         (["schedule", "delete", "nope", "--yes"], "Error: no schedule named 'nope'"),
         (["dlq", "show", "999999999"], "Error: no job 999999999"),
-        (["stats", "--queue", " "], "Error: queue must not be empty or blank"),
     ],
 )
 def test_a_rejected_value_is_one_line_and_exit_code_1(
@@ -376,7 +488,28 @@ def test_push_prints_the_new_job_with_the_options_given(run: Run, client: QueueC
     again = ok(run("push", "reports", "{}", "--unique-key", "weekly")).output
     assert again.startswith("Not pushed: a job with unique key 'weekly' is already pending")
     text = ok(run("push", "reports", '{"kind": "daily"}')).output
-    assert re.fullmatch(r"Pushed job \d+ to queue reports; it runs now\.\n", text)
+    assert re.fullmatch(r"Pushed job \d+ to queue reports; it is ready now\.\n", text)
+
+
+def test_push_says_the_job_is_ready_or_when_it_is_due_never_that_it_runs(
+    run: Run, client: QueueClient
+) -> None:
+    client.pause_queue("send_otp")
+    commit(client)
+
+    ready = ok(run("push", "send_otp", "{}")).output
+    due = ok(run("push", "send_otp", "{}", "--delay", "1h")).output
+
+    assert re.fullmatch(r"Pushed job \d+ to queue send_otp; it is ready now\.\n", ready)
+    job_id = int(due.split()[2])
+    job = client.get_job(job_id)
+    commit(client)
+    assert job is not None
+    assert due == (
+        f"Pushed job {job_id} to queue send_otp; it is due at "
+        f"{job.run_at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC.\n"
+    )
+    assert "run" not in ready + due
 
 
 def test_push_reads_the_payload_from_stdin(run: Run, client: QueueClient) -> None:
@@ -477,7 +610,7 @@ def test_queue_configure_default_restores_the_built_in_value(run: Run, client: Q
     fields = dict(line.strip().split("  ", 1) for line in text.splitlines()[1:])
     assert fields["max attempts"].strip() == "20"
     assert fields["completed jobs"].strip() == "deleted at once"
-    assert fields["backoff"].strip() == "1s doubling, up to 1h00m"
+    assert fields["backoff"].strip() == "1s doubling, up to 1h"
 
 
 # -------------------------------------------------------------------------------------------
@@ -727,8 +860,38 @@ def test_dlq_retry_confirmed_makes_a_new_job_once(
 
     again = run("dlq", "retry", str(dead["cursed"]), "--yes")
     assert again.exit_code == 1
-    assert f"job {dead['cursed']} is not in the dead-letter queue of namespace" in again.output
+    assert f"job {dead['cursed']} was already retried as job {new_job}" in again.output
     assert live_job_ids(client, "send_otp") == [new_job]
+
+
+def test_dlq_retry_of_a_dead_letter_already_retried_is_one_error_line_naming_its_new_job(
+    run: Run, client: QueueClient, dead: dict[str, int]
+) -> None:
+    (retried,) = as_json(run("dlq", "retry", str(dead["cursed"]), "--yes", "--json"))["retried"]
+
+    again = run("dlq", "retry", str(dead["cursed"]), "--yes")
+
+    fails_cleanly(again, code=1)
+    assert again.stdout == ""
+    assert again.stderr == (
+        f"Error: job {dead['cursed']} was already retried as job {retried['new_job_id']}\n"
+    )
+
+
+def test_dlq_retry_of_a_job_that_is_no_dead_letter_is_one_error_line(
+    run: Run, client: QueueClient, dead: dict[str, int], namespace: str
+) -> None:
+    live = client.push("send_otp", {})
+    commit(client)
+
+    for job_id in (live, 999_999_999):
+        result = run("dlq", "retry", str(job_id), "--yes")
+
+        fails_cleanly(result, code=1)
+        assert result.stdout == ""
+        assert result.stderr == (
+            f"Error: job {job_id} is not in the dead-letter queue of namespace {namespace!r}\n"
+        )
 
 
 def test_dlq_retry_by_filter_into_another_queue_with_yes(
@@ -826,7 +989,7 @@ def test_dlq_purge_deletes_exactly_what_it_asked_about_whatever_the_clients_cloc
     result = CliRunner(env=ahead).invoke(main, args, input="y\n")
 
     assert result.exit_code == 0, result.output
-    assert "Delete 2 dead letter(s) that failed more than 2d00h ago?" in result.output
+    assert "Delete 2 dead letter(s) that failed more than 2d ago?" in result.output
     assert result.output.endswith("Deleted 2 dead letters.\n")
     shift_clock(client, 0)
     assert [dead.job_id for dead in client.dead_letters()] == [buried["in 2.5 days"]]
@@ -930,7 +1093,9 @@ def test_queue_purge_asks_and_leaves_running_jobs(run: Run, client: QueueClient)
 # -------------------------------------------------------------------------------------------
 
 
-def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient) -> None:
+def test_schedule_create_list_pause_resume_delete(
+    run: Run, client: QueueClient, namespace: str
+) -> None:
     created = as_json(
         run(
             "schedule", "create", "nightly-report", "--queue", "reports", "--create",
@@ -945,7 +1110,7 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
     text = ok(
         run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "5m", "--create")
     ).output
-    assert text.startswith("Created schedule heartbeat: pushes {} to pings, every 5m00s")
+    assert text.startswith("Created schedule heartbeat: pushes {} to pings, every 5m")
     replaced = ok(run("schedule", "create", "heartbeat", "--queue", "pings", "--every", "1h"))
     assert replaced.output.startswith("Replaced schedule heartbeat")
 
@@ -953,9 +1118,12 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
     assert [row["name"] for row in listed] == ["heartbeat", "nightly-report"]
     assert listed[0]["every"] == 3600.0
     table = ok(run("schedule", "list")).output
-    assert 'cron "0 3 * * *" Europe/Paris' in table and "every 1h00m" in table
+    assert 'cron "0 3 * * *" Europe/Paris' in table and "every 1h" in table
 
-    assert ok(run("schedule", "pause", "heartbeat")).output == "Paused schedule heartbeat.\n"
+    assert ok(run("schedule", "pause", "heartbeat")).output == (
+        f"Paused schedule heartbeat: it does not fire until "
+        f"`postkit schedule resume heartbeat --namespace {namespace}`.\n"
+    )
     assert [row["paused"] for row in as_json(run("schedule", "list", "--json"))] == [True, False]
     assert as_json(run("schedule", "resume", "heartbeat", "--json"))["paused"] is False
 
@@ -967,6 +1135,24 @@ def test_schedule_create_list_pause_resume_delete(run: Run, client: QueueClient)
         "Deleted schedule heartbeat.\n"
     )
     assert [row.name for row in client.schedules()] == ["nightly-report"]
+
+
+def test_resuming_a_schedule_that_is_not_paused_says_so_and_changes_nothing(run: Run) -> None:
+    ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h", "--create"))
+
+    text = ok(run("schedule", "resume", "beat")).output
+    assert text == "Schedule beat is not paused; nothing changed (it already fires).\n"
+    assert as_json(run("schedule", "resume", "beat", "--json")) == {
+        "name": "beat",
+        "paused": False,
+        "changed": False,
+    }
+    assert as_json(run("schedule", "pause", "beat", "--json"))["changed"] is True
+    again = ok(run("schedule", "pause", "beat")).output
+    assert again == "Schedule beat is already paused; nothing changed.\n"
+    assert as_json(run("schedule", "pause", "beat", "--json"))["changed"] is False
+    assert as_json(run("schedule", "resume", "beat", "--json"))["changed"] is True
+    assert [row["paused"] for row in as_json(run("schedule", "list", "--json"))] == [False]
 
 
 # -------------------------------------------------------------------------------------------
@@ -1187,12 +1373,23 @@ def test_format_duration_and_tables() -> None:
         "250ms",
         "42s",
         "4m12s",
-        "2h05m",
-        "3d04h",
+        "2h5m",
+        "3d4h",
     ]
     assert format_duration(None) == "-" and format_duration(0) == "0s"
     table = render_table(["NAME", "COUNT"], [["a", 5], ["long name", None]], right=["COUNT"])
     assert table.splitlines() == ["NAME       COUNT", "a              5", "long name      -"]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(600, "10m"), (3600, "1h"), (30 * 86400, "30d"), (5400, "1h30m"), (187200, "2d4h"),
+     (86430, "1d"), (3601, "1h")],
+)  # fmt: skip
+def test_a_duration_prints_its_two_largest_units_without_zero_padding(
+    seconds: float, shown: str
+) -> None:
+    assert format_duration(seconds) == shown
 
 
 @pytest.mark.parametrize(

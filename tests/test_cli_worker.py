@@ -228,9 +228,12 @@ def run_cli(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def reported_jobs(output: str) -> int:
-    """The jobs counted by the throughput lines of ``output``."""
-    return sum(int(count.replace(",", "")) for count in re.findall(r"([\d,]+) jobs in ", output))
+def reported_attempts(output: str) -> int:
+    """The settled attempts counted by the throughput lines of ``output``."""
+    return sum(
+        int(count.replace(",", ""))
+        for count in re.findall(r"([\d,]+) attempts? settled in ", output)
+    )
 
 
 # -------------------------------------------------------------------------------------------
@@ -258,10 +261,16 @@ def test_help_teaches_with_an_example_handler_module() -> None:
             "tasks",
             "tasks defines several Handlers (a, b); name one, e.g. tasks:a",
         ),
-        ("x = 1\n", "tasks:handlers", "tasks:handlers is not defined, not a postkit Handlers"),
+        ("x = 1\n", "tasks:handlers", "tasks has no attribute 'handlers'"),
+        (
+            "handlers = 1\n",
+            "tasks:handlers",
+            "tasks:handlers is not a Handlers object (from postkit.queue.worker import "
+            "Handlers) but of type int",
+        ),
         ("x = 1\n", "nosuch.tasks", "cannot import nosuch.tasks: no module named 'nosuch'"),
     ],
-    ids=["no-handlers", "several-handlers", "missing-attribute", "missing-module"],
+    ids=["no-handlers", "several-handlers", "missing-attribute", "not-handlers", "missing-module"],
 )
 def test_a_module_without_one_handlers_is_a_one_line_error(
     tmp_path: Path, dsn: str, module_text: str, spec: str, message: str
@@ -368,11 +377,43 @@ def test_the_worker_processes_pushed_jobs_then_exits_0_on_sigterm(
     assert sorted(job_id for job_id, _, pid in runs() if pid == worker.pid) == sorted(emails)
     # Quiet by default: no line per job, but throughput lines that add up to every job.
     assert "acked job" not in output and "claimed job" not in output
-    assert reported_jobs(output) == 25, output
+    assert reported_attempts(output) == 25, output
     assert re.search(
-        r"^\[postkit\] [\d,]+ jobs in [\d.]+s \([\d.,]+/s\): [\d,]+ acked, ", output, re.M
+        r"^\[postkit\] [\d,]+ attempts? settled in [\d.]+s \([\d.,]+/s\): [\d,]+ acked, ",
+        output,
+        re.M,
     )
     assert sum(int(count) for count in re.findall(r"(\d+) dead-lettered", output)) == 1
+
+
+def test_the_throughput_line_counts_settled_attempts_in_the_singular_and_the_plural(
+    start_worker: Callable[..., WorkerProcess],
+    push: Callable[..., list[int]],
+    pending: Callable[[], int],
+) -> None:
+    one = start_worker("--report-interval", "600")
+    push("reports", 1)
+    wait_until(lambda: pending() == 0, "the first worker to settle its job")
+    assert one.terminate() == 0
+    two = start_worker("--report-interval", "600")
+    push("reports", 1)
+    push("reports", 1, {"broken": True})
+    wait_until(lambda: pending() == 0, "the second worker to settle its jobs")
+    assert two.terminate() == 0
+
+    # The line at exit reports what the interval's lines had not: here, everything.
+    (first,) = [line for line in one.output().splitlines() if " settled in " in line]
+    (second,) = [line for line in two.output().splitlines() if " settled in " in line]
+    assert re.fullmatch(
+        r"\[postkit\] 1 attempt settled in [\d.]+s \([\d.,]+/s\): 1 acked, 0 retried, "
+        r"0 dead-lettered",
+        first,
+    ), first
+    assert re.fullmatch(
+        r"\[postkit\] 2 attempts settled in [\d.]+s \([\d.,]+/s\): 1 acked, 0 retried, "
+        r"1 dead-lettered",
+        second,
+    ), second
 
 
 def test_without_verbose_the_worker_says_in_one_line_what_it_works_and_where(
@@ -429,7 +470,7 @@ def test_json_log_format_writes_one_object_per_line_with_the_event_fields(
     (dead,) = [line for line in lines if line.get("event") == "dead_lettered"]
     assert dead["job_id"] == broken and "cannot be built" in dead["message"]
     reports = [line for line in lines if line.get("event") == "report"]
-    assert sum(line["jobs"] for line in reports) == 3
+    assert sum(line["attempts"] for line in reports) == 3
     assert sum(line["dead_lettered"] for line in reports) == 1
 
 
@@ -480,4 +521,4 @@ def test_processes_share_the_work_a_killed_one_is_restarted_and_sigterm_stops_al
     (started,) = [line for line in output.splitlines() if "worker started" in line]
     assert "queues emails, reports, concurrency 1, 2 processes, database " in started
     assert not any(is_our_worker(pid, namespace) for pid in (second, restarted))
-    assert re.search(r"^\[postkit\] pool-[01]: [\d,]+ jobs in ", output, re.M)
+    assert re.search(r"^\[postkit\] pool-[01]: [\d,]+ attempts? settled in ", output, re.M)

@@ -6,11 +6,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
+
+from postkit.queue import QueueClient, install
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -20,8 +25,23 @@ def blocks(language: str) -> list[str]:
     return re.findall(pattern, README.read_text(encoding="utf-8"), re.DOTALL)
 
 
+MODULE_MARK = "# tasks.py\n"
+"""The first line of the README's one Python block that is a module to save, not a step."""
+
+
 def python_blocks() -> list[str]:
-    return blocks("python")
+    """The Python blocks that run in order as one script: all but the module to save."""
+    return [block for block in blocks("python") if not block.startswith(MODULE_MARK)]
+
+
+def tasks_module() -> str:
+    (module,) = [block for block in blocks("python") if block.startswith(MODULE_MARK)]
+    return module
+
+
+def workers_section() -> str:
+    text = README.read_text(encoding="utf-8")
+    return text[text.index("### A complete worker in ten lines") : text.index("### The article's")]
 
 
 def from_sql_section() -> str:
@@ -49,7 +69,7 @@ def test_readme_python_blocks_run_as_written(
     fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("POSTKIT_DSN", fresh_database)
-    scope: dict[str, object] = {}
+    scope: dict[str, object] = {"__name__": "__main__"}  # as one script run by itself
 
     for block in python_blocks():
         exec(compile(block, str(README), "exec"), scope)
@@ -59,6 +79,64 @@ def test_readme_python_blocks_run_as_written(
     assert "OTP sent to user 2" in output  # worker(stop_when_idle=True) ran and returned
     for name in ("connection", "worker_connection"):
         scope[name].close()  # type: ignore[attr-defined]
+
+
+def test_the_readmes_worker_module_runs_with_the_command_after_it(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    (command,) = re.findall(r"```console\n(.*?)\n```", workers_section(), re.DOTALL)
+    assert command.startswith("postkit worker tasks ")
+    assert "Worker(" not in tasks_module()  # the module only defines; the command runs it
+    (tmp_path / "tasks.py").write_text(tasks_module(), encoding="utf-8")
+    with psycopg.connect(fresh_database) as connection:
+        install(connection)
+        queue = QueueClient(connection.cursor(), namespace="my-app")
+        sent, unknown = (
+            queue.push("send_otp", {"user_id": "7"}),
+            queue.push("send_otp", {"user_id": "0"}),
+        )
+        connection.commit()
+    env = {**os.environ, "POSTKIT_DSN": fresh_database, "PYTHONUNBUFFERED": "1"}
+    postkit = [sys.executable, "-m", "postkit.cli", *command.split()[1:]]
+
+    with subprocess.Popen(
+        postkit, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as worker:
+        try:
+            with psycopg.connect(fresh_database, autocommit=True) as watcher:
+                watching = QueueClient(watcher.cursor(), namespace="my-app")
+                deadline = time.monotonic() + 30
+                while watching.get_job(sent) is not None or not watching.dead_letters("send_otp"):
+                    assert worker.poll() is None, worker.communicate()
+                    assert time.monotonic() < deadline, "the worker did not settle both jobs"
+                    time.sleep(0.05)
+                (dead,) = watching.dead_letters("send_otp")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            stdout, stderr = worker.communicate(timeout=30)
+
+    assert worker.returncode == 0, stderr
+    assert "OTP sent to 7" in stdout
+    assert dead.job_id == unknown
+    assert dead.error.startswith("PermanentError: no such user\n")
+
+
+def test_the_readme_describes_the_clis_errors_as_they_print(dsn: str) -> None:
+    from click.testing import CliRunner
+
+    from postkit.cli import main
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    usage = CliRunner().invoke(main, ["jobs", "q", "--limit", "0", "--dsn", dsn])
+    refused = CliRunner().invoke(main, ["stats", "--queue", " ", "--dsn", dsn])
+
+    assert "Errors end with one `Error:` line, never a traceback; a usage mistake" in text
+    assert "adds click's usage hint above it" in text
+    assert "errors are one line" not in text
+    *hint, last = usage.output.strip().splitlines()
+    assert usage.exit_code == 2 and last.startswith("Error: ") and hint[0].startswith("Usage: ")
+    assert refused.exit_code == 2 and refused.output.startswith("Error: ")
+    assert len(refused.output.strip().splitlines()) == 1
 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="needs psql")

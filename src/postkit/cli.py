@@ -2,7 +2,8 @@
 
 Every command that talks to a database takes ``--dsn``; without it, ``POSTKIT_DSN`` or
 ``DATABASE_URL`` is used, and without those an embedded PostgreSQL is started (see
-:mod:`postkit.embedded`). Errors print one line and exit non-zero; they never show a traceback.
+:mod:`postkit.embedded`). Errors end with one ``Error:`` line (click adds its usage hint above
+a usage mistake) and never show a traceback; the exit code is 2 for a bad argument, 1 otherwise.
 
 Besides install, sql, demo and worker, the operating commands (stats, jobs, push, cancel, dlq,
 queue, schedule, tick) each take ``--namespace`` and ``--json``; those that delete or retry ask
@@ -36,6 +37,7 @@ import psycopg
 from postkit import __version__
 from postkit.cli_format import (
     DURATION,
+    JOB_ID,
     RESET,
     SECONDS,
     TIME,
@@ -55,7 +57,7 @@ from postkit.cli_format import (
     to_jsonable,
 )
 from postkit.embedded import resolve_dsn
-from postkit.errors import PostkitError
+from postkit.errors import PostkitError, ValidationError
 from postkit.queue import (
     DeadLetter,
     Job,
@@ -106,12 +108,31 @@ def json_option(command: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(command)
 
 
+_NAMESPACE_HELP = "The application's namespace; a command sees and changes only its own jobs."
+
+
+def namespace_option(command: F) -> F:
+    return click.option(
+        "--namespace", default="default", show_default=True, metavar="NAME", help=_NAMESPACE_HELP
+    )(command)
+
+
+class _BadValue(click.ClickException):
+    """A value the SDK or the SQL module refused (a ValidationError): a bad argument, exit code
+    2 as for click's own, but one `Error:` line without the usage hint."""
+
+    exit_code = 2
+
+
 class _FriendlyGroup(click.Group):
-    """Turns Postkit and database errors into one readable line and exit code 1."""
+    """Turns Postkit and database errors into one readable line: exit code 2 for a value the
+    SDK or the SQL module refused (a ValidationError, a bad argument), 1 for the others."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ValidationError as exc:
+            raise _BadValue(_one_line(exc)) from exc
         except (PostkitError, psycopg.Error) as exc:
             raise click.ClickException(_one_line(exc)) from exc
 
@@ -151,7 +172,8 @@ def main() -> None:
       postkit dlq list               the dead-letter queue (and dlq show, retry, purge)
       postkit queue pause send_otp   stop handing out a queue's jobs (and resume, configure,
                                      purge)
-      postkit schedule list          recurring jobs (and schedule create, pause, delete)
+      postkit schedule list          recurring jobs (and schedule create, pause, resume,
+                                     delete)
       postkit tick                   reclaim expired claims, fire schedules, prune
     """
 
@@ -406,10 +428,14 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
     except Exception as exc:  # the module's own code failed: a SyntaxError, a missing name...
         raise click.ClickException(_import_failure(module_name, exc)) from None
     if attribute:
-        value = getattr(module, attribute, None)
+        if not hasattr(module, attribute):
+            raise click.ClickException(f"{module_name} has no attribute {attribute!r}")
+        value = getattr(module, attribute)
         if not isinstance(value, Handlers):
-            what = "is not defined" if value is None else f"is a {type(value).__name__}"
-            raise click.ClickException(f"{spec} {what}, not a postkit Handlers")
+            raise click.ClickException(
+                f"{spec} is not a Handlers object (from postkit.queue.worker import Handlers) "
+                f"but of type {type(value).__name__}"
+            )
         handlers, name = value, spec
     else:
         found: dict[int, tuple[str, Handlers]] = {}
@@ -545,7 +571,7 @@ def _log_start(
     show_default=True,
     help="Worker processes; more than 1 runs a supervisor that restarts any that dies.",
 )
-@click.option("--namespace", default="default", show_default=True, help="The jobs' namespace.")
+@namespace_option
 @click.option(
     "--worker-id",
     metavar="ID",
@@ -703,7 +729,7 @@ def worker(
     report.worker_id = runner.worker_id
     runner.run()
     if report_interval:
-        report(runner.stats)  # the jobs settled since the last line
+        report(runner.stats)  # the attempts settled since the last line
 
 
 # -------------------------------------------------------------------------------------------
@@ -713,19 +739,12 @@ def worker(
 # transaction, unlike the SDK, which writes in its caller's.
 # -------------------------------------------------------------------------------------------
 
-_NAMESPACE_HELP = "The application's namespace; a command sees and changes only its own jobs."
 _SHOWN_BEFORE_CONFIRMING = 20
 """Dead letters listed before a retry's confirmation; the rest are counted."""
 _STATS_CAP = 100_000
 """Where stats stops counting (see QueueClient.stats)."""
 _KNOWN_SHOWN = 10
 """Known queues named in an unknown queue's error; the rest are counted."""
-
-
-def namespace_option(command: F) -> F:
-    return click.option(
-        "--namespace", default="default", show_default=True, metavar="NAME", help=_NAMESPACE_HELP
-    )(command)
 
 
 def yes_option(command: F) -> F:
@@ -1196,12 +1215,18 @@ def push(
             f"queue {queue}."
         )
     else:
-        when = "now" if delay is None or job is None else f"at {format_time(job.run_at)} UTC"
-        click.echo(f"Pushed job {job_id} to queue {queue}; it runs {when}.")
+        # Ready or due: whether a worker takes it then depends on workers and on the queue
+        # being paused, which a producer's role cannot read.
+        when = (
+            "is ready now"
+            if delay is None or job is None
+            else f"is due at {format_time(job.run_at)} UTC"
+        )
+        click.echo(f"Pushed job {job_id} to queue {queue}; it {when}.")
 
 
 @main.command()
-@click.argument("job_id", type=click.IntRange(1))
+@click.argument("job_id", type=JOB_ID)
 @yes_option
 @_operation
 def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
@@ -1370,7 +1395,7 @@ def _find_dead_letter(client: QueueClient, job: Job) -> DeadLetter | None:
 
 
 @dlq.command("show")
-@click.argument("job_id", type=click.IntRange(1))
+@click.argument("job_id", type=JOB_ID)
 @click.option("--full", is_flag=True, help="Every error in full, with its traceback.")
 @_operation
 def dlq_show(job_id: int, full: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
@@ -1455,7 +1480,7 @@ def _indent(text: str) -> str:
 
 
 @dlq.command("retry")
-@click.argument("job_ids", nargs=-1, type=click.IntRange(1), metavar="[JOB_ID]...")
+@click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB_ID]...")
 @click.option("--queue", "-q", metavar="QUEUE", help="The dead letters of this queue.")
 @click.option("--error", "error_contains", metavar="TEXT", help="Whose last error contains TEXT.")
 @click.option("--since", type=TIME, help="Failed at or after: a duration ago (2h) or a time.")
@@ -1531,6 +1556,8 @@ def dlq_retry(
         _rollback(client)  # the dry run locked what it looked at; nothing changed
         found = {row.job_id for row in planned}
         missing = [job_id for job_id in dict.fromkeys(job_ids) if job_id not in found]
+        matching = "" if all(value is None for value in filters) else " matching the filters"
+        why_missing = [_why_not_retried(client, job_id, matching) for job_id in missing]
         details = {
             row.job_id: client.get_job(row.job_id) for row in planned[:_SHOWN_BEFORE_CONFIRMING]
         }
@@ -1546,13 +1573,6 @@ def dlq_retry(
                 [row.job_id for row in planned], to_queue=to_queue, limit=len(planned)
             )
             _commit(client)
-    matching = "" if all(value is None for value in filters) else " matching the filters"
-    for job_id in missing:
-        click.echo(
-            f"job {job_id} is not in the dead-letter queue of namespace {namespace!r}{matching},"
-            " or was already retried",
-            err=True,
-        )
     if as_json:
         echo_json(
             {
@@ -1565,10 +1585,11 @@ def dlq_retry(
         if planned:
             _show_planned(planned, details, to_queue, to_stderr=False, dry_run=True)
             click.echo("Dry run: nothing changed.")
-        else:
+        elif not missing:
             click.echo("No dead letters match; nothing would be retried.")
     elif not planned:
-        click.echo("No dead letters match; nothing retried.")
+        if not missing:
+            click.echo("No dead letters match; nothing retried.")
     else:
         what = "as a new job" if len(retried) == 1 else "as new jobs"
         click.echo(f"Retried {plural(len(retried), 'dead letter')} {what}:")
@@ -1580,7 +1601,20 @@ def dlq_retry(
                 f"{len(planned) - len(retried)} of them had been retried by someone else meanwhile."
             )
     if missing:
-        raise click.exceptions.Exit(1)
+        raise click.ClickException("; ".join(why_missing))
+
+
+def _why_not_retried(client: QueueClient, job_id: int, matching: str) -> str:
+    """Why a JOB_ID given to `dlq retry` is not to be retried: it was already (as which job),
+    or it is no dead letter (matching the filters) of the namespace."""
+    job = client.get_job(job_id)
+    dead = None if job is None or job.state != "dead" else _find_dead_letter(client, job)
+    _rollback(client)
+    if dead is not None and dead.redriven_job_id is not None:
+        return f"job {job_id} was already retried as job {dead.redriven_job_id}"
+    return (
+        f"job {job_id} is not in the dead-letter queue of namespace {client.namespace!r}{matching}"
+    )
 
 
 def _show_planned(
@@ -1946,6 +1980,7 @@ def _when(row: Schedule) -> str:
     type=bounded(limits.PRIORITY),
     default=0,
     show_default=True,
+    help="Each job's priority: higher runs first among the queue's ready jobs.",
 )
 @click.option(
     "--max-attempts",
@@ -2085,24 +2120,39 @@ def _no_such_schedule(name: str, namespace: str) -> click.ClickException:
     )
 
 
+def _schedule_paused(client: QueueClient, name: str) -> bool:
+    """Whether the schedule NAME is paused; refuses, in one line, a name the namespace lacks."""
+    row = next((row for row in client.schedules() if row.name == name), None)
+    if row is None:
+        raise _no_such_schedule(name, client.namespace)
+    return row.paused
+
+
 @schedule.command("pause")
 @click.argument("name")
 @_operation
 def schedule_pause(name: str, namespace: str, dsn: str | None, as_json: bool) -> None:
-    """Stop firing the schedule NAME.
+    """Stop firing the schedule NAME. Pausing a schedule that is already paused changes
+    nothing (and says so).
 
     \b
     Example:
       postkit schedule pause nightly-report
     """
     with _client(dsn, namespace) as client:
-        if not client.pause_schedule(name):
+        changed = not _schedule_paused(client, name)
+        if changed and not client.pause_schedule(name):
             raise _no_such_schedule(name, namespace)
         _commit(client)
     if as_json:
-        echo_json({"name": name, "paused": True})
+        echo_json({"name": name, "paused": True, "changed": changed})
+    elif changed:
+        click.echo(
+            f"Paused schedule {name}: it does not fire until "
+            f"`postkit schedule resume {name}{_ns(namespace)}`."
+        )
     else:
-        click.echo(f"Paused schedule {name}.")
+        click.echo(f"Schedule {name} is already paused; nothing changed.")
 
 
 @schedule.command("resume")
@@ -2110,19 +2160,24 @@ def schedule_pause(name: str, namespace: str, dsn: str | None, as_json: bool) ->
 @_operation
 def schedule_resume(name: str, namespace: str, dsn: str | None, as_json: bool) -> None:
     """Fire the schedule NAME again; once at the next tick if a run fell due while paused.
+    Resuming a schedule that is not paused changes nothing (and says so; the exit code is 0
+    either way).
 
     \b
     Example:
       postkit schedule resume nightly-report
     """
     with _client(dsn, namespace) as client:
-        if not client.resume_schedule(name):
+        changed = _schedule_paused(client, name)
+        if changed and not client.resume_schedule(name):
             raise _no_such_schedule(name, namespace)
         _commit(client)
     if as_json:
-        echo_json({"name": name, "paused": False})
+        echo_json({"name": name, "paused": False, "changed": changed})
+    elif changed:
+        click.echo(f"Resumed schedule {name}: it fires again.")
     else:
-        click.echo(f"Resumed schedule {name}.")
+        click.echo(f"Schedule {name} is not paused; nothing changed (it already fires).")
 
 
 @schedule.command("delete")

@@ -147,6 +147,21 @@ class SecondsType(_ParamType):
         return seconds
 
 
+class JobIdType(_ParamType):
+    """A job id: a positive integer (how large a one the queue accepts is the queue's to say);
+    converts to int."""
+
+    name = "job_id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+            self.fail(f"{value!r} is not a job id (a positive integer)", param, ctx)
+        return int(text)
+
+
 RESET = "default"
 """What an :class:`OrDefault` parameter converts ``default`` to."""
 
@@ -168,10 +183,12 @@ class OrDefault(_ParamType):
 DURATION = DurationType()
 TIME = TimeType()
 SECONDS = SecondsType()
+JOB_ID = JobIdType()
 
 
 def format_duration(value: timedelta | float | None) -> str:
-    """A short, readable duration: ``850ms``, ``42s``, ``4m12s``, ``2h05m``, ``3d04h``."""
+    """A short, readable duration in its two largest units, a zero second unit left out:
+    ``850ms``, ``42s``, ``4m12s``, ``10m``, ``2h5m``, ``1h``, ``3d4h``, ``30d``."""
     if value is None:
         return "-"
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
@@ -184,13 +201,10 @@ def format_duration(value: timedelta | float | None) -> str:
     days, rest = divmod(whole, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{sign}{days}d{hours:02d}h"
-    if hours:
-        return f"{sign}{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{sign}{minutes}m{secs:02d}s"
-    return f"{sign}{secs}s"
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    first = next(index for index, (count, _) in enumerate(parts) if count)
+    shown = [(count, unit) for count, unit in parts[first : first + 2] if count]
+    return sign + "".join(f"{count}{unit}" for count, unit in shown)
 
 
 def format_time(value: datetime | str | None) -> str:

@@ -88,9 +88,10 @@ def configure_logging(verbose: bool, fmt: str) -> None:
 
 
 class ThroughputReport:
-    """A ``report`` callback for :class:`~postkit.queue.worker.Worker`: each call logs the jobs
-    settled since the previous call, and their rate over that interval, e.g.
-    ``1,234 jobs in 10.0s (123.4/s): 1,200 acked, 30 retried, 4 dead-lettered``.
+    """A ``report`` callback for :class:`~postkit.queue.worker.Worker`: each call logs the
+    attempts settled since the previous call (a job retried twice counts three times), and
+    their rate over that interval, e.g.
+    ``1,234 attempts settled in 10.0s (123.4/s): 1,200 acked, 30 retried, 4 dead-lettered``.
     Intervals without a settled job log nothing. With ``prefix``, the line starts with the
     worker id, to tell the lines of several worker processes apart."""
 
@@ -109,13 +110,14 @@ class ThroughputReport:
         )
         seconds = max(now - self._since, 1e-9)
         self._since, self._last = now, current
-        jobs = acked + retried + dead + stale
-        if not jobs:
+        attempts = acked + retried + dead + stale
+        if not attempts:
             return
-        rate = jobs / seconds
+        rate = attempts / seconds
         message = (
-            f"{jobs:,} jobs in {seconds:.1f}s ({rate:,.1f}/s): {acked:,} acked, "
-            f"{retried:,} retried, {dead:,} dead-lettered"
+            f"{attempts:,} {'attempt' if attempts == 1 else 'attempts'} settled in "
+            f"{seconds:.1f}s ({rate:,.1f}/s): {acked:,} acked, {retried:,} retried, "
+            f"{dead:,} dead-lettered"
         )
         if stale:
             message += f", {stale:,} stale"
@@ -127,7 +129,7 @@ class ThroughputReport:
             extra={
                 "event": "report",
                 "worker_id": self.worker_id,
-                "jobs": jobs,
+                "attempts": attempts,
                 "seconds": round(seconds, 3),
                 "rate": round(rate, 1),
                 "acked": acked,

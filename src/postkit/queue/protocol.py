@@ -1282,7 +1282,7 @@ def translate_error(exc: BaseException) -> errors.PostkitError | None:
             message = (
                 f"{message}: the role's Postkit access does not include it (producers push, "
                 "workers also pull and settle, operators also inspect and steer; see "
-                "postkit_queue.grant_access or `postkit install --grant ROLE:ACCESS`)"
+                "postkit_queue.grant_access or `postkit install --grant ROLE:KIND`)"
             )
         return error_class(message.removeprefix("postkit: "))
     return None
