@@ -7,6 +7,7 @@ commands) run under it, and hand-written SQL tries to get around the functions.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -30,6 +31,7 @@ from postkit.queue.admin import (
     revoke_access,
 )
 from postkit.queue.migrations import _INSTALL_LOCK_KEY
+from postkit.queue.protocol import queries
 from postkit.queue.worker import Worker
 
 ACCESS_KINDS = ("producer", "worker", "operator")
@@ -147,6 +149,20 @@ def test_each_access_kind_executes_exactly_the_functions_of_its_kind_and_below(
 
     assert wrong == []
     assert len([row for row in rows if row[1] is None]) > 10  # internal helpers exist
+
+
+def test_every_function_an_sdk_statement_calls_is_in_the_api(database: str) -> None:
+    """A function added to queries.sql but not to postkit_queue.api would be refused to every
+    role but the owner: the registry and the SDK stay in step."""
+    called = {
+        name
+        for statement in queries().values()
+        for name in re.findall(r"postkit_queue\.([a-z_]+)\s*\(", statement)
+    }
+    with psycopg.connect(database) as admin:
+        api = {name for (name,) in admin.execute("SELECT name FROM postkit_queue.api")}
+
+    assert called - api == set()
 
 
 def test_no_function_of_the_schema_is_executable_by_public(database: str) -> None:
