@@ -2250,16 +2250,11 @@ def tick_round(client: QueueClient) -> TickRound:
     return TickRound(datetime.now(timezone.utc), reclaimed, fired, broken, pruned)
 
 
-def _until_next_schedule(connection: psycopg.Connection[Any], namespace: str) -> float:
+def _until_next_schedule(client: QueueClient) -> float:
     """Seconds until the namespace's next active schedule falls due (a little more than 0
     when one is due now, and never more than a day): the ticker wakes for it."""
-    from postkit.queue import protocol
-    from postkit.queue.rows import as_dicts
-
-    call = protocol.next_schedule_at(namespace)
-    cursor = connection.execute(call.sql, call.params)
-    due = call.parse(as_dicts(cursor.description, cursor.fetchall()))
-    connection.rollback()
+    due = client.next_schedule_at()
+    _rollback(client)
     return 86_400.0 if due.seconds is None else min(max(due.seconds, 0.02), 86_400.0)
 
 
@@ -2346,7 +2341,8 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
             try:
                 if connection is None:
                     connection = psycopg.connect(resolved)
-                result = tick_round(QueueClient(connection.cursor(), namespace=namespace))
+                client = QueueClient(connection.cursor(), namespace=namespace)
+                result = tick_round(client)
             except psycopg.Error as exc:
                 failures += 1
                 delay = min(60.0, interval * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
@@ -2367,7 +2363,7 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
                 stop.wait(
                     min(
                         interval * random.uniform(0.75, 1.25),
-                        _until_next_schedule(connection, namespace),
+                        _until_next_schedule(client),
                     )
                 )
     finally:

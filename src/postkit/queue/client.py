@@ -28,7 +28,7 @@ from postkit.queue.job import (
     Redriven,
     Schedule,
 )
-from postkit.queue.protocol import Duration, JobRef
+from postkit.queue.protocol import Duration, JobRef, NextDue
 from postkit.queue.rows import as_dicts
 
 T = TypeVar("T")
@@ -581,6 +581,12 @@ class QueueClient:
                 self._namespace, older_than=older_than, failed_before=failed_before, queue=queue
             )
         )
+
+    def next_schedule_at(self) -> NextDue:
+        """When the namespace's next active schedule falls due, by the queue's clock
+        (``seconds`` 0 or less: due now; None: no active schedule). A ticker sleeps until then:
+        :meth:`tick_schedules` fires it."""
+        return self._run(protocol.next_schedule_at(self._namespace))
 
     def clock(self) -> datetime:
         """The queue's clock: the database's time, which every deadline, delay, schedule and

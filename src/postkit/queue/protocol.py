@@ -478,22 +478,18 @@ class NextDue:
     """Seconds until it is due (0 or less: due now); None when nothing is pending."""
 
 
-def next_run_at(namespace: str, queues: list[str]) -> Call[NextDue]:
-    def parse(rows: Rows) -> NextDue:
-        due, now = rows[0]["next_run_at"], rows[0]["now"]
-        return NextDue(None if due is None else (due - now).total_seconds())
+def _next_due(rows: Rows) -> NextDue:
+    due, now = rows[0]["next_run_at"], rows[0]["now"]
+    return NextDue(None if due is None else (due - now).total_seconds())
 
-    return Call("next_run_at", _base(namespace, queues=_queue_list(queues)), parse)
+
+def next_run_at(namespace: str, queues: list[str]) -> Call[NextDue]:
+    return Call("next_run_at", _base(namespace, queues=_queue_list(queues)), _next_due)
 
 
 def next_schedule_at(namespace: str) -> Call[NextDue]:
     """When the namespace's next active schedule falls due (None: it has none)."""
-
-    def parse(rows: Rows) -> NextDue:
-        due, now = rows[0]["next_run_at"], rows[0]["now"]
-        return NextDue(None if due is None else (due - now).total_seconds())
-
-    return Call("next_schedule_at", _base(namespace), parse)
+    return Call("next_schedule_at", _base(namespace), _next_due)
 
 
 def channels(namespace: str, queues: list[str]) -> Call[list[str]]:

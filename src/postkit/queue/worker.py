@@ -77,11 +77,9 @@ import psycopg
 import psycopg_pool
 
 from postkit.errors import PermanentError, RetryLater
-from postkit.queue import protocol
 from postkit.queue.client import QueueClient
 from postkit.queue.job import BrokenSchedule, Job
 from postkit.queue.listen import WorkListener
-from postkit.queue.rows import as_dicts
 from postkit.queue.vacuum import JobsVacuum
 
 logger = logging.getLogger("postkit.worker")
@@ -744,9 +742,7 @@ class Worker:
                     "schedule": outcome.name,
                 },
             )
-        due = self._with_client(
-            lambda client: _run_call(client, protocol.next_schedule_at(self.namespace))
-        )
+        due = self._with_client(lambda client: client.next_schedule_at())
         self._schedule_due = due.seconds is not None and due.seconds <= _SCHEDULE_LOOK
         if due.seconds is None:
             return _SCHEDULE_LOOK
@@ -1254,12 +1250,6 @@ def _claim_seconds(job: Job) -> float:
     if job.visible_until is None or job.claimed_at is None:
         return 30.0
     return (job.visible_until - job.claimed_at).total_seconds()
-
-
-def _run_call(client: QueueClient, call: protocol.Call[T]) -> T:
-    """Run a call the client has no method for, on the client's cursor."""
-    client.cursor.execute(call.sql, call.params)
-    return call.parse(as_dicts(client.cursor.description, client.cursor.fetchall()))
 
 
 def _asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
