@@ -1,12 +1,12 @@
 """Generate the reference docs from the source: docs/sql.md and docs/sdk.md.
 
-docs/sql.md lists every function the SQL migrations create, in migration order (a later
-CREATE OR REPLACE wins), with its signature, the comment block above it, what it locks and what
-it raises. Both are read from the function bodies: "locks" from their FOR UPDATE [SKIP LOCKED],
-UPDATE, DELETE, INSERT and DDL statements, "raises" from the ERRCODEs they raise; each also
-counts what the postkit_queue functions it calls do. docs/sdk.md lists the public classes and
-functions of the Python SDK with their signatures and docstrings, the records it returns, and
-the exception hierarchy with each SQLSTATE.
+docs/sql.md lists every function of the current schema (src/postkit/queue/sql/schema/, where
+each is defined exactly once), file by file, with its signature, the comment block above it,
+what it locks and what it raises. Both are read from the function bodies: "locks" from their FOR
+UPDATE [SKIP LOCKED], UPDATE, DELETE, INSERT and DDL statements, "raises" from the ERRCODEs they
+raise; each also counts what the postkit_queue functions it calls do. docs/sdk.md lists the
+public classes and functions of the Python SDK with their signatures and docstrings, the records
+it returns, and the exception hierarchy with each SQLSTATE.
 
     python tools/gen_docs.py          # rewrite the docs
     python tools/gen_docs.py --check  # exit 1 if a doc is out of date
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SQL_DIR = ROOT / "src/postkit/queue/sql"
+SQL_DIR = ROOT / "src/postkit/queue/sql/schema"
 SQL_DOC = ROOT / "docs/sql.md"
 SDK_DOC = ROOT / "docs/sdk.md"
 GENERATED = (
@@ -70,7 +70,6 @@ class SqlFunction:
     comment: list[str]
     body: str
     defined_in: str
-    replaced_in: list[str] = dataclasses.field(default_factory=list)
 
 
 _CREATE = re.compile(r"^CREATE (?:OR REPLACE )?FUNCTION postkit_queue\.(\w+)\s*\(", re.M)
@@ -131,13 +130,19 @@ def _comment_blocks(lines: list[str]) -> list[list[str]]:
 
 
 def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str], dict[str, list[str]]]:
-    """Every function of the migrations (the last definition wins, in first-seen order), the
-    title of each migration file, and the comment blocks of each file."""
+    """Every function of the schema, in the order of its files, the title of each file, and the
+    comment blocks of each file.
+
+    Raises:
+        ValueError: a function is defined twice.
+    """
+    from postkit.queue.migrations import schema_files
+
     functions: dict[str, SqlFunction] = {}
     titles: dict[str, str] = {}
     blocks: dict[str, list[str]] = {}
-    for path in sorted(SQL_DIR.glob("*.sql")):
-        text = path.read_text(encoding="utf-8")
+    for file_name, text in schema_files():
+        path = SQL_DIR / file_name
         lines = text.splitlines()
         header = _comment_blocks(lines)[0] if lines and lines[0].startswith("--") else []
         titles[path.name] = header[0] if header else path.stem
@@ -175,11 +180,10 @@ def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str], dict[str, list[
                 body=body,
                 defined_in=path.name,
             )
-            previous = functions.get(name)
-            if previous is not None:
-                function.defined_in = previous.defined_in
-                function.replaced_in = [*previous.replaced_in, path.name]
-                function.comment = function.comment or previous.comment
+            if name in functions:
+                raise ValueError(
+                    f"{name} is defined in {functions[name].defined_in} and again in {path.name}"
+                )
             functions[name] = function
     # A function without a comment of its own is described by a block that names it first,
     # e.g. "pause_queue / resume_queue: ..." above the helper both call.
@@ -393,10 +397,7 @@ def _signature(function: SqlFunction) -> str:
 
 
 def _where(function: SqlFunction) -> str:
-    text = f"`{function.defined_in}`"
-    if function.replaced_in:
-        text += ", replaced in " + ", ".join(f"`{name}`" for name in function.replaced_in)
-    return text
+    return f"`sql/schema/{function.defined_in}`"
 
 
 def render_sql() -> str:
@@ -411,7 +412,8 @@ def render_sql() -> str:
         "any language gets the same rules, checks and locks. Each takes the namespace first,",
         "validates its arguments before it writes, and raises errors with SQLSTATEs of the class",
         "`PKQ` (the Python SDK raises the `postkit.errors` exception named beside each code; see",
-        "[sdk.md](sdk.md#errors)). Functions run with the caller's privileges.",
+        "[sdk.md](sdk.md#errors)). The API functions run as the schema's owner and check the",
+        "caller's access kind and namespaces (`security.sql`).",
         "",
         "*Locks* lists what the statements of the function (and of the functions it calls) lock",
         "or write: `FOR UPDATE [SKIP LOCKED]`, `UPDATE`, `DELETE`, `INSERT`, DDL and",
@@ -479,14 +481,14 @@ def _is_internal(name: str) -> bool:
 
 
 def _file_title(file_name: str, titles: dict[str, str]) -> str:
-    title = titles[file_name].removeprefix("Postkit queue, ").rstrip(".")
+    title = titles[file_name].rstrip(".")
     return title[0].upper() + title[1:] + f" (`{file_name}`)"
 
 
 def _lifecycle() -> list[str]:
-    lines = (SQL_DIR / "001_core.sql").read_text(encoding="utf-8").splitlines()
+    lines = (SQL_DIR / "lifecycle.sql").read_text(encoding="utf-8").splitlines()
     header = _comment_blocks(lines)[0]
-    start = next(i for i, line in enumerate(header) if line.startswith("Lifecycle"))
+    start = next(i for i, line in enumerate(header) if line.endswith("Lifecycle of a job:"))
     block = header[start + 1 :]
     while block and not block[0].strip():
         block.pop(0)

@@ -302,26 +302,18 @@ def install(
 
 @main.command()
 @click.option(
-    "--target-version",
-    type=click.IntRange(1, latest_version()),
-    default=None,
-    help="Stop after this migration (default: the newest).",
-)
-@click.option(
     "--no-transaction",
     is_flag=True,
     help="Leave out BEGIN/COMMIT, to embed the script in your own migration.",
 )
-def sql(target_version: int | None, no_transaction: bool) -> None:
+def sql(no_transaction: bool) -> None:
     """Print the queue's install script: plain SQL, idempotent, upgrades in place.
 
     \b
     Example:
       postkit sql | psql -v ON_ERROR_STOP=1 "$DATABASE_URL"
     """
-    click.echo(
-        install_script(target_version=target_version, transaction=not no_transaction), nl=False
-    )
+    click.echo(install_script(transaction=not no_transaction), nl=False)
 
 
 @main.command()

@@ -24,6 +24,7 @@ from postkit.queue import (
     latest_version,
 )
 from postkit.queue.migrations import migrations
+from tests.queue.legacy import install_legacy
 
 ALL_VERSIONS = tuple(range(1, latest_version() + 1))
 
@@ -106,8 +107,8 @@ def test_upgrade_from_version_1_keeps_the_jobs_and_enables_queue_settings(
     fresh_database: str,
 ) -> None:
     with psycopg.connect(fresh_database) as connection:
-        result = install(connection, target_version=1)
-        assert (result.previous_version, result.version, result.applied) == (0, 1, (1,))
+        install_legacy(connection, 1)
+        assert installed_version(connection.cursor()) == 1
         assert connection.execute(
             "SELECT to_regclass('postkit_queue.queue_settings')"
         ).fetchone() == (None,)
@@ -217,7 +218,8 @@ def test_psql_installs_and_reinstalls_in_silence(fresh_database: str) -> None:
 
 
 def test_psql_upgrades_an_older_install_and_python_agrees(fresh_database: str) -> None:
-    run_psql(fresh_database, install_script(target_version=1))
+    with psycopg.connect(fresh_database) as connection:
+        install_legacy(connection, 1)
     assert version_of(fresh_database) == 1
 
     run_psql(fresh_database, install_script())
@@ -242,13 +244,6 @@ def test_a_failing_psql_script_leaves_nothing_behind(fresh_database: str) -> Non
     assert result.returncode != 0
     assert "division by zero" in result.stderr
     assert version_of(fresh_database) == 0
-
-
-def test_install_script_rejects_an_unknown_target_version() -> None:
-    with pytest.raises(ValueError, match="target_version"):
-        install_script(target_version=latest_version() + 1)
-    with pytest.raises(ValueError, match="target_version"):
-        install_script(target_version=0)
 
 
 def test_a_database_set_up_from_other_migration_files_is_refused_unchanged(
@@ -279,7 +274,7 @@ def test_the_upgrade_to_version_11_marks_schedules_it_would_refuse_broken(
     made every read of the namespace's schedules raise), and one fine, saved through
     save_schedule as version 8 allowed."""
     with psycopg.connect(fresh_database) as connection:
-        install(connection, target_version=8)
+        install_legacy(connection, 8)
         for name, cron in (("garbage", "every five minutes"), ("never", "0 0 30 2 *")):
             connection.execute(
                 "SELECT postkit_queue.save_schedule('ns', %s, 'q', '{}', now(), %s)", (name, cron)

@@ -33,6 +33,7 @@ from postkit.queue.admin import (
 from postkit.queue.migrations import _INSTALL_LOCK_KEY
 from postkit.queue.protocol import queries
 from postkit.queue.worker import Worker
+from tests.queue.legacy import install_legacy
 
 ACCESS_KINDS = ("producer", "worker", "operator")
 
@@ -581,7 +582,7 @@ def test_an_execute_granted_by_hand_does_not_let_a_worker_purge(
 def test_an_upgrade_never_runs_a_function_planted_in_public(fresh_database: str) -> None:
     old_grant = f"pk_old_grant_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(fresh_database, autocommit=True) as admin:
-        install(admin, target_version=8)
+        install_legacy(admin, 8)
         admin.execute("CREATE TABLE public.hijacks (what text)")
         # A closer match than pg_catalog.format(text, VARIADIC "any") for the migration's calls.
         admin.execute(

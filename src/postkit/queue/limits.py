@@ -1,11 +1,11 @@
 """Every limit an argument is checked against, for the SDK, in one place.
 
-The SQL module checks the same limits (``check_*`` and ``is_*`` in the migrations), and the SDK
-checks them first, before it sends anything: a refusal by the SQL module aborts the caller's
-transaction, with whatever the application wrote in it, while a refusal here leaves it intact.
-``tests/queue/test_limits.py`` proves the two agree: for each limit, the values at the boundary
-and just beyond it are accepted or refused alike by the SQL function and by the SDK, and the
-name rule agrees on every Unicode code point.
+The SQL module checks the same limits (``check_*`` and ``is_*`` in sql/schema/helpers.sql), and
+the SDK checks them first, before it sends anything: a refusal by the SQL module aborts the
+caller's transaction, with whatever the application wrote in it, while a refusal here leaves it
+intact. ``tests/queue/test_limits.py`` proves the two agree: for each limit, the values at the
+boundary and just beyond it are accepted or refused alike by the SQL function and by the SDK,
+and the name rule agrees on every Unicode code point.
 
 The one check the SDK cannot make is a payload's size against its queue's
 ``max_payload_bytes``: the limit is a setting of the queue, stored in the database.

@@ -1,11 +1,13 @@
-"""The queue's SQL module: numbered migrations, rendered into one idempotent install script.
+"""Installing the queue's SQL: the current schema, or the deltas an older install lacks.
 
-The migrations live in ``postkit/queue/sql/NNN_name.sql``. :func:`install_script` renders them
-into a single script that anyone can run with psql (``postkit sql | psql "$DSN"``): it takes an
-advisory lock so that concurrent installers queue up, creates the schema and the
-``postkit_queue.migrations`` table, then applies each migration that table has not recorded,
-in order, and records it. Running the script again is a no-op; running it against an older
-install upgrades it in place. :func:`install` runs the very same script from Python, and
+The current definition lives in ``postkit/queue/sql/schema/`` (types, tables, then the
+functions, each function's body in exactly one file); ``postkit/queue/sql/migrations/NNN_name.sql``
+holds each version's table and data changes only. :func:`install_script` renders one script that
+anyone can run with psql (``postkit sql | psql "$DSN"``): it takes a lock so that concurrent
+installers queue up, creates the schema and the ``postkit_queue.migrations`` table, checks the
+versions recorded there, then installs the current definition (a fresh database) or the current
+functions and the missing deltas (an older one), and records the versions. Running the script
+again changes nothing. :func:`install` runs the very same script from Python, and
 :func:`install_async` from asyncio, on psycopg's async connections.
 """
 
@@ -30,6 +32,7 @@ SCHEMA = "postkit_queue"
 _INSTALL_LOCK_KEY = 0x706F73746B6974
 _FILE_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 _BODY_QUOTE = "$postkit_migration$"
+_DATA_MARKER = "-- Data, once the functions are current:\n"
 
 # The script resolves every name in pg_catalog, whatever the installer's search_path: an
 # install runs as a superuser or the schema's owner, and a function planted in public (a
@@ -135,18 +138,31 @@ $postkit_lock$"""
 
 @dataclass(frozen=True)
 class Migration:
-    """One numbered migration file."""
+    """One numbered upgrade delta: the table and data changes of one version."""
 
     version: int
     name: str
     sql: str
 
     @property
+    def tables(self) -> str:
+        """The part of the delta that runs before the current functions are defined: the
+        changes to tables, indexes and types."""
+        return self.sql.partition(_DATA_MARKER)[0]
+
+    @property
+    def data(self) -> str:
+        """The part after the line ``-- Data, once the functions are current:``, if any: data
+        changes that call the current functions, run after they are defined."""
+        return self.sql.partition(_DATA_MARKER)[2]
+
+    @property
     def checksum(self) -> str:
-        """A fingerprint of the file, recorded when the migration is applied. A migration is
-        never edited once released; if the recorded fingerprint differs, the database was set
-        up by a different Postkit and the install stops rather than guess."""
-        return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()[:16]
+        """A fingerprint of the delta, recorded when the version is installed. A delta is never
+        edited once released; if the recorded fingerprint is not one this Postkit knows for
+        that version, the database was set up by a different Postkit and the install stops
+        rather than guess."""
+        return _fingerprint(self.sql)
 
 
 @dataclass(frozen=True)
@@ -158,24 +174,80 @@ class InstallResult:
     version: int
     """The version installed after the call."""
     applied: tuple[int, ...]
-    """The migrations this call applied, in order; empty when there was nothing to do."""
+    """The versions this call installed, in order; empty when there was nothing to do."""
+
+
+# The fingerprints that versions 1 to 15 recorded while each version's whole SQL lived in its
+# own numbered file; a database installed then upgrades like any other.
+_HISTORICAL_CHECKSUMS: Mapping[int, str] = {
+    1: "d3711fc630a29e22",  # 001_core
+    2: "9b36fce3335c6eea",  # 002_queue_settings
+    3: "d0c07f81dd53bffb",  # 003_operations
+    4: "2bf2b5ecb3e8dbbc",  # 004_schedules
+    5: "99a808af32b3c46e",  # 005_security
+    6: "73cc8f52e33be40f",  # 006_fast_paths
+    7: "c365c707d86fcd8e",  # 007_paused_queues_sleep
+    8: "fed2c4405d0565f3",  # 008_push_batch_without_keys
+    9: "07adcad0c2b02e69",  # 009_privileges
+    10: "49f7bded6cb6f09d",  # 010_cli_operations
+    11: "146372bddfa865ff",  # 011_readable_values
+    12: "b661c5d9ffe7d060",  # 012_worker_schedules
+    13: "d196c5655fddf67d",  # 013_input_checks
+    14: "1fd4728f9af020af",  # 014_purge_queue_before
+    15: "1cea8d7845afe5db",  # 015_known_queues
+}
+
+# The current definition, in the order a fresh install runs it. An upgrade runs the deltas'
+# table changes where a fresh install runs tables.sql.
+_TYPES = "types.sql"
+_TABLES = "tables.sql"
+_CODE = (
+    "helpers.sql",
+    "lifecycle.sql",
+    "batches.sql",
+    "operations.sql",
+    "schedules.sql",
+    "security.sql",
+)
+
+
+def _fingerprint(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _read(folder: str, name: str) -> str:
+    sql = (
+        resources.files("postkit.queue")
+        .joinpath("sql")
+        .joinpath(folder)
+        .joinpath(name)
+        .read_text("utf-8")
+    )
+    if _BODY_QUOTE in sql:
+        raise RuntimeError(f"{folder}/{name} must not contain {_BODY_QUOTE}")
+    return sql
+
+
+@cache
+def schema_files() -> tuple[tuple[str, str], ...]:
+    """The current definition of the schema: (file name, SQL) in the order a fresh install runs
+    them. Every function's current body is in exactly one of them."""
+    return tuple((name, _read("schema", name)) for name in (_TYPES, _TABLES, *_CODE))
 
 
 @cache
 def migrations() -> tuple[Migration, ...]:
-    """All migrations shipped with this package, in version order.
+    """Every version's upgrade delta shipped with this package, in version order.
 
     Raises:
         RuntimeError: the package's migration files are misnumbered (a packaging bug).
     """
     found = []
-    for entry in resources.files("postkit.queue").joinpath("sql").iterdir():
+    for entry in resources.files("postkit.queue").joinpath("sql").joinpath("migrations").iterdir():
         match = _FILE_NAME.match(entry.name)
         if match is None:
             continue
-        sql = entry.read_text(encoding="utf-8")
-        if _BODY_QUOTE in sql:
-            raise RuntimeError(f"{entry.name} must not contain {_BODY_QUOTE}")
+        sql = _read("migrations", entry.name)
         found.append(Migration(int(match.group(1)), match.group(2), sql))
     found.sort(key=lambda migration: migration.version)
     if [m.version for m in found] != list(range(1, len(found) + 1)):
@@ -183,26 +255,62 @@ def migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
+def schema_fingerprint() -> str:
+    """A fingerprint of the current definition (sql/schema/). The newest delta names it in its
+    first line, so a change to the schema without a new version fails a test."""
+    return _fingerprint("".join(sql for _, sql in schema_files()))
+
+
 def latest_version() -> int:
-    """The newest migration version this package ships."""
+    """The newest version this package ships."""
     return migrations()[-1].version
 
 
-def install_script(*, target_version: int | None = None, transaction: bool = True) -> str:
-    """Render the migrations up to ``target_version`` (default: all) as one idempotent script.
+def _quoted(sql: str) -> str:
+    return f"{_BODY_QUOTE}\n{sql.rstrip()}\n{_BODY_QUOTE}"
+
+
+def _when_older(version: int, sqls: list[str], *, upgrade_only: bool = False) -> list[str]:
+    """A block that runs ``sqls`` when the database is older than ``version``: any older
+    version, or with ``upgrade_only`` an installed one (a fresh install gets the tables)."""
+    lowest = 1 if upgrade_only else 0
+    return [
+        "DO $postkit_install$",
+        "BEGIN",
+        "    IF pg_catalog.current_setting('postkit_queue.installed_version')::integer",
+        f"       NOT BETWEEN {lowest} AND {version - 1} THEN",
+        "        RETURN;",
+        "    END IF;",
+        *(f"    EXECUTE {_quoted(sql)};" for sql in sqls if sql.strip()),
+        "END",
+        "$postkit_install$;",
+    ]
+
+
+def install_script(*, transaction: bool = True) -> str:
+    """Render the install as one idempotent script that anyone can run with psql.
+
+    A database without the schema gets the current definition (sql/schema/) and records every
+    version. A database at an older version gets the table changes of the versions it lacks
+    (sql/migrations/, in order), then the current functions, then those versions' data changes
+    that call them; both reach the same objects. A database at
+    the newest version only gets its ownership and grants applied again. Every recorded version
+    is checked against the fingerprints this Postkit knows first.
 
     With ``transaction=True`` the script carries its own ``BEGIN``/``COMMIT``, as psql needs it;
     :func:`install` renders it without them and runs it inside a transaction of its own.
-
-    Raises:
-        ValueError: ``target_version`` is not a shipped version.
     """
-    target = latest_version() if target_version is None else target_version
-    if not 1 <= target <= latest_version():
-        raise ValueError(f"target_version must be between 1 and {latest_version()}, got {target}")
+    latest = latest_version()
+    known = ", ".join(
+        f"({m.version}, '{checksum}')"
+        for m in migrations()
+        for checksum in dict.fromkeys((m.checksum, _HISTORICAL_CHECKSUMS.get(m.version)))
+        if checksum is not None
+    )
+    names = ", ".join(f"({m.version}, '{m.name}', '{m.checksum}')" for m in migrations())
     parts = [
-        f"-- Postkit queue module, migrations 1 to {target}. Safe to run again: each migration",
-        f"-- is applied once and recorded in {SCHEMA}.migrations.",
+        f"-- Postkit queue module, version {latest}. Safe to run again: each version is installed",
+        f"-- once and recorded in {SCHEMA}.migrations.",
     ]
     if transaction:
         parts.append("BEGIN;")
@@ -219,48 +327,51 @@ def install_script(*, target_version: int | None = None, transaction: bool = Tru
         "-- An install from before checksums were recorded has none: it is refused below, since",
         "-- what it ran cannot be known.",
         f"ALTER TABLE {SCHEMA}.migrations ADD COLUMN IF NOT EXISTS checksum text;",
-    ]
-    for migration in migrations()[:target]:
-        parts += [
-            "",
-            f"-- Migration {migration.version}: {migration.name}",
-            "DO $postkit_install$",
-            "DECLARE",
-            "    v_recorded text;",
-            "BEGIN",
-            f"    SELECT checksum INTO v_recorded FROM {SCHEMA}.migrations",
-            f"    WHERE version = {migration.version};",
-            "    IF FOUND THEN",
-            f"        IF v_recorded IS DISTINCT FROM '{migration.checksum}' THEN",
-            "            RAISE EXCEPTION 'postkit: migration "
-            f"{migration.version} ({migration.name})"
-            " in this database is not the one this Postkit ships (checksum %, expected"
-            f" {migration.checksum}): it was installed by another version. Reinstall the schema"
-            " or use the matching Postkit.', coalesce(v_recorded, 'none')",
-            "                USING ERRCODE = 'PKQ12';",
-            "        END IF;",
-            "        RETURN;",
-            "    END IF;",
-            f"    EXECUTE {_BODY_QUOTE}",
-            migration.sql.rstrip(),
-            f"{_BODY_QUOTE};",
-            f"    INSERT INTO {SCHEMA}.migrations (version, name, checksum)",
-            f"    VALUES ({migration.version}, '{migration.name}', '{migration.checksum}');",
-            "END",
-            "$postkit_install$;",
-        ]
-    parts += [
         "",
-        "-- Ownership and grants, for what every migration above created (see migration 9).",
+        "-- Which versions are installed, and were they installed from files this Postkit knows?",
         "DO $postkit_install$",
+        "DECLARE",
+        "    v_recorded record;",
         "BEGIN",
-        f"    IF to_regprocedure('{SCHEMA}.apply_privileges()') IS NOT NULL THEN",
-        f"        PERFORM {SCHEMA}.apply_privileges();",
-        "    END IF;",
+        f"    FOR v_recorded IN SELECT m.version, m.name, m.checksum FROM {SCHEMA}.migrations m",
+        f"                      WHERE m.version <= {latest} ORDER BY m.version LOOP",
+        f"        IF NOT EXISTS (SELECT FROM (VALUES {known}) AS k(version, checksum)",
+        "                       WHERE k.version = v_recorded.version",
+        "                         AND k.checksum = v_recorded.checksum) THEN",
+        "            RAISE EXCEPTION 'postkit: migration % (%) in this database is not the one "
+        "this Postkit ships (checksum %): it was installed by another version. Reinstall the "
+        "schema or use the matching Postkit.', v_recorded.version, v_recorded.name,",
+        "                coalesce(v_recorded.checksum, 'none') USING ERRCODE = 'PKQ12';",
+        "        END IF;",
+        "    END LOOP;",
+        "    PERFORM pg_catalog.set_config('postkit_queue.installed_version', (",
+        f"        SELECT coalesce(pg_catalog.max(m.version), 0) FROM {SCHEMA}.migrations m)::text,",
+        "        true);",
         "END",
         "$postkit_install$;",
+        "",
+        "-- The types; the tables of a fresh install, or the table changes an older one lacks.",
     ]
-    parts.append(_RESTORE_SEARCH_PATH + ";")
+    files = dict(schema_files())
+    parts += _when_older(latest, [files[_TYPES]])
+    parts += _when_older(1, [files[_TABLES]])
+    for migration in migrations()[1:]:
+        parts += _when_older(migration.version, [migration.tables], upgrade_only=True)
+    parts.append("-- The functions, then the data changes that call them.")
+    parts += _when_older(latest, [files[name] for name in _CODE])
+    for migration in migrations()[1:]:
+        if migration.data:
+            parts += _when_older(migration.version, [migration.data], upgrade_only=True)
+    parts += [
+        "",
+        f"INSERT INTO {SCHEMA}.migrations (version, name, checksum)",
+        f"SELECT v.version, v.name, v.checksum FROM (VALUES {names}) AS v(version, name, checksum)",
+        "WHERE v.version > pg_catalog.current_setting('postkit_queue.installed_version')::integer;",
+        "",
+        "-- Ownership, grants and policies, for everything above (security.sql).",
+        f"DO $postkit_install$ BEGIN PERFORM {SCHEMA}.apply_privileges(); END $postkit_install$;",
+        _RESTORE_SEARCH_PATH + ";",
+    ]
     if transaction:
         parts.append("COMMIT;")
     return "\n".join(parts) + "\n"
@@ -297,7 +408,7 @@ def _is_async(target: Any) -> bool:
     return isinstance(target, (psycopg.AsyncConnection, psycopg.AsyncCursor))
 
 
-def install(target: Any, *, target_version: int | None = None) -> InstallResult:
+def install(target: Any) -> InstallResult:
     """Install the queue schema, or upgrade an older install in place. Idempotent.
 
     Args:
@@ -305,10 +416,9 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
             return; a savepoint instead, if the connection is already inside a transaction),
             or any DB-API cursor, which runs the script in the caller's transaction: the caller
             commits.
-        target_version: stop after this migration (for tests of upgrades); default: the newest.
 
     Returns:
-        the versions before and after, and which migrations this call applied.
+        the versions before and after, and which versions this call installed.
 
     Raises:
         ClientClosedError: the connection or cursor is closed.
@@ -316,14 +426,13 @@ def install(target: Any, *, target_version: int | None = None) -> InstallResult:
             Postkit ships (the database was set up by another version); nothing is changed.
         ValidationError: ``target`` is one of psycopg's async connections or cursors: those
             take ``await`` :func:`install_async`.
-        ValueError: ``target_version`` is not a shipped version.
     """
     if _is_async(target):
         raise ValidationError(
             f"install() takes a synchronous connection or cursor, got {type(target).__name__}: "
             "use `await postkit.queue.install_async(connection)`"
         )
-    script = install_script(target_version=target_version, transaction=False)
+    script = install_script(transaction=False)
     if isinstance(target, psycopg.Connection):
         if target.closed:
             raise ClientClosedError("install() was given a closed connection")
@@ -358,13 +467,13 @@ def _run_install(cursor: Any, script: str) -> InstallResult:
     return InstallResult(before, after, tuple(range(before + 1, after + 1)))
 
 
-async def install_async(target: Any, *, target_version: int | None = None) -> InstallResult:
+async def install_async(target: Any) -> InstallResult:
     """:func:`install`, for asyncio: the same script and the same transaction rules, on a
     psycopg 3 ``AsyncConnection`` (a transaction of its own, or a savepoint) or
     ``AsyncCursor`` (the caller's transaction: the caller commits).
 
     Raises:
-        ClientClosedError, SchemaMismatchError, ValueError: as :func:`install`.
+        ClientClosedError, SchemaMismatchError: as :func:`install`.
         ValidationError: ``target`` is not one of psycopg's async connections or cursors.
     """
     if not _is_async(target):
@@ -372,7 +481,7 @@ async def install_async(target: Any, *, target_version: int | None = None) -> In
             f"install_async() takes a psycopg AsyncConnection or AsyncCursor, got "
             f"{type(target).__name__}: use postkit.queue.install(connection)"
         )
-    script = install_script(target_version=target_version, transaction=False)
+    script = install_script(transaction=False)
     if target.closed:
         raise ClientClosedError("install_async() was given a closed connection or cursor")
     if isinstance(target, psycopg.AsyncConnection):

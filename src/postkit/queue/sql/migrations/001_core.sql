@@ -1,0 +1,3 @@
+-- Migration 1, the baseline: the jobs and dead-letter tables and the state machine. A database
+-- at version 0 is installed from schema/ and records every migration, so this delta is never
+-- run; every later delta starts from the tables it created.

@@ -1,0 +1,2 @@
+-- Migration 6: the hot path in fewer statements and round trips.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

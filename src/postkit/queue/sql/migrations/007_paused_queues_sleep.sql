@@ -1,0 +1,2 @@
+-- Migration 7: next_run_at leaves paused queues out.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

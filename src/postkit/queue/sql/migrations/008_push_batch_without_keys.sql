@@ -1,0 +1,2 @@
+-- Migration 8: push_batch skips deduplication for jobs without keys.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

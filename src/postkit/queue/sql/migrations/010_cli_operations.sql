@@ -1,0 +1,2 @@
+-- Migration 10: update_queue_settings and outcomes_since, for the CLI.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

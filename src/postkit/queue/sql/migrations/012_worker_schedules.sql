@@ -1,0 +1,2 @@
+-- Migration 12: next_schedule_at, for workers that fire schedules.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

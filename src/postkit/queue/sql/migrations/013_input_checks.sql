@@ -1,0 +1,2 @@
+-- Migration 13: every function checks its input before it writes.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

@@ -1,0 +1,2 @@
+-- Migration 14: purge_queue_before, the cutoff purge of a queue.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

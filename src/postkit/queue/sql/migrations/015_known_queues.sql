@@ -1,0 +1,2 @@
+-- Migration 15: known_queues and register_queues.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.

@@ -1,0 +1,203 @@
+-- Batches: many jobs per call.
+--
+-- The batch calls: push many jobs of one queue, claim from several queues, acknowledge many
+-- claims all or nothing. Each is one function with the locks and fences of its single-job twin
+-- in lifecycle.sql.
+
+-- push_batch: push many jobs to one queue in one call: one INSERT, one notification. Payloads
+-- arrive as one JSON array; unique keys, if given, as an array of the same length (NULL
+-- entries: no key). Returns one row per payload, in order: its new id, or NULL when its
+-- unique key matched a live job (or an earlier payload of the same batch). The checks make one
+-- pass over the keys and one over the payload sizes (the per-entry checks run only to name the
+-- offending entry), and the identity sequence is looked up once per call.
+--
+-- A batch without unique keys takes a plain multi-row INSERT: ON CONFLICT's speculative
+-- insertion (insert, check against jobs_unique_key_idx, confirm with a WAL record of its own)
+-- cost about 1.5 ms of the 9 ms a 1,000-payload batch took on the 2-core benchmark machine.
+CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
+    p_namespace    text,
+    p_queue        text,
+    p_payloads     jsonb,
+    p_delay        interval DEFAULT NULL,
+    p_priority     integer  DEFAULT 0,
+    p_max_attempts integer  DEFAULT NULL,
+    p_unique_keys  text[]   DEFAULT NULL)
+RETURNS TABLE (ordinality bigint, id bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      timestamptz := postkit_queue.clock();
+    v_attempts integer;
+    v_policy   record;
+    -- Looked up once: as a call in the SELECT list, pg_get_serial_sequence (STABLE, not
+    -- IMMUTABLE) would search the catalog again for every payload.
+    v_sequence regclass := pg_get_serial_sequence('postkit_queue.jobs', 'id')::regclass;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    IF p_payloads IS NULL OR jsonb_typeof(p_payloads) <> 'array' THEN
+        RAISE EXCEPTION 'postkit: payloads must be a JSON array' USING ERRCODE = 'PKQ02';
+    END IF;
+    IF jsonb_array_length(p_payloads) > 100000 THEN
+        RAISE EXCEPTION 'postkit: at most 100000 payloads per batch, got %',
+            jsonb_array_length(p_payloads) USING ERRCODE = 'PKQ07';
+    END IF;
+    -- Positions pair each key with its payload: a 2-D array or one not starting at 1 would
+    -- give keys to the wrong payloads (or none).
+    PERFORM postkit_queue.check_array('unique_keys', p_unique_keys, true, 'PKQ01');
+    IF p_unique_keys IS NOT NULL
+       AND cardinality(p_unique_keys) <> jsonb_array_length(p_payloads) THEN
+        RAISE EXCEPTION 'postkit: % unique keys for % payloads', cardinality(p_unique_keys),
+            jsonb_array_length(p_payloads) USING ERRCODE = 'PKQ01';
+    END IF;
+    -- Each key as push checks it (a NULL entry means no key).
+    IF EXISTS (SELECT FROM unnest(p_unique_keys) AS k
+               WHERE k IS NOT NULL AND NOT coalesce(postkit_queue.is_name(k), false)) THEN
+        PERFORM postkit_queue.check_name('unique_key', k, false) FROM unnest(p_unique_keys) AS k;
+    END IF;
+    PERFORM postkit_queue.check_priority(p_priority);
+    PERFORM postkit_queue.check_max_attempts(p_max_attempts);
+    PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '3650 days');
+    v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
+    v_attempts := coalesce(p_max_attempts, v_policy.max_attempts);
+    -- One pass over the sizes; check_payload says which payload is too big. The elements
+    -- jsonb_array_elements returns are new, uncompressed values: pg_column_size is their real
+    -- size even when p_payloads was read compressed from a table.
+    IF EXISTS (SELECT FROM jsonb_array_elements(p_payloads) AS e
+               WHERE pg_column_size(e.value) > v_policy.max_payload_bytes) THEN
+        PERFORM postkit_queue.check_payload(p_queue, e.value, v_policy.max_payload_bytes)
+        FROM jsonb_array_elements(p_payloads) AS e;
+    END IF;
+
+    IF p_unique_keys IS NULL THEN
+        -- No keys, so nothing to deduplicate: a plain multi-row INSERT. ON CONFLICT would
+        -- insert every row speculatively (and log its confirmation) only to find that the
+        -- arbiter index's predicate leaves it out. Each payload still takes its id from the
+        -- identity sequence up front, in payload order, and the result reads those ids back
+        -- without a RETURNING to join against.
+        RETURN QUERY
+        WITH input AS (
+            SELECT e.ordinality, e.value AS payload, nextval(v_sequence) AS id
+            FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e
+        ), inserted AS (
+            INSERT INTO postkit_queue.jobs AS j (
+                id, namespace, queue, payload, priority, run_at, max_attempts, created_at)
+            OVERRIDING SYSTEM VALUE
+            SELECT i.id, p_namespace, p_queue, i.payload, p_priority,
+                   v_now + coalesce(p_delay, interval '0'), v_attempts, v_now
+            FROM input i
+            ORDER BY i.ordinality
+        )
+        SELECT i.ordinality, i.id FROM input i ORDER BY i.ordinality;
+    ELSE
+        -- One multi-row INSERT. Each payload takes its id from the jobs' identity sequence up
+        -- front, so the result can say, per payload, whether it was inserted: the ones
+        -- jobs_unique_key_idx turned away (as in push) are missing from RETURNING.
+        RETURN QUERY
+        WITH input AS (
+            SELECT e.ordinality, e.value AS payload, p_unique_keys[e.ordinality] AS unique_key,
+                   nextval(v_sequence) AS id
+            FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e
+        ), inserted AS (
+            INSERT INTO postkit_queue.jobs AS j (
+                id, namespace, queue, payload, priority, run_at, max_attempts, unique_key,
+                created_at)
+            OVERRIDING SYSTEM VALUE
+            SELECT i.id, p_namespace, p_queue, i.payload, p_priority,
+                   v_now + coalesce(p_delay, interval '0'), v_attempts, i.unique_key, v_now
+            FROM input i
+            ORDER BY i.ordinality
+            ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+            RETURNING j.id
+        )
+        SELECT i.ordinality, inserted.id
+        FROM input i LEFT JOIN inserted ON inserted.id = i.id
+        ORDER BY i.ordinality;
+    END IF;
+    PERFORM postkit_queue.notify(p_namespace, p_queue);
+END
+$$;
+
+-- pull_any: claim up to p_limit jobs from several queues, emptying them in the order given.
+CREATE OR REPLACE FUNCTION postkit_queue.pull_any(
+    p_namespace          text,
+    p_queues             text[],
+    p_worker_id          text     DEFAULT NULL,
+    p_visibility_timeout interval DEFAULT NULL,
+    p_limit              integer  DEFAULT 1)
+RETURNS SETOF postkit_queue.jobs
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue   text;
+    v_claimed integer := 0;
+    v_got     integer;
+BEGIN
+    IF p_queues IS NULL OR cardinality(p_queues) = 0 THEN
+        RAISE EXCEPTION 'postkit: queues must name at least one queue' USING ERRCODE = 'PKQ01';
+    END IF;
+    PERFORM postkit_queue.check_array('queues', p_queues, false, 'PKQ01');
+    PERFORM postkit_queue.check_limit(p_limit, 1000);
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        RETURN QUERY
+        SELECT * FROM postkit_queue.pull(
+            p_namespace, v_queue, p_worker_id, p_visibility_timeout, p_limit - v_claimed);
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_claimed := v_claimed + v_got;
+        EXIT WHEN v_claimed >= p_limit;
+    END LOOP;
+END
+$$;
+
+-- ack_batch: acknowledge many claims at once, all or nothing. Every job must still be held by
+-- the caller (its claim token matches, pairwise); then all are acknowledged and it returns
+-- true. If any claim is stale, nothing changes and it returns false. Rows are locked in id
+-- order, so two overlapping batches cannot deadlock.
+CREATE OR REPLACE FUNCTION postkit_queue.ack_batch(
+    p_namespace text, p_job_ids bigint[], p_claim_tokens uuid[], p_worker_id text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := postkit_queue.clock();
+    v_held  integer;
+    v_done  postkit_queue.jobs[];
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
+    IF p_job_ids IS NULL OR p_claim_tokens IS NULL
+       OR cardinality(p_job_ids) <> cardinality(p_claim_tokens) THEN
+        RAISE EXCEPTION 'postkit: ack_batch needs one claim token per job id'
+            USING ERRCODE = 'PKQ06';
+    END IF;
+    -- The ids and tokens pair up by position.
+    PERFORM postkit_queue.check_array('job_ids', p_job_ids, false, 'PKQ06');
+    PERFORM postkit_queue.check_array('claim_tokens', p_claim_tokens, false, 'PKQ13');
+    IF cardinality(p_job_ids) = 0 THEN
+        RETURN true;
+    END IF;
+    SELECT count(*) INTO v_held FROM (
+        SELECT 1 FROM postkit_queue.jobs j
+        JOIN unnest(p_job_ids, p_claim_tokens) AS c(id, token) ON c.id = j.id
+        WHERE j.namespace = p_namespace
+          AND postkit_queue.holds_claim(j, p_worker_id, c.token)
+        ORDER BY j.id
+        FOR UPDATE OF j) held;
+    IF v_held <> cardinality(p_job_ids) THEN
+        RETURN false;
+    END IF;
+    WITH done AS (
+        DELETE FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids)
+        RETURNING j AS job
+    )
+    SELECT array_agg(done.job) INTO v_done FROM done;
+    PERFORM postkit_queue.record_outcomes(v_done, 'completed', v_now);
+    RETURN true;
+END
+$$;

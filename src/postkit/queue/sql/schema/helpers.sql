@@ -1,0 +1,518 @@
+-- Internal helpers: the clock, policies, input checks, the fence, counters.
+--
+-- Internal helpers of the state machine: the clock, a queue's policy, the input checks, the
+-- claim fence, notifications and the outcome counters. No caller may execute these
+-- (security.sql); the API functions call them.
+--
+-- Why the hot helpers are PL/pgSQL: a SQL-language function that pins search_path cannot be
+-- inlined, and PostgreSQL before 18 plans its body again on every call (queue_policy alone cost
+-- about 150 us per push that way), while PL/pgSQL keeps each statement's plan for the session.
+-- Functions that run queries set plan_cache_mode = force_generic_plan: each statement is
+-- planned once per session instead of afresh on each of its first five calls (about 250 us per
+-- pull); tests/queue/test_plans_without_statistics.py checks those generic plans.
+
+-- The clock every function reads: the statement's time (stable within a statement and, unlike
+-- now(), not frozen at the start of a long caller transaction), moved by
+-- postkit_queue.clock_offset in a superuser's session (the test suite's seam for deadlines and
+-- delays). Any other session that sets the offset gets an error instead of a clock it could use
+-- to store run_at = -infinity or to expire other workers' claims; an offset that is infinite or
+-- over a century is refused too.
+CREATE OR REPLACE FUNCTION postkit_queue.clock() RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_setting text := current_setting('postkit_queue.clock_offset', true);
+    v_now     timestamptz;
+BEGIN
+    IF v_setting IS NULL OR v_setting = '' THEN
+        RETURN statement_timestamp();
+    END IF;
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r
+                     WHERE r.rolname = session_user), false) THEN
+        RAISE EXCEPTION 'postkit: postkit_queue.clock_offset is a test setting: only a '
+                        'superuser''s session may move the queue''s clock'
+            USING ERRCODE = '42501';
+    END IF;
+    BEGIN
+        v_now := statement_timestamp() + v_setting::interval;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+                   OR interval_field_overflow THEN
+        v_now := NULL;
+    END;
+    -- Within a century: every time the queue stores from this clock stays one that every
+    -- driver reads (Python's datetime ends at year 9999).
+    IF v_now IS NULL OR NOT isfinite(v_now)
+       OR v_now NOT BETWEEN statement_timestamp() - interval '100 years'
+                        AND statement_timestamp() + interval '100 years' THEN
+        RAISE EXCEPTION 'postkit: postkit_queue.clock_offset must be a finite interval of at '
+                        'most 100 years, got %', v_setting USING ERRCODE = 'PKQ05';
+    END IF;
+    RETURN v_now;
+END
+$$;
+
+-- A queue's policy: its settings row (queue_settings) over the built-in defaults: max_attempts
+-- 20, visibility timeout 30 s, backoff from 1 s to 1 h, not paused, completed jobs deleted at
+-- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB. Every
+-- function asks here, so the defaults live in one place.
+CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
+    p_namespace text, p_queue text,
+    OUT max_attempts integer, OUT visibility_timeout interval,
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    -- A primary-key probe of queue_settings; a queue without a row gets every default.
+    SELECT s.max_attempts, s.visibility_timeout, s.backoff_base, s.backoff_cap, s.paused,
+           s.retain_completed, s.retain_dead, s.max_payload_bytes
+    INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
+         retain_completed, retain_dead, max_payload_bytes
+    FROM postkit_queue.queue_settings s
+    WHERE s.namespace = p_namespace AND s.queue = p_queue;
+    max_attempts := coalesce(max_attempts, 20);
+    visibility_timeout := coalesce(visibility_timeout, interval '30 seconds');
+    backoff_base := coalesce(backoff_base, interval '1 second');
+    backoff_cap := coalesce(backoff_cap, interval '1 hour');
+    paused := coalesce(paused, false);
+    retain_dead := coalesce(retain_dead, interval '30 days');
+    max_payload_bytes := coalesce(max_payload_bytes, 1048576);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Input checks. Each raises before anything is written, with a message a person can act on, and
+-- has a twin in the SDK (postkit/queue/limits.py), which runs it before it sends anything, so
+-- that a bad argument never aborts the caller's transaction; tests/queue/test_limits.py proves
+-- the two agree at every boundary.
+--
+--   * Durations are checked by their effect. PostgreSQL compares intervals field by field
+--     normalized with 30-day months and 24-hour days, so '-1 years +360 days 11:00:00' compares
+--     as 11 hours while adding it to a time moves the clock back about five days. A duration
+--     has no negative field (months, days and time each zero or positive): then its effect is
+--     zero or positive from any starting time, in any time zone, and zero exactly when every
+--     field is, so the check is exact without a reference time ('-1 months +31 days' moves
+--     2000-03-01 forward two days but 2000-02-01 not at all). The upper bound is compared
+--     normalized; a month there counts 30 days, at most a day off a calendar month, which a
+--     sanity limit of hours or years can afford.
+--   * Arrays are one-dimensional with lower bound 1, and the arrays of ids and claim tokens hold
+--     no NULL: a 2-D array would read every key as NULL, and one starting at 0 would give each
+--     job its neighbour's key.
+--   * A payload is measured at its real size, not pg_column_size's compressed one.
+--   * Names refuse control and format characters (Unicode Cc and Cf: tab, newline, escape,
+--     zero-width spaces and joiners, bidi controls, the byte order mark...), and a name made
+--     only of space separators (Unicode Zs, Zl, Zp: also U+00A0 and U+3000) is blank.
+--   * A bare job id never settles a claim: ack, nack, fail, extend_visibility and release
+--     refuse a call with neither claim token nor worker_id (PKQ13), and a claim taken without a
+--     worker_id can only be settled with its claim token.
+-- ---------------------------------------------------------------------------------------------
+
+-- A name (namespace, queue, worker id...): at most 128 characters, not blank, no control or
+-- format character; NULL only where p_allow_null.
+CREATE OR REPLACE FUNCTION postkit_queue.check_name(p_what text, p_value text, p_required boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_control text;
+BEGIN
+    IF p_value IS NULL THEN
+        IF p_required THEN
+            RAISE EXCEPTION 'postkit: % must not be null', p_what USING ERRCODE = 'PKQ01';
+        END IF;
+        RETURN;
+    END IF;
+    IF postkit_queue.is_name(p_value) THEN
+        RETURN;
+    END IF;
+    IF char_length(p_value) > 128 THEN
+        RAISE EXCEPTION 'postkit: % is % characters long; the limit is 128',
+            p_what, char_length(p_value) USING ERRCODE = 'PKQ01';
+    END IF;
+    v_control := substring(p_value FROM '[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]');
+    IF v_control IS NOT NULL THEN
+        RAISE EXCEPTION 'postkit: % must not contain control or format characters (U+% at position %)',
+            p_what, lpad(upper(to_hex(ascii(v_control))), greatest(4, length(to_hex(ascii(v_control)))), '0'), strpos(p_value, v_control)
+            USING ERRCODE = 'PKQ01';
+    END IF;
+    RAISE EXCEPTION 'postkit: % must not be empty or blank', p_what USING ERRCODE = 'PKQ01';
+END
+$$;
+
+-- The name rule, once, for the fast paths. A SQL-standard function body is parsed when the
+-- function is created, so every name in it is bound then and no caller's search_path can reach
+-- it; and a body of one expression is inlined into the calling statement, so the fast paths pay
+-- nothing for calling it. At most 128 characters, none of them a control or format character,
+-- and at least one that is not a space separator. NULL for NULL. The character classes are
+-- postkit/queue/limits.py's CONTROL_RANGES (NUL aside: text cannot hold it) and BLANK_RANGES.
+CREATE OR REPLACE FUNCTION postkit_queue.is_name(p_value text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+RETURN char_length(p_value) <= 128
+   AND p_value !~ '[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
+   AND p_value ~ '[^\u0020\u00a0\u1680\u2000-\u200a\u2028-\u2029\u202f\u205f\u3000]';
+
+-- A payload must be there (the JSON value null is fine) and fit the queue's max_payload_bytes
+-- (1 MiB unless configured): a runaway payload would bloat the table every worker scans.
+CREATE OR REPLACE FUNCTION postkit_queue.check_payload(p_queue text, p_payload jsonb, p_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_size integer;
+BEGIN
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'postkit: payload must not be null (use the JSON value null instead)'
+            USING ERRCODE = 'PKQ02';
+    END IF;
+    v_size := postkit_queue.payload_size(p_payload);
+    IF v_size > p_max THEN
+        RAISE EXCEPTION 'postkit: the payload is % bytes; queue % takes at most % '
+                        '(configure_queue max_payload_bytes)',
+            v_size, p_queue, p_max USING ERRCODE = 'PKQ02';
+    END IF;
+END
+$$;
+
+-- A payload's real size: the bytes of its jsonb value, uncompressed. A value straight from
+-- the client is never compressed, and pg_column_size reads its size without touching it; a
+-- value read from a table column may be (pg_column_compression says so), and only then is it
+-- rebuilt, uncompressed, to be measured.
+CREATE OR REPLACE FUNCTION postkit_queue.payload_size(p_payload jsonb)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_column_compression(p_payload) IS NULL THEN
+        RETURN pg_column_size(p_payload);
+    END IF;
+    RETURN pg_column_size(p_payload::text::jsonb);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION postkit_queue.check_priority(p_priority integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_priority IS NULL OR p_priority NOT BETWEEN -32768 AND 32767 THEN
+        RAISE EXCEPTION 'postkit: priority must be between -32768 and 32767, got %', p_priority
+            USING ERRCODE = 'PKQ03';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION postkit_queue.check_max_attempts(p_max_attempts integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_max_attempts IS NOT NULL AND p_max_attempts NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'postkit: max_attempts must be between 1 and 1000, got %', p_max_attempts
+            USING ERRCODE = 'PKQ04';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION postkit_queue.check_duration(
+    p_what text, p_value interval, p_allow_zero boolean, p_max interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR coalesce(postkit_queue.is_duration(p_value, p_allow_zero, p_max), false)
+    THEN
+        RETURN;
+    END IF;
+    IF NOT isfinite(p_value) OR p_value > p_max THEN
+        RAISE EXCEPTION 'postkit: % of % is too long; the limit is %', p_what, p_value, p_max
+            USING ERRCODE = 'PKQ05';
+    END IF;
+    IF date_trunc('month', p_value) < interval '0' OR extract(day FROM p_value) < 0
+       OR p_value - date_trunc('day', p_value) < interval '0' THEN
+        RAISE EXCEPTION 'postkit: % of % has a negative part: its months, days and time must '
+                        'each be zero or positive (a month is not always 30 days)',
+            p_what, p_value USING ERRCODE = 'PKQ05';
+    END IF;
+    RAISE EXCEPTION 'postkit: % must be %, got %', p_what,
+        CASE WHEN p_allow_zero THEN 'zero or positive' ELSE 'positive' END, p_value
+        USING ERRCODE = 'PKQ05';
+END
+$$;
+
+-- The duration rule, once, for the fast paths (inlined, as is_name): no negative field (see
+-- the top of this file), positive or, where p_allow_zero, zero, and at most p_max. NULL for
+-- NULL. date_trunc('month', x) keeps x's months alone, and x - date_trunc('day', x) its time
+-- alone (interval subtraction is field by field).
+CREATE OR REPLACE FUNCTION postkit_queue.is_duration(p_value interval, p_allow_zero boolean, p_max interval)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+RETURN date_trunc('month', p_value) >= interval '0'
+   AND extract(day FROM p_value) >= 0
+   AND p_value - date_trunc('day', p_value) >= interval '0'
+   AND p_value <= p_max
+   AND (p_value > interval '0' OR (p_allow_zero AND p_value = interval '0'));
+
+CREATE OR REPLACE FUNCTION postkit_queue.check_job_id(p_job_id bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_job_id IS NULL THEN
+        RAISE EXCEPTION 'postkit: job_id must not be null' USING ERRCODE = 'PKQ06';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION postkit_queue.check_limit(p_limit integer, p_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > p_max THEN
+        RAISE EXCEPTION 'postkit: limit must be between 1 and %, got %', p_max, p_limit
+            USING ERRCODE = 'PKQ07';
+    END IF;
+END
+$$;
+
+-- An array argument: NULL, or one-dimensional with lower bound 1 (positions pair its entries
+-- with another array's), and without NULL entries unless p_nulls. The error code is the one
+-- of the entries' kind (PKQ01 names, PKQ06 job ids, PKQ13 claim tokens).
+CREATE OR REPLACE FUNCTION postkit_queue.check_array(
+    p_what text, p_value anyarray, p_nulls boolean, p_errcode text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR cardinality(p_value) = 0 THEN
+        RETURN;
+    END IF;
+    IF array_ndims(p_value) <> 1 OR array_lower(p_value, 1) <> 1 THEN
+        RAISE EXCEPTION 'postkit: % must be a one-dimensional array starting at 1, got one '
+                        'with dimensions %', p_what, array_dims(p_value) USING ERRCODE = p_errcode;
+    END IF;
+    IF NOT p_nulls AND array_position(p_value, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'postkit: % must not hold NULL (entry %)', p_what,
+            array_position(p_value, NULL) USING ERRCODE = p_errcode;
+    END IF;
+END
+$$;
+
+-- A settle names its claim by the claim token, or at least by the worker_id the job was
+-- claimed under; a bare job id names none (see the top of this file).
+CREATE OR REPLACE FUNCTION postkit_queue.check_claim(p_call text, p_worker_id text, p_claim_token uuid)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_worker_id IS NULL AND p_claim_token IS NULL THEN
+        RAISE EXCEPTION 'postkit: % needs the claim token pull returned (or the worker_id the '
+                        'job was claimed under): a bare job id does not say whose claim it '
+                        'settles', p_call USING ERRCODE = 'PKQ13';
+    END IF;
+END
+$$;
+
+-- Is the caller still the holder of this claim? The claim token decides when the caller has
+-- one: it is unique per claim, so a stale first attempt cannot settle a second attempt even
+-- when the same worker_id took both. Without a token, the worker_id the caller claimed with
+-- decides, and a claim taken without a worker_id is held by no worker_id. Never NULL: nack and
+-- fail read NOT holds_claim(...), and a NULL there would read as "holds the claim".
+CREATE OR REPLACE FUNCTION postkit_queue.holds_claim(
+    p_job postkit_queue.jobs, p_worker_id text, p_claim_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce(
+        p_job.state = 'running'
+        AND CASE WHEN p_claim_token IS NOT NULL
+                 THEN p_job.claim_token = p_claim_token
+                      AND (p_worker_id IS NULL
+                           OR p_job.worker_id IS NOT DISTINCT FROM p_worker_id)
+                 ELSE p_job.worker_id = p_worker_id
+            END,
+        false);
+END
+$$;
+
+-- One entry of a job's error history.
+CREATE OR REPLACE FUNCTION postkit_queue.error_entry(
+    p_job postkit_queue.jobs, p_kind text, p_error text, p_at timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN jsonb_build_object(
+        'attempt', p_job.attempts,
+        'kind', p_kind,
+        -- Errors are capped at 8 KiB so that a runaway traceback cannot bloat the hot table.
+        'error', left(p_error, 8192),
+        'worker_id', p_job.worker_id,
+        'at', p_at);
+END
+$$;
+
+-- next_run_at: when the earliest pending job of these queues falls due (NULL: none pending).
+-- A waiting worker sleeps no longer than this. For each queue, a skip scan of jobs_pull_idx
+-- over its distinct priorities, and within each priority the first entry (the index is ordered
+-- by run_at there): a few index probes however long the backlog, never a scan of it. Paused
+-- queues are left out: pull hands out nothing from them, so counting their due jobs would keep
+-- their workers from sleeping; resume_queue's notification wakes them.
+CREATE OR REPLACE FUNCTION postkit_queue.next_run_at(p_namespace text, p_queues text[])
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_sort = off
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+BEGIN
+    -- The skip scan (per queue, one probe of jobs_pull_idx per distinct
+    -- priority, and the first run_at within each), over the queues that are not paused: one
+    -- primary-key probe of queue_settings per queue, as queue_policy makes.
+    RETURN (
+        WITH RECURSIVE active(queue) AS (
+            SELECT q.queue FROM unnest(p_queues) AS q(queue)
+            WHERE NOT EXISTS (SELECT FROM postkit_queue.queue_settings s
+                              WHERE s.namespace = p_namespace AND s.queue = q.queue
+                                AND s.paused)
+        ), priorities(queue, priority) AS (
+            SELECT a.queue, (SELECT j.priority FROM postkit_queue.jobs j
+                             WHERE j.namespace = p_namespace AND j.queue = a.queue
+                               AND j.state = 'pending'
+                             ORDER BY j.priority DESC LIMIT 1)
+            FROM active a
+            UNION ALL
+            SELECT p.queue, (SELECT j.priority FROM postkit_queue.jobs j
+                             WHERE j.namespace = p_namespace AND j.queue = p.queue
+                               AND j.state = 'pending' AND j.priority < p.priority
+                             ORDER BY j.priority DESC LIMIT 1)
+            FROM priorities p WHERE p.priority IS NOT NULL
+        )
+        SELECT min(first.run_at)
+        FROM priorities p
+        CROSS JOIN LATERAL (
+            SELECT j.run_at FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p.queue AND j.state = 'pending'
+              AND j.priority = p.priority
+            ORDER BY j.run_at LIMIT 1) first
+        WHERE p.priority IS NOT NULL);
+END
+$$;
+
+-- Tell listeners of a queue that a job may be ready, when the current transaction commits.
+-- PostgreSQL delivers identical notifications (same channel, same payload) of one transaction
+-- once, so a transaction that pushes a thousand jobs to a queue sends one notification and takes
+-- the commit-time notify lock once. A session may SET postkit_queue.notify = off (a bulk load,
+-- a benchmark of the cost); waiting workers then find the jobs at their next fallback poll.
+CREATE OR REPLACE FUNCTION postkit_queue.notify(p_namespace text, p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off' THEN
+        PERFORM pg_notify(postkit_queue.channel_name(p_namespace, p_queue), '');
+    END IF;
+END
+$$;
+
+-- The channel of one queue (internal: notify uses it; callers ask channel()).
+CREATE OR REPLACE FUNCTION postkit_queue.channel_name(p_namespace text, p_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 'postkit_' || md5((SELECT k.key FROM postkit_queue.channel_key k)
+                             || chr(31) || p_namespace || chr(31) || p_queue);
+END
+$$;
+
+-- Called by every state change that ends attempts, with the jobs and their outcome (the
+-- outcome type: completed, retried, rescued, dead): adds them to the queue's counters and
+-- archives completed jobs of queues that keep them, without touching the state machine. It
+-- takes an array so that a batch of acks costs one call. The upsert takes its rows in
+-- (namespace, queue) order: two workers that share a counter slot and settle batches spanning
+-- the same queues lock those rows in the same order, so they queue up instead of deadlocking.
+-- The archive joins queue_settings directly: retain_completed has no built-in default (NULL,
+-- not archived), so only a queue with a settings row can keep completed jobs, and a batch of
+-- a queue without one costs a single probe instead of a queue_policy call per job.
+CREATE OR REPLACE FUNCTION postkit_queue.record_outcomes(
+    p_jobs postkit_queue.jobs[], p_outcome postkit_queue.outcome, p_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    INSERT INTO postkit_queue.queue_stats AS s (
+        namespace, queue, minute, slot, completed, retried, rescued, dead, completed_attempts)
+    SELECT j.namespace, j.queue, date_trunc('minute', p_at), pg_backend_pid() % 8,
+           count(*) FILTER (WHERE p_outcome = 'completed'),
+           count(*) FILTER (WHERE p_outcome = 'retried'),
+           count(*) FILTER (WHERE p_outcome = 'rescued'),
+           count(*) FILTER (WHERE p_outcome = 'dead'),
+           coalesce(sum(j.attempts) FILTER (WHERE p_outcome = 'completed'), 0)
+    FROM unnest(p_jobs) AS j
+    GROUP BY j.namespace, j.queue
+    ORDER BY j.namespace, j.queue
+    ON CONFLICT (namespace, queue, minute, slot) DO UPDATE
+    SET completed = s.completed + EXCLUDED.completed,
+        retried = s.retried + EXCLUDED.retried,
+        rescued = s.rescued + EXCLUDED.rescued,
+        dead = s.dead + EXCLUDED.dead,
+        completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
+
+    IF p_outcome = 'completed' THEN
+        INSERT INTO postkit_queue.completed_jobs (
+            namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
+            created_at, completed_at, expires_at)
+        SELECT j.namespace, j.id, j.queue, j.payload, j.priority, j.attempts, j.worker_id,
+               j.errors, j.created_at, p_at, p_at + s.retain_completed
+        FROM unnest(p_jobs) AS j
+        JOIN postkit_queue.queue_settings s
+          ON s.namespace = j.namespace AND s.queue = j.queue
+        WHERE s.retain_completed IS NOT NULL;
+    END IF;
+END
+$$;
+
+-- Move a claimed job, already locked by the caller, to the dead-letter queue.
+CREATE OR REPLACE FUNCTION postkit_queue.bury(
+    p_job postkit_queue.jobs, p_reason text, p_errors jsonb, p_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM postkit_queue.jobs WHERE namespace = p_job.namespace AND id = p_job.id;
+    INSERT INTO postkit_queue.dead_letters (
+        namespace, job_id, queue, payload, priority, attempts, max_attempts, unique_key,
+        worker_id, reason, error, errors, created_at, failed_at, expires_at)
+    VALUES (
+        p_job.namespace, p_job.id, p_job.queue, p_job.payload, p_job.priority, p_job.attempts,
+        p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
+        p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
+        p_at + (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_dead);
+    PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead', p_at);
+END
+$$;

@@ -1,0 +1,747 @@
+-- Operations: statistics, listings, settings, pause, purge, redrive, retention.
+--
+-- Operating the queue: statistics that stay fast at millions of rows, listings with keyset
+-- pagination, queue settings, pause and purge, cancel, dead-letter redrive and purge, and
+-- retention. Like the state machine, each operation is one function that validates its input,
+-- takes the locks it needs and says so below. The ones that destroy jobs also require operator
+-- access (require_operator), beyond EXECUTE.
+
+-- stats: per queue, how many jobs are pending (ready now), scheduled (delayed), running and
+-- dead; the age of the oldest ready job; outcomes in the last minute and hour; mean attempts
+-- of completed jobs. Live counts are exact up to p_cap and then reported as p_cap with
+-- counts_capped = true: each count is an index range scan that stops at p_cap rows, so stats
+-- stays fast on a backlog of millions (a full COUNT(*) would read every row).
+CREATE OR REPLACE FUNCTION postkit_queue.stats(
+    p_namespace text, p_queue text DEFAULT NULL, p_cap integer DEFAULT 100000)
+RETURNS TABLE (
+    queue text, paused boolean, pending bigint, scheduled bigint, running bigint, dead bigint,
+    counts_capped boolean, oldest_ready_age interval,
+    completed_last_minute bigint, completed_last_hour bigint,
+    failed_last_minute bigint, failed_last_hour bigint,
+    retried_last_hour bigint, rescued_last_hour bigint, mean_attempts numeric)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+-- Each count must stop at p_cap rows, which only a plain index scan does: a bitmap scan reads
+-- the whole index range before the LIMIT applies, and a sequential scan may read the whole
+-- table. Without these, a generic plan on a million-job backlog read every row.
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now        timestamptz := postkit_queue.clock();
+    v_queue      text;
+    v_priorities smallint[];
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    PERFORM postkit_queue.check_limit(p_cap, 10000000);
+    FOR v_queue IN
+        SELECT q FROM postkit_queue.queues(p_namespace) AS q
+        WHERE p_queue IS NULL OR q = p_queue
+        UNION SELECT p_queue WHERE p_queue IS NOT NULL
+        ORDER BY 1
+    LOOP
+        queue := v_queue;
+        paused := (postkit_queue.queue_policy(p_namespace, v_queue)).paused;
+        -- The distinct priorities of the queue's pending jobs: a skip scan of jobs_pull_idx,
+        -- one index probe per priority. Within one priority the index is ordered by run_at,
+        -- so "ready" and "scheduled" are each one contiguous range of it.
+        WITH RECURSIVE priorities(priority) AS (
+            (SELECT j.priority FROM postkit_queue.jobs j
+             WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+             ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM postkit_queue.jobs j
+                    WHERE j.namespace = p_namespace AND j.queue = v_queue
+                      AND j.state = 'pending' AND j.priority < p.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM priorities p WHERE p.priority IS NOT NULL
+        )
+        SELECT array_agg(p.priority) INTO v_priorities
+        FROM priorities p WHERE p.priority IS NOT NULL;
+        v_priorities := coalesce(v_priorities, '{}');
+        -- Range scans of jobs_pull_idx, priority by priority, stopping at p_cap rows in all.
+        SELECT count(*) INTO pending FROM (
+            SELECT 1 FROM unnest(v_priorities) AS p(priority)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+                  AND j.priority = p.priority AND j.run_at <= v_now
+                LIMIT p_cap) ready
+            LIMIT p_cap) counted;
+        SELECT count(*) INTO scheduled FROM (
+            SELECT 1 FROM unnest(v_priorities) AS p(priority)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+                  AND j.priority = p.priority AND j.run_at > v_now
+                LIMIT p_cap) later
+            LIMIT p_cap) counted;
+        SELECT count(*) INTO running FROM (
+            SELECT 1 FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'running'
+            LIMIT p_cap) claimed;
+        SELECT count(*) INTO dead FROM (
+            SELECT 1 FROM postkit_queue.dead_letters d
+            WHERE d.namespace = p_namespace AND d.queue = v_queue
+              AND d.redriven_job_id IS NULL
+            LIMIT p_cap) buried;
+        counts_capped := greatest(pending, scheduled, running, dead) >= p_cap;
+        -- The oldest ready job: the earliest run_at of each priority, then the earliest of those.
+        SELECT v_now - min(first.run_at) INTO oldest_ready_age
+        FROM unnest(v_priorities) AS p(priority)
+        CROSS JOIN LATERAL (
+            SELECT j.run_at FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+              AND j.priority = p.priority
+            ORDER BY j.run_at LIMIT 1) first
+        WHERE first.run_at <= v_now;
+        -- Primary-key range scan of queue_stats: at most 60 minutes x 8 slots.
+        SELECT coalesce(sum(s.completed) FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
+               coalesce(sum(s.completed), 0),
+               coalesce(sum(s.dead) FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
+               coalesce(sum(s.dead), 0),
+               coalesce(sum(s.retried), 0),
+               coalesce(sum(s.rescued), 0),
+               round(sum(s.completed_attempts)::numeric / nullif(sum(s.completed), 0), 2)
+        INTO completed_last_minute, completed_last_hour, failed_last_minute, failed_last_hour,
+             retried_last_hour, rescued_last_hour, mean_attempts
+        FROM postkit_queue.queue_stats s
+        WHERE s.namespace = p_namespace AND s.queue = v_queue
+          AND s.minute > v_now - interval '1 hour';
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- The queues a namespace has: configured ones, ones with live jobs, dead letters or recent
+-- outcomes. Live queues come from a skip scan of jobs_pull_idx (one index probe per distinct
+-- queue, however many jobs) plus the running rows, which are bounded by the workers' slots;
+-- queues with dead letters from a skip scan of dead_letters_queue_idx.
+CREATE OR REPLACE FUNCTION postkit_queue.queues(p_namespace text)
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH RECURSIVE pending_queues(queue) AS (
+        (SELECT j.queue FROM postkit_queue.jobs j
+         WHERE j.namespace = p_namespace AND j.state = 'pending'
+         ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.state = 'pending' AND j.queue > q.queue
+                ORDER BY j.queue LIMIT 1)
+        FROM pending_queues q
+        WHERE q.queue IS NOT NULL
+    ), dead_queues(queue) AS (
+        (SELECT d.queue FROM postkit_queue.dead_letters d
+         WHERE d.namespace = p_namespace AND d.redriven_job_id IS NULL
+         ORDER BY d.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT d.queue FROM postkit_queue.dead_letters d
+                WHERE d.namespace = p_namespace AND d.redriven_job_id IS NULL
+                  AND d.queue > q.queue
+                ORDER BY d.queue LIMIT 1)
+        FROM dead_queues q
+        WHERE q.queue IS NOT NULL
+    )
+    SELECT queue FROM pending_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT j.queue FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.state = 'running'
+    UNION
+    SELECT s.queue FROM postkit_queue.queue_settings s WHERE s.namespace = p_namespace
+    UNION
+    SELECT s.queue FROM postkit_queue.queue_stats s
+    WHERE s.namespace = p_namespace AND s.minute >= postkit_queue.clock() - interval '1 hour'
+    UNION
+    SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+$$;
+
+-- known_queues: every queue name the namespace has used: queues() (live jobs, dead letters,
+-- settings, which include the queues workers registered, and recent outcomes) and the queues
+-- its schedules push to. Names only: producers may ask, so that their pushes get the typo guard.
+CREATE OR REPLACE FUNCTION postkit_queue.known_queues(p_namespace text)
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT q FROM postkit_queue.queues(p_namespace) AS q
+    UNION
+    SELECT s.queue FROM postkit_queue.schedules s WHERE s.namespace = p_namespace
+$$;
+
+-- register_queues: record that a worker serves these queues, so that the command line's typo
+-- guard (known_queues) knows a healthy queue that gets a job a day. A queue already known keeps
+-- its row (and its settings) untouched; a new one gets a settings row of built-in defaults,
+-- which changes no behaviour. One INSERT, conflicts ignored on the primary key.
+CREATE OR REPLACE FUNCTION postkit_queue.register_queues(p_namespace text, p_queues text[])
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue text;
+    v_added integer;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    IF p_queues IS NULL THEN
+        RAISE EXCEPTION 'postkit: queues must not be NULL' USING ERRCODE = 'PKQ01';
+    END IF;
+    PERFORM postkit_queue.check_array('queues', p_queues, false, 'PKQ01');
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM postkit_queue.check_name('queue', v_queue, true);
+    END LOOP;
+    INSERT INTO postkit_queue.queue_settings (namespace, queue, updated_at)
+    SELECT p_namespace, q, postkit_queue.clock() FROM unnest(p_queues) AS q
+    ORDER BY q  -- the same lock order in every worker
+    ON CONFLICT (namespace, queue) DO NOTHING;
+    GET DIAGNOSTICS v_added = ROW_COUNT;
+    RETURN v_added;
+END
+$$;
+
+-- jobs: list the jobs of a queue in one state ('pending' = ready now, 'scheduled', 'running'
+-- or 'dead'), oldest id first, p_limit at a time. Keyset pagination: pass the last id of a
+-- page as p_after_id to get the next.
+CREATE OR REPLACE FUNCTION postkit_queue.jobs(
+    p_namespace text, p_queue text, p_state text,
+    p_limit integer DEFAULT 100, p_after_id bigint DEFAULT 0)
+RETURNS TABLE (
+    namespace text, id bigint, queue text, state text, payload jsonb, priority smallint,
+    run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
+    worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
+    errors jsonb, created_at timestamptz, failed_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := postkit_queue.clock();
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_limit(p_limit, 10000);
+    -- The job_state type's labels, compared as text so that a bad one is this error, not a
+    -- cast's.
+    IF p_state IS NULL
+       OR NOT p_state = ANY (enum_range(NULL::postkit_queue.job_state)::text[]) THEN
+        RAISE EXCEPTION 'postkit: state must be %, got %',
+            array_to_string(enum_range(NULL::postkit_queue.job_state), ', '),
+            coalesce(p_state, 'NULL') USING ERRCODE = 'PKQ09';
+    END IF;
+    IF p_state = 'dead' THEN
+        RETURN QUERY
+        SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL::timestamptz,
+               d.attempts, d.max_attempts, d.unique_key, d.worker_id, NULL::uuid,
+               NULL::timestamptz, NULL::timestamptz, d.errors, d.created_at, d.failed_at
+        FROM postkit_queue.dead_letters d
+        WHERE d.namespace = p_namespace AND d.queue = p_queue
+          AND d.job_id > coalesce(p_after_id, 0) AND d.redriven_job_id IS NULL
+        ORDER BY d.job_id
+        LIMIT p_limit;
+        RETURN;
+    END IF;
+    -- A primary-key range scan from the cursor, filtered to the queue and state.
+    RETURN QUERY
+    SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at, j.attempts,
+           j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
+           j.visible_until, j.errors, j.created_at, NULL::timestamptz
+    FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.queue = p_queue
+      AND j.id > coalesce(p_after_id, 0)
+      AND CASE p_state
+              WHEN 'running' THEN j.state = 'running'
+              WHEN 'pending' THEN j.state = 'pending' AND j.run_at <= v_now
+              ELSE j.state = 'pending' AND j.run_at > v_now
+          END
+    ORDER BY j.id
+    LIMIT p_limit;
+END
+$$;
+
+-- dead_letters: the newest dead letters of a namespace, newest first, filtered by queue, by
+-- when they failed and by a substring of their last error (case-insensitive). Redriven ones are
+-- left out unless p_include_redriven. Keyset pagination: pass the failed_at and job_id of the
+-- last row of a page to get the next one.
+CREATE OR REPLACE FUNCTION postkit_queue.dead_letters(
+    p_namespace         text,
+    p_queue             text        DEFAULT NULL,
+    p_limit             integer     DEFAULT 100,
+    p_failed_after      timestamptz DEFAULT NULL,
+    p_failed_before     timestamptz DEFAULT NULL,
+    p_error_contains    text        DEFAULT NULL,
+    p_include_redriven  boolean     DEFAULT false,
+    p_after_failed_at   timestamptz DEFAULT NULL,
+    p_after_job_id      bigint      DEFAULT NULL)
+RETURNS SETOF postkit_queue.dead_letters
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    PERFORM postkit_queue.check_limit(p_limit, 10000);
+    -- A range scan of dead_letters_failed_at_idx, newest first, from the page cursor.
+    RETURN QUERY
+    SELECT * FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace
+      AND (p_queue IS NULL OR d.queue = p_queue)
+      AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+      AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+      AND (p_error_contains IS NULL
+           OR strpos(lower(coalesce(d.error, '')), lower(p_error_contains)) > 0)
+      AND (p_include_redriven OR d.redriven_job_id IS NULL)
+      AND (p_after_failed_at IS NULL
+           OR (d.failed_at, d.job_id) < (p_after_failed_at, coalesce(p_after_job_id, 0)))
+    ORDER BY d.failed_at DESC, d.job_id DESC
+    LIMIT p_limit;
+END
+$$;
+
+-- outcomes_since: per queue, the jobs completed, dead-lettered, retried and rescued from the
+-- start of the minute of p_since on. The counters only grow while their minutes are kept
+-- (prune deletes minutes older than 2 hours), so two calls with the same p_since, within the
+-- hour, differ by exactly the outcomes between them: `postkit stats --watch` shows rates from
+-- that difference (stats' last-hour sums lose a minute's counts whenever that minute leaves
+-- the window). A primary-key range scan of queue_stats: at most 120 minutes x 8 slots per
+-- queue.
+CREATE OR REPLACE FUNCTION postkit_queue.outcomes_since(p_namespace text, p_since timestamptz)
+RETURNS TABLE (queue text, completed bigint, failed bigint, retried bigint, rescued bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    IF p_since IS NULL THEN
+        RAISE EXCEPTION 'postkit: since must not be NULL' USING ERRCODE = 'PKQ05';
+    END IF;
+    RETURN QUERY
+    SELECT s.queue, sum(s.completed)::bigint, sum(s.dead)::bigint, sum(s.retried)::bigint,
+           sum(s.rescued)::bigint
+    FROM postkit_queue.queue_stats s
+    WHERE s.namespace = p_namespace AND s.minute >= date_trunc('minute', p_since)
+    GROUP BY s.queue
+    ORDER BY s.queue;
+END
+$$;
+
+-- configure_queue: set a queue's defaults and retention. NULL puts a setting back to the
+-- built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to 1 h;
+-- completed jobs deleted at once; dead letters kept 30 days; payloads up to 1 MiB). Pausing is
+-- separate (pause_queue). Returns the policy now in force.
+CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
+    p_namespace          text,
+    p_queue              text,
+    p_max_attempts       integer  DEFAULT NULL,
+    p_visibility_timeout interval DEFAULT NULL,
+    p_backoff_base       interval DEFAULT NULL,
+    p_backoff_cap        interval DEFAULT NULL,
+    p_retain_completed   interval DEFAULT NULL,
+    p_retain_dead        interval DEFAULT NULL,
+    p_max_payload_bytes  integer  DEFAULT NULL,
+    OUT max_attempts integer, OUT visibility_timeout interval,
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_max_attempts(p_max_attempts);
+    PERFORM postkit_queue.check_duration(
+        'visibility_timeout', p_visibility_timeout, false, interval '12 hours');
+    PERFORM postkit_queue.check_duration('backoff_base', p_backoff_base, false, interval '1 day');
+    PERFORM postkit_queue.check_duration('backoff_cap', p_backoff_cap, false, interval '30 days');
+    PERFORM postkit_queue.check_duration(
+        'retain_completed', p_retain_completed, false, interval '3650 days');
+    PERFORM postkit_queue.check_duration('retain_dead', p_retain_dead, false, interval '3650 days');
+    IF p_max_payload_bytes IS NOT NULL AND p_max_payload_bytes NOT BETWEEN 1 AND 104857600 THEN
+        RAISE EXCEPTION 'postkit: max_payload_bytes must be between 1 and 104857600 (100 MiB), '
+                        'got %', p_max_payload_bytes USING ERRCODE = 'PKQ02';
+    END IF;
+
+    INSERT INTO postkit_queue.queue_settings AS s (
+        namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
+        retain_completed, retain_dead, max_payload_bytes, updated_at)
+    VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
+            p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
+            postkit_queue.clock())
+    ON CONFLICT (namespace, queue) DO UPDATE
+    SET max_attempts = EXCLUDED.max_attempts,
+        visibility_timeout = EXCLUDED.visibility_timeout,
+        backoff_base = EXCLUDED.backoff_base,
+        backoff_cap = EXCLUDED.backoff_cap,
+        retain_completed = EXCLUDED.retain_completed,
+        retain_dead = EXCLUDED.retain_dead,
+        max_payload_bytes = EXCLUDED.max_payload_bytes,
+        updated_at = EXCLUDED.updated_at;
+
+    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
+                  retain_completed, retain_dead, max_payload_bytes
+    FROM postkit_queue.queue_policy(p_namespace, p_queue);
+END
+$$;
+
+-- update_queue_settings: change the settings it is given, restore the built-in default of the
+-- ones it is told to reset, and keep the rest (configure_queue sets every setting at once, NULL
+-- restoring the default). `postkit queue configure` calls it.
+CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
+    p_namespace          text,
+    p_queue              text,
+    p_max_attempts       integer  DEFAULT NULL,
+    p_visibility_timeout interval DEFAULT NULL,
+    p_backoff_base       interval DEFAULT NULL,
+    p_backoff_cap        interval DEFAULT NULL,
+    p_retain_completed   interval DEFAULT NULL,
+    p_retain_dead        interval DEFAULT NULL,
+    p_max_payload_bytes  integer  DEFAULT NULL,
+    p_reset              text[]   DEFAULT '{}',
+    OUT max_attempts integer, OUT visibility_timeout interval,
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_settings CONSTANT text[] := ARRAY['max_attempts', 'visibility_timeout', 'backoff_base',
+        'backoff_cap', 'retain_completed', 'retain_dead', 'max_payload_bytes'];
+    v_unknown  text;
+    v_current  postkit_queue.queue_settings;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    SELECT r INTO v_unknown FROM unnest(coalesce(p_reset, '{}')) AS r
+    WHERE r IS NULL OR NOT r = ANY (v_settings) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'postkit: cannot reset %: the settings are %',
+            coalesce(quote_literal(v_unknown), 'NULL'), array_to_string(v_settings, ', ')
+            USING ERRCODE = 'PKQ01';
+    END IF;
+    -- The upsert creates the queue's settings row if need be and locks it until commit, so a
+    -- concurrent update of the same queue waits here and then reads this one's result: two
+    -- operators changing different settings of one queue at once both keep their change.
+    INSERT INTO postkit_queue.queue_settings AS s (namespace, queue, updated_at)
+    VALUES (p_namespace, p_queue, postkit_queue.clock())
+    ON CONFLICT (namespace, queue) DO UPDATE SET updated_at = EXCLUDED.updated_at
+    RETURNING s.* INTO v_current;
+
+    -- configure_queue checks every value and writes the row (under the lock held above).
+    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
+                  retain_completed, retain_dead, max_payload_bytes
+    FROM postkit_queue.configure_queue(
+        p_namespace, p_queue,
+        CASE WHEN 'max_attempts' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_max_attempts, v_current.max_attempts) END,
+        CASE WHEN 'visibility_timeout' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_visibility_timeout, v_current.visibility_timeout) END,
+        CASE WHEN 'backoff_base' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_backoff_base, v_current.backoff_base) END,
+        CASE WHEN 'backoff_cap' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_backoff_cap, v_current.backoff_cap) END,
+        CASE WHEN 'retain_completed' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_retain_completed, v_current.retain_completed) END,
+        CASE WHEN 'retain_dead' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_retain_dead, v_current.retain_dead) END,
+        CASE WHEN 'max_payload_bytes' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_max_payload_bytes, v_current.max_payload_bytes) END);
+END
+$$;
+
+-- pause_queue / resume_queue: while a queue is paused, pull and pull_any hand out nothing
+-- from it; pushes are still accepted. Returns whether the queue is paused.
+CREATE OR REPLACE FUNCTION postkit_queue.set_paused(p_namespace text, p_queue text, p_paused boolean)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    IF p_paused IS NULL THEN
+        RAISE EXCEPTION 'postkit: paused must be true or false, not null' USING ERRCODE = 'PKQ09';
+    END IF;
+    INSERT INTO postkit_queue.queue_settings AS s (namespace, queue, paused, updated_at)
+    VALUES (p_namespace, p_queue, p_paused, postkit_queue.clock())
+    ON CONFLICT (namespace, queue) DO UPDATE
+    SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at;
+    IF NOT p_paused THEN
+        PERFORM postkit_queue.notify(p_namespace, p_queue);  -- waiting workers may pull again
+    END IF;
+    RETURN p_paused;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION postkit_queue.pause_queue(p_namespace text, p_queue text)
+RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT postkit_queue.set_paused(p_namespace, p_queue, true) $$;
+
+CREATE OR REPLACE FUNCTION postkit_queue.resume_queue(p_namespace text, p_queue text)
+RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT postkit_queue.set_paused(p_namespace, p_queue, false) $$;
+
+-- purge_queue: delete every pending and scheduled job of a queue. Running jobs are left to
+-- their workers. Rows a pull is claiming right now are skipped (SKIP LOCKED). Returns how many
+-- were deleted.
+CREATE OR REPLACE FUNCTION postkit_queue.purge_queue(p_namespace text, p_queue text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_deleted bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.require_operator('purge a queue');
+    DELETE FROM postkit_queue.jobs j
+    WHERE (j.namespace, j.id) IN (
+        SELECT p.namespace, p.id FROM postkit_queue.jobs p
+        WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
+        FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END
+$$;
+
+-- purge_queue_before: delete (or, with p_dry_run, count) the pending and scheduled jobs of a
+-- queue created at or before p_created_before. Running jobs are left to their workers. An
+-- operator's purge reads one cutoff from the queue's clock, counts the jobs created by then and
+-- deletes only those: jobs pushed while the operator read the prompt stay, and the count shown
+-- is the most that can go (fewer when a worker claims some meanwhile). One range scan of
+-- jobs_pull_idx (namespace, queue, ...) WHERE state = 'pending'; SKIP LOCKED steps over a job a
+-- puller is claiming, which is about to run anyway.
+CREATE OR REPLACE FUNCTION postkit_queue.purge_queue_before(
+    p_namespace      text,
+    p_queue          text,
+    p_created_before timestamptz,
+    p_dry_run        boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    IF p_created_before IS NULL OR NOT isfinite(p_created_before) THEN
+        RAISE EXCEPTION 'postkit: created_before must be a finite time, got %',
+            coalesce(p_created_before::text, 'NULL') USING ERRCODE = 'PKQ05';
+    END IF;
+    IF p_dry_run IS NULL THEN
+        RAISE EXCEPTION 'postkit: dry_run must be true or false, got NULL'
+            USING ERRCODE = 'PKQ09';
+    END IF;
+    PERFORM postkit_queue.require_operator('purge a queue');
+    IF p_dry_run THEN
+        SELECT count(*) INTO v_count FROM postkit_queue.jobs p
+        WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
+          AND p.created_at <= p_created_before;
+        RETURN v_count;
+    END IF;
+    DELETE FROM postkit_queue.jobs j
+    WHERE (j.namespace, j.id) IN (
+        SELECT p.namespace, p.id FROM postkit_queue.jobs p
+        WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
+          AND p.created_at <= p_created_before
+        FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+-- cancel: remove a pending or scheduled job. Returns false when no such live job exists. A
+-- running job cannot be cancelled (its worker holds the claim): that raises PKQ08.
+CREATE OR REPLACE FUNCTION postkit_queue.cancel(p_namespace text, p_job_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_state postkit_queue.job_state;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.require_operator('cancel a job');
+    -- Lock the row so a concurrent pull cannot claim it between the check and the delete.
+    SELECT j.state INTO v_state FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_job_id
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_state = 'running' THEN
+        RAISE EXCEPTION 'postkit: job % is running and cannot be cancelled; it is settled by '
+                        'its worker (or reclaimed when its claim expires)', p_job_id
+            USING ERRCODE = 'PKQ08';
+    END IF;
+    DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;
+    RETURN true;
+END
+$$;
+
+-- redrive: retry dead letters as new jobs with fresh attempts, into their own queue or
+-- p_to_queue. Picks p_job_ids, or else every dead letter matching the filters (queue, failed
+-- between, error substring), up to p_limit. Each dead letter is redriven at most once: the row
+-- is locked (FOR UPDATE waits for a concurrent operator) and re-checked, so a second operator
+-- finds it already redriven and skips it. The dead letter stays, linked to its new job.
+-- With p_dry_run nothing changes and new_job_id is NULL: what would be retried.
+CREATE OR REPLACE FUNCTION postkit_queue.redrive(
+    p_namespace      text,
+    p_job_ids        bigint[]    DEFAULT NULL,
+    p_queue          text        DEFAULT NULL,
+    p_failed_after   timestamptz DEFAULT NULL,
+    p_failed_before  timestamptz DEFAULT NULL,
+    p_error_contains text        DEFAULT NULL,
+    p_to_queue       text        DEFAULT NULL,
+    p_limit          integer     DEFAULT 1000,
+    p_dry_run        boolean     DEFAULT false)
+RETURNS TABLE (job_id bigint, queue text, new_job_id bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now  timestamptz := postkit_queue.clock();
+    v_dead postkit_queue.dead_letters;
+    v_id   bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    PERFORM postkit_queue.check_name('to_queue', p_to_queue, false);
+    PERFORM postkit_queue.check_limit(p_limit, 100000);
+    FOR v_dead IN
+        SELECT * FROM postkit_queue.dead_letters d
+        WHERE d.namespace = p_namespace AND d.redriven_job_id IS NULL
+          AND (p_job_ids IS NULL OR d.job_id = ANY (p_job_ids))
+          AND (p_queue IS NULL OR d.queue = p_queue)
+          AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+          AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+          AND (p_error_contains IS NULL
+               OR strpos(lower(coalesce(d.error, '')), lower(p_error_contains)) > 0)
+        ORDER BY d.job_id
+        LIMIT p_limit
+        FOR UPDATE
+    LOOP
+        job_id := v_dead.job_id;
+        queue := coalesce(p_to_queue, v_dead.queue);
+        new_job_id := NULL;
+        IF NOT p_dry_run THEN
+            INSERT INTO postkit_queue.jobs (
+                namespace, queue, payload, priority, run_at, max_attempts, created_at)
+            VALUES (p_namespace, coalesce(p_to_queue, v_dead.queue), v_dead.payload,
+                    v_dead.priority, v_now, v_dead.max_attempts, v_now)
+            RETURNING id INTO v_id;
+            UPDATE postkit_queue.dead_letters d
+            SET redriven_job_id = v_id, redriven_at = v_now
+            WHERE d.namespace = p_namespace AND d.job_id = v_dead.job_id;
+            PERFORM postkit_queue.notify(p_namespace, coalesce(p_to_queue, v_dead.queue));
+            new_job_id := v_id;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- purge_dead_letters: delete the dead letters of a namespace (of one queue) that failed more
+-- than p_older_than ago. Returns how many were deleted. Like cancel and the queue purges, the
+-- dead-letter purges require operator access: an EXECUTE granted by hand is not enough to
+-- destroy jobs or dead letters.
+CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters(
+    p_namespace text, p_older_than interval, p_queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_deleted bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    IF p_older_than IS NULL THEN
+        RAISE EXCEPTION 'postkit: older_than must not be null' USING ERRCODE = 'PKQ05';
+    END IF;
+    PERFORM postkit_queue.check_duration('older_than', p_older_than, true, interval '3650 days');
+    PERFORM postkit_queue.require_operator('purge dead letters');
+    DELETE FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace AND (p_queue IS NULL OR d.queue = p_queue)
+      AND d.failed_at < postkit_queue.clock() - p_older_than;
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END
+$$;
+
+-- purge_dead_letters_before: delete the dead letters of a namespace (of one queue) that failed
+-- before p_failed_before, retried or not. Returns how many were deleted. The caller reads the
+-- cutoff once (from postkit_queue.clock()), counts with dead_letters(p_failed_before => ...)
+-- and deletes with the same cutoff: what it showed is what goes, whatever its own clock says
+-- and however long its confirmation took.
+CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters_before(
+    p_namespace text, p_failed_before timestamptz, p_queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_deleted bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    IF p_failed_before IS NULL THEN
+        RAISE EXCEPTION 'postkit: failed_before must not be null' USING ERRCODE = 'PKQ05';
+    END IF;
+    PERFORM postkit_queue.require_operator('purge dead letters');
+    -- The same predicate as dead_letters' p_failed_before.
+    DELETE FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace AND (p_queue IS NULL OR d.queue = p_queue)
+      AND d.failed_at < p_failed_before;
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END
+$$;
+
+-- prune: retention, in bounded batches so no single call holds locks for long. Deletes up to
+-- p_limit archived completed jobs and up to p_limit dead letters whose retention ran out, and
+-- outcome counters older than two hours. The worker runtime calls it on its tick. Returns how
+-- many rows of each kind it deleted.
+CREATE OR REPLACE FUNCTION postkit_queue.prune(p_namespace text, p_limit integer DEFAULT 1000)
+RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := postkit_queue.clock();
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_limit(p_limit, 100000);
+    -- Each DELETE takes its batch from a range scan of the expires_at index, oldest first (the
+    -- ORDER BY keeps the scan on the index in plpgsql's generic plan too, where the LIMIT is
+    -- unknown and a sequential scan would otherwise look as cheap).
+    DELETE FROM postkit_queue.completed_jobs c
+    WHERE (c.namespace, c.job_id) IN (
+        SELECT e.namespace, e.job_id FROM postkit_queue.completed_jobs e
+        WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
+        LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS completed_jobs = ROW_COUNT;
+    DELETE FROM postkit_queue.dead_letters d
+    WHERE (d.namespace, d.job_id) IN (
+        SELECT e.namespace, e.job_id FROM postkit_queue.dead_letters e
+        WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
+        LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS dead_letters = ROW_COUNT;
+    DELETE FROM postkit_queue.queue_stats s
+    WHERE s.namespace = p_namespace AND s.minute < v_now - interval '2 hours';
+    GET DIAGNOSTICS stats_rows = ROW_COUNT;
+    RETURN NEXT;
+END
+$$;

@@ -1,0 +1,380 @@
+-- Security: the owner, the API, grants and tenant isolation.
+--
+-- Who may do what. Callers reach the tables only through the functions:
+--
+--   * The schema, its tables and its functions belong to one owner: the role postkit_queue_owner
+--     (NOLOGIN, no members, no special attributes) when a superuser installs, else the
+--     non-superuser that installed the schema. Nobody logs in as it.
+--   * The API functions (listed in postkit_queue.api below, with the access kind each needs)
+--     are SECURITY DEFINER: they run as the owner, with search_path pinned, and enforce the
+--     rules. Every other function is an internal helper that no caller may execute.
+--   * A caller holds USAGE on the schema and EXECUTE on the API functions of its access kind
+--     (grant_access), and nothing on the tables or sequences: it cannot read, write or lock
+--     them by hand.
+--   * Tenant isolation is row-level security forced on the owner too, so that it holds inside
+--     the functions; the policies ask who the caller is (caller()), not who runs the function.
+--
+-- apply_privileges() is the current truth of ownership, grants and policies; every install runs
+-- it last, so that functions a later version adds are owned, fenced and granted the same way.
+
+-- The role the session acts as: the one SET ROLE chose, else the one that logged in. Inside a
+-- SECURITY DEFINER function current_user is the owner, so policies and checks ask this instead.
+-- The role setting can only name a role the session is a member of, so it cannot be forged.
+CREATE OR REPLACE FUNCTION postkit_queue.caller()
+RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce(nullif(current_setting('role'), 'none'), session_user)::name;
+END
+$$;
+
+-- Whether the caller sees every namespace: a superuser, or the queue's owner itself (the
+-- non-superuser that installed it). Membership in the owner is not enough: the owner is
+-- NOLOGIN without members, and a member could read the tables anyway.
+CREATE OR REPLACE FUNCTION postkit_queue.caller_sees_all()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_caller name := postkit_queue.caller();
+BEGIN
+    RETURN coalesce((SELECT r.rolsuper OR r.oid = n.nspowner
+                     FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n
+                     WHERE r.rolname = v_caller AND n.nspname = 'postkit_queue'), false);
+END
+$$;
+
+-- The namespaces assigned to the caller or to a role it is a member of. The join with pg_roles
+-- skips assignments whose role was dropped since the last install.
+CREATE OR REPLACE FUNCTION postkit_queue.my_namespaces()
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(t.namespace), '{}')
+    FROM postkit_queue.tenants t
+    JOIN pg_catalog.pg_roles r ON r.oid = t.role_oid
+    WHERE pg_catalog.pg_has_role(postkit_queue.caller(), r.oid, 'MEMBER')
+$$;
+
+-- assign_namespace: let p_role (and its members) use p_namespace once isolation is on.
+CREATE OR REPLACE FUNCTION postkit_queue.assign_namespace(p_namespace text, p_role name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role_oid oid;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    INSERT INTO postkit_queue.tenants (namespace, role_oid) VALUES (p_namespace, v_role_oid)
+    ON CONFLICT DO NOTHING;
+END
+$$;
+
+-- require_operator: cancel and the purges check, beyond EXECUTE, that the caller was granted
+-- operator access (or sees everything): an EXECUTE granted by hand is not enough to destroy jobs.
+CREATE OR REPLACE FUNCTION postkit_queue.require_operator(p_action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT postkit_queue.caller_sees_all() AND NOT EXISTS (
+        SELECT 1 FROM postkit_queue.grants g
+        WHERE g.access = 'operator'
+          AND pg_catalog.pg_has_role(postkit_queue.caller(), g.role_oid, 'MEMBER')) THEN
+        RAISE EXCEPTION 'postkit: permission denied to %: the role needs operator access '
+                        '(postkit_queue.grant_access(role, ''operator''))', p_action
+            USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- channel: the LISTEN channel of a queue ('postkit_' and an md5, so any names fit PostgreSQL's
+-- 63-byte channel limit). Under tenant isolation only a caller that may use the namespace
+-- learns it.
+CREATE OR REPLACE FUNCTION postkit_queue.channel(p_namespace text, p_queue text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
+        WHERE c.oid = 'postkit_queue.jobs'::regclass)
+       AND NOT postkit_queue.caller_sees_all()
+       AND NOT p_namespace = ANY (postkit_queue.my_namespaces()) THEN
+        RAISE EXCEPTION 'postkit: permission denied for namespace %', p_namespace
+            USING ERRCODE = '42501';
+    END IF;
+    RETURN postkit_queue.channel_name(p_namespace, p_queue);
+END
+$$;
+
+-- The schema's version, for callers that may not read the migrations table.
+CREATE OR REPLACE FUNCTION postkit_queue.schema_version()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(max(version), 0) FROM postkit_queue.migrations
+$$;
+
+-- The owner the schema should have: its current owner, unless that is a superuser, in which
+-- case postkit_queue_owner (created here when missing). A SECURITY DEFINER function owned by a
+-- superuser would bypass row-level security and turn any flaw into a superuser's.
+CREATE OR REPLACE FUNCTION postkit_queue.owner_role()
+RETURNS oid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner oid := (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                    WHERE n.nspname = 'postkit_queue');
+    v_role  pg_catalog.pg_roles%ROWTYPE;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_owner) THEN
+        RETURN v_owner;
+    END IF;
+    SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = 'postkit_queue_owner';
+    IF NOT FOUND THEN
+        CREATE ROLE postkit_queue_owner NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE
+            NOREPLICATION NOBYPASSRLS NOINHERIT;
+        SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = 'postkit_queue_owner';
+    END IF;
+    -- A role of that name that someone could log in as, or act as through membership, would
+    -- own every job: refuse to hand the queue to it.
+    IF v_role.rolcanlogin OR v_role.rolsuper OR v_role.rolbypassrls OR v_role.rolcreaterole
+       OR v_role.rolcreatedb OR v_role.rolreplication
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
+                  WHERE m.roleid = v_role.oid OR m.member = v_role.oid) THEN
+        RAISE EXCEPTION 'postkit: the role postkit_queue_owner exists but can log in, has a '
+                        'special attribute, or has members or roles of its own; it cannot own '
+                        'the queue. Drop it, or make it a plain NOLOGIN role without members.'
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    RETURN v_role.oid;
+END
+$$;
+
+-- Grant p_role_oid exactly the API of its access kind: EXECUTE on the functions of that kind and
+-- the kinds below it, none on the others.
+CREATE OR REPLACE FUNCTION postkit_queue.apply_grant(p_role_oid oid, p_access text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_function regprocedure;
+    v_allowed  boolean;
+    v_role     name := (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = p_role_oid);
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA postkit_queue TO %I', v_role);
+    FOR v_function, v_allowed IN
+        SELECT p.oid::regprocedure,
+               array_position(ARRAY['producer', 'worker', 'operator'], a.access)
+                   <= array_position(ARRAY['producer', 'worker', 'operator'], p_access)
+        FROM pg_catalog.pg_proc p
+        JOIN postkit_queue.api a ON a.name = p.proname
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace
+    LOOP
+        EXECUTE format(CASE WHEN v_allowed THEN 'GRANT EXECUTE ON FUNCTION %s TO %I'
+                            ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM %I' END,
+                       v_function, v_role);
+    END LOOP;
+END
+$$;
+
+-- grant_access: give a role exactly what one kind of Postkit user needs: EXECUTE on the API
+-- functions of that kind (each kind includes the one before), USAGE on the schema, nothing on
+-- the tables. Granting another kind later replaces the first. Run by the owner or a superuser.
+CREATE OR REPLACE FUNCTION postkit_queue.grant_access(p_role name, p_access text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role_oid oid;
+BEGIN
+    IF p_access IS NULL OR p_access NOT IN ('producer', 'worker', 'operator') THEN
+        RAISE EXCEPTION 'postkit: access must be producer, worker or operator, got %',
+            coalesce(p_access, 'NULL') USING ERRCODE = 'PKQ11';
+    END IF;
+    SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    IF (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_role_oid) THEN
+        RAISE EXCEPTION 'postkit: % is a superuser, which no grant can limit', p_role
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    INSERT INTO postkit_queue.grants (role_oid, access) VALUES (v_role_oid, p_access)
+    ON CONFLICT (role_oid) DO UPDATE SET access = excluded.access;
+    PERFORM postkit_queue.apply_grant(v_role_oid, p_access);
+END
+$$;
+
+-- revoke_access: take every Postkit privilege from a role. Returns false if it had none.
+CREATE OR REPLACE FUNCTION postkit_queue.revoke_access(p_role name)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role_oid oid;
+BEGIN
+    SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
+            USING ERRCODE = 'PKQ11';
+    END IF;
+    EXECUTE format('REVOKE ALL ON ALL ROUTINES IN SCHEMA postkit_queue FROM %I', p_role);
+    EXECUTE format('REVOKE ALL ON SCHEMA postkit_queue FROM %I', p_role);
+    DELETE FROM postkit_queue.grants g WHERE g.role_oid = v_role_oid;
+    RETURN FOUND;
+END
+$$;
+
+-- Make ownership, grants and policies what this file's header says, whatever an upgrade's
+-- migrations created: every object belongs to the owner, the API functions run as it, nothing
+-- else is callable, each recorded grant holds, and tables under tenant isolation have the
+-- policies enable_tenant_isolation gives. Idempotent; every install runs it last.
+CREATE OR REPLACE FUNCTION postkit_queue.apply_privileges()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner    oid := postkit_queue.owner_role();
+    v_owner_name name := (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = v_owner);
+    v_object   record;
+BEGIN
+    EXECUTE format('ALTER SCHEMA postkit_queue OWNER TO %I', v_owner_name);
+    FOR v_object IN
+        SELECT c.oid::regclass AS name, c.relkind
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND c.relkind IN ('r', 'p', 'S', 'v')
+          AND c.relowner <> v_owner
+          -- An identity sequence follows its table.
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                            AND d.deptype = 'i')
+    LOOP
+        EXECUTE format(CASE WHEN v_object.relkind = 'S' THEN 'ALTER SEQUENCE %s OWNER TO %I'
+                            ELSE 'ALTER TABLE %s OWNER TO %I' END,
+                       v_object.name, v_owner_name);
+    END LOOP;
+    -- The types (types.sql); a table's row type follows its table.
+    FOR v_object IN
+        SELECT t.oid::regtype AS name FROM pg_catalog.pg_type t
+        WHERE t.typnamespace = 'postkit_queue'::regnamespace AND t.typtype = 'e'
+          AND t.typowner <> v_owner
+    LOOP
+        EXECUTE format('ALTER TYPE %s OWNER TO %I', v_object.name, v_owner_name);
+    END LOOP;
+    FOR v_object IN
+        SELECT p.oid::regprocedure AS name, p.proname, p.prokind,
+               EXISTS (SELECT 1 FROM postkit_queue.api a WHERE a.name = p.proname) AS is_api,
+               EXISTS (SELECT 1 FROM unnest(p.proconfig) AS s(setting)
+                       WHERE s.setting LIKE 'search\_path=%') AS pinned
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace
+    LOOP
+        IF v_object.is_api AND NOT v_object.pinned THEN
+            -- A SECURITY DEFINER function that resolves names through its caller's search_path
+            -- runs whatever the caller planted, as the owner.
+            RAISE EXCEPTION 'postkit: API function % does not pin its search_path', v_object.name
+                USING ERRCODE = 'PKQ12';
+        END IF;
+        EXECUTE format('ALTER ROUTINE %s OWNER TO %I', v_object.name, v_owner_name);
+        EXECUTE format(CASE WHEN v_object.is_api THEN 'ALTER ROUTINE %s SECURITY DEFINER'
+                            ELSE 'ALTER ROUTINE %s SECURITY INVOKER' END, v_object.name);
+        -- PostgreSQL grants EXECUTE to PUBLIC on every new function; here nobody gets it but
+        -- the roles the grants below name.
+        EXECUTE format('REVOKE ALL ON ROUTINE %s FROM PUBLIC', v_object.name);
+    END LOOP;
+    -- Grants whose role is gone are forgotten; the others are applied again, which grants the
+    -- functions added since.
+    DELETE FROM postkit_queue.grants g
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid);
+    DELETE FROM postkit_queue.tenants t
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = t.role_oid);
+    PERFORM postkit_queue.apply_grant(g.role_oid, g.access) FROM postkit_queue.grants g;
+    -- Tables under tenant isolation get the policies of the enable_tenant_isolation above,
+    -- whatever version turned isolation on.
+    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
+        WHERE c.oid = 'postkit_queue.jobs'::regclass) THEN
+        PERFORM postkit_queue.enable_tenant_isolation();
+    END IF;
+END
+$$;
+
+-- enable_tenant_isolation: turn on row-level security on every queue table, forced on the owner
+-- too, since the API functions run as the owner. A caller that does not see everything sees,
+-- pulls, settles and redrives only the rows of its own namespaces. Idempotent.
+CREATE OR REPLACE FUNCTION postkit_queue.enable_tenant_isolation()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_table text;
+BEGIN
+    FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'queue_stats',
+                                   'queue_settings', 'schedules'] LOOP
+        EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
+        EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
+        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);
+        -- Scalar subqueries (the array one cast, so that ANY reads it as an array, not as a set
+        -- of rows): each runs once per statement, as an init plan, not once per row.
+        EXECUTE format('CREATE POLICY tenant_isolation ON postkit_queue.%1$I '
+                       'USING ((SELECT postkit_queue.caller_sees_all()) OR '
+                       'namespace = ANY ((SELECT postkit_queue.my_namespaces())::text[])) '
+                       'WITH CHECK ((SELECT postkit_queue.caller_sees_all()) OR '
+                       'namespace = ANY ((SELECT postkit_queue.my_namespaces())::text[]))',
+                       v_table);
+    END LOOP;
+    -- Only the owner reads the assignments (my_namespaces runs as the owner).
+    ALTER TABLE postkit_queue.tenants ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS own_assignments ON postkit_queue.tenants;
+END
+$$;
+
+-- The API list: every function a caller may execute, and the least access kind that may call
+-- it. A function added to the API gets its row here; apply_privileges grants by this list, and
+-- every install that changes the schema makes the table hold exactly these rows.
+WITH listed (name, access) AS (VALUES
+    -- Producers push and follow their jobs.
+    ('push', 'producer'), ('push_batch', 'producer'), ('get_job', 'producer'),
+    ('clock', 'producer'), ('schema_version', 'producer'), ('known_queues', 'producer'),
+    -- Workers claim, settle and keep the queue moving (timeouts, schedules, retention).
+    ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
+    ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),
+    ('extend_visibility', 'worker'), ('release', 'worker'), ('tick_timeouts', 'worker'),
+    ('next_run_at', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
+    ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
+    ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),
+    ('dead_letters', 'worker'), ('register_queues', 'worker'),
+    -- Operators inspect and steer.
+    ('stats', 'operator'), ('jobs', 'operator'), ('queues', 'operator'),
+    ('configure_queue', 'operator'), ('update_queue_settings', 'operator'),
+    ('outcomes_since', 'operator'), ('set_paused', 'operator'), ('pause_queue', 'operator'),
+    ('resume_queue', 'operator'), ('purge_queue', 'operator'),
+    ('purge_queue_before', 'operator'), ('cancel', 'operator'), ('redrive', 'operator'),
+    ('purge_dead_letters', 'operator'), ('purge_dead_letters_before', 'operator'),
+    ('save_schedule', 'operator'), ('schedules', 'operator'),
+    ('set_schedule_paused', 'operator'), ('delete_schedule', 'operator')
+), unlisted AS (
+    DELETE FROM postkit_queue.api a WHERE NOT EXISTS (SELECT FROM listed l WHERE l.name = a.name)
+)
+INSERT INTO postkit_queue.api (name, access) SELECT l.name, l.access FROM listed l
+ON CONFLICT (name) DO UPDATE SET access = EXCLUDED.access;

@@ -1,0 +1,221 @@
+-- Tables: the state a fresh install creates.
+--
+-- The queue's tables: the state a fresh install creates. An upgrade reaches exactly this state
+-- through the migrations (sql/migrations/), and tests/queue/test_schema_upgrade.py compares the
+-- two. Nobody but the schema's owner reads or writes these tables: callers go through the
+-- functions (security.sql).
+
+-- The live jobs: pending (waiting for run_at) and running (claimed). Completed jobs are deleted
+-- (or archived in completed_jobs) and dead ones move to dead_letters, so the table the workers
+-- scan holds the backlog and nothing else.
+CREATE TABLE postkit_queue.jobs (
+    namespace     text        NOT NULL,
+    id            bigint      GENERATED ALWAYS AS IDENTITY,
+    queue         text        NOT NULL,
+    state         postkit_queue.job_state NOT NULL DEFAULT 'pending',
+    payload       jsonb       NOT NULL,
+    priority      smallint    NOT NULL DEFAULT 0,
+    run_at        timestamptz NOT NULL,
+    attempts      integer     NOT NULL DEFAULT 0,
+    max_attempts  integer     NOT NULL CHECK (max_attempts >= 1),
+    unique_key    text,
+    -- The claim. worker_id is the name the claimant gave; claim_token is new for every claim and
+    -- is the fence: a stale worker holding an older token can never settle a newer attempt.
+    worker_id     text,
+    claim_token   uuid,
+    claimed_at    timestamptz,
+    visible_until timestamptz,
+    -- Per-job retry policy; NULL means the queue's setting, then the built-in default.
+    backoff_base  interval,
+    backoff_cap   interval,
+    -- One entry per failed attempt: {"attempt", "kind", "error", "worker_id", "at"}.
+    errors        jsonb       NOT NULL DEFAULT '[]',
+    created_at    timestamptz NOT NULL,
+    PRIMARY KEY (namespace, id),
+    CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'running')),
+    CONSTRAINT jobs_claim_check
+        CHECK ((state = 'running') = (claim_token IS NOT NULL AND visible_until IS NOT NULL))
+) WITH (
+    -- Free space on each page, for the new row versions that claims and retries write.
+    fillfactor = 70,
+    -- The table churns: every job is inserted, updated and deleted within seconds. Vacuum and
+    -- analyze it after 1-2% of it changed instead of PostgreSQL's default 20%, so dead index
+    -- entries are cleared quickly and statistics follow the backlog.
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+-- Serves pull: one range scan over the pending rows of one (namespace, queue) in pull order.
+-- Partial, so running rows never appear in it and the scan never steps over claimed work.
+CREATE INDEX jobs_pull_idx ON postkit_queue.jobs (namespace, queue, priority DESC, run_at, id)
+    WHERE state = 'pending';
+
+-- Serves tick_timeouts: the running rows of a namespace, oldest deadline first.
+CREATE INDEX jobs_deadline_idx ON postkit_queue.jobs (namespace, visible_until)
+    WHERE state = 'running';
+
+-- Serves push's deduplication: at most one live (pending or running) job per unique_key.
+-- Completed and dead jobs leave this table, so the key becomes free again.
+CREATE UNIQUE INDEX jobs_unique_key_idx ON postkit_queue.jobs (namespace, queue, unique_key)
+    WHERE unique_key IS NOT NULL;
+
+-- Jobs that ran out of attempts or were failed, with everything needed to look into them and
+-- to retry them (redrive).
+CREATE TABLE postkit_queue.dead_letters (
+    namespace    text        NOT NULL,
+    job_id       bigint      NOT NULL,
+    queue        text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    priority     smallint    NOT NULL,
+    attempts     integer     NOT NULL,
+    max_attempts integer     NOT NULL,
+    unique_key   text,
+    worker_id    text,        -- the last worker that held the job
+    -- 'failed': a worker called fail; 'attempts_exhausted': nack with no attempts left;
+    -- 'timed_out': the last claim expired with no attempts left (a poison pill).
+    reason       text        NOT NULL CHECK (reason IN ('failed', 'attempts_exhausted', 'timed_out')),
+    error        text,        -- the last error, for a quick look
+    errors       jsonb       NOT NULL,  -- every attempt's error, oldest first
+    created_at   timestamptz NOT NULL,
+    failed_at    timestamptz NOT NULL,
+    -- When the dead letter may be pruned (the queue's retain_dead after failed_at).
+    expires_at   timestamptz NOT NULL,
+    -- Set once, when an operator retries the dead letter: the job it became.
+    redriven_job_id bigint,
+    redriven_at     timestamptz,
+    PRIMARY KEY (namespace, job_id)
+);
+
+-- Serves dead_letters(): the newest dead letters of a namespace, optionally of one queue.
+CREATE INDEX dead_letters_failed_at_idx
+    ON postkit_queue.dead_letters (namespace, failed_at DESC, job_id DESC);
+
+-- Serves prune(): the dead letters of a namespace whose retention ran out.
+CREATE INDEX dead_letters_expires_at_idx ON postkit_queue.dead_letters (namespace, expires_at);
+
+-- Serves queues() (one index probe per queue that has dead letters) and stats() (each queue's
+-- dead count stops at the cap), however many dead letters other queues of the namespace hold.
+CREATE INDEX dead_letters_queue_idx ON postkit_queue.dead_letters (namespace, queue, job_id)
+    WHERE redriven_job_id IS NULL;
+
+-- A queue's settings: what its jobs get when push and pull do not say (max_attempts, the
+-- visibility timeout of a claim, the base and cap of nack's backoff), whether it is paused, how
+-- long finished jobs are kept, and its largest payload. A job's own push arguments win over its
+-- queue's settings, which win over the built-in defaults (queue_policy).
+CREATE TABLE postkit_queue.queue_settings (
+    namespace          text        NOT NULL,
+    queue              text        NOT NULL,
+    max_attempts       integer     CHECK (max_attempts BETWEEN 1 AND 1000),
+    visibility_timeout interval,
+    backoff_base       interval,
+    backoff_cap        interval,
+    paused             boolean     NOT NULL DEFAULT false,
+    retain_completed   interval,
+    retain_dead        interval,
+    max_payload_bytes  integer     CHECK (max_payload_bytes BETWEEN 1 AND 104857600),
+    updated_at         timestamptz NOT NULL,
+    -- Serves queue_policy: one primary-key lookup per push, pull or nack that uses a default.
+    PRIMARY KEY (namespace, queue)
+);
+
+-- Completed jobs of queues whose retain_completed is set; pruned when expires_at passes.
+CREATE TABLE postkit_queue.completed_jobs (
+    namespace    text        NOT NULL,
+    job_id       bigint      NOT NULL,
+    queue        text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    priority     smallint    NOT NULL,
+    attempts     integer     NOT NULL,
+    worker_id    text,
+    errors       jsonb       NOT NULL,
+    created_at   timestamptz NOT NULL,
+    completed_at timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (namespace, job_id)
+);
+
+-- Serves prune(): the archived jobs of a namespace whose retention ran out.
+CREATE INDEX completed_jobs_expires_at_idx ON postkit_queue.completed_jobs (namespace, expires_at);
+
+-- Outcome counters per queue and minute (the outcome type's labels, one column each). Each
+-- settling transaction adds to one row of one of eight slots (chosen by backend pid), so
+-- concurrent workers rarely wait on the same row lock; stats() adds the slots up. Rows older
+-- than two hours are pruned.
+CREATE TABLE postkit_queue.queue_stats (
+    namespace          text        NOT NULL,
+    queue              text        NOT NULL,
+    minute             timestamptz NOT NULL,
+    slot               smallint    NOT NULL,
+    completed          bigint      NOT NULL DEFAULT 0,
+    retried            bigint      NOT NULL DEFAULT 0,
+    rescued            bigint      NOT NULL DEFAULT 0,
+    dead               bigint      NOT NULL DEFAULT 0,
+    completed_attempts bigint      NOT NULL DEFAULT 0,
+    -- Serves stats() (one namespace's recent minutes) and record_outcomes' upsert.
+    PRIMARY KEY (namespace, queue, minute, slot)
+);
+
+-- Recurring jobs: a schedule pushes a job to a queue on a 5-field cron expression in a time
+-- zone, or every fixed interval. The SDK computes each next run time (croniter); the database
+-- owns which schedules are due and fires each due run exactly once, however many tickers run.
+-- A schedule whose next run no ticker can compute, or whose job its queue refuses, is broken
+-- (broken_at, broken_reason) and skipped until it is saved again.
+CREATE TABLE postkit_queue.schedules (
+    namespace    text        NOT NULL,
+    name         text        NOT NULL,
+    queue        text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    cron         text,
+    timezone     text        NOT NULL DEFAULT 'UTC',
+    every        interval,
+    priority     smallint    NOT NULL DEFAULT 0,
+    max_attempts integer,
+    paused       boolean     NOT NULL DEFAULT false,
+    next_run_at  timestamptz NOT NULL,
+    last_run_at  timestamptz,
+    last_job_id  bigint,
+    created_at   timestamptz NOT NULL,
+    updated_at   timestamptz NOT NULL,
+    broken_at     timestamptz,
+    broken_reason text,
+    PRIMARY KEY (namespace, name),
+    CHECK ((cron IS NULL) <> (every IS NULL))
+);
+
+-- Serves due_schedules: the schedules of a namespace that may fire, earliest next run first.
+CREATE INDEX schedules_due_idx ON postkit_queue.schedules (namespace, next_run_at)
+    WHERE NOT paused AND broken_at IS NULL;
+
+-- Which roles may use which namespaces, once tenant isolation is on; by role OID, so that a role
+-- dropped and created again under the same name does not inherit the old one's namespaces (and
+-- its jobs). An assignment whose role is gone is dropped by every install (apply_privileges).
+CREATE TABLE postkit_queue.tenants (
+    namespace text NOT NULL,
+    role_oid  oid  NOT NULL,
+    PRIMARY KEY (namespace, role_oid)
+);
+
+-- The API: every function a caller may execute, by name (all its overloads), and the least
+-- access kind that may call it. Its rows are security.sql's list, which every install applies.
+CREATE TABLE postkit_queue.api (
+    name   text PRIMARY KEY,
+    access text NOT NULL CHECK (access IN ('producer', 'worker', 'operator'))
+);
+
+-- Who was granted which access kind, by role OID: a role dropped and created again under the
+-- same name does not inherit the old one's access.
+CREATE TABLE postkit_queue.grants (
+    role_oid oid  PRIMARY KEY,
+    access   text NOT NULL CHECK (access IN ('producer', 'worker', 'operator'))
+);
+
+-- This install's secret, which only the owner reads: notification channel names are the md5 of
+-- it with the namespace and queue, so a session learns a queue's channel only from channel(),
+-- which checks the caller may use the namespace.
+CREATE TABLE postkit_queue.channel_key (
+    key text NOT NULL
+);
+INSERT INTO postkit_queue.channel_key (key)
+VALUES (pg_catalog.md5(pg_catalog.gen_random_uuid()::text || pg_catalog.clock_timestamp()::text));

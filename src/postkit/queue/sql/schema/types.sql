@@ -1,0 +1,30 @@
+-- Types: the states of a job and the outcomes of an attempt.
+--
+-- The vocabulary of the queue, defined once. postkit.queue.records defines the same values as
+-- Python enums, and tests/test_states.py keeps the two in step.
+--
+-- Each type is created when missing, so that an upgrade gets it before the functions that name
+-- it; a new label is a migration's ALTER TYPE ... ADD VALUE.
+
+-- Where a job is in its lifecycle (the diagram is at the top of lifecycle.sql):
+--   pending    claimable now (run_at has passed)
+--   scheduled  pending, but not before run_at: a delayed push, a retry waiting out its backoff
+--   running    claimed by a worker, until its claim's deadline (visible_until)
+--   dead       dead-lettered: in postkit_queue.dead_letters, not in the jobs table
+-- The jobs table stores pending and running (a scheduled job is a pending row with a future
+-- run_at); listings and get_job report all four.
+DO $postkit_types$
+BEGIN
+    IF pg_catalog.to_regtype('postkit_queue.job_state') IS NULL THEN
+        CREATE TYPE postkit_queue.job_state AS ENUM ('pending', 'scheduled', 'running', 'dead');
+    END IF;
+    -- How an attempt ended, as counted per queue and minute (queue_stats):
+    --   completed  acked
+    --   retried    nacked with attempts left: pending again after a backoff
+    --   rescued    its claim expired with attempts left (tick_timeouts): pending again at once
+    --   dead       dead-lettered (fail, attempts spent, or a poison pill's last claim expired)
+    IF pg_catalog.to_regtype('postkit_queue.outcome') IS NULL THEN
+        CREATE TYPE postkit_queue.outcome AS ENUM ('completed', 'retried', 'rescued', 'dead');
+    END IF;
+END
+$postkit_types$;

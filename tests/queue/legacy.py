@@ -1,0 +1,50 @@
+"""Databases as earlier Postkits left them, for the upgrade tests.
+
+Until version 15 each version's whole SQL (tables and every function body, restated) lived in
+its own numbered file, and an install ran the files in order and recorded each one's
+fingerprint. ``legacy_sql/`` keeps those files exactly as they shipped; :func:`install_legacy`
+installs a database from them the way those Postkits did, so that an upgrade test starts from
+what a user of an earlier version has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import psycopg
+
+LEGACY_SQL = Path(__file__).with_name("legacy_sql")
+
+
+def legacy_files() -> list[Path]:
+    return sorted(LEGACY_SQL.glob("[0-9][0-9][0-9]_*.sql"))
+
+
+def install_legacy(connection: psycopg.Connection, version: int) -> None:
+    """Install versions 1 to ``version`` from the historical files, recorded with their
+    historical fingerprints, then apply the privileges as those installs did. Commits."""
+    files = legacy_files()[:version]
+    assert len(files) == version, f"no historical file for version {version}"
+    with connection.transaction():
+        connection.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+        connection.execute("SET LOCAL client_min_messages = warning")
+        connection.execute("CREATE SCHEMA IF NOT EXISTS postkit_queue")
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS postkit_queue.migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, checksum text, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for path in files:
+            sql = path.read_text(encoding="utf-8")
+            connection.execute(sql.encode("utf-8"))
+            connection.execute(
+                "INSERT INTO postkit_queue.migrations (version, name, checksum)"
+                " VALUES (%s, %s, %s)",
+                (
+                    int(path.name[:3]),
+                    path.stem[4:],
+                    hashlib.sha256(sql.encode("utf-8")).hexdigest()[:16],
+                ),
+            )
+        if version >= 9:
+            connection.execute("SELECT postkit_queue.apply_privileges()")

@@ -1,0 +1,178 @@
+"""An upgrade reaches exactly what a fresh install creates, and keeps every job.
+
+The current definition of the schema is sql/schema/; an older install reaches it through the
+deltas of sql/migrations/ (and the current functions). These tests install one database fresh
+and another from an earlier version's files (tests/queue/legacy.py), with jobs in every state,
+upgrade the second, and compare what PostgreSQL's catalogs say about both: functions (with a
+hash of each body and their settings), tables and columns, indexes, constraints, types,
+policies, ownership and grants.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from postkit.queue import QueueClient, install
+from postkit.queue.migrations import latest_version, migrations, schema_fingerprint
+from tests.conftest import new_database
+from tests.queue.legacy import install_legacy, legacy_files
+
+# What PostgreSQL says about every object of the schema, one query per kind of object. Object
+# identifiers and attribute numbers differ between the two databases; names and definitions
+# must not.
+CATALOG: dict[str, str] = {
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid),
+               l.lanname, md5(p.prosrc), p.proconfig, p.prosecdef, p.provolatile,
+               p.proparallel, pg_get_expr(p.proargdefaults, 0), p.proowner::regrole::text,
+               p.proacl::text
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace ORDER BY 1, 2""",
+    "relations": """
+        SELECT c.relname, c.relkind, c.reloptions, c.relowner::regrole::text, c.relacl::text,
+               c.relrowsecurity, c.relforcerowsecurity
+        FROM pg_class c WHERE c.relnamespace = 'postkit_queue'::regnamespace ORDER BY 1""",
+    "columns": """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               pg_get_expr(d.adbin, d.adrelid), a.attidentity,
+               rank() OVER (PARTITION BY c.relname ORDER BY a.attnum)
+        FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND c.relkind IN ('r', 'p')
+          AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, 7""",
+    "indexes": """
+        SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'postkit_queue'
+        ORDER BY 1""",
+    "constraints": """
+        SELECT c.conrelid::regclass::text, c.conname, c.contype, pg_get_constraintdef(c.oid)
+        FROM pg_constraint c WHERE c.connamespace = 'postkit_queue'::regnamespace
+        ORDER BY 1, 2""",
+    "types": """
+        SELECT t.typname, t.typowner::regrole::text,
+               array(SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid = t.oid
+                     ORDER BY e.enumsortorder)
+        FROM pg_type t WHERE t.typnamespace = 'postkit_queue'::regnamespace AND t.typtype = 'e'
+        ORDER BY 1""",
+    "policies": """
+        SELECT tablename, policyname, permissive, roles::text, cmd, qual, with_check
+        FROM pg_policies WHERE schemaname = 'postkit_queue' ORDER BY 1, 2""",
+    "schema": """
+        SELECT n.nspowner::regrole::text, n.nspacl::text FROM pg_namespace n
+        WHERE n.nspname = 'postkit_queue'""",
+    "api": "SELECT name, access FROM postkit_queue.api ORDER BY 1",
+    "versions": "SELECT version, name FROM postkit_queue.migrations ORDER BY 1",
+}
+
+
+def catalog(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    with psycopg.connect(dsn) as connection:
+        return {kind: connection.execute(query).fetchall() for kind, query in CATALOG.items()}
+
+
+@pytest.fixture
+def other_database(server_dsn: str) -> Iterator[str]:
+    with new_database(server_dsn) as database:
+        yield database
+
+
+@pytest.fixture
+def fresh_catalog(other_database: str) -> dict[str, list[tuple[Any, ...]]]:
+    with psycopg.connect(other_database) as connection:
+        install(connection)
+    return catalog(other_database)
+
+
+def push_in_every_state(connection: psycopg.Connection) -> dict[str, Any]:
+    """Jobs as version 1's functions leave them: pending, scheduled, running (with the claim's
+    token), retried after a nack, and dead-lettered. Raw SQL, as any client would send it."""
+
+    def one(sql: str, *args: Any) -> Any:
+        return connection.execute(sql, args).fetchone()[0]  # type: ignore[index]
+
+    def push(n: int, delay: str | None = None) -> int:
+        return int(
+            one(
+                "SELECT postkit_queue.push('app', 'emails', %s::jsonb, p_delay => %s::interval)",
+                json.dumps({"n": n}),
+                delay,
+            )
+        )
+
+    jobs = {"running": push(1), "retried": push(2), "dead": push(3)}
+    claims = connection.execute(
+        "SELECT id, claim_token FROM postkit_queue.pull('app', 'emails', 'old-worker', NULL, 3)"
+    ).fetchall()
+    tokens = dict(claims)
+    assert set(tokens) == set(jobs.values())
+    one(
+        "SELECT postkit_queue.nack('app', %s, 'flaky', 'old-worker', %s)",
+        jobs["retried"],
+        tokens[jobs["retried"]],
+    )
+    one(
+        "SELECT postkit_queue.fail('app', %s, 'broken', 'old-worker', %s)",
+        jobs["dead"],
+        tokens[jobs["dead"]],
+    )
+    jobs["pending"] = push(4)
+    jobs["scheduled"] = push(5, "1 hour")
+    connection.commit()
+    return {"jobs": jobs, "token": tokens[jobs["running"]]}
+
+
+@pytest.mark.parametrize("version", [1, 8, 15])
+def test_an_upgrade_reaches_the_objects_of_a_fresh_install(
+    fresh_database: str, fresh_catalog: dict[str, list[tuple[Any, ...]]], version: int
+) -> None:
+    with psycopg.connect(fresh_database) as connection:
+        install_legacy(connection, version)
+        push_in_every_state(connection)
+        result = install(connection)
+        assert (result.previous_version, result.version) == (version, latest_version())
+        assert result.applied == tuple(range(version + 1, latest_version() + 1))
+
+    upgraded = catalog(fresh_database)
+    for kind in CATALOG:
+        assert upgraded[kind] == fresh_catalog[kind], kind
+
+
+def test_an_upgrade_from_version_1_keeps_jobs_claims_and_dead_letters(fresh_database: str) -> None:
+    with psycopg.connect(fresh_database) as connection:
+        install_legacy(connection, 1)
+        before = push_in_every_state(connection)
+        jobs = before["jobs"]
+        install(connection)
+        connection.commit()
+
+        client = QueueClient(connection.cursor(), namespace="app")
+        states = {name: client.get_job(job_id) for name, job_id in jobs.items()}
+        assert {name: job.state if job else None for name, job in states.items()} == {
+            "running": "running",
+            "retried": "pending",
+            "dead": "dead",
+            "pending": "pending",
+            "scheduled": "pending",
+        }
+        assert [e["error"] for e in states["retried"].errors] == ["flaky"]  # type: ignore[union-attr]
+        # The claim taken before the upgrade still settles, with its token and only with it.
+        assert client.ack(jobs["running"], claim_token=before["token"]) is True
+        assert [d.job_id for d in client.dead_letters(queue="emails")] == [jobs["dead"]]
+        assert [r.job_id for r in client.redrive([jobs["dead"]])] == [jobs["dead"]]
+        connection.commit()
+
+
+def test_every_version_since_1_has_its_historical_file() -> None:
+    assert [int(path.name[:3]) for path in legacy_files()] == list(range(1, 16))
+
+
+def test_a_change_to_the_schema_comes_with_a_new_version() -> None:
+    """The newest delta names the fingerprint of the schema it ends at. Editing sql/schema/
+    without adding a version would leave databases at that version with the old functions:
+    add a migration whose last line names the new fingerprint."""
+    newest = migrations()[-1]
+    assert newest.sql.rstrip().splitlines()[-1] == f"-- schema: {schema_fingerprint()}"
