@@ -1,4 +1,4 @@
-"""``postkit demo``: the article's story, end to end, on a real PostgreSQL.
+"""``postkit demo``: one-time passwords sent at sign-up, end to end, on a real PostgreSQL.
 
 1. Server A registers users; each registration saves the user and queues its OTP in one
    transaction. One registration fails halfway and leaves neither a user nor a job.
@@ -16,6 +16,7 @@ The story is told from the workers' own structured log events, forwarded to this
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -28,9 +29,12 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+import click
 import psycopg
 
 from postkit import errors
+from postkit.cli.options import dsn_option, json_option
+from postkit.embedded import resolve_dsn
 from postkit.queue import Job, QueueClient, install
 from postkit.queue.worker import Handlers, Worker
 
@@ -205,7 +209,7 @@ class Summary:
 
 
 def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -> Summary:
-    """Tell the article's story against ``dsn`` and return what happened.
+    """Tell the story against ``dsn`` and return what happened.
 
     Uses the namespace ``postkit-demo`` and the schema ``postkit_demo``, and clears both first.
     """
@@ -403,3 +407,29 @@ def render_summary(summary: Summary) -> str:
                 f"{(dead['error'] or '').splitlines()[0]}"
             )
     return "\n".join(lines)
+
+
+@click.command()
+@dsn_option
+@json_option
+@click.option(
+    "--users",
+    type=click.IntRange(8, 200),
+    default=12,
+    show_default=True,
+    help="How many users to register.",
+)
+def demo(dsn: str | None, as_json: bool, users: int) -> None:
+    """Tell the OTP story end to end: transactional push, three workers, retries with
+    backoff, the dead-letter queue, a SIGKILLed worker rescued by tick_timeouts and its stale
+    ack refused.
+
+    It uses the namespace "postkit-demo" and the schema "postkit_demo", and clears both first.
+    """
+    summary = run_demo(
+        resolve_dsn(dsn), users=users, say=(lambda _line: None) if as_json else click.echo
+    )
+    if as_json:
+        click.echo(json.dumps(summary.as_json()))
+    else:
+        click.echo(render_summary(summary))
