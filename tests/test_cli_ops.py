@@ -30,7 +30,7 @@ from click.testing import CliRunner, Result
 from psycopg import sql
 
 from postkit.cli import main
-from postkit.cli_format import (
+from postkit.cli.output import (
     format_duration,
     mask_password,
     parse_duration,

@@ -23,7 +23,8 @@ import pytest
 from click.testing import CliRunner
 
 from postkit.cli import main
-from postkit.cli_format import mask_password
+from postkit.cli.output import mask_password
+from postkit.cli.worker import child_arguments
 from postkit.queue import QueueClient
 
 pytestmark = pytest.mark.slow
@@ -522,3 +523,25 @@ def test_processes_share_the_work_a_killed_one_is_restarted_and_sigterm_stops_al
     assert "queues emails, reports, concurrency 1, 2 processes, database " in started
     assert not any(is_our_worker(pid, namespace) for pid in (second, restarted))
     assert re.search(r"^\[postkit\] pool-[01]: [\d,]+ attempts? settled in ", output, re.M)
+
+
+def test_the_children_get_every_option_given_but_the_ones_the_supervisor_sets_for_each() -> None:
+    """Every parameter of `postkit worker`, given a value other than its default, reaches a
+    child as given: an option added to the command needs nothing more to reach the children."""
+    command = main.commands["worker"]
+    per_child = {"processes", "worker_id", "supervised", "dsn"}
+    given = ["tasks:handlers", "-q", "emails", "-q", "reports", "-c", "3", "--prefetch", "0"]
+    given += ["--namespace", "shop", "--visibility-timeout", "12.5", "--grace-period", "0"]
+    given += ["--handler-timeout", "0.25", "--poll-interval", "1e-3", "--pooler", "-v"]
+    given += ["--report-interval", "0", "--vacuum-interval", "7", "--log-format", "json"]
+    given += ["--processes", "3", "--worker-id", "pool", "--supervised", "--dsn", "postgresql://x"]
+    defaults = command.make_context("worker", ["tasks"]).params
+    parent = command.make_context("worker", given).params
+    assert [name for name, value in parent.items() if value == defaults[name]] == []
+
+    child = command.make_context("worker", child_arguments(command, parent)).params
+
+    assert {name: child[name] for name in parent if name not in per_child} == {
+        name: value for name, value in parent.items() if name not in per_child
+    }
+    assert {name: child[name] for name in per_child} == {name: defaults[name] for name in per_child}

@@ -1,4 +1,4 @@
-"""``postkit demo``: the article's story, end to end, on a real PostgreSQL.
+"""The story ``postkit demo`` tells, on a real PostgreSQL: one-time passwords sent at sign-up.
 
 1. Server A registers users; each registration saves the user and queues its OTP in one
    transaction. One registration fails halfway and leaves neither a user nor a job.
@@ -205,7 +205,7 @@ class Summary:
 
 
 def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -> Summary:
-    """Tell the article's story against ``dsn`` and return what happened.
+    """Tell the story against ``dsn`` and return what happened.
 
     Uses the namespace ``postkit-demo`` and the schema ``postkit_demo``, and clears both first.
     """

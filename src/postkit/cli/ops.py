@@ -1,0 +1,474 @@
+"""``postkit stats``, ``jobs``, ``push`` and ``cancel``: a namespace's queues at a glance
+(once, or live with --watch), a queue's jobs a page at a time, and pushing or cancelling one
+job."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import click
+import psycopg
+
+from postkit.cli.console import (
+    confirm,
+    connect,
+    last_error,
+    namespace_argument,
+    payload_text,
+    require_known_queue,
+)
+from postkit.cli.options import bounded, create_option, operation, yes_option
+from postkit.cli.output import (
+    JOB_ID,
+    SECONDS,
+    compact_json,
+    echo_json,
+    format_duration,
+    format_time,
+    render_table,
+    shorten,
+    to_jsonable,
+)
+from postkit.queue import Job, QueueClient, limits
+from postkit.queue.job import Outcomes, QueueStats
+from postkit.queue.protocol import JOB_STATES as _JOB_STATES
+
+_STATS_CAP = 100_000
+"""Where stats stops counting (see QueueClient.stats)."""
+
+
+@click.command()
+@click.option("--queue", "-q", metavar="QUEUE", help="Only this queue.")
+@click.option(
+    "--watch",
+    "-w",
+    is_flag=True,
+    help="A live view: redraw every --interval, with each queue's rates. Ctrl-C stops.",
+)
+@click.option(
+    "--interval",
+    type=SECONDS,
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws of --watch. Also 5s, 1m.",
+)
+@click.option("--iterations", type=click.IntRange(1), hidden=True, help="Stop after N redraws.")
+@operation
+def stats(
+    queue: str | None,
+    watch: bool,
+    interval: float,
+    iterations: int | None,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Every queue of the namespace at a glance.
+
+    PENDING jobs are ready now, SCHEDULED ones wait for their run time (a delay or a retry's
+    backoff), RUNNING ones are claimed, DEAD ones wait in the dead-letter queue (redriven ones
+    are not counted). OLDEST is how long the oldest ready job has waited. The last hour's
+    outcomes: DONE acked, FAILED dead-lettered, RETRIED nacked, RESCUED reclaimed by
+    tick_timeouts; ATTEMPTS is the mean attempts of the jobs done. Counts stop at 100,000
+    (shown as 100000+), so stats stays fast on any backlog.
+
+    --watch redraws the table in place every --interval seconds, with DONE/S and FAILED/S:
+    the jobs acked and dead-lettered per second since the previous redraw. With --json it
+    prints one JSON object per redraw instead (a line each: at, seconds since the previous
+    one, and each queue's stats with completed_per_second and failed_per_second).
+
+    \b
+    Example:
+      postkit stats --namespace my-app
+      postkit stats --queue send_otp --json
+      postkit stats --watch --interval 5
+    """
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue, option="--queue")
+        if watch:
+            _watch_stats(
+                connection,
+                client,
+                queue,
+                interval=interval,
+                iterations=iterations,
+                as_json=as_json,
+            )
+            return
+        rows = client.stats(queue, cap=_STATS_CAP)
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo(f"No queues in namespace {namespace!r} yet.")
+        return
+    click.echo(_stats_table(rows))
+
+
+def _stats_table(
+    rows: Sequence[QueueStats], rates: Mapping[str, tuple[float, float]] | None = None
+) -> str:
+    """The stats table; with ``rates`` (per queue: done and failed per second, as --watch
+    computes them; empty on its first redraw), their two columns after STATE."""
+
+    def count(row: QueueStats, value: int) -> str:
+        return f"{value}+" if row.counts_capped and value >= _STATS_CAP else str(value)
+
+    def rate(row: QueueStats, which: int) -> str:
+        return f"{rates[row.queue][which]:.1f}" if rates and row.queue in rates else "-"
+
+    watching = rates is not None
+    headers = ["QUEUE", "STATE", *(["DONE/S", "FAILED/S"] if watching else [])]
+    headers += ["PENDING", "SCHEDULED", "RUNNING", "DEAD", "OLDEST"]
+    headers += ["DONE 1H", "FAILED 1H", "RETRIED 1H", "RESCUED 1H", "ATTEMPTS"]
+    table = [
+        [
+            row.queue,
+            "paused" if row.paused else "active",
+            *([rate(row, 0), rate(row, 1)] if watching else []),
+            count(row, row.pending),
+            count(row, row.scheduled),
+            count(row, row.running),
+            count(row, row.dead),
+            format_duration(row.oldest_ready_age),
+            row.completed_last_hour,
+            row.failed_last_hour,
+            row.retried_last_hour,
+            row.rescued_last_hour,
+            "-" if row.mean_attempts is None else f"{float(row.mean_attempts):.2f}",
+        ]
+        for row in rows
+    ]
+    return render_table(headers, table, right=headers[2:])
+
+
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
+"""ANSI: cursor home, then clear the screen; each --watch frame is drawn from the top."""
+_REBASE_AFTER = timedelta(minutes=50)
+"""--watch counts outcomes from a fixed minute (see QueueClient.outcomes_since), moved up
+before the counters of that minute are pruned (after 2 hours)."""
+
+
+def _watch_stats(
+    connection: psycopg.Connection[Any],
+    client: QueueClient,
+    queue: str | None,
+    *,
+    interval: float,
+    iterations: int | None,
+    as_json: bool,
+) -> None:
+    """`postkit stats --watch`: redraw until Ctrl-C (or ``iterations`` redraws). Rates are the
+    differences of outcomes_since totals between redraws, over the time between them."""
+    since = datetime.now(timezone.utc) - timedelta(minutes=5)  # any clock skew is absorbed
+    previous: dict[str, Outcomes] | None = None
+    previous_at = 0.0
+    drawn = 0
+    try:
+        while True:
+            rows = client.stats(queue, cap=_STATS_CAP)
+            totals = {o.queue: o for o in client.outcomes_since(since)}
+            at = time.monotonic()
+            rates: dict[str, tuple[float, float]] = {}
+            seconds: float | None = None
+            if previous is not None:
+                seconds = max(at - previous_at, 1e-9)
+                for row in rows:
+                    current, before = totals.get(row.queue), previous.get(row.queue)
+                    done = (current.completed if current else 0) - (
+                        before.completed if before else 0
+                    )
+                    failed = (current.failed if current else 0) - (before.failed if before else 0)
+                    rates[row.queue] = (max(done, 0) / seconds, max(failed, 0) / seconds)
+            if datetime.now(timezone.utc) - since > _REBASE_AFTER:
+                since = datetime.now(timezone.utc) - timedelta(minutes=5)
+                totals = {o.queue: o for o in client.outcomes_since(since)}
+            connection.rollback()  # read-only: hold no snapshot between redraws
+            previous, previous_at = totals, at
+            stamp = datetime.now(timezone.utc)
+            if as_json:
+                frame = {
+                    "at": stamp,
+                    "seconds": seconds,
+                    "queues": [
+                        {
+                            **to_jsonable(row),
+                            "completed_per_second": rates[row.queue][0] if rates else None,
+                            "failed_per_second": rates[row.queue][1] if rates else None,
+                        }
+                        for row in rows
+                    ],
+                }
+                click.echo(json.dumps(to_jsonable(frame), ensure_ascii=False))
+            else:
+                title = (
+                    f"postkit stats --watch: namespace {client.namespace!r}, every "
+                    f"{interval:g}s, {format_time(stamp)} UTC. Ctrl-C stops."
+                )
+                body = _stats_table(rows, rates) if rows else "No queues in this namespace yet."
+                click.echo(f"{_CLEAR_SCREEN}{title}\n\n{body}")
+            drawn += 1
+            if iterations is not None and drawn >= iterations:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        with contextlib.suppress(psycopg.Error):
+            connection.rollback()  # Ctrl-C may have cancelled a query halfway
+        click.echo("Stopped.", err=True)
+
+
+_JOB_TIME_COLUMN = {
+    "pending": "READY SINCE (UTC)",
+    "scheduled": "RUNS AT (UTC)",
+    "running": "CLAIM ENDS (UTC)",
+    "dead": "FAILED (UTC)",
+}
+
+
+@click.command()
+@click.argument("queue")
+@click.option(
+    "--state",
+    type=click.Choice(_JOB_STATES),
+    default="pending",
+    show_default=True,
+    help="pending: ready now; scheduled: waiting for their run time; running: claimed; "
+    "dead: in the dead-letter queue.",
+)
+@click.option(
+    "--limit",
+    metavar="N",
+    type=bounded(limits.LIMITS["jobs"]),
+    default=50,
+    show_default=True,
+    help="Page size.",
+)
+@click.option(
+    "--after-id",
+    type=click.IntRange(0),
+    default=0,
+    metavar="ID",
+    help="Start after this job id: the cursor the previous page printed.",
+)
+@operation
+def jobs(
+    queue: str,
+    state: str,
+    limit: int,
+    after_id: int,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """The jobs of QUEUE in one state, oldest id first, a page at a time.
+
+    A full page ends with the command for the next one (its --after-id cursor); --json gives
+    the cursor as next_after_id (null on the last page).
+
+    \b
+    Example:
+      postkit jobs send_otp
+      postkit jobs send_otp --state running --limit 20
+      postkit jobs send_otp --state scheduled --after-id 4211
+    """
+    with connect(dsn, namespace) as (_, client):
+        require_known_queue(client, queue)
+        rows = client.jobs(queue, state, limit=limit, after_id=after_id)
+    next_after_id = rows[-1].id if len(rows) == limit else None
+    if as_json:
+        echo_json({"jobs": rows, "next_after_id": next_after_id})
+        return
+    if not rows:
+        where = "" if after_id == 0 else f" after id {after_id}"
+        click.echo(f"No {state} jobs in queue {queue!r}{where}.")
+        return
+
+    def moment(job: Job) -> str:
+        if state == "running":
+            return format_time(job.visible_until)
+        if state == "dead":
+            return format_time(job.failed_at)
+        return format_time(job.run_at)
+
+    headers = ["ID", "ATTEMPTS", "PRIORITY", _JOB_TIME_COLUMN[state], "WORKER"]
+    headers += ["PAYLOAD", "LAST ERROR"]
+    table = [
+        [
+            job.id,
+            f"{job.attempts}/{job.max_attempts}",
+            job.priority,
+            moment(job),
+            job.worker_id,
+            shorten(payload_text(job.payload, job.payload_error), 40),
+            shorten(last_error(job.errors), 60) or None,
+        ]
+        for job in rows
+    ]
+    click.echo(render_table(headers, table, right=["ID", "ATTEMPTS", "PRIORITY"]))
+    if next_after_id is not None:
+        state_option = "" if state == "pending" else f" --state {state}"
+        limit_option = "" if limit == 50 else f" --limit {limit}"
+        click.echo(
+            f"\nNext page: postkit jobs {queue}{state_option}{limit_option}"
+            f" --after-id {next_after_id}{namespace_argument(namespace)}"
+        )
+
+
+def _payload_argument(text: str) -> Any:
+    """The JSON argument of `postkit push`: a JSON value, or ``-`` to read it from stdin."""
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f'not valid JSON ({exc}); quote it for the shell, e.g. \'{{"user_id": "42"}}\'',
+            param_hint="JSON",
+        ) from None
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("payload", metavar="JSON")
+@click.option(
+    "--delay",
+    type=SECONDS,
+    help="Run no earlier than this long from now: 90, 30s, 5m, 2h.",
+)
+@click.option(
+    "--priority",
+    type=bounded(limits.PRIORITY),
+    default=0,
+    show_default=True,
+    help="Higher runs first among the queue's ready jobs.",
+)
+@click.option(
+    "--unique-key",
+    metavar="KEY",
+    help="While a job with this key is pending or running in QUEUE, pushing another does nothing.",
+)
+@click.option(
+    "--max-attempts",
+    type=bounded(limits.MAX_ATTEMPTS),
+    help="Claims before the job is dead-lettered. Default: the queue's setting.",
+)
+@create_option
+@operation
+def push(
+    queue: str,
+    payload: str,
+    delay: float | None,
+    priority: int,
+    unique_key: str | None,
+    max_attempts: int | None,
+    create: bool,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Push a job to QUEUE with the payload JSON (any JSON value; - reads it from stdin), as
+    QueueClient.push does from an application. Prints the new job's id.
+
+    \b
+    Example:
+      postkit push send_otp '{"user_id": "42"}'
+      postkit push reports '{"kind": "weekly"}' --delay 1h --priority 5
+      postkit push send_otp '{"user_id": "42"}' --unique-key otp-42   at most one at a time
+      echo '{"user_id": "42"}' | postkit push send_otp -
+      postkit push new_queue '{}' --create                            a queue not seen yet
+    """
+    value = _payload_argument(payload)
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue, create=create)
+        job_id = client.push(
+            queue,
+            value,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+        )
+        job = None if job_id is None else client.get_job(job_id)
+        connection.commit()
+    if as_json:
+        echo_json(
+            {
+                "id": job_id,
+                "queue": queue,
+                "run_at": None if job is None else job.run_at,
+                "deduplicated": job_id is None,
+            }
+        )
+    elif job_id is None:
+        click.echo(
+            f"Not pushed: a job with unique key {unique_key!r} is already pending or running in "
+            f"queue {queue}."
+        )
+    else:
+        # Ready or due: whether a worker takes it then depends on workers and on the queue
+        # being paused, which a producer's role cannot read.
+        when = (
+            "is ready now"
+            if delay is None or job is None
+            else f"is due at {format_time(job.run_at)} UTC"
+        )
+        click.echo(f"Pushed job {job_id} to queue {queue}; it {when}.")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@yes_option
+@operation
+def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """Cancel the pending or scheduled job JOB_ID: delete it before any worker runs it.
+
+    A running job cannot be cancelled (its worker holds the claim), and a dead letter is no
+    longer a live job (retry it with `postkit dlq retry`, or leave it to retention). Shows the
+    job and asks first, unless --yes.
+
+    \b
+    Example:
+      postkit cancel 42
+      postkit cancel 42 --yes --json
+    """
+    with connect(dsn, namespace) as (connection, client):
+        job = client.get_job(job_id)
+        connection.rollback()
+        if job is None:
+            raise click.ClickException(
+                f"no job {job_id} in namespace {namespace!r}: never pushed, in another "
+                "namespace, or completed (acknowledged jobs leave the queue)"
+            )
+        if job.state == "dead":
+            raise click.ClickException(
+                f"job {job_id} is a dead letter of queue {job.queue!r}, not a live job: nothing "
+                f"to cancel (see `postkit dlq show {job_id}{namespace_argument(namespace)}`)"
+            )
+        if job.state == "running":
+            raise click.ClickException(
+                f"job {job_id} is running (claimed by {job.worker_id or 'a worker'}) and cannot "
+                "be cancelled: its worker settles it, or tick_timeouts reclaims it when its "
+                "claim expires"
+            )
+        waits = job.run_at is not None and job.run_at > datetime.now(timezone.utc)
+        when = f"{'runs at' if waits else 'ready since'} {format_time(job.run_at)} UTC"
+        confirm(
+            f"Cancel job {job_id} of queue {job.queue} (payload "
+            f"{shorten(compact_json(job.payload), 40)}, {when})? It is deleted and never runs.",
+            yes,
+        )
+        if not client.cancel(job_id):
+            raise click.ClickException(
+                f"job {job_id} is gone: it was completed or cancelled meanwhile"
+            )
+        connection.commit()
+    if as_json:
+        echo_json({"id": job_id, "queue": job.queue, "cancelled": True})
+    else:
+        click.echo(f"Cancelled job {job_id} of queue {job.queue}.")

@@ -1,0 +1,57 @@
+"""The options several ``postkit`` commands share: --dsn, --json, --namespace, --yes,
+--create, and integer options bounded as the SQL module bounds them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from postkit.queue import limits
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DSN_HELP = (
+    "PostgreSQL connection string. Default: $POSTKIT_DSN, then $DATABASE_URL, then an embedded "
+    "PostgreSQL in $POSTKIT_DATA_DIR (started on demand)."
+)
+
+
+def dsn_option(command: F) -> F:
+    return click.option("--dsn", metavar="DSN", help=_DSN_HELP)(command)
+
+
+def json_option(command: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(command)
+
+
+_NAMESPACE_HELP = "The application's namespace; a command sees and changes only its own jobs."
+
+
+def namespace_option(command: F) -> F:
+    return click.option(
+        "--namespace", default="default", show_default=True, metavar="NAME", help=_NAMESPACE_HELP
+    )(command)
+
+
+def yes_option(command: F) -> F:
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
+
+
+def create_option(command: F) -> F:
+    return click.option(
+        "--create",
+        is_flag=True,
+        help="Accept a queue name the namespace has not seen yet (a typo guard otherwise).",
+    )(command)
+
+
+def operation(command: F) -> F:
+    """The options every operating command takes: --namespace, --dsn and --json."""
+    return namespace_option(dsn_option(json_option(command)))
+
+
+def bounded(bounds: limits.Bounds) -> click.IntRange:
+    """An integer option with the SQL module's own bounds (postkit.queue.limits)."""
+    return click.IntRange(bounds.low, bounds.high)

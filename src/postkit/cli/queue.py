@@ -1,0 +1,258 @@
+"""``postkit queue``: pause, resume, configure or purge one queue of a namespace."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import click
+
+from postkit.cli.console import confirm, connect, namespace_argument, require_known_queue
+from postkit.cli.options import bounded, create_option, operation, yes_option
+from postkit.cli.output import (
+    DURATION,
+    RESET,
+    SECONDS,
+    OrDefault,
+    echo_json,
+    format_duration,
+    plural,
+    render_fields,
+    to_jsonable,
+)
+from postkit.queue import QueueClient, QueuePolicy, limits
+
+
+@click.group("queue")
+def queue_group() -> None:
+    """Pause, resume, configure or purge a queue.
+
+    A queue name the namespace has not seen (no jobs, dead letters, settings, schedule or
+    worker, and no outcomes in the last hour) is refused, with the known queues: a typo
+    would otherwise act on a queue of its own. --create accepts a new name where that makes
+    sense.
+
+    \b
+    Example:
+      postkit queue pause send_otp
+      postkit queue resume send_otp
+      postkit queue configure send_otp --max-attempts 5 --retain-dead 7d
+      postkit queue purge send_otp --yes
+    """
+
+
+def _is_paused(client: QueueClient, queue: str) -> bool:
+    (row,) = client.stats(queue, cap=1)
+    return row.paused
+
+
+@queue_group.command("pause")
+@click.argument("queue")
+@create_option
+@operation
+def queue_pause(queue: str, create: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """Stop handing out the jobs of QUEUE. Pushes are still accepted, running jobs finish.
+    Pausing a queue that is already paused changes nothing (and says so).
+
+    \b
+    Example:
+      postkit queue pause send_otp --namespace my-app
+      postkit queue pause reports --create     a queue that has no jobs yet
+    """
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue, create=create)
+        changed = not _is_paused(client, queue)
+        if changed:
+            client.pause_queue(queue)
+        connection.commit()
+    if as_json:
+        echo_json({"queue": queue, "paused": True, "changed": changed})
+    elif changed:
+        click.echo(
+            f"Paused queue {queue}: workers get none of its jobs until "
+            f"`postkit queue resume {queue}{namespace_argument(namespace)}`; pushes are still "
+            "accepted."
+        )
+    else:
+        click.echo(f"Queue {queue} is already paused; nothing changed.")
+
+
+@queue_group.command("resume")
+@click.argument("queue")
+@operation
+def queue_resume(queue: str, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """Hand out the jobs of QUEUE again. Resuming a queue that is not paused changes nothing
+    (and says so; the exit code is 0 either way).
+
+    \b
+    Example:
+      postkit queue resume send_otp --namespace my-app
+    """
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue)
+        changed = _is_paused(client, queue)
+        if changed:
+            client.resume_queue(queue)
+        connection.commit()
+    if as_json:
+        echo_json({"queue": queue, "paused": False, "changed": changed})
+    elif changed:
+        click.echo(f"Resumed queue {queue}: workers get its jobs again.")
+    else:
+        click.echo(f"Queue {queue} is not paused; nothing changed (workers already get its jobs).")
+
+
+def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
+    kept = policy.retain_completed
+    return [
+        ("state", "paused" if policy.paused else "active"),
+        ("max attempts", policy.max_attempts),
+        ("visibility timeout", format_duration(policy.visibility_timeout)),
+        (
+            "backoff",
+            f"{format_duration(policy.backoff_base)} doubling, up to "
+            f"{format_duration(policy.backoff_cap)}",
+        ),
+        ("completed jobs", "deleted at once" if kept is None else f"kept {format_duration(kept)}"),
+        ("dead letters", f"kept {format_duration(policy.retain_dead)}"),
+        ("max payload", f"{policy.max_payload_bytes:,} bytes"),
+    ]
+
+
+@queue_group.command("configure")
+@click.argument("queue")
+@click.option(
+    "--max-attempts",
+    metavar="N|default",
+    type=OrDefault(bounded(limits.MAX_ATTEMPTS)),
+    help="Claims before a job is dead-lettered (1-1000; built-in: 20).",
+)
+@click.option(
+    "--visibility-timeout",
+    metavar="SECONDS|default",
+    type=OrDefault(SECONDS),
+    help="How long a claim lasts without a heartbeat: 30, 30s, 5m (built-in: 30s).",
+)
+@click.option(
+    "--backoff-base",
+    metavar="SECONDS|default",
+    type=OrDefault(SECONDS),
+    help="The first retry waits 1-2 times this, doubling each attempt (built-in: 1s).",
+)
+@click.option(
+    "--backoff-cap",
+    metavar="SECONDS|default",
+    type=OrDefault(SECONDS),
+    help="The longest a retry waits (built-in: 1h).",
+)
+@click.option(
+    "--max-payload-bytes",
+    metavar="BYTES|default",
+    type=OrDefault(bounded(limits.MAX_PAYLOAD_BYTES)),
+    help="The largest payload a push accepts (built-in: 1048576, 1 MiB).",
+)
+@click.option(
+    "--retain-completed",
+    metavar="DURATION|default",
+    type=OrDefault(DURATION),
+    help="Keep completed jobs this long: 1h, 7d (built-in: deleted at once).",
+)
+@click.option(
+    "--retain-dead",
+    metavar="DURATION|default",
+    type=OrDefault(DURATION),
+    help="Keep dead letters this long (built-in: 30d).",
+)
+@create_option
+@operation
+def queue_configure(
+    queue: str,
+    max_attempts: int | str | None,
+    visibility_timeout: float | str | None,
+    backoff_base: float | str | None,
+    backoff_cap: float | str | None,
+    max_payload_bytes: int | str | None,
+    retain_completed: timedelta | str | None,
+    retain_dead: timedelta | str | None,
+    create: bool,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Change the settings of QUEUE: the defaults its jobs get when a push or pull does not
+    say otherwise, and how long its finished jobs are kept. Settings not given keep their
+    value; a value of `default` restores the built-in one. Prints the settings now in force.
+
+    \b
+    Example:
+      postkit queue configure send_otp --max-attempts 5 --backoff-base 2s --backoff-cap 10m
+      postkit queue configure send_otp --retain-dead 7d --retain-completed 1h
+      postkit queue configure send_otp --max-attempts default     back to the built-in 20
+      postkit queue configure reports --visibility-timeout 5m --create
+    """
+    given: dict[str, Any] = {
+        "max_attempts": max_attempts,
+        "visibility_timeout": visibility_timeout,
+        "backoff_base": backoff_base,
+        "backoff_cap": backoff_cap,
+        "max_payload_bytes": max_payload_bytes,
+        "retain_completed": retain_completed,
+        "retain_dead": retain_dead,
+    }
+    if all(value is None for value in given.values()):
+        raise click.UsageError(
+            "give at least one setting to change, e.g. --max-attempts 5 (see --help)"
+        )
+    reset = [name for name, value in given.items() if value == RESET]
+    values = {name: None if value == RESET else value for name, value in given.items()}
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue, create=create)
+        policy = client.update_queue_settings(queue, **values, reset=reset)
+        connection.commit()
+    if as_json:
+        echo_json({"queue": queue, **to_jsonable(policy)})
+        return
+    click.echo(f"Configured queue {queue}:")
+    click.echo(render_fields(_describe_policy(policy)))
+
+
+@queue_group.command("purge")
+@click.argument("queue")
+@yes_option
+@operation
+def queue_purge(queue: str, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """Delete every pending and scheduled job of QUEUE. Running jobs are left to their
+    workers; dead letters stay (see `postkit dlq purge`). Asks first, unless --yes; a job
+    pushed while the question waits is not deleted.
+
+    \b
+    Example:
+      postkit queue purge send_otp
+      postkit queue purge send_otp --yes --json
+    """
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue)
+        # One cutoff, by the queue's clock, for the count shown and for the delete: a job
+        # pushed while the prompt waits is not one the operator agreed to delete.
+        cutoff = client.clock()
+        waiting = client.purge_queue(queue, created_before=cutoff, dry_run=True)
+        connection.rollback()
+        deleted = 0
+        if waiting:
+            confirm(
+                f"Delete {waiting} pending and scheduled job(s) of queue {queue}? "
+                "This cannot be undone.",
+                yes,
+            )
+            deleted = client.purge_queue(queue, created_before=cutoff)
+            connection.commit()
+    if as_json:
+        echo_json({"queue": queue, "deleted": deleted})
+    else:
+        click.echo(
+            f"Deleted {plural(deleted, 'pending or scheduled job', 'pending and scheduled jobs')}"
+            f" of queue {queue}."
+        )
+
+
+# --- schedules -------------------------------------------------------------------------------

@@ -1,0 +1,427 @@
+"""``postkit worker``: load the user's Handlers and run the worker runtime on them, in this
+process or, with ``--processes N``, in N children under a supervisor."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import socket
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+import psycopg
+
+from postkit.cli.options import dsn_option, namespace_option
+from postkit.cli.output import first_line, mask_password, plural
+from postkit.embedded import resolve_dsn
+from postkit.queue import installed_version, latest_version
+
+if TYPE_CHECKING:
+    from postkit.queue.worker import Handlers
+
+_WORKER_HELP = """Run the job handlers of MODULE: claim jobs, run them, then ack, retry or
+dead-letter each one.
+
+MODULE is a dotted module path, importable from the current directory (e.g. tasks, or
+myapp.tasks), that defines one Handlers instance; when it defines several, name one as
+module:attribute. The worker serves every queue the Handlers registers, or the --queue ones.
+
+\b
+Example: tasks.py
+  from postkit.errors import PermanentError, RetryLater
+  from postkit.queue.worker import Handlers
+  handlers = Handlers()
+  @handlers.register("send_email")
+  def send_email(job):          # return: ack; an exception: retry with backoff
+      if "to" not in job.payload:
+          raise PermanentError("no recipient")   # to the dead-letter queue now
+      if mailer.rate_limited():
+          raise RetryLater(delay=60)             # retry in a minute
+      mailer.send(job.payload["to"], job.payload["subject"])
+  @handlers.register("resize_image")
+  async def resize_image(job):  # async handlers run on an event loop
+      await images.resize(job.payload["path"])
+
+\b
+Then:
+  postkit worker tasks                       every queue, 8 jobs at a time
+  postkit worker tasks -q send_email -c 32   one queue, 32 at a time
+  postkit worker tasks --processes 4 -v      4 processes, a log line per job
+  postkit worker myapp.jobs:handlers         name the Handlers instance
+
+\b
+and push jobs from your application, in its own transaction:
+  QueueClient(cursor).push("send_email", {"to": "ada@example.com"})
+
+Quiet by default: warnings, and a throughput line every --report-interval seconds.
+-v logs each job; --log-format json writes each log line as one JSON object
+(ts, level, logger, message, event, job_id, queue, attempt, duration_ms, ...).
+
+SIGTERM or Ctrl-C stops claiming; claimed jobs get --grace-period seconds to finish, then
+those not started are released to run elsewhere; a job whose handler still runs keeps its
+claim until the handler returns or --handler-timeout passes. A second signal exits at once.
+With --processes N, a supervisor runs N worker processes, restarts any that dies, and passes
+signals on.
+"""
+
+
+def load_handlers(spec: str) -> tuple[Handlers, str]:
+    """Import ``module`` or ``module:attribute`` (the current directory first on sys.path) and
+    return its :class:`~postkit.queue.worker.Handlers` and a name for it.
+
+    Raises:
+        click.ClickException: the module cannot be found, or does not define exactly one
+            Handlers (or the named attribute is not one).
+    """
+    from postkit.queue.worker import Handlers
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name:
+        raise click.BadParameter("name a module, e.g. tasks or myapp.tasks", param_hint="MODULE")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
+            raise click.ClickException(_import_failure(module_name, exc)) from None
+        hint = ""
+        if module_name.endswith(".py"):
+            hint = f"; name the module, not the file: {module_name[:-3].replace('/', '.')}"
+        raise click.ClickException(
+            f"cannot import {module_name}: no module named {exc.name!r} in the current "
+            f"directory or on sys.path{hint}"
+        ) from None
+    except Exception as exc:  # the module's own code failed: a SyntaxError, a missing name...
+        raise click.ClickException(_import_failure(module_name, exc)) from None
+    if attribute:
+        if not hasattr(module, attribute):
+            raise click.ClickException(f"{module_name} has no attribute {attribute!r}")
+        value = getattr(module, attribute)
+        if not isinstance(value, Handlers):
+            raise click.ClickException(
+                f"{spec} is not a Handlers object (from postkit.queue.worker import Handlers) "
+                f"but of type {type(value).__name__}"
+            )
+        handlers, name = value, spec
+    else:
+        found: dict[int, tuple[str, Handlers]] = {}
+        for key, value in vars(module).items():
+            if isinstance(value, Handlers):
+                found.setdefault(id(value), (key, value))
+        if not found:
+            raise click.ClickException(
+                f"{module_name} defines no Handlers; create one with `handlers = Handlers()` "
+                "(from postkit.queue.worker import Handlers) and register functions on it"
+            )
+        if len(found) > 1:
+            names = sorted(key for key, _ in found.values())
+            raise click.ClickException(
+                f"{module_name} defines several Handlers ({', '.join(names)}); name one, "
+                f"e.g. {module_name}:{names[0]}"
+            )
+        ((key, handlers),) = found.values()
+        name = f"{module_name}:{key}"
+    if not handlers:
+        raise click.ClickException(
+            f"{name} registers no handlers; add one with @handlers.register('queue_name')"
+        )
+    return handlers, name
+
+
+def _where(filename: str | None, line: int | None) -> str:
+    """``tasks.py, line 3``: a file relative to the current directory when under it."""
+    path = filename or "?"
+    with contextlib.suppress(ValueError):
+        relative = os.path.relpath(path)
+        if not relative.startswith(os.pardir):
+            path = relative
+    return f"{path}, line {line}" if line else path
+
+
+def _import_failure(module_name: str, exc: Exception) -> str:
+    """Why importing the user's module failed, in one line: the module, the file and line, and
+    the cause (the exception's type and message), without the traceback through click."""
+    if isinstance(exc, SyntaxError):
+        where = _where(exc.filename, exc.lineno)
+        text = f": {exc.text.strip()}" if exc.text and exc.text.strip() else ""
+        return f"cannot import {module_name}: {type(exc).__name__}: {exc.msg} ({where}{text})"
+    machinery = (__file__, os.path.dirname(importlib.__file__ or "") + os.sep)
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith(("<frozen ", *machinery))
+    ]
+    where = ""
+    if frames:
+        where = f" ({_where(frames[0].filename, frames[0].lineno)}"
+        if len(frames) > 1:
+            where += f", raised in {_where(frames[-1].filename, frames[-1].lineno)}"
+        where += ")"
+    hint = ""
+    if isinstance(exc, ModuleNotFoundError):
+        hint = f"; is it installed for this Python ({sys.executable})?"
+    cause = first_line(str(exc)) or "(no message)"
+    return f"cannot import {module_name}: {type(exc).__name__}: {cause}{where}{hint}"
+
+
+def _check_schema(dsn: str) -> None:
+    """Fail early, in one line, when the database is unreachable or lacks the queue schema."""
+    from postkit.errors import SchemaNotInstalledError
+
+    with psycopg.connect(dsn) as connection:
+        version = installed_version(connection.cursor())
+    if version < latest_version():
+        raise SchemaNotInstalledError(
+            f"the queue schema is not installed (or older than version {latest_version()}) "
+            "in this database; run `postkit install` first"
+        )
+
+
+def _log_start(
+    namespace: str, queues: Sequence[str], concurrency: int, processes: int, dsn: str
+) -> None:
+    """The worker's one line at start, shown without -v: what it works and where (the DSN
+    without its password)."""
+    import logging
+
+    from postkit.logs import REPORT_LOGGER
+
+    shown = mask_password(dsn)
+    logging.getLogger(REPORT_LOGGER).info(
+        "worker started: namespace %r, queues %s, concurrency %d, %s, database %s",
+        namespace,
+        ", ".join(queues),
+        concurrency,
+        plural(processes, "process", "processes"),
+        shown,
+        extra={
+            "event": "start",
+            "namespace": namespace,
+            "queues": list(queues),
+            "concurrency": concurrency,
+            "processes": processes,
+            "dsn": shown,
+        },
+    )
+
+
+_SET_PER_CHILD = frozenset({"processes", "worker_id", "supervised", "dsn"})
+"""The worker parameters the supervisor sets for each child itself: one process, a worker id
+of its own, and the DSN through the environment, not the command line that `ps` shows."""
+
+
+def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[str]:
+    """The arguments that give a child ``postkit worker`` the parameters ``params`` (this
+    invocation's ``ctx.params``), except those in :data:`_SET_PER_CHILD`.
+
+    Each parameter is written as ``command`` declares it: an argument as its value, a flag
+    when set, a repeatable option once per value, another option with ``str(value)``, which
+    its type parses back to the same value; an option left unset (None) is left out, so the
+    child falls back to the same default.
+    """
+    arguments: list[str] = []
+    for param in command.params:
+        value = params.get(param.name or "")
+        if param.name in _SET_PER_CHILD or value is None:
+            continue
+        if not isinstance(param, click.Option):
+            arguments.append(str(value))
+            continue
+        option = next(name for name in param.opts if name.startswith("--"))
+        if param.is_flag:
+            arguments += [option] if value else []
+        else:
+            for item in value if param.multiple else (value,):
+                arguments += [option, str(item)]
+    return arguments
+
+
+@click.command(help=_WORKER_HELP)
+@click.argument("module", metavar="MODULE")
+@click.option(
+    "-q",
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="QUEUE",
+    help="A queue to work; repeat for several. Default: every queue MODULE registers.",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Jobs run at once, per process.",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(0),
+    default=None,
+    help="Jobs claimed ahead of free slots, per process [default: as many as --concurrency].",
+)
+@click.option(
+    "-p",
+    "--processes",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Worker processes; more than 1 runs a supervisor that restarts any that dies.",
+)
+@namespace_option
+@click.option(
+    "--worker-id",
+    metavar="ID",
+    help="The name jobs are claimed under. Default: HOSTNAME-PID; with --processes, ID-0, "
+    "ID-1, ...",
+)
+@click.option(
+    "--visibility-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Seconds a claim lasts between heartbeats; a dead worker's jobs return after it. "
+    "Overrides each queue's policy (`configure_queue(visibility_timeout=...)`) [default: the "
+    "queue's policy, 30 s unless set].",
+)
+@click.option(
+    "--grace-period",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM before they are released.",
+)
+@click.option(
+    "--handler-timeout",
+    type=click.FloatRange(0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a handler may run (unless its registration names a timeout); past it the "
+    "attempt counts as timed out and the job is retried. 0: no limit.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Longest wait between pulls when no notification arrives [default: 5; with --pooler, 1].",
+)
+@click.option(
+    "--pooler",
+    is_flag=True,
+    help="The DSN leads to a pooler in transaction mode (PgBouncer): keep no session state "
+    "(no prepared statements, no session settings, no LISTEN, no vacuum service) and poll "
+    "every --poll-interval seconds instead of waiting for notifications.",
+)
+@click.option(
+    "--report-interval",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="Seconds between throughput lines; 0 turns them off.",
+)
+@click.option(
+    "--vacuum-interval",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    help="Seconds between looks at the jobs table's dead rows; past 10,000 the worker vacuums "
+    "it, so claims stay fast between autovacuum's visits. 0 leaves it to autovacuum.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log every job (claimed, acked, retried...).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line, with the event fields.",
+)
+@click.option("--supervised", is_flag=True, hidden=True)
+@dsn_option
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    module: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    prefetch: int | None,
+    processes: int,
+    namespace: str,
+    worker_id: str | None,
+    visibility_timeout: float | None,
+    grace_period: float,
+    handler_timeout: float,
+    poll_interval: float | None,
+    pooler: bool,
+    report_interval: float,
+    vacuum_interval: float,
+    verbose: bool,
+    log_format: str,
+    supervised: bool,
+    dsn: str | None,
+) -> None:
+    from postkit.logs import ThroughputReport, configure_logging
+    from postkit.queue.supervisor import Supervisor
+    from postkit.queue.worker import Worker
+
+    handlers, name = load_handlers(module)
+    queues = tuple(dict.fromkeys(queues))
+    unknown = [queue for queue in queues if queue not in handlers]
+    if unknown:
+        raise click.BadParameter(
+            f"{name} has no handler for {', '.join(map(repr, unknown))}; "
+            f"it registers {', '.join(map(repr, handlers))}",
+            param_hint="'--queue'",
+        )
+    configure_logging(verbose, log_format)
+    resolved = resolve_dsn(dsn)
+    _check_schema(resolved)
+    if not supervised:
+        _log_start(namespace, queues or tuple(handlers), concurrency, processes, resolved)
+
+    if processes > 1:
+        base = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        commands = [
+            [
+                *(sys.executable, "-m", "postkit.cli", "worker"),
+                *child_arguments(ctx.command, ctx.params),
+                *("--processes", "1", "--worker-id", f"{base}-{index}", "--supervised"),
+            ]
+            for index in range(processes)
+        ]
+        # The DSN goes through the environment, not the command line that `ps` shows.
+        env = {**os.environ, "POSTKIT_DSN": resolved}
+        sys.exit(Supervisor(commands, env=env).run())
+
+    report = ThroughputReport(prefix=supervised)
+    runner = Worker(
+        resolved,
+        handlers,
+        namespace=namespace,
+        queues=list(queues) or None,
+        worker_id=worker_id,
+        concurrency=concurrency,
+        prefetch=prefetch,
+        visibility_timeout=visibility_timeout,
+        poll_interval=poll_interval,
+        pooler=pooler,
+        grace_period=grace_period,
+        handler_timeout=handler_timeout or None,
+        report_interval=report_interval or None,
+        report=report,
+        vacuum_interval=vacuum_interval or None,
+    )
+    report.worker_id = runner.worker_id
+    runner.run()
+    if report_interval:
+        report(runner.stats)  # the attempts settled since the last line
+
+
+# -------------------------------------------------------------------------------------------
+# Operating the queue: stats, jobs, dead letters, queues, schedules, the ticker.
+#
+# Every command opens its own connection and commits after each write: the CLI owns its
+# transaction, unlike the SDK, which writes in its caller's.
