@@ -1,4 +1,4 @@
--- Internal helpers: the clock, policies, input checks, the fence, counters.
+-- Helpers of the state machine: the clock, policies, input checks, the fence, counters.
 --
 -- Internal helpers of the state machine: the clock, a queue's policy, the input checks, the
 -- claim fence, notifications and the outcome counters. No caller may execute these
