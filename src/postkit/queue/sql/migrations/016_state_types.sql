@@ -16,4 +16,4 @@ CREATE INDEX jobs_pull_idx ON postkit_queue.jobs (namespace, queue, priority DES
     WHERE state = 'pending';
 CREATE INDEX jobs_deadline_idx ON postkit_queue.jobs (namespace, visible_until)
     WHERE state = 'running';
--- schema: f1a1c08cf27823e1
+-- schema: d2cbd1f7d13878cc
