@@ -1,4 +1,5 @@
-"""The supervisor's former home, kept importable: it lives in :mod:`postkit.worker.supervisor`."""
+"""Re-exports the supervisor of :mod:`postkit.worker.supervisor` for code that imports it from
+here."""
 
 from postkit.worker.supervisor import Supervisor
 

@@ -1,5 +1,5 @@
-"""The vacuum service's former home, kept importable: it lives in
-:mod:`postkit.worker.maintenance.vacuum`."""
+"""Re-exports the vacuum service of :mod:`postkit.worker.maintenance.vacuum` for code that
+imports it from here."""
 
 from postkit.worker.maintenance.vacuum import JobsVacuum
 

@@ -1,4 +1,4 @@
-"""The worker runtime's former home, kept importable: it lives in :mod:`postkit.worker`."""
+"""Re-exports the worker runtime of :mod:`postkit.worker` for code that imports it from here."""
 
 from postkit.worker import Handlers, HandlerSpec, Worker, WorkerStats, error_summary
 

@@ -123,8 +123,8 @@ class Worker:
     ) -> None:
         """
         Args:
-            dsn: the database; the worker opens a pool of ``concurrency + 2`` connections and
-                one more to listen on.
+            dsn: the database; the worker opens a pool of ``concurrency + 2`` connections, one
+                more to listen on (none in pooler mode) and two for maintenance.
             handlers: a :class:`Handlers`, or a mapping of queue name to handler function.
             queues: the queues to work (default: every queue with a handler).
             concurrency: how many jobs run at once.
