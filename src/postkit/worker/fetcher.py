@@ -33,13 +33,13 @@ logger = logging.getLogger("postkit.worker")
 # The longest wait between two tries to reach the database while it is away: a retry costs
 # one connection attempt, and the worker is back within this long of the server accepting
 # connections again.
-MAX_RETRY = 1.0
+_MAX_RETRY = 1.0
 _LISTENER_DOWN_POLL = 1.0
 
 
 def retry_backoff() -> Backoff:
     """The backoff of the claim path's retries: 0.2 s, 0.4 s, 0.8 s, then every second."""
-    return Backoff(base=0.2, cap=MAX_RETRY, jitter=0.5)
+    return Backoff(base=0.2, cap=_MAX_RETRY, jitter=0.5)
 
 
 class Fetcher:
@@ -93,11 +93,6 @@ class Fetcher:
         # Set by the claim loop when the database answers again after errors: the listener
         # reconnects at once instead of waiting out its backoff.
         self._database_back = threading.Event()
-
-    def wake(self) -> None:
-        """Cut the claim loop's wait short (a stop)."""
-        with self.claims.lock:
-            self.claims.lock.notify_all()
 
     # ---------------------------------------------------------------------------------------
     # The claim loop.
@@ -245,7 +240,7 @@ class Fetcher:
                     self.settle_and_claim(acks, 0)
                 except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                     logger.warning("could not acknowledge %d job(s) (%s)", len(acks), exc)
-                    time.sleep(MAX_RETRY)
+                    time.sleep(_MAX_RETRY)
             if done or time.monotonic() >= deadline:
                 return
 
@@ -354,4 +349,4 @@ class Fetcher:
             self._claiming.release()
 
 
-__all__ = ["MAX_RETRY", "Fetcher", "retry_backoff"]
+__all__ = ["Fetcher", "retry_backoff"]

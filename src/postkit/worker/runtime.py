@@ -288,8 +288,10 @@ class Worker:
             heartbeat=start_thread(heartbeat.run, "heartbeat"),
             listener=None if self.pooler else start_thread(fetcher.listen, "listener"),
             maintenance=[
-                start_thread(functools.partial(self._run_maintenance, maintenance), "maintenance")
-                for maintenance in self._maintenance
+                start_thread(
+                    functools.partial(self._run_maintenance, maintenance), f"maintenance-{number}"
+                )
+                for number, maintenance in enumerate(self._maintenance, 1)
             ],
             reporter=(
                 start_thread(self._report_loop, "report")
