@@ -645,10 +645,16 @@ def _public_members(cls: type) -> list[tuple[str, Any]]:
 
 
 def _render_class(
-    cls: type, *, title: str | None = None, note: str | None = None, skip: Iterable[str] = ()
+    cls: type,
+    *,
+    title: str | None = None,
+    note: str | None = None,
+    skip: Iterable[str] = (),
+    module: str | None = None,
 ) -> list[str]:
+    """``module``: where users import ``cls`` from, when not the module defining it."""
     out = ["", f"## {title or cls.__name__}", ""]
-    out.append(f"`{cls.__module__}.{cls.__name__}`")
+    out.append(f"`{module or cls.__module__}.{cls.__name__}`")
     out.append("")
     doc = _markdown_doc(inspect.getdoc(cls))
     if doc:
@@ -786,8 +792,8 @@ def render_sdk() -> str:
         job,
         migrations,
     )
-    from postkit.queue import worker as worker_module
-    from postkit.queue.worker import Handlers, Worker
+    from postkit.worker import Handlers, Worker
+    from postkit.worker import runtime as worker_module
 
     sync_methods = {name for name, _ in _public_members(QueueClient)}
     async_methods = {name for name, _ in _public_members(AsyncQueueClient)}
@@ -824,8 +830,10 @@ def render_sdk() -> str:
     ]
     out += _render_class(QueueClient, note=client_note)
     out += _render_class(WorkListener, note=listener_note)
-    out += _render_class(Handlers)
-    out += _render_class(Worker, note=_markdown_doc(inspect.getdoc(worker_module)))
+    out += _render_class(Handlers, module="postkit.worker")
+    out += _render_class(
+        Worker, note=_markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
+    )
     out += ["", "## Installing the schema", "", "`postkit.queue`: the migrations, in Python."]
     for function in (
         migrations.install,

@@ -33,6 +33,7 @@ from postkit.queue.admin import (
 from postkit.queue.migrations import _INSTALL_LOCK_KEY
 from postkit.queue.protocol import queries
 from postkit.queue.worker import Worker
+from postkit.worker.maintenance import Maintenance
 from tests.queue.legacy import install_legacy
 
 ACCESS_KINDS = ("producer", "worker", "operator")
@@ -270,6 +271,15 @@ def test_a_worker_login_runs_a_worker_through_its_ticks(
     # The first tick runs as the worker starts: a tick the role may not run ends run() at once.
     assert failure == []
     assert sorted(done) == sorted(ids)
+
+
+def test_a_worker_login_runs_a_round_of_every_maintenance_service(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    """The services `postkit tick` runs: rescue, schedules (a look included) and retention."""
+    done = Maintenance.for_tick(make_login("worker"), namespace, interval=5).run_once()
+
+    assert not done.anything
 
 
 def test_postkit_worker_and_postkit_tick_run_under_a_worker_login(
