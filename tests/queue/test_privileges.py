@@ -32,7 +32,7 @@ from postkit.queue.admin import (
 )
 from postkit.queue.migrations import _INSTALL_LOCK_KEY
 from postkit.queue.protocol import queries
-from postkit.queue.worker import Worker
+from postkit.worker import Worker
 from postkit.worker.maintenance import Maintenance
 from tests.queue.legacy import install_legacy
 
@@ -289,7 +289,7 @@ def test_postkit_worker_and_postkit_tick_run_under_a_worker_login(
     ids = [producer.push("emails", {"n": n}) for n in range(5)]
     worker_dsn = make_login("worker")
     (tmp_path / "tasks.py").write_text(
-        "from postkit.queue.worker import Handlers\n"
+        "from postkit.worker import Handlers\n"
         "handlers = Handlers()\n"
         "@handlers.register('emails')\n"
         "def send(job):\n"

@@ -28,7 +28,7 @@ from psycopg import sql
 
 from postkit.errors import InvalidDurationError, PermanentError, RetryLater
 from postkit.queue import Job, QueueClient
-from postkit.queue.worker import Handlers, Worker, error_summary
+from postkit.worker import Handlers, Worker, error_summary
 
 Q = "work"
 Shift = Callable[[QueueClient, float], None]
@@ -974,7 +974,7 @@ WORKER_SCRIPT = textwrap.dedent(
     import sys
     import time
 
-    from postkit.queue.worker import Handlers, Worker
+    from postkit.worker import Handlers, Worker
 
     dsn, namespace = sys.argv[1], sys.argv[2]
     grace, visibility = float(sys.argv[3]), float(sys.argv[4])

@@ -32,7 +32,7 @@ import psycopg
 
 from postkit import errors
 from postkit.queue import Job, QueueClient, install
-from postkit.queue.worker import Handlers, Worker
+from postkit.worker import Handlers, Worker
 
 NAMESPACE = "postkit-demo"
 QUEUE = "send_otp"
