@@ -30,6 +30,7 @@ REWRITES = [
     (r"\bAsyncWorkListener\b", "WorkListener"),
     (r"\bpsycopg\.AsyncConnection\b", "psycopg.Connection"),
     (r"\bAsyncIterator\b", "Iterator"),
+    (r"\brun_async\b", "run"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\bpostkit\.queue\.client_async\b", "postkit.queue.client"),

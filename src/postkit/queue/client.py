@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from postkit import errors
-from postkit.queue import protocol
+from postkit.queue import executor, protocol
 from postkit.queue.job import (
     BrokenSchedule,
     DeadLetter,
@@ -29,7 +28,6 @@ from postkit.queue.job import (
     Schedule,
 )
 from postkit.queue.protocol import Duration, JobRef, NextDue
-from postkit.queue.rows import as_dicts
 
 T = TypeVar("T")
 
@@ -101,21 +99,7 @@ class QueueClient:
         return self._claims.get(job)
 
     def _run(self, call: protocol.Call[T]) -> T:
-        cursor = self._cursor
-        connection = getattr(cursor, "connection", None)
-        if getattr(cursor, "closed", False) or getattr(connection, "closed", False):
-            raise errors.ClientClosedError(
-                "the cursor (or its connection) given to QueueClient is closed"
-            )
-        try:
-            cursor.execute(call.sql, call.params)
-            rows = as_dicts(cursor.description, cursor.fetchall())
-        except Exception as exc:
-            translated = protocol.translate_error(exc)
-            if translated is None:
-                raise
-            raise translated from exc
-        return call.parse(rows)
+        return executor.run(self._cursor, call, owner="QueueClient")
 
     def push(
         self,

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from postkit import errors
-from postkit.queue import protocol
+from postkit.queue import executor, protocol
 from postkit.queue.job import (
     BrokenSchedule,
     DeadLetter,
@@ -28,7 +27,6 @@ from postkit.queue.job import (
     Schedule,
 )
 from postkit.queue.protocol import Duration, JobRef, NextDue
-from postkit.queue.rows import as_dicts
 
 T = TypeVar("T")
 
@@ -100,21 +98,7 @@ class AsyncQueueClient:
         return self._claims.get(job)
 
     async def _run(self, call: protocol.Call[T]) -> T:
-        cursor = self._cursor
-        connection = getattr(cursor, "connection", None)
-        if getattr(cursor, "closed", False) or getattr(connection, "closed", False):
-            raise errors.ClientClosedError(
-                "the cursor (or its connection) given to QueueClient is closed"
-            )
-        try:
-            await cursor.execute(call.sql, call.params)
-            rows = as_dicts(cursor.description, await cursor.fetchall())
-        except Exception as exc:
-            translated = protocol.translate_error(exc)
-            if translated is None:
-                raise
-            raise translated from exc
-        return call.parse(rows)
+        return await executor.run_async(self._cursor, call, owner="QueueClient")
 
     async def push(
         self,

@@ -13,13 +13,13 @@ from it by tools/async_to_sync.py.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
-from psycopg import sql
 
-from postkit.queue import protocol
-from postkit.queue.rows import as_dicts
+from postkit.queue import executor, protocol
+
+T = TypeVar("T")
 
 
 class AsyncWorkListener:
@@ -50,10 +50,8 @@ class AsyncWorkListener:
         already); notifications that arrive meanwhile are kept for the next wait."""
         return self._connection
 
-    async def _run(self, call: protocol.Call[Any]) -> Any:
-        cursor = self._connection.cursor()
-        await cursor.execute(call.sql, call.params)
-        return call.parse(as_dicts(cursor.description, await cursor.fetchall()))
+    async def _run(self, call: protocol.Call[T]) -> T:
+        return await executor.run_async(self._connection, call, owner="WorkListener")
 
     @property
     def wake_channel(self) -> str:
@@ -69,7 +67,7 @@ class AsyncWorkListener:
             return
         channels = await self._run(protocol.channels(self._namespace, self._queues))
         for channel in [*channels, self.wake_channel]:
-            await self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            await self._run(protocol.listen(channel))
         self._listening = True
 
     async def wait_for_work(self, timeout: float = 5.0) -> bool:

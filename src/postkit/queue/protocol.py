@@ -72,10 +72,25 @@ class Call(Generic[T]):
     name: str
     params: Mapping[str, Any]
     parse: Callable[[Rows], T]
+    identifiers: Mapping[str, str] | None = None
+    """Names the statement holds as ``{key}`` where no parameter may stand (LISTEN's
+    channel): each is written into it quoted as an identifier."""
 
     @property
     def sql(self) -> str:
-        return queries()[self.name]
+        statement = queries()[self.name]
+        if self.identifiers is None:
+            return statement
+        return statement.format_map(
+            {key: _identifier(name) for key, name in self.identifiers.items()}
+        )
+
+
+def _identifier(name: str) -> str:
+    """``name`` quoted as a PostgreSQL identifier, as libpq's PQescapeIdentifier quotes it."""
+    if "\x00" in name:
+        raise errors.InvalidNameError("an identifier must not contain a NUL character")
+    return '"' + name.replace('"', '""') + '"'
 
 
 # --------------------------------------------------------------------------------------------
@@ -496,6 +511,11 @@ def channels(namespace: str, queues: list[str]) -> Call[list[str]]:
     """The LISTEN channels of these queues (the SQL module names them)."""
     params = _base(namespace, queues=_queue_list(queues))
     return Call("channels", params, lambda rows: [row["channel"] for row in rows])
+
+
+def listen(channel: str) -> Call[None]:
+    """LISTEN on ``channel`` (a name :func:`channels` returned, or a listener's wake channel)."""
+    return Call("listen", {}, lambda rows: None, identifiers={"channel": channel})
 
 
 def tick_timeouts(namespace: str, *, limit: int) -> Call[int]:
@@ -1242,43 +1262,3 @@ def vacuum_jobs() -> Call[None]:
 
 def vacuum_unlock() -> Call[bool]:
     return Call("vacuum_unlock", {}, _scalar)
-
-
-# --------------------------------------------------------------------------------------------
-# Errors.
-# --------------------------------------------------------------------------------------------
-
-
-def translate_error(exc: BaseException) -> errors.PostkitError | None:
-    """The Postkit exception for a driver error raised by the SQL module, or None for any
-    other error (which the client re-raises unchanged).
-
-    Reads the SQLSTATE the way psycopg 3 (``sqlstate``) and psycopg2 (``pgcode``) expose it,
-    also through Django's wrapper (the driver error is its ``__cause__``).
-    """
-    for candidate in (exc, exc.__cause__):
-        if candidate is None:
-            continue
-        sqlstate = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
-        error_class = errors.SQLSTATE_ERRORS.get(sqlstate or "")
-        if error_class is None:
-            continue
-        diag = getattr(candidate, "diag", None)
-        message = getattr(diag, "message_primary", None) or str(candidate)
-        if error_class is errors.SchemaNotInstalledError:
-            if "postkit_queue" not in message:
-                return None
-            message = (
-                f"{message}. The Postkit queue schema is missing or older than this SDK: "
-                "run `postkit install` (or postkit.queue.install(connection))"
-            )
-        if error_class is errors.PermissionDeniedError and message.startswith(
-            "permission denied for function"
-        ):
-            message = (
-                f"{message}: the role's Postkit access does not include it (producers push, "
-                "workers also pull and settle, operators also inspect and steer; see "
-                "postkit_queue.grant_access or `postkit install --grant ROLE:KIND`)"
-            )
-        return error_class(message.removeprefix("postkit: "))
-    return None
