@@ -781,8 +781,8 @@ def render_sdk() -> str:
         AsyncQueueClient,
         QueueClient,
         WorkListener,
-        job,
         migrations,
+        records,
     )
     from postkit.queue import worker as worker_module
     from postkit.queue.worker import Handlers, Worker
@@ -852,8 +852,8 @@ def render_sdk() -> str:
             ):
                 out += _render_function(value, module="postkit.queue.admin")
     out += ["", "## What the SDK returns", ""]
-    out += [_markdown_doc(inspect.getdoc(job))]
-    docs = _field_docs(Path(job.__file__))
+    out += [_markdown_doc(inspect.getdoc(records))]
+    docs = _field_docs(Path(records.__file__))
     for name in (
         "Job",
         "DeadLetter",
@@ -863,9 +863,11 @@ def render_sdk() -> str:
         "Schedule",
         "Fired",
         "QueuePolicy",
+        "JobState",
+        "Outcome",
         "NackOutcome",
     ):
-        out += _render_record(getattr(job, name), docs.get(name, {}))
+        out += _render_record(getattr(records, name), docs.get(name, {}))
     out += _render_errors()
     return "\n".join(out) + "\n"
 

@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from postkit.queue import executor, protocol
-from postkit.queue.job import (
+from postkit.queue.protocol import Duration, JobRef, NextDue
+from postkit.queue.records import (
     BrokenSchedule,
     DeadLetter,
     Fired,
@@ -27,7 +28,6 @@ from postkit.queue.job import (
     Redriven,
     Schedule,
 )
-from postkit.queue.protocol import Duration, JobRef, NextDue
 
 T = TypeVar("T")
 

@@ -1,248 +1,34 @@
-"""What the SDK returns: jobs, dead letters and queue policies, each a read-only mapping with a
-typed attribute view (``job["payload"]`` and ``job.payload`` are the same value)."""
+"""The records' former module path, kept importable for code that still imports it: everything
+here is :mod:`postkit.queue.records`'s."""
 
-from __future__ import annotations
+from postkit.queue.records import (
+    BrokenSchedule,
+    DeadLetter,
+    Fired,
+    Job,
+    JobState,
+    NackOutcome,
+    Outcome,
+    Outcomes,
+    Pruned,
+    QueuePolicy,
+    QueueStats,
+    Redriven,
+    Schedule,
+)
 
-import dataclasses
-import enum
-from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta
-from typing import Any
-
-
-class _RecordMapping(Mapping[str, Any]):
-    """Lets a frozen dataclass be read as a mapping of its fields."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._field_names():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._field_names())
-
-    def __len__(self) -> int:
-        return len(self._field_names())
-
-    @classmethod
-    def _field_names(cls) -> tuple[str, ...]:
-        return tuple(field.name for field in dataclasses.fields(cls))  # type: ignore[arg-type]
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class Job(_RecordMapping):
-    """A job as ``pull`` claimed it, or as ``get_job`` found it.
-
-    ``claim_token`` is the fence of the current claim: pass the whole ``Job`` (or its
-    ``claim_token``) to ack, nack, fail and extend_visibility, and a stale attempt can never
-    settle a newer one, even one taken under the same worker_id.
-
-    A payload that PostgreSQL stored but Python cannot decode (JSON nested deeper than the
-    recursion limit, an integer past Python's 4,300-digit limit) does not make the read
-    raise: the job comes back with ``payload`` None and ``payload_error`` saying why. The
-    worker runtime dead-letters such a job with that error instead of running its handler.
-    """
-
-    id: int
-    queue: str
-    payload: Any
-    attempts: int
-    """Claims so far, this one included: every pull counts an attempt."""
-    max_attempts: int
-    worker_id: str | None
-    claim_token: str | None
-    visible_until: datetime | None
-    """The claim's deadline: after it, tick_timeouts may return the job to the queue."""
-    state: str
-    """'pending' (waiting for run_at), 'running' (claimed) or 'dead' (in the dead-letter queue)."""
-    priority: int
-    run_at: datetime | None
-    namespace: str
-    unique_key: str | None
-    claimed_at: datetime | None
-    errors: tuple[Mapping[str, Any], ...]
-    """One entry per failed attempt, oldest first: attempt, kind, error, worker_id, at."""
-    created_at: datetime
-    failed_at: datetime | None = None
-    payload_error: str | None = None
-    """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
-    then None)."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class DeadLetter(_RecordMapping):
-    """A job the queue gave up on, kept with its payload and every attempt's error."""
-
-    job_id: int
-    queue: str
-    payload: Any
-    error: str | None
-    """The last error."""
-    errors: tuple[Mapping[str, Any], ...]
-    """Every attempt's error, oldest first."""
-    reason: str
-    """'failed' (fail was called), 'attempts_exhausted' (nack with none left) or 'timed_out'."""
-    attempts: int
-    max_attempts: int
-    worker_id: str | None
-    """The last worker that held the job."""
-    priority: int
-    unique_key: str | None
-    namespace: str
-    created_at: datetime
-    failed_at: datetime
-    expires_at: datetime
-    """When retention prunes it (the queue's retain_dead after failed_at)."""
-    redriven_job_id: int | None
-    """The job it was retried as, once an operator redrove it."""
-    redriven_at: datetime | None
-    payload_error: str | None = None
-    """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
-    then None; redrive still copies the stored payload as it is)."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class QueuePolicy(_RecordMapping):
-    """The defaults a queue's jobs get when push and pull do not say otherwise."""
-
-    max_attempts: int
-    visibility_timeout: float
-    """Seconds."""
-    backoff_base: float
-    """Seconds: the first retry comes after between one and two times this."""
-    backoff_cap: float
-    """Seconds: the longest a retry waits."""
-    paused: bool
-    """A paused queue hands out no jobs; pushes are still accepted."""
-    retain_completed: float | None
-    """Seconds completed jobs are kept in the archive; None: deleted at once."""
-    retain_dead: float
-    """Seconds dead letters are kept before pruning."""
-    max_payload_bytes: int
-    """The largest payload a push accepts (its stored size); larger ones raise
-    InvalidPayloadError."""
-
-
-class NackOutcome(str, enum.Enum):
-    """What a nack did."""
-
-    RETRIED = "retried"
-    """The job is pending again and runs after its backoff."""
-    DEAD_LETTERED = "dead_lettered"
-    """Its attempts were spent: the job moved to the dead-letter queue."""
-    STALE = "stale"
-    """The caller no longer held the claim; nothing changed."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class QueueStats(_RecordMapping):
-    """One queue at a glance. Live counts are exact up to the cap given to ``stats``; beyond
-    it they read as the cap and ``counts_capped`` is true."""
-
-    queue: str
-    paused: bool
-    pending: int
-    """Ready to run now."""
-    scheduled: int
-    """Waiting for their run_at (delayed, or retrying after a backoff)."""
-    running: int
-    dead: int
-    """In the dead-letter queue, not yet redriven."""
-    counts_capped: bool
-    oldest_ready_age: timedelta | None
-    """How long the oldest ready job has waited; None when none is ready."""
-    completed_last_minute: int
-    completed_last_hour: int
-    failed_last_minute: int
-    """Dead-lettered in the current minute."""
-    failed_last_hour: int
-    retried_last_hour: int
-    rescued_last_hour: int
-    """Expired claims returned to the queue by tick_timeouts."""
-    mean_attempts: float | None
-    """Mean attempts of the jobs completed in the last hour."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class Outcomes(_RecordMapping):
-    """A queue's outcomes from the start of a minute on (see ``QueueClient.outcomes_since``)."""
-
-    queue: str
-    completed: int
-    """Acked."""
-    failed: int
-    """Dead-lettered."""
-    retried: int
-    """Nacked with attempts left."""
-    rescued: int
-    """Expired claims returned to the queue by tick_timeouts."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class Redriven(_RecordMapping):
-    """One dead letter retried (or, in a dry run, that would be)."""
-
-    job_id: int
-    queue: str
-    """The queue it goes (or would go) to."""
-    new_job_id: int | None
-    """The new job; None in a dry run."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class Pruned(_RecordMapping):
-    """What one retention pass deleted."""
-
-    completed_jobs: int
-    dead_letters: int
-    stats_rows: int
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class Schedule(_RecordMapping):
-    """A recurring job: a cron expression in a time zone, or a fixed interval."""
-
-    name: str
-    queue: str
-    payload: Any
-    cron: str | None
-    timezone: str
-    every: timedelta | None
-    priority: int
-    max_attempts: int | None
-    paused: bool
-    next_run_at: datetime
-    last_run_at: datetime | None
-    last_job_id: int | None
-    namespace: str
-    created_at: datetime
-    updated_at: datetime
-    broken_at: datetime | None = None
-    """When a tick could not compute the schedule's next run (a cron expression or time zone
-    this Python cannot use); a broken schedule does not fire until it is saved again."""
-    broken_reason: str | None = None
-    """Why it is broken."""
-    payload_error: str | None = None
-    """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
-    then None; the schedule still pushes the stored payload as it is)."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class Fired(_RecordMapping):
-    """One schedule run fired by ``tick_schedules``."""
-
-    name: str
-    job_id: int
-    due_at: datetime
-    next_run_at: datetime
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class BrokenSchedule(_RecordMapping):
-    """A due schedule that ``tick_schedules`` marked broken instead of firing: its next run
-    could not be computed (a cron expression or time zone this Python cannot use). It stays
-    broken, and fires no more, until it is saved again."""
-
-    name: str
-    due_at: datetime
-    reason: str
+__all__ = [
+    "BrokenSchedule",
+    "DeadLetter",
+    "Fired",
+    "Job",
+    "JobState",
+    "NackOutcome",
+    "Outcome",
+    "Outcomes",
+    "Pruned",
+    "QueuePolicy",
+    "QueueStats",
+    "Redriven",
+    "Schedule",
+]

@@ -27,11 +27,12 @@ from croniter import croniter
 
 from postkit import errors
 from postkit.queue import limits
-from postkit.queue.job import (
+from postkit.queue.records import (
     BrokenSchedule,
     DeadLetter,
     Fired,
     Job,
+    JobState,
     NackOutcome,
     Outcomes,
     Pruned,
@@ -791,7 +792,8 @@ def stats(namespace: str, queue: str | None, *, cap: int) -> Call[list[QueueStat
     return Call("stats", params, lambda rows: [_stats(row) for row in rows])
 
 
-JOB_STATES = ("pending", "scheduled", "running", "dead")
+JOB_STATES = tuple(state.value for state in JobState)
+"""The states a listing of jobs takes."""
 
 
 def jobs(namespace: str, queue: str, state: str, *, limit: int, after_id: int) -> Call[list[Job]]:
