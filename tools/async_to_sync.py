@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {
     "src/postkit/queue/client_async.py": "src/postkit/queue/client.py",
     "src/postkit/queue/listen_async.py": "src/postkit/queue/listen.py",
+    "src/postkit/queue/operations_async.py": "src/postkit/queue/operations.py",
 }
 REWRITES = [
     (r"\basync def\b", "def"),
@@ -28,6 +29,7 @@ REWRITES = [
     (r"\bawait\s+", ""),
     (r"\bAsyncQueueClient\b", "QueueClient"),
     (r"\bAsyncWorkListener\b", "WorkListener"),
+    (r"\bAsyncOperations\b", "Operations"),
     (r"\bpsycopg\.AsyncConnection\b", "psycopg.Connection"),
     (r"\bAsyncIterator\b", "Iterator"),
     (r"\brun_async\b", "run"),
@@ -35,6 +37,7 @@ REWRITES = [
     (r"\b__aexit__\b", "__exit__"),
     (r"\bpostkit\.queue\.client_async\b", "postkit.queue.client"),
     (r"\bpostkit\.queue\.listen_async\b", "postkit.queue.listen"),
+    (r"\bpostkit\.queue\.operations_async\b", "postkit.queue.operations"),
 ]
 
 

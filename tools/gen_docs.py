@@ -631,10 +631,15 @@ def _markdown_doc(doc: str | None) -> str:
 
 
 def _public_members(cls: type) -> list[tuple[str, Any]]:
+    """The class's own public members, then those it inherits from Postkit's classes (a
+    mixin's), each once."""
     members = []
-    for name, value in vars(cls).items():
-        if name.startswith("_") and name != "__init__":
+    seen: set[str] = set()
+    postkit_classes = [klass for klass in cls.__mro__ if klass.__module__.startswith("postkit.")]
+    for name, value in [item for klass in postkit_classes for item in vars(klass).items()]:
+        if (name.startswith("_") and name != "__init__") or name in seen:
             continue
+        seen.add(name)
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
         if callable(value) or isinstance(value, property):
