@@ -1,7 +1,7 @@
 # Generated from client_async.py by tools/async_to_sync.py: edit that file, not this one.
 """The queue client: push, pull and settle jobs on top of the caller's own cursor; the
 operating calls (dead letters, settings, schedules...) come from
-:mod:`postkit.queue.operations`.
+:mod:`postkit.queue.operations_async`.
 
 client_async.py is the source of both clients: the asyncio client (for psycopg 3 async cursors)
 is written there, and client.py, the synchronous client (for any DB-API cursor), is generated
@@ -22,7 +22,7 @@ from postkit.queue.protocol import Duration, JobRef
 from postkit.queue.records import Job, NackOutcome
 
 REMEMBERED_CLAIMS = 10_000
-"""How many claims a client remembers at most (see :class:`QueueClient`); past that it
+"""How many claims a client remembers at most (see the client's docstring); past that it
 forgets the oldest."""
 
 

@@ -21,7 +21,7 @@ from postkit.queue.protocol import Duration, JobRef
 from postkit.queue.records import Job, NackOutcome
 
 REMEMBERED_CLAIMS = 10_000
-"""How many claims a client remembers at most (see :class:`AsyncQueueClient`); past that it
+"""How many claims a client remembers at most (see the client's docstring); past that it
 forgets the oldest."""
 
 

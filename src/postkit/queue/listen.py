@@ -3,7 +3,7 @@
 
 Every push (and every retry, rescue or release) notifies its queue's channel when its
 transaction commits. A listener holds one autocommit connection that LISTENs on the channels of
-its queues, and :meth:`WorkListener.wait_for_work` blocks until a notification arrives, the
+its queues, and the listener's ``wait_for_work`` blocks until a notification arrives, the
 earliest delayed job falls due, or the timeout passes. The timeout is only a fallback poll: a
 missed notification costs latency, never a job.
 

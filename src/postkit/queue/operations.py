@@ -2,8 +2,8 @@
 """The operating calls of the queue client: inspecting and steering queues, dead letters,
 settings, retention and schedules.
 
-operations_async.py is the source of both: :class:`Operations`, which
-:class:`~postkit.queue.client.QueueClient` inherits, is written here, and
+operations_async.py is the source of both: :class:`AsyncOperations`, which
+:class:`~postkit.queue.client_async.AsyncQueueClient` inherits, is written here, and
 operations.py (``Operations``, which ``QueueClient`` inherits) is generated from it by
 tools/async_to_sync.py. Each call is one statement in the caller's transaction, run by
 :mod:`postkit.queue.executor`.
@@ -34,8 +34,8 @@ T = TypeVar("T")
 
 
 class Operations:
-    """The operating methods of :class:`~postkit.queue.client.QueueClient`, on the
-    cursor and namespace the client was given."""
+    """The operating methods of the queue client (AsyncQueueClient inherits this class, and
+    QueueClient its generated twin), on the cursor and namespace the client was given."""
 
     _cursor: Any
     _namespace: str

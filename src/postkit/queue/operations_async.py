@@ -33,8 +33,8 @@ T = TypeVar("T")
 
 
 class AsyncOperations:
-    """The operating methods of :class:`~postkit.queue.client_async.AsyncQueueClient`, on the
-    cursor and namespace the client was given."""
+    """The operating methods of the queue client (AsyncQueueClient inherits this class, and
+    QueueClient its generated twin), on the cursor and namespace the client was given."""
 
     _cursor: Any
     _namespace: str
