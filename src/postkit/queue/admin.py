@@ -26,7 +26,7 @@ def _nothing(rows: Rows) -> None:
 
 
 def _run(cursor: Any, call: Call[Any]) -> Any:
-    return executor.run(cursor, call, owner="postkit.queue.admin")
+    return executor.run(cursor, call, given_to="postkit.queue.admin")
 
 
 def grant_access(cursor: Any, role: str, access: Access) -> None:

@@ -52,7 +52,8 @@ class WorkListener:
         return self._connection
 
     def _run(self, call: protocol.Call[T]) -> T:
-        return executor.run(self._connection, call, owner="WorkListener")
+        # The listener's connection is its own: closed, it is a lost connection.
+        return executor.run(self._connection, call, given_to=None)
 
     @property
     def wake_channel(self) -> str:

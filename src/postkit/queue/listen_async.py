@@ -51,7 +51,8 @@ class AsyncWorkListener:
         return self._connection
 
     async def _run(self, call: protocol.Call[T]) -> T:
-        return await executor.run_async(self._connection, call, owner="WorkListener")
+        # The listener's connection is its own: closed, it is a lost connection.
+        return await executor.run_async(self._connection, call, given_to=None)
 
     @property
     def wake_channel(self) -> str:

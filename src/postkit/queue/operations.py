@@ -41,7 +41,7 @@ class Operations:
     _namespace: str
 
     def _run(self, call: protocol.Call[T]) -> T:
-        return executor.run(self._cursor, call, owner="QueueClient")
+        return executor.run(self._cursor, call, given_to="QueueClient")
 
     def dead_letters(
         self,

@@ -40,7 +40,7 @@ class AsyncOperations:
     _namespace: str
 
     async def _run(self, call: protocol.Call[T]) -> T:
-        return await executor.run_async(self._cursor, call, owner="QueueClient")
+        return await executor.run_async(self._cursor, call, given_to="QueueClient")
 
     async def dead_letters(
         self,
