@@ -364,9 +364,9 @@ class AsyncOperations:
         run is fenced on its due time, so each fires exactly once. Runs missed while nothing
         ticked collapse into one (the catch-up policy).
 
-        A due schedule whose next run cannot be computed (a cron expression saved before the
-        SQL module checked them, a time zone this Python does not know), or whose job its
-        queue refuses (a payload over a max_payload_bytes set later), is marked broken
+        A due schedule whose next run cannot be computed (a cron expression croniter cannot
+        use, a time zone this Python does not know), or whose job its queue refuses (a
+        payload over a max_payload_bytes set later), is marked broken
         instead, and the others fire: it is left out of later ticks until it is saved again
         (:meth:`create_schedule`), and :meth:`schedules` shows it with ``broken_reason``.
 
