@@ -7,6 +7,7 @@ commands) run under it, and hand-written SQL tries to get around the functions.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import pytest
 from psycopg import sql
 
 from postkit import errors
-from postkit.queue import QueueClient, install
+from postkit.queue import AsyncWorkListener, QueueClient, WorkListener, install
 from postkit.queue.admin import (
     OWNER_QUERIES,
     assign_namespace,
@@ -126,6 +127,29 @@ def test_hand_written_sql_on_the_tables_is_refused(
         pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         connection.execute(statement)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_listener_raises_the_sdks_error_for_a_refusal_as_the_clients_do(
+    make_login: MakeLogin, kind: str
+) -> None:
+    """A producer may not wait for work (the channels are a worker's): its listener meets the
+    same error policy as every SDK statement, a PermissionDeniedError naming the function."""
+    dsn = make_login("producer")
+    refused = pytest.raises(
+        errors.PermissionDeniedError, match="permission denied for function channel"
+    )
+    if kind == "sync":
+        with psycopg.connect(dsn, autocommit=True) as connection, refused:
+            WorkListener(connection, "shop", ["emails"]).listen()
+        return
+
+    async def listen() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            await AsyncWorkListener(connection, "shop", ["emails"]).listen()
+
+    with refused:
+        asyncio.run(listen())
 
 
 def test_each_access_kind_executes_exactly_the_functions_of_its_kind_and_below(
