@@ -42,7 +42,7 @@ def test_the_sdk_reference_covers_every_public_client_method() -> None:
     from postkit.queue import QueueClient
 
     doc = (ROOT / "docs/sdk.md").read_text(encoding="utf-8")
-    methods = [name for name in vars(QueueClient) if not name.startswith("_")]
+    methods = [name for name in dir(QueueClient) if not name.startswith("_")]
 
     assert methods
     for name in methods:

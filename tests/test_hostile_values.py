@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from postkit.cli import main
 from postkit.queue import Job, QueueClient
-from postkit.queue.job import Fired
+from postkit.queue.records import Fired
 from postkit.worker import Worker
 
 # Payloads as JSON text, valid to PostgreSQL's jsonb.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from postkit.queue.job import BrokenSchedule, Fired, Pruned
+from postkit.queue.records import BrokenSchedule, Fired, Pruned
 
 
 def _now() -> datetime:

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from postkit.queue import QueueClient
-from postkit.queue.job import BrokenSchedule
+from postkit.queue.records import BrokenSchedule
 from postkit.worker.maintenance.report import RoundReport
 from postkit.worker.maintenance.service import Service
 

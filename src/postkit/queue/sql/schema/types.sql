@@ -1,7 +1,7 @@
 -- Types: the states of a job and the outcomes of an attempt.
 --
 -- The vocabulary of the queue, defined once. postkit.queue.records defines the same values as
--- Python enums, and tests/test_states.py keeps the two in step.
+-- Python enums, and tests/test_records.py keeps the two in step.
 --
 -- Each type is created when missing, so that an upgrade gets it before the functions that name
 -- it; a new label is a migration's ALTER TYPE ... ADD VALUE.
