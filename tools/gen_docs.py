@@ -136,7 +136,7 @@ def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str], dict[str, list[
     Raises:
         ValueError: a function is defined twice.
     """
-    from postkit.queue.migrations import schema_files
+    from postkit.queue.schema import schema_files
 
     functions: dict[str, SqlFunction] = {}
     titles: dict[str, str] = {}
@@ -794,8 +794,8 @@ def render_sdk() -> str:
         AsyncQueueClient,
         QueueClient,
         WorkListener,
-        migrations,
         records,
+        schema,
     )
     from postkit.worker import Handlers, Worker
     from postkit.worker import runtime as worker_module
@@ -839,17 +839,22 @@ def render_sdk() -> str:
     out += _render_class(
         Worker, note=_markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
     )
-    out += ["", "## Installing the schema", "", "`postkit.queue`: the migrations, in Python."]
+    out += [
+        "",
+        "## Installing the schema",
+        "",
+        "`postkit.queue`: installing and upgrading the SQL module, in Python.",
+    ]
     for function in (
-        migrations.install,
-        migrations.install_async,
-        migrations.install_script,
-        migrations.installed_version,
-        migrations.latest_version,
+        schema.install,
+        schema.install_async,
+        schema.install_script,
+        schema.installed_version,
+        schema.latest_version,
     ):
         out += _render_function(function, module="postkit.queue")
     out += _render_record(
-        migrations.InstallResult, _field_docs(Path(migrations.__file__)).get("InstallResult", {})
+        schema.InstallResult, _field_docs(Path(schema.__file__)).get("InstallResult", {})
     )
     out += _render_function(embedded.resolve_dsn, module="postkit.embedded")
     try:

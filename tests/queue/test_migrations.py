@@ -23,7 +23,7 @@ from postkit.queue import (
     installed_version,
     latest_version,
 )
-from postkit.queue.migrations import migrations
+from postkit.queue.schema import migrations
 from tests.queue.legacy import install_legacy
 
 ALL_VERSIONS = tuple(range(1, latest_version() + 1))

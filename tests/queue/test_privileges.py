@@ -32,7 +32,7 @@ from postkit.queue.admin import (
     grant_access,
     revoke_access,
 )
-from postkit.queue.migrations import _INSTALL_LOCK_KEY
+from postkit.queue.schema import _INSTALL_LOCK_KEY
 from postkit.queue.protocol import queries
 from postkit.worker import Worker
 from postkit.worker.maintenance import Maintenance

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient, install
-from postkit.queue.migrations import (
+from postkit.queue.schema import (
     latest_version,
     migrations,
     schema_files,

@@ -11,7 +11,8 @@ from postkit.queue.client import QueueClient
 from postkit.queue.client_async import AsyncQueueClient
 from postkit.queue.listen import WorkListener
 from postkit.queue.listen_async import AsyncWorkListener
-from postkit.queue.migrations import (
+from postkit.queue.records import DeadLetter, Job, JobState, NackOutcome, Outcome, QueuePolicy
+from postkit.queue.schema import (
     InstallResult,
     install,
     install_async,
@@ -19,7 +20,6 @@ from postkit.queue.migrations import (
     installed_version,
     latest_version,
 )
-from postkit.queue.records import DeadLetter, Job, JobState, NackOutcome, Outcome, QueuePolicy
 
 __all__ = [
     "AsyncQueueClient",

@@ -1,13 +1,14 @@
-"""Installing the queue's SQL: the current schema, or the deltas an older install lacks.
+"""Installing the queue's SQL module: the current schema, or the changes an older install lacks.
 
 The current definition lives in ``postkit/queue/sql/schema/`` (types, tables, then the
-functions, each function's body in exactly one file); ``postkit/queue/sql/migrations/NNN_name.sql``
-holds each version's table and data changes only. :func:`install_script` renders one script that
-anyone can run with psql (``postkit sql | psql "$DSN"``): it takes a lock so that concurrent
-installers queue up, creates the schema and the ``postkit_queue.migrations`` table, checks the
-versions recorded there, then installs the current definition (a fresh database) or the current
-functions and the missing deltas (an older one), and records the versions. Running the script
-again changes nothing. :func:`install` runs the very same script from Python, and
+functions, each function's body in exactly one file); ``sql/migrations/NNN_name.sql`` holds
+each version's table and data changes only, and ``sql/install.sql`` the statements around them.
+:func:`install_script` renders one script that anyone can run with psql
+(``postkit sql | psql "$DSN"``): it takes a lock so that concurrent installers queue up,
+creates the schema and the ``postkit_queue.migrations`` table, checks the versions recorded
+there, then installs the current definition (a fresh database) or the changes of the versions
+an older one lacks and the current functions, and records the versions. Running the script again
+changes nothing. :func:`install` runs the very same script from Python, and
 :func:`install_async` from asyncio, on psycopg's async connections.
 """
 
@@ -34,107 +35,25 @@ _INSTALL_LOCK_KEY = 0x706F73746B6974
 _FILE_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 _BODY_QUOTE = "$postkit_migration$"
 _DATA_MARKER = "-- Data, once the functions are current:\n"
+_STATEMENT_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
-# The script resolves every name in pg_catalog, whatever the installer's search_path: an
-# install runs as a superuser or the schema's owner, and a function planted in public (a
-# public.format(text, name) is a better match than pg_catalog.format(text, VARIADIC "any"))
-# would otherwise run with those rights. It also keeps PostgreSQL's notices to itself ("column
-# checksum already exists, skipping" is no news to an operator). The installer's own settings
-# are saved first and put back at the end, since install() may run inside the caller's
-# transaction.
-_PIN_SEARCH_PATH = """DO $postkit_pin$ BEGIN PERFORM
-    pg_catalog.set_config('postkit_queue.installer_search_path',
-        coalesce(nullif(
-            pg_catalog.current_setting('postkit_queue.installer_search_path', true), ''),
-            pg_catalog.current_setting('search_path')), true),
-    pg_catalog.set_config('postkit_queue.installer_messages',
-        coalesce(nullif(
-            pg_catalog.current_setting('postkit_queue.installer_messages', true), ''),
-            pg_catalog.current_setting('client_min_messages')), true),
-    pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true),
-    pg_catalog.set_config('client_min_messages', 'warning', true);
-END $postkit_pin$"""
-_RESTORE_SEARCH_PATH = """DO $postkit_restore$ BEGIN PERFORM
-    pg_catalog.set_config('search_path',
-        pg_catalog.current_setting('postkit_queue.installer_search_path'), true),
-    pg_catalog.set_config('client_min_messages',
-        pg_catalog.current_setting('postkit_queue.installer_messages'), true),
-    pg_catalog.set_config('postkit_queue.installer_search_path', '', true),
-    pg_catalog.set_config('postkit_queue.installer_messages', '', true);
-END $postkit_restore$"""
 
-# Before anything is created, a schema that already exists must be one a Postkit install made:
-# owned by a superuser, postkit_queue_owner or this installer, and every object in it by its
-# owner or a superuser. A schema someone else created first (a database owner may create
-# schemas) would otherwise receive a superuser's install: its tables, its triggers, its jobs.
-#
-# Then concurrent installers wait for each other instead of racing on CREATE. Once the schema
-# exists they queue on its migrations table, which no caller of the queue may lock (callers hold
-# no table privileges). The very first install takes an advisory lock, which any role could
-# hold: it waits for it at most 60 seconds, then says who holds it. The checks read pg_class
-# rather than calling to_regclass: a name looked up and not found before the wait stays "not
-# found" in this backend's catalog cache after the first installer commits.
-_LOCK_STATEMENT = f"""DO $postkit_lock$
-DECLARE
-    v_schema oid;
-    v_owner  oid;
-    v_holder text;
-    v_until  timestamptz := clock_timestamp() + interval '60 seconds';
-BEGIN
-    -- A superuser's session acting as another role (SET ROLE, or a role a database owner set as
-    -- the database's default with ALTER DATABASE ... SET role) would create everything as that
-    -- role, which would then own every tenant's jobs.
-    IF current_user <> session_user
-       AND (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) THEN
-        RAISE EXCEPTION 'postkit: this superuser session acts as role %: install as the '
-                        'superuser itself (RESET ROLE; and check pg_db_role_setting for a '
-                        'role setting of this database)', current_user USING ERRCODE = 'PKQ12';
-    END IF;
-    SELECT n.oid, n.nspowner INTO v_schema, v_owner FROM pg_namespace n
-    WHERE n.nspname = '{SCHEMA}';
-    IF FOUND THEN
-        IF NOT (SELECT r.rolsuper OR r.rolname = 'postkit_queue_owner' OR r.rolname = current_user
-                FROM pg_roles r WHERE r.oid = v_owner) THEN
-            RAISE EXCEPTION 'postkit: schema {SCHEMA} belongs to %, which is neither a superuser, '
-                            'postkit_queue_owner nor this installer: a Postkit install did not '
-                            'create it. Inspect it, then drop it or change its owner.',
-                v_owner::regrole USING ERRCODE = 'PKQ12';
-        END IF;
-        SELECT string_agg(o.name, ', ') INTO v_holder FROM (
-            SELECT c.oid::regclass::text AS name, c.relowner AS owner FROM pg_class c
-            WHERE c.relnamespace = v_schema
-            UNION ALL SELECT p.oid::regprocedure::text, p.proowner FROM pg_proc p
-            WHERE p.pronamespace = v_schema
-            UNION ALL SELECT t.oid::regtype::text, t.typowner FROM pg_type t
-            WHERE t.typnamespace = v_schema) o
-        JOIN pg_roles r ON r.oid = o.owner
-        WHERE o.owner <> v_owner AND NOT r.rolsuper;
-        IF v_holder IS NOT NULL THEN
-            RAISE EXCEPTION 'postkit: schema {SCHEMA} holds objects that neither its owner nor a '
-                            'superuser created: %. Inspect them before installing.', v_holder
-                USING ERRCODE = 'PKQ12';
-        END IF;
-        IF EXISTS (SELECT 1 FROM pg_class c
-                   WHERE c.relnamespace = v_schema AND c.relname = 'migrations') THEN
-            LOCK TABLE {SCHEMA}.migrations IN SHARE ROW EXCLUSIVE MODE;
-            RETURN;
-        END IF;
-    END IF;
-    WHILE NOT pg_try_advisory_xact_lock({_INSTALL_LOCK_KEY}) LOOP
-        IF clock_timestamp() > v_until THEN
-            SELECT string_agg(format('pid %s (role %s)', a.pid, a.usename), ', ') INTO v_holder
-            FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
-                SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-              AND (l.classid::bigint << 32) + l.objid::bigint = {_INSTALL_LOCK_KEY};
-            RAISE EXCEPTION 'postkit: another session has held the install lock for 60 seconds: '
-                            '%. If it is not an install, end it (pg_terminate_backend).',
-                coalesce(v_holder, 'unknown') USING ERRCODE = 'PKQ12';
-        END IF;
-        PERFORM pg_sleep(0.05);
-    END LOOP;
-END
-$postkit_lock$"""
+@cache
+def _statements() -> dict[str, str]:
+    """The named statements of ``sql/install.sql``."""
+    text = (
+        resources.files("postkit.queue").joinpath("sql").joinpath("install.sql").read_text("utf-8")
+    )
+    pieces = _STATEMENT_HEADER.split(text)[1:]
+    return {name: body.strip() for name, body in zip(pieces[::2], pieces[1::2], strict=True)}
+
+
+def _statement(name: str, **values: object) -> str:
+    """The statement ``name`` of ``sql/install.sql``, its ``{{placeholders}}`` filled in."""
+    text = _statements()[name].replace("{{lock_key}}", str(_INSTALL_LOCK_KEY))
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", str(value))
+    return text
 
 
 @dataclass(frozen=True)
@@ -271,21 +190,16 @@ def _quoted(sql: str) -> str:
     return f"{_BODY_QUOTE}\n{sql.rstrip()}\n{_BODY_QUOTE}"
 
 
-def _when_older(version: int, sqls: list[str], *, upgrade_only: bool = False) -> list[str]:
+def _when_older(version: int, sqls: list[str], *, upgrade_only: bool = False) -> str:
     """A block that runs ``sqls`` when the database is older than ``version``: any older
     version, or with ``upgrade_only`` an installed one (a fresh install gets the tables)."""
-    lowest = 1 if upgrade_only else 0
-    return [
-        "DO $postkit_install$",
-        "BEGIN",
-        "    IF pg_catalog.current_setting('postkit_queue.installed_version')::integer",
-        f"       NOT BETWEEN {lowest} AND {version - 1} THEN",
-        "        RETURN;",
-        "    END IF;",
-        *(f"    EXECUTE {_quoted(sql)};" for sql in sqls if sql.strip()),
-        "END",
-        "$postkit_install$;",
-    ]
+    statements = "\n".join(f"    EXECUTE {_quoted(sql)};" for sql in sqls if sql.strip())
+    return _statement(
+        "when_older",
+        lowest=1 if upgrade_only else 0,
+        version=version - 1,
+        statements=statements,
+    )
 
 
 def install_script(*, transaction: bool = True) -> str:
@@ -308,7 +222,8 @@ def install_script(*, transaction: bool = True) -> str:
         for checksum in dict.fromkeys((m.checksum, _HISTORICAL_CHECKSUMS.get(m.version)))
         if checksum is not None
     )
-    names = ", ".join(f"({m.version}, '{m.name}', '{m.checksum}')" for m in migrations())
+    versions = ", ".join(f"({m.version}, '{m.name}', '{m.checksum}')" for m in migrations())
+    files = dict(schema_files())
     parts = [
         f"-- Postkit queue module, version {latest}. Safe to run again: each version is installed",
         f"-- once and recorded in {SCHEMA}.migrations.",
@@ -316,88 +231,37 @@ def install_script(*, transaction: bool = True) -> str:
     if transaction:
         parts.append("BEGIN;")
     parts += [
-        _PIN_SEARCH_PATH + ";",
-        _LOCK_STATEMENT + ";",
-        f"CREATE SCHEMA IF NOT EXISTS {SCHEMA};",
-        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (",
-        "    version    integer     PRIMARY KEY,",
-        "    name       text        NOT NULL,",
-        "    checksum   text,",
-        "    applied_at timestamptz NOT NULL DEFAULT now()",
-        ");",
-        "-- An install from before checksums were recorded has none: it is refused below, since",
-        "-- what it ran cannot be known.",
-        f"ALTER TABLE {SCHEMA}.migrations ADD COLUMN IF NOT EXISTS checksum text;",
-        "",
-        "-- Which versions are installed, and were they installed from files this Postkit knows?",
-        "DO $postkit_install$",
-        "DECLARE",
-        "    v_recorded record;",
-        "BEGIN",
-        f"    FOR v_recorded IN SELECT m.version, m.name, m.checksum FROM {SCHEMA}.migrations m",
-        f"                      WHERE m.version <= {latest} ORDER BY m.version LOOP",
-        f"        IF NOT EXISTS (SELECT FROM (VALUES {known}) AS k(version, checksum)",
-        "                       WHERE k.version = v_recorded.version",
-        "                         AND k.checksum = v_recorded.checksum) THEN",
-        "            RAISE EXCEPTION 'postkit: migration % (%) in this database is not the one "
-        "this Postkit ships (checksum %): it was installed by another version. Reinstall the "
-        "schema or use the matching Postkit.', v_recorded.version, v_recorded.name,",
-        "                coalesce(v_recorded.checksum, 'none') USING ERRCODE = 'PKQ12';",
-        "        END IF;",
-        "    END LOOP;",
-        "    PERFORM pg_catalog.set_config('postkit_queue.installed_version', (",
-        f"        SELECT coalesce(pg_catalog.max(m.version), 0) FROM {SCHEMA}.migrations m)::text,",
-        "        true);",
-        "END",
-        "$postkit_install$;",
-        "",
+        _statement("pin_search_path"),
+        _statement("lock"),
+        _statement("prepare"),
+        _statement("check_versions", latest=latest, known=known),
         "-- The types; the tables of a fresh install, or the table changes an older one lacks.",
-    ]
-    files = dict(schema_files())
-    parts += _when_older(latest, [files[_TYPES]])
-    parts += _when_older(1, [files[_TABLES]])
-    for migration in migrations()[1:]:
-        parts += _when_older(migration.version, [migration.tables], upgrade_only=True)
-    parts.append("-- The functions, then the data changes that call them.")
-    parts += _when_older(latest, [files[name] for name in _CODE])
-    for migration in migrations()[1:]:
-        if migration.data:
-            parts += _when_older(migration.version, [migration.data], upgrade_only=True)
-    parts += [
-        "",
-        f"INSERT INTO {SCHEMA}.migrations (version, name, checksum)",
-        f"SELECT v.version, v.name, v.checksum FROM (VALUES {names}) AS v(version, name, checksum)",
-        "WHERE v.version > pg_catalog.current_setting('postkit_queue.installed_version')::integer;",
-        "",
-        "-- Ownership, grants and policies, for everything above (security.sql).",
-        f"DO $postkit_install$ BEGIN PERFORM {SCHEMA}.apply_privileges(); END $postkit_install$;",
-        _RESTORE_SEARCH_PATH + ";",
+        _when_older(latest, [files[_TYPES]]),
+        _when_older(1, [files[_TABLES]]),
+        *(_when_older(m.version, [m.tables], upgrade_only=True) for m in migrations()[1:]),
+        "-- The functions, then the data changes that call them.",
+        _when_older(latest, [files[name] for name in _CODE]),
+        *(_when_older(m.version, [m.data], upgrade_only=True) for m in migrations()[1:] if m.data),
+        _statement("record_versions", versions=versions),
+        _statement("apply_privileges"),
+        _statement("restore_search_path"),
     ]
     if transaction:
         parts.append("COMMIT;")
     return "\n".join(parts) + "\n"
 
 
-_VERSION_PROBE = (
-    f"SELECT pg_catalog.to_regclass('{SCHEMA}.migrations') IS NOT NULL,"
-    f" pg_catalog.to_regprocedure('{SCHEMA}.schema_version()') IS NOT NULL"
-)
-
-
 def _version_query(probe: Any) -> str | None:
-    """What reads the installed version, given the row of _VERSION_PROBE; None: no schema."""
+    """What reads the installed version, given the row of the version probe; None: no schema."""
     has_table, has_function = tuple(probe.values()) if isinstance(probe, Mapping) else probe
     if not has_table:
         return None
-    # From migration 9 callers hold no privileges on the tables: they ask a function.
-    if has_function:
-        return f"SELECT {SCHEMA}.schema_version()"
-    return f"SELECT pg_catalog.max(version) FROM {SCHEMA}.migrations"
+    return _statement("schema_version" if has_function else "schema_version_from_table")
 
 
 def installed_version(cursor: Any) -> int:
     """The newest migration recorded in the database the cursor is connected to; 0 if none."""
-    cursor.execute(_VERSION_PROBE)
+    cursor.execute(_statement("version_probe"))
     query = _version_query(cursor.fetchone())
     if query is None:
         return 0
@@ -448,8 +312,8 @@ def _run_install(cursor: Any, script: str) -> InstallResult:
     with translated():
         # Wait for concurrent installers before reading the version, so that ``applied``
         # reports only what this call applied (the script takes the same lock again).
-        cursor.execute(_PIN_SEARCH_PATH)
-        cursor.execute(_LOCK_STATEMENT)
+        cursor.execute(_statement("pin_search_path"))
+        cursor.execute(_statement("lock"))
         before = installed_version(cursor)
         cursor.execute(script)
     after = installed_version(cursor)
@@ -480,7 +344,7 @@ async def install_async(target: Any) -> InstallResult:
 
 
 async def _installed_version_async(cursor: Any) -> int:
-    await cursor.execute(_VERSION_PROBE)
+    await cursor.execute(_statement("version_probe"))
     query = _version_query(await cursor.fetchone())
     if query is None:
         return 0
@@ -491,8 +355,8 @@ async def _installed_version_async(cursor: Any) -> int:
 async def _run_install_async(cursor: Any, script: str) -> InstallResult:
     # As _run_install.
     with translated():
-        await cursor.execute(_PIN_SEARCH_PATH)
-        await cursor.execute(_LOCK_STATEMENT)
+        await cursor.execute(_statement("pin_search_path"))
+        await cursor.execute(_statement("lock"))
         before = await _installed_version_async(cursor)
         await cursor.execute(script)
     after = await _installed_version_async(cursor)
