@@ -65,7 +65,8 @@ def wait_until(
     propagates at once."""
     value = poll_until(condition, timeout, interval=interval)
     if not value:
-        pytest.fail(f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}")
+        awaited = what() if callable(what) else what
+        pytest.fail(f"timed out after {timeout:g} s waiting for {awaited}")
     return value
 
 
@@ -99,8 +100,10 @@ def wait_until_blocked(
 
     wait_until(
         blocked,
-        lambda: f"backend {waiting} to be blocked by backend {holding} "
-        f"(last pg_blocking_pids: {blockers})",
+        lambda: (
+            f"backend {waiting} to be blocked by backend {holding} "
+            f"(last pg_blocking_pids: {blockers})"
+        ),
         timeout,
         interval=0.005,
     )
@@ -140,9 +143,7 @@ def track_function_calls(admin: psycopg.Connection[Any], role: str) -> None:
     """Count the PL/pgSQL function calls of ``role``'s sessions opened from now on, for
     :func:`function_calls` (track_functions: only a superuser may set it, so ``admin`` is
     one's connection)."""
-    admin.execute(
-        sql.SQL("ALTER ROLE {} SET track_functions = 'pl'").format(sql.Identifier(role))
-    )
+    admin.execute(sql.SQL("ALTER ROLE {} SET track_functions = 'pl'").format(sql.Identifier(role)))
 
 
 def function_calls(monitor: psycopg.Connection[Any], function: str) -> int:
