@@ -66,14 +66,14 @@ def wait_until(
     value = poll_until(condition, timeout, interval=interval)
     if not value:
         awaited = what() if callable(what) else what
-        pytest.fail(f"timed out after {timeout:g} s waiting for {awaited}")
+        pytest.fail(f"timed out after {timeout:.1f} s waiting for {awaited}")
     return value
 
 
 def wait_for(event: threading.Event, what: str, timeout: float = WAIT_TIMEOUT) -> None:
     """Return once ``event`` is set; the test fails if it is not within ``timeout`` seconds."""
     if not event.wait(timeout):
-        pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        pytest.fail(f"timed out after {timeout:.1f} s waiting for {what}")
 
 
 def wait_until_blocked(
