@@ -3,8 +3,8 @@
 A test that must let something happen first (a job settled, a backend blocked on a lock, a
 listener asleep, a line printed) waits for exactly that, bounded by a timeout, and fails with
 a message saying what never happened. A fixed ``time.sleep`` stays only where time passing is
-the point (a claim must expire, nothing may happen meanwhile, a handler is slow on purpose), with
-a comment saying so.
+the point (an outage lasts, a window in which to count what happens, a handler slow on purpose),
+with a comment saying so.
 
 The database's own views are the signals for what happens inside the server:
 ``pg_blocking_pids`` for a lock wait, ``pg_stat_activity`` for a session's last statement and
@@ -36,7 +36,7 @@ INTERVAL = 0.02
 
 
 def poll_until(
-    condition: Callable[[], T], timeout: float = WAIT_TIMEOUT, *, interval: float = INTERVAL
+    condition: Callable[[], T | None], timeout: float = WAIT_TIMEOUT, *, interval: float = INTERVAL
 ) -> T | None:
     """The first truthy value ``condition`` returns within ``timeout`` seconds, or None if it
     returns none. For a test that goes on either way; :func:`wait_until` fails instead. An
@@ -52,7 +52,7 @@ def poll_until(
 
 
 def wait_until(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     what: str | Callable[[], str],
     timeout: float = WAIT_TIMEOUT,
     *,
@@ -64,7 +64,7 @@ def wait_until(
     An exception ``condition`` raises (an assert that a process is still alive, say)
     propagates at once."""
     value = poll_until(condition, timeout, interval=interval)
-    if not value:
+    if value is None:
         awaited = what() if callable(what) else what
         pytest.fail(f"timed out after {timeout:.1f} s waiting for {awaited}")
     return value
