@@ -16,7 +16,7 @@ import psycopg
 
 from benchmarks.common import percentile
 from postkit.queue import Job, QueueClient
-from postkit.queue.worker import Worker
+from postkit.worker import Worker
 
 QUEUE = "latency"
 

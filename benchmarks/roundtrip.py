@@ -7,7 +7,7 @@ This drains a preloaded queue with ack_and_pull alone, one batch per transaction
 the rate and the process's CPU time per job (building the statement, reading the rows, making
 the Job objects).
 
-``worker_drain`` drains a preloaded backlog with a whole :class:`~postkit.queue.worker.Worker`
+``worker_drain`` drains a preloaded backlog with a whole :class:`~postkit.worker.Worker`
 instead, with a no-op handler, plain or transactional (the handler's transaction carries the
 ack): a transactional job settles on its own thread, and each must wake the worker to fill its
 slot, or the backlog drains one batch per fallback poll.
@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from postkit.queue import Job, QueueClient
-from postkit.queue.worker import Handlers, Worker
+from postkit.worker import Handlers, Worker
 
 QUEUE = "roundtrip"
 

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from postkit.errors import PermanentError
-from postkit.queue.worker import Handlers
+from postkit.worker import Handlers
 
 # Every process that imports this module says so: the tests see restarts here.
 with open(Path(__file__).with_name("pids.txt"), "a") as pids:
@@ -258,7 +258,7 @@ def test_help_teaches_with_an_example_handler_module() -> None:
     [
         ("x = 1\n", "tasks", "tasks defines no Handlers; create one with `handlers = Handlers()`"),
         (
-            "from postkit.queue.worker import Handlers\na = Handlers()\nb = Handlers()\n",
+            "from postkit.worker import Handlers\na = Handlers()\nb = Handlers()\n",
             "tasks",
             "tasks defines several Handlers (a, b); name one, e.g. tasks:a",
         ),
@@ -266,7 +266,7 @@ def test_help_teaches_with_an_example_handler_module() -> None:
         (
             "handlers = 1\n",
             "tasks:handlers",
-            "tasks:handlers is not a Handlers object (from postkit.queue.worker import "
+            "tasks:handlers is not a Handlers object (from postkit.worker import "
             "Handlers) but of type int",
         ),
         ("x = 1\n", "nosuch.tasks", "cannot import nosuch.tasks: no module named 'nosuch'"),

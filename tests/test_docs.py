@@ -23,10 +23,10 @@ def test_the_generated_reference_docs_are_in_step() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_sql_reference_covers_every_function_of_the_migrations() -> None:
+def test_the_sql_reference_covers_every_function_of_the_schema() -> None:
     sql = "\n".join(
         path.read_text(encoding="utf-8")
-        for path in sorted((ROOT / "src/postkit/queue/sql").glob("*.sql"))
+        for path in sorted((ROOT / "src/postkit/queue/sql/schema").glob("*.sql"))
     )
     names = set(re.findall(r"CREATE (?:OR REPLACE )?FUNCTION postkit_queue\.(\w+)", sql))
     doc = (ROOT / "docs/sql.md").read_text(encoding="utf-8")
@@ -42,7 +42,7 @@ def test_the_sdk_reference_covers_every_public_client_method() -> None:
     from postkit.queue import QueueClient
 
     doc = (ROOT / "docs/sdk.md").read_text(encoding="utf-8")
-    methods = [name for name in vars(QueueClient) if not name.startswith("_")]
+    methods = [name for name in dir(QueueClient) if not name.startswith("_")]
 
     assert methods
     for name in methods:

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from postkit import errors
+from postkit.errors import translate_error
 from postkit.queue import install_script
-from postkit.queue.protocol import translate_error
 
 ERRCODE = re.compile(r"ERRCODE\s*=\s*'([0-9A-Z]{5})'")
 

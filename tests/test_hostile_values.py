@@ -23,8 +23,8 @@ from click.testing import CliRunner
 
 from postkit.cli import main
 from postkit.queue import Job, QueueClient
-from postkit.queue.job import Fired
-from postkit.queue.worker import Worker
+from postkit.queue.records import Fired
+from postkit.worker import Worker
 from tests.signals import wait_until
 
 # Payloads as JSON text, valid to PostgreSQL's jsonb.

@@ -633,10 +633,15 @@ def _markdown_doc(doc: str | None) -> str:
 
 
 def _public_members(cls: type) -> list[tuple[str, Any]]:
+    """The class's own public members, then those it inherits from Postkit's classes (a
+    mixin's), each once."""
     members = []
-    for name, value in vars(cls).items():
-        if name.startswith("_") and name != "__init__":
+    seen: set[str] = set()
+    postkit_classes = [klass for klass in cls.__mro__ if klass.__module__.startswith("postkit.")]
+    for name, value in [item for klass in postkit_classes for item in vars(klass).items()]:
+        if (name.startswith("_") and name != "__init__") or name in seen:
             continue
+        seen.add(name)
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
         if callable(value) or isinstance(value, property):
@@ -645,10 +650,16 @@ def _public_members(cls: type) -> list[tuple[str, Any]]:
 
 
 def _render_class(
-    cls: type, *, title: str | None = None, note: str | None = None, skip: Iterable[str] = ()
+    cls: type,
+    *,
+    title: str | None = None,
+    note: str | None = None,
+    skip: Iterable[str] = (),
+    module: str | None = None,
 ) -> list[str]:
+    """``module``: where users import ``cls`` from, when not the module defining it."""
     out = ["", f"## {title or cls.__name__}", ""]
-    out.append(f"`{cls.__module__}.{cls.__name__}`")
+    out.append(f"`{module or cls.__module__}.{cls.__name__}`")
     out.append("")
     doc = _markdown_doc(inspect.getdoc(cls))
     if doc:
@@ -783,11 +794,11 @@ def render_sdk() -> str:
         AsyncQueueClient,
         QueueClient,
         WorkListener,
-        job,
         migrations,
+        records,
     )
-    from postkit.queue import worker as worker_module
-    from postkit.queue.worker import Handlers, Worker
+    from postkit.worker import Handlers, Worker
+    from postkit.worker import runtime as worker_module
 
     sync_methods = {name for name, _ in _public_members(QueueClient)}
     async_methods = {name for name, _ in _public_members(AsyncQueueClient)}
@@ -824,8 +835,10 @@ def render_sdk() -> str:
     ]
     out += _render_class(QueueClient, note=client_note)
     out += _render_class(WorkListener, note=listener_note)
-    out += _render_class(Handlers)
-    out += _render_class(Worker, note=_markdown_doc(inspect.getdoc(worker_module)))
+    out += _render_class(Handlers, module="postkit.worker")
+    out += _render_class(
+        Worker, note=_markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
+    )
     out += ["", "## Installing the schema", "", "`postkit.queue`: the migrations, in Python."]
     for function in (
         migrations.install,
@@ -854,8 +867,8 @@ def render_sdk() -> str:
             ):
                 out += _render_function(value, module="postkit.queue.admin")
     out += ["", "## What the SDK returns", ""]
-    out += [_markdown_doc(inspect.getdoc(job))]
-    docs = _field_docs(Path(job.__file__))
+    out += [_markdown_doc(inspect.getdoc(records))]
+    docs = _field_docs(Path(records.__file__))
     for name in (
         "Job",
         "DeadLetter",
@@ -865,9 +878,11 @@ def render_sdk() -> str:
         "Schedule",
         "Fired",
         "QueuePolicy",
+        "JobState",
+        "Outcome",
         "NackOutcome",
     ):
-        out += _render_record(getattr(job, name), docs.get(name, {}))
+        out += _render_record(getattr(records, name), docs.get(name, {}))
     out += _render_errors()
     return "\n".join(out) + "\n"
 

@@ -1,4 +1,4 @@
-"""Postkit: QueueClient.push on the producer's connection; postkit.queue.worker.Worker workers."""
+"""Postkit: QueueClient.push on the producer's connection; postkit.worker.Worker workers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import psycopg
 from benchmarks import handlers
 from benchmarks.adapters import Adapter, WorkerConfig
 from postkit.queue import Job, QueueClient, install
-from postkit.queue.worker import Worker
+from postkit.worker import Worker
 
 NAMESPACE = "bench"
 QUEUE = "bench"

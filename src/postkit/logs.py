@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from postkit.queue.worker import WorkerStats
+    from postkit.worker import WorkerStats
 
 REPORT_LOGGER = "postkit.report"
 """The logger of the throughput line; it logs at INFO and is shown even when not verbose."""
@@ -88,7 +88,7 @@ def configure_logging(verbose: bool, fmt: str) -> None:
 
 
 class ThroughputReport:
-    """A ``report`` callback for :class:`~postkit.queue.worker.Worker`: each call logs the
+    """A ``report`` callback for :class:`~postkit.worker.Worker`: each call logs the
     attempts settled since the previous call (a job retried twice counts three times), and
     their rate over that interval, e.g.
     ``1,234 attempts settled in 10.0s (123.4/s): 1,200 acked, 30 retried, 4 dead-lettered``.

@@ -42,7 +42,7 @@ import psycopg
 
 from postkit.errors import PermanentError, RetryLater
 from postkit.queue import Job
-from postkit.queue.worker import Handlers, Worker
+from postkit.worker import Handlers, Worker
 
 QUEUE = "chaos"
 PLAIN_QUEUE = "chaos_plain"

@@ -19,7 +19,7 @@ import pytest
 
 from postkit.embedded import EmbeddedServer
 from postkit.queue import Job, QueueClient, install
-from postkit.queue.worker import Handlers, Worker
+from postkit.worker import Handlers, Worker
 from tests.signals import wait_for, wait_until
 
 Q = "work"

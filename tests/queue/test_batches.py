@@ -13,7 +13,7 @@ from psycopg.pq import TransactionStatus
 
 from postkit import errors
 from postkit.queue import QueueClient
-from postkit.queue.job import Job
+from postkit.queue.records import Job
 
 Shift = Callable[[QueueClient, float], None]
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient, install, installed_version, latest_version
-from postkit.queue.job import Job
+from postkit.queue.records import Job
 
 T = TypeVar("T")
 

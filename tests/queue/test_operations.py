@@ -18,7 +18,7 @@ from psycopg.pq import TransactionStatus
 
 from postkit import errors
 from postkit.queue import QueueClient
-from postkit.queue.job import DeadLetter, Job
+from postkit.queue.records import DeadLetter, Job
 
 Shift = Callable[[QueueClient, float], None]
 

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from postkit.queue import Job, QueueClient
-from postkit.queue.worker import Handlers, Worker
+from postkit.worker import Handlers, Worker
 from tests.signals import wait_until
 
 Q = "pooled"
@@ -217,7 +217,7 @@ def test_postkit_worker_with_pooler_drains_through_pgbouncer_and_exits_0_on_sigt
     pooled_dsn: str, namespace: str, pooled_client: QueueClient, tmp_path: Path
 ) -> None:
     (tmp_path / "tasks.py").write_text(
-        "from postkit.queue.worker import Handlers\n"
+        "from postkit.worker import Handlers\n"
         "handlers = Handlers()\n"
         "handlers.add('pooled', lambda job: None)\n"
     )

@@ -7,6 +7,7 @@ commands) run under it, and hand-written SQL tries to get around the functions.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -22,8 +23,9 @@ import pytest
 from psycopg import sql
 
 from postkit import errors
-from postkit.queue import QueueClient, install
+from postkit.queue import AsyncWorkListener, QueueClient, WorkListener, install
 from postkit.queue.admin import (
+    OWNER_QUERIES,
     assign_namespace,
     enable_tenant_isolation,
     grant_access,
@@ -31,7 +33,8 @@ from postkit.queue.admin import (
 )
 from postkit.queue.migrations import _INSTALL_LOCK_KEY
 from postkit.queue.protocol import queries
-from postkit.queue.worker import Worker
+from postkit.worker import Worker
+from postkit.worker.maintenance import Maintenance
 from tests.queue.legacy import install_legacy
 from tests.signals import function_calls, poll_until, track_function_calls, wait_until
 
@@ -129,6 +132,29 @@ def test_hand_written_sql_on_the_tables_is_refused(
         connection.execute(statement)
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_listener_raises_the_sdks_error_for_a_refusal_as_the_clients_do(
+    make_login: MakeLogin, kind: str
+) -> None:
+    """A producer may not wait for work (the channels are a worker's): its listener meets the
+    same error policy as every SDK statement, a PermissionDeniedError naming the function."""
+    dsn = make_login("producer")
+    refused = pytest.raises(
+        errors.PermissionDeniedError, match="permission denied for function channel"
+    )
+    if kind == "sync":
+        with psycopg.connect(dsn, autocommit=True) as connection, refused:
+            WorkListener(connection, "shop", ["emails"]).listen()
+        return
+
+    async def listen() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            await AsyncWorkListener(connection, "shop", ["emails"]).listen()
+
+    with refused:
+        asyncio.run(listen())
+
+
 def test_each_access_kind_executes_exactly_the_functions_of_its_kind_and_below(
     database: str, make_login: MakeLogin
 ) -> None:
@@ -155,16 +181,24 @@ def test_each_access_kind_executes_exactly_the_functions_of_its_kind_and_below(
 
 def test_every_function_an_sdk_statement_calls_is_in_the_api(database: str) -> None:
     """A function added to queries.sql but not to postkit_queue.api would be refused to every
-    role but the owner: the registry and the SDK stay in step."""
-    called = {
-        name
-        for statement in queries().values()
-        for name in re.findall(r"postkit_queue\.([a-z_]+)\s*\(", statement)
-    }
+    role but the owner: the registry and the SDK stay in step. The administration statements
+    are the owner's alone, so their functions stay out of the registry."""
+
+    def called(statements: list[str]) -> set[str]:
+        return {
+            name
+            for statement in statements
+            for name in re.findall(r"postkit_queue\.([a-z_]+)\s*\(", statement)
+        }
+
+    callers = called([sql for name, sql in queries().items() if name not in OWNER_QUERIES])
+    owners = called([queries()[name] for name in OWNER_QUERIES])
     with psycopg.connect(database) as admin:
         api = {name for (name,) in admin.execute("SELECT name FROM postkit_queue.api")}
 
-    assert called - api == set()
+    assert callers - api == set()
+    assert owners == set(OWNER_QUERIES)
+    assert owners & api == set()
 
 
 def test_no_function_of_the_schema_is_executable_by_public(database: str) -> None:
@@ -285,6 +319,15 @@ def test_a_worker_login_runs_a_worker_through_its_ticks(
     assert sorted(done) == sorted(ids)
 
 
+def test_a_worker_login_runs_a_round_of_every_maintenance_service(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    """The services `postkit tick` runs: rescue, schedules (a look included) and retention."""
+    done = Maintenance.for_tick(make_login("worker"), namespace, interval=5).run_once()
+
+    assert not done.anything
+
+
 def test_postkit_worker_and_postkit_tick_run_under_a_worker_login(
     make_login: MakeLogin, namespace: str, tmp_path: Path
 ) -> None:
@@ -292,7 +335,7 @@ def test_postkit_worker_and_postkit_tick_run_under_a_worker_login(
     ids = [producer.push("emails", {"n": n}) for n in range(5)]
     worker_dsn = make_login("worker")
     (tmp_path / "tasks.py").write_text(
-        "from postkit.queue.worker import Handlers\n"
+        "from postkit.worker import Handlers\n"
         "handlers = Handlers()\n"
         "@handlers.register('emails')\n"
         "def send(job):\n"

@@ -23,8 +23,8 @@ from psycopg.pq import TransactionStatus
 
 from postkit import errors
 from postkit.queue import QueueClient
-from postkit.queue.job import BrokenSchedule, Fired, Schedule
 from postkit.queue.protocol import check_cron, cron_problem, next_run_after
+from postkit.queue.records import BrokenSchedule, Fired, Schedule
 
 Shift = Callable[[QueueClient, float], None]
 

@@ -11,6 +11,7 @@ policies, ownership and grants.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,12 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient, install
-from postkit.queue.migrations import latest_version, migrations, schema_fingerprint
+from postkit.queue.migrations import (
+    latest_version,
+    migrations,
+    schema_files,
+    schema_fingerprint,
+)
 from tests.conftest import new_database
 from tests.queue.legacy import install_legacy, legacy_files
 
@@ -164,6 +170,13 @@ def test_an_upgrade_from_version_1_keeps_jobs_claims_and_dead_letters(fresh_data
         assert [d.job_id for d in client.dead_letters(queue="emails")] == [jobs["dead"]]
         assert [r.job_id for r in client.redrive([jobs["dead"]])] == [jobs["dead"]]
         connection.commit()
+
+
+def test_every_function_is_defined_once_in_the_schema_and_never_in_a_migration() -> None:
+    create = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+postkit_queue\.(\w+)", re.I)
+    defined = [name for _, sql in schema_files() for name in create.findall(sql)]
+    assert len(defined) == len(set(defined)) > 70
+    assert {m.version: create.findall(m.sql) for m in migrations() if create.search(m.sql)} == {}
 
 
 def test_every_version_since_1_has_its_historical_file() -> None:

@@ -23,7 +23,7 @@ from postkit.queue import QueueClient
 from postkit.queue.admin import assign_namespace, enable_tenant_isolation, grant_access
 from postkit.queue.listen import WorkListener
 from postkit.queue.protocol import queries
-from postkit.queue.vacuum import JobsVacuum
+from postkit.worker.maintenance import JobsVacuum
 
 
 @pytest.fixture
@@ -256,7 +256,7 @@ def test_objects_planted_in_public_cannot_hijack_an_sdk_statement_or_a_function(
     queue.purge_dead_letters(older_than=3600)
     with WorkListener.connect(victim_dsn, namespace, ["emails"]) as listener:
         listener.wait_for_work(timeout=0.01)
-    JobsVacuum(victim_dsn, threshold=0).vacuum_if_due(victim)
+    JobsVacuum(threshold=0).vacuum_if_due(victim)
     with pytest.raises(errors.InvalidNameError):
         queue.push(" ", 1)  # btrim was not replaced: a blank name is still blank
     with pytest.raises(errors.InvalidNameError):

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient, install
-from postkit.queue.job import Job, QueueStats
+from postkit.queue.records import Job, QueueStats
 
 Shift = Callable[[QueueClient, float], None]
 

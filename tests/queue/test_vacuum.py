@@ -15,8 +15,8 @@ from psycopg.rows import dict_row
 
 from postkit.queue import QueueClient
 from postkit.queue.admin import grant_access
-from postkit.queue.vacuum import JobsVacuum
-from postkit.queue.worker import Worker
+from postkit.worker import Worker
+from postkit.worker.maintenance import JobsVacuum
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def vacuum_count(connection: psycopg.Connection) -> int:
 def test_the_service_vacuums_the_jobs_table_once_dead_rows_reach_its_threshold(
     session: psycopg.Connection,
 ) -> None:
-    service = JobsVacuum("unused: the test hands it a connection", threshold=0)
+    service = JobsVacuum(threshold=0)
 
     assert service.vacuum_if_due(session)
 
@@ -53,7 +53,7 @@ def test_the_service_vacuums_the_jobs_table_once_dead_rows_reach_its_threshold(
 def test_below_the_threshold_the_service_leaves_the_table_alone(
     session: psycopg.Connection,
 ) -> None:
-    service = JobsVacuum("unused", threshold=10**12)
+    service = JobsVacuum(threshold=10**12)
 
     assert not service.vacuum_if_due(session)
 
@@ -64,7 +64,7 @@ def test_below_the_threshold_the_service_leaves_the_table_alone(
 def test_only_one_session_vacuums_at_a_time(database: str, session: psycopg.Connection) -> None:
     with psycopg.connect(database, autocommit=True) as other:
         assert other.execute("SELECT pg_try_advisory_lock(x'706b76616375756d'::bigint)").fetchone()
-        service = JobsVacuum("unused", threshold=0)
+        service = JobsVacuum(threshold=0)
 
         assert not service.vacuum_if_due(session)
 
@@ -80,7 +80,7 @@ def test_a_role_that_may_not_vacuum_the_table_turns_the_service_off(
         grant_access(session.cursor(), role, "worker")
         with psycopg.connect(database, autocommit=True) as worker_session:
             worker_session.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
-            service = JobsVacuum("unused", threshold=0)
+            service = JobsVacuum(threshold=0)
 
             assert not service.vacuum_if_due(worker_session)
 

@@ -32,7 +32,7 @@ import psycopg
 
 from postkit import errors
 from postkit.queue import Job, QueueClient, install
-from postkit.queue.worker import Handlers, Worker
+from postkit.worker import Handlers, Worker
 
 NAMESPACE = "postkit-demo"
 QUEUE = "send_otp"
@@ -53,11 +53,18 @@ CREATE TABLE IF NOT EXISTS postkit_demo.otp_codes (
 CREATE TABLE IF NOT EXISTS postkit_demo.provider_sends (
     user_id bigint NOT NULL, worker_id text NOT NULL, at timestamptz NOT NULL DEFAULT now());
 TRUNCATE postkit_demo.users, postkit_demo.otp_codes, postkit_demo.provider_sends;
-DELETE FROM postkit_queue.jobs WHERE namespace = 'postkit-demo';
-DELETE FROM postkit_queue.dead_letters WHERE namespace = 'postkit-demo';
-DELETE FROM postkit_queue.queue_settings WHERE namespace = 'postkit-demo';
-DELETE FROM postkit_queue.schedules WHERE namespace = 'postkit-demo';
 """
+
+
+def _start_clean(queue: QueueClient) -> None:
+    """Remove what an earlier run (or an operator trying the CLI on the demo's namespace) left
+    in the queue: waiting jobs, dead letters, a pause, schedules. The settings are set anew by
+    the caller."""
+    queue.resume_queue(QUEUE)
+    queue.purge_queue(QUEUE)
+    queue.purge_dead_letters(older_than=0)
+    for schedule in queue.schedules():
+        queue.delete_schedule(schedule.name)
 
 
 class TemporaryError(Exception):
@@ -224,6 +231,7 @@ def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -
         conn.execute(_APP_SCHEMA)
         conn.commit()
         queue = QueueClient(conn.cursor(), namespace=NAMESPACE)
+        _start_clean(queue)
         queue.configure_queue(QUEUE, max_attempts=MAX_ATTEMPTS, backoff_base=0.2, backoff_cap=2)
         conn.commit()
 
@@ -272,11 +280,9 @@ def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -
                             f"{event.worker}  killed with SIGKILL holding job {event.job_id};"
                             " its heartbeats stop"
                         )
-                remaining = conn.execute(
-                    "SELECT count(*) FROM postkit_queue.jobs WHERE namespace = %s", (NAMESPACE,)
-                ).fetchone()
+                remaining = sum(s.pending + s.scheduled + s.running for s in queue.stats(QUEUE))
                 conn.commit()
-                if remaining is not None and remaining[0] == 0:
+                if remaining == 0:
                     break
             say("4. All jobs are settled: the workers shut down gracefully (SIGTERM)")
         finally:

@@ -35,7 +35,7 @@ from postkit.cli.output import (
     shorten,
 )
 from postkit.queue import DeadLetter, Job, QueueClient, limits
-from postkit.queue.job import Redriven
+from postkit.queue.records import Redriven
 
 _SHOWN_BEFORE_CONFIRMING = 20
 """Dead letters listed before a retry's confirmation; the rest are counted."""

@@ -36,8 +36,8 @@ from postkit.cli.output import (
     to_jsonable,
 )
 from postkit.queue import Job, QueueClient, limits
-from postkit.queue.job import Outcomes, QueueStats
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
+from postkit.queue.records import Outcomes, QueueStats
 
 _STATS_CAP = 100_000
 """Where stats stops counting (see QueueClient.stats)."""

@@ -26,8 +26,8 @@ from postkit.cli.output import (
     shorten,
 )
 from postkit.queue import QueueClient, limits
-from postkit.queue.job import Schedule
 from postkit.queue.protocol import new_schedule as check_schedule
+from postkit.queue.records import Schedule
 
 
 @click.group()

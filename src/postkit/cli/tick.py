@@ -3,77 +3,21 @@ or in rounds until stopped, for a namespace no worker runs."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import random
 import signal
 import threading
 from datetime import datetime, timezone
-from typing import Any
 
 import click
 import psycopg
 
-from postkit.cli.console import connect
 from postkit.cli.options import operation
 from postkit.cli.output import SECONDS, first_line, format_time, plural, printable, to_jsonable
 from postkit.embedded import resolve_dsn
-from postkit.queue import QueueClient
-from postkit.queue.job import BrokenSchedule, Fired, Pruned
-
-_TICK_LIMIT = 1000
+from postkit.worker.maintenance import Maintenance, RoundReport
 
 
-@dataclasses.dataclass(frozen=True)
-class TickRound:
-    """What one round of `postkit tick` did."""
-
-    at: datetime
-    reclaimed: int
-    fired: list[Fired]
-    broken: list[BrokenSchedule]
-    pruned: Pruned
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.reclaimed or self.fired or self.broken or self.pruned.completed_jobs)
-
-    @property
-    def anything(self) -> bool:
-        return self.busy or bool(self.pruned.dead_letters)
-
-    @property
-    def full(self) -> bool:
-        """A batch was full: more may be waiting, so the next round comes at once."""
-        return (
-            self.reclaimed >= _TICK_LIMIT
-            or max(self.pruned.completed_jobs, self.pruned.dead_letters) >= _TICK_LIMIT
-        )
-
-
-def tick_round(connection: psycopg.Connection[Any], client: QueueClient) -> TickRound:
-    """Reclaim expired claims, fire due schedules, apply retention: each step committed."""
-    reclaimed = client.tick_timeouts(limit=_TICK_LIMIT)
-    connection.commit()
-    schedules = client.tick_schedules()
-    connection.commit()
-    pruned = client.prune(limit=_TICK_LIMIT)
-    connection.commit()
-    fired = [outcome for outcome in schedules if isinstance(outcome, Fired)]
-    broken = [outcome for outcome in schedules if isinstance(outcome, BrokenSchedule)]
-    return TickRound(datetime.now(timezone.utc), reclaimed, fired, broken, pruned)
-
-
-def _until_next_schedule(connection: psycopg.Connection[Any], client: QueueClient) -> float:
-    """Seconds until the namespace's next active schedule falls due (a little more than 0
-    when one is due now, and never more than a day): the ticker wakes for it."""
-    due = client.next_schedule_at()
-    connection.rollback()
-    return 86_400.0 if due.seconds is None else min(max(due.seconds, 0.02), 86_400.0)
-
-
-def _report_round(result: TickRound, *, as_json: bool, quiet_if_idle: bool) -> None:
+def _report_round(result: RoundReport, *, as_json: bool, quiet_if_idle: bool) -> None:
     if as_json:
         if result.anything or not quiet_if_idle:
             click.echo(json.dumps(to_jsonable(result), ensure_ascii=False))
@@ -131,11 +75,10 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
       postkit tick --once                             one round, e.g. from cron
       postkit tick --interval 30 --json
     """
-    resolved = resolve_dsn(dsn)
+    # The worker's own maintenance services, run here in the foreground.
+    maintenance = Maintenance.for_tick(resolve_dsn(dsn), namespace, interval=interval)
     if once:
-        with connect(resolved, namespace) as (single, client):
-            result = tick_round(single, client)
-        _report_round(result, as_json=as_json, quiet_if_idle=False)
+        _report_round(maintenance.run_once(), as_json=as_json, quiet_if_idle=False)
         return
 
     stop = threading.Event()
@@ -143,47 +86,26 @@ def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: 
     def on_signal(_signum: int, _frame: object) -> None:
         stop.set()
 
+    def on_error(exc: psycopg.Error, delay: float) -> None:
+        click.echo(
+            f"{format_time(datetime.now(timezone.utc))}  database error: "
+            f"{first_line(str(exc))}; retrying in {delay:.1f}s",
+            err=True,
+        )
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     click.echo(
         f"Ticking namespace {namespace!r} about every {interval:g}s: expired claims, due "
         "schedules, retention. SIGTERM or Ctrl-C stops.",
         err=True,
     )
-    connection: psycopg.Connection[Any] | None = None
-    failures = 0
     try:
-        while not stop.is_set():
-            try:
-                if connection is None:
-                    connection = psycopg.connect(resolved)
-                client = QueueClient(connection.cursor(), namespace=namespace)
-                result = tick_round(connection, client)
-            except psycopg.Error as exc:
-                failures += 1
-                delay = min(60.0, interval * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
-                click.echo(
-                    f"{format_time(datetime.now(timezone.utc))}  database error: "
-                    f"{first_line(str(exc))}; retrying in {delay:.1f}s",
-                    err=True,
-                )
-                if connection is not None:
-                    with contextlib.suppress(psycopg.Error):
-                        connection.close()
-                    connection = None
-                stop.wait(delay)
-                continue
-            failures = 0
-            _report_round(result, as_json=as_json, quiet_if_idle=True)
-            if not result.full:
-                stop.wait(
-                    min(
-                        interval * random.uniform(0.75, 1.25),
-                        _until_next_schedule(connection, client),
-                    )
-                )
+        maintenance.run_forever(
+            stop,
+            lambda result: _report_round(result, as_json=as_json, quiet_if_idle=True),
+            on_error=on_error,
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if connection is not None:
-            connection.close()
     click.echo("Stopped.", err=True)

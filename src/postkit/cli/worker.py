@@ -21,7 +21,7 @@ from postkit.embedded import resolve_dsn
 from postkit.queue import installed_version, latest_version
 
 if TYPE_CHECKING:
-    from postkit.queue.worker import Handlers
+    from postkit.worker import Handlers
 
 _WORKER_HELP = """Run the job handlers of MODULE: claim jobs, run them, then ack, retry or
 dead-letter each one.
@@ -33,7 +33,7 @@ module:attribute. The worker serves every queue the Handlers registers, or the -
 \b
 Example: tasks.py
   from postkit.errors import PermanentError, RetryLater
-  from postkit.queue.worker import Handlers
+  from postkit.worker import Handlers
   handlers = Handlers()
   @handlers.register("send_email")
   def send_email(job):          # return: ack; an exception: retry with backoff
@@ -71,13 +71,13 @@ signals on.
 
 def load_handlers(spec: str) -> tuple[Handlers, str]:
     """Import ``module`` or ``module:attribute`` (the current directory first on sys.path) and
-    return its :class:`~postkit.queue.worker.Handlers` and a name for it.
+    return its :class:`~postkit.worker.Handlers` and a name for it.
 
     Raises:
         click.ClickException: the module cannot be found, or does not define exactly one
             Handlers (or the named attribute is not one).
     """
-    from postkit.queue.worker import Handlers
+    from postkit.worker import Handlers
 
     module_name, _, attribute = spec.partition(":")
     if not module_name:
@@ -104,7 +104,7 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
         value = getattr(module, attribute)
         if not isinstance(value, Handlers):
             raise click.ClickException(
-                f"{spec} is not a Handlers object (from postkit.queue.worker import Handlers) "
+                f"{spec} is not a Handlers object (from postkit.worker import Handlers) "
                 f"but of type {type(value).__name__}"
             )
         handlers, name = value, spec
@@ -116,7 +116,7 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
         if not found:
             raise click.ClickException(
                 f"{module_name} defines no Handlers; create one with `handlers = Handlers()` "
-                "(from postkit.queue.worker import Handlers) and register functions on it"
+                "(from postkit.worker import Handlers) and register functions on it"
             )
         if len(found) > 1:
             names = sorted(key for key, _ in found.values())
@@ -364,8 +364,8 @@ def worker(
     dsn: str | None,
 ) -> None:
     from postkit.logs import ThroughputReport, configure_logging
-    from postkit.queue.supervisor import Supervisor
-    from postkit.queue.worker import Worker
+    from postkit.worker import Worker
+    from postkit.worker.supervisor import Supervisor
 
     handlers, name = load_handlers(module)
     queues = tuple(dict.fromkeys(queues))

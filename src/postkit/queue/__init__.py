@@ -9,7 +9,6 @@ queue.push("send_otp", {"user_id": "42"})
 
 from postkit.queue.client import QueueClient
 from postkit.queue.client_async import AsyncQueueClient
-from postkit.queue.job import DeadLetter, Job, NackOutcome, QueuePolicy
 from postkit.queue.listen import WorkListener
 from postkit.queue.listen_async import AsyncWorkListener
 from postkit.queue.migrations import (
@@ -20,6 +19,7 @@ from postkit.queue.migrations import (
     installed_version,
     latest_version,
 )
+from postkit.queue.records import DeadLetter, Job, JobState, NackOutcome, Outcome, QueuePolicy
 
 __all__ = [
     "AsyncQueueClient",
@@ -27,7 +27,9 @@ __all__ = [
     "DeadLetter",
     "InstallResult",
     "Job",
+    "JobState",
     "NackOutcome",
+    "Outcome",
     "QueueClient",
     "QueuePolicy",
     "WorkListener",

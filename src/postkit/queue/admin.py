@@ -12,21 +12,21 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from postkit import errors
-from postkit.queue.protocol import translate_error
-from postkit.queue.rows import first_value
+from postkit.queue import executor
+from postkit.queue.protocol import Call, Rows
 
 Access = Literal["producer", "worker", "operator"]
 ACCESS_KINDS: tuple[Access, ...] = ("producer", "worker", "operator")
+OWNER_QUERIES = ("grant_access", "revoke_access", "enable_tenant_isolation", "assign_namespace")
+"""The statements of queries.sql that only the queue's owner (or a superuser) may run."""
 
 
-def _call(cursor: Any, statement: str, params: tuple[object, ...]) -> None:
-    try:
-        cursor.execute(statement, params)
-    except Exception as exc:
-        translated = translate_error(exc)
-        if translated is None:
-            raise
-        raise translated from exc
+def _nothing(rows: Rows) -> None:
+    return None
+
+
+def _run(cursor: Any, call: Call[Any]) -> Any:
+    return executor.run(cursor, call, given_to="postkit.queue.admin")
 
 
 def grant_access(cursor: Any, role: str, access: Access) -> None:
@@ -38,7 +38,7 @@ def grant_access(cursor: Any, role: str, access: Access) -> None:
     """
     if access not in ACCESS_KINDS:
         raise errors.InvalidAccessError(f"access must be one of {', '.join(ACCESS_KINDS)}")
-    _call(cursor, "SELECT postkit_queue.grant_access(%s, %s)", (role, access))
+    _run(cursor, Call("grant_access", {"role": role, "access": access}, _nothing))
 
 
 def revoke_access(cursor: Any, role: str) -> bool:
@@ -47,14 +47,14 @@ def revoke_access(cursor: Any, role: str) -> bool:
     Raises:
         InvalidAccessError: no such role.
     """
-    _call(cursor, "SELECT postkit_queue.revoke_access(%s)", (role,))
-    return bool(first_value(cursor.fetchone()))
+    call = Call("revoke_access", {"role": role}, lambda rows: bool(rows[0]["revoked"]))
+    return bool(_run(cursor, call))
 
 
 def enable_tenant_isolation(cursor: Any) -> None:
     """Turn on row-level security: from now on each role other than the owner sees and
     changes only the rows of the namespaces assigned to it, through Postkit or by hand."""
-    _call(cursor, "SELECT postkit_queue.enable_tenant_isolation()", ())
+    _run(cursor, Call("enable_tenant_isolation", {}, _nothing))
 
 
 def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
@@ -64,4 +64,4 @@ def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
         InvalidAccessError: no such role.
         InvalidNameError: an invalid namespace.
     """
-    _call(cursor, "SELECT postkit_queue.assign_namespace(%s, %s)", (namespace, role))
+    _run(cursor, Call("assign_namespace", {"namespace": namespace, "role": role}, _nothing))

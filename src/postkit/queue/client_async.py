@@ -1,43 +1,31 @@
-"""The queue client: the article's API on top of the caller's own cursor.
+"""The queue client: push, pull and settle jobs on top of the caller's own cursor; the
+operating calls (dead letters, settings, schedules...) come from
+:mod:`postkit.queue.operations_async`.
 
 client_async.py is the source of both clients: the asyncio client (for psycopg 3 async cursors)
 is written there, and client.py, the synchronous client (for any DB-API cursor), is generated
-from it by tools/async_to_sync.py; a test checks that the two are in step. Both only execute the
-calls that postkit.queue.protocol builds, so they share every statement, check and error.
+from it by tools/async_to_sync.py; a test checks that the two are in step. Both only execute,
+through postkit.queue.executor, the calls that postkit.queue.protocol builds, so they share
+every statement, check and error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from postkit import errors
 from postkit.queue import protocol
-from postkit.queue.job import (
-    BrokenSchedule,
-    DeadLetter,
-    Fired,
-    Job,
-    NackOutcome,
-    Outcomes,
-    Pruned,
-    QueuePolicy,
-    QueueStats,
-    Redriven,
-    Schedule,
-)
-from postkit.queue.protocol import Duration, JobRef, NextDue
-from postkit.queue.rows import as_dicts
-
-T = TypeVar("T")
+from postkit.queue.operations_async import AsyncOperations
+from postkit.queue.protocol import Duration, JobRef
+from postkit.queue.records import Job, NackOutcome
 
 REMEMBERED_CLAIMS = 10_000
-"""How many claims a client remembers at most (see :class:`AsyncQueueClient`); past that it
+"""How many claims a client remembers at most (see the client's docstring); past that it
 forgets the oldest."""
 
 
-class AsyncQueueClient:
+class AsyncQueueClient(AsyncOperations):
     """Push, pull and settle jobs through a DB-API cursor the caller owns.
 
     The client never commits or rolls back: each call is one statement in the caller's current
@@ -98,23 +86,6 @@ class AsyncQueueClient:
         if claim_token is not None or isinstance(job, Job) or not isinstance(job, int):
             return claim_token
         return self._claims.get(job)
-
-    async def _run(self, call: protocol.Call[T]) -> T:
-        cursor = self._cursor
-        connection = getattr(cursor, "connection", None)
-        if getattr(cursor, "closed", False) or getattr(connection, "closed", False):
-            raise errors.ClientClosedError(
-                "the cursor (or its connection) given to QueueClient is closed"
-            )
-        try:
-            await cursor.execute(call.sql, call.params)
-            rows = as_dicts(cursor.description, await cursor.fetchall())
-        except Exception as exc:
-            translated = protocol.translate_error(exc)
-            if translated is None:
-                raise
-            raise translated from exc
-        return call.parse(rows)
 
     async def push(
         self,
@@ -376,38 +347,6 @@ class AsyncQueueClient:
         """
         return await self._run(protocol.get_job(self._namespace, job_id))
 
-    async def dead_letters(
-        self,
-        queue: str | None = None,
-        *,
-        limit: int = 100,
-        failed_after: datetime | None = None,
-        failed_before: datetime | None = None,
-        error_contains: str | None = None,
-        include_redriven: bool = False,
-        after: DeadLetter | None = None,
-    ) -> list[DeadLetter]:
-        """The dead letters of this namespace, newest first: of one queue, failed in a time
-        range, or whose last error contains a substring (case-insensitive), if given.
-
-        Each keeps the payload, the last error and every attempt's error, the attempt count,
-        the queue, the last worker and the timestamps. Redriven dead letters are left out
-        unless ``include_redriven``. For the next page, pass the last one of this page as
-        ``after``.
-        """
-        return await self._run(
-            protocol.dead_letters(
-                self._namespace,
-                queue,
-                limit=limit,
-                failed_after=failed_after,
-                failed_before=failed_before,
-                error_contains=error_contains,
-                include_redriven=include_redriven,
-                after=after,
-            )
-        )
-
     async def pull_any(
         self,
         queues: list[str],
@@ -509,318 +448,7 @@ class AsyncQueueClient:
             self._forget(jobs)
         return acked
 
-    async def stats(self, queue: str | None = None, *, cap: int = 100_000) -> list[QueueStats]:
-        """Per queue (or one queue): pending, scheduled, running and dead counts, the age of
-        the oldest ready job, outcomes in the last minute and hour, and mean attempts.
-
-        Fast at any size: live counts are exact up to ``cap`` and then reported as ``cap``
-        with ``counts_capped`` set; outcomes come from counters kept as jobs settle.
-        """
-        return await self._run(protocol.stats(self._namespace, queue, cap=cap))
-
-    async def jobs(
-        self, queue: str, state: str = "pending", *, limit: int = 100, after_id: int = 0
-    ) -> list[Job]:
-        """The jobs of ``queue`` in ``state`` ('pending' = ready now, 'scheduled', 'running'
-        or 'dead'), by id. For the next page pass the last id as ``after_id``.
-
-        Raises:
-            InvalidStateError: an unknown state.
-        """
-        return await self._run(
-            protocol.jobs(self._namespace, queue, state, limit=limit, after_id=after_id)
-        )
-
-    async def redrive(
-        self,
-        job_ids: Sequence[int] | None = None,
-        *,
-        queue: str | None = None,
-        failed_after: datetime | None = None,
-        failed_before: datetime | None = None,
-        error_contains: str | None = None,
-        to_queue: str | None = None,
-        limit: int = 1000,
-        dry_run: bool = False,
-    ) -> list[Redriven]:
-        """Retry dead letters as new jobs with fresh attempts: the ones in ``job_ids``, or else
-        every one matching the filters, into their own queue or ``to_queue``.
-
-        Each dead letter is redriven at most once, even by two operators at once; it stays in
-        the dead-letter queue, linked to its new job (``redriven_job_id``). With ``dry_run``
-        nothing changes: the result is what would be retried.
-        """
-        return await self._run(
-            protocol.redrive(
-                self._namespace,
-                job_ids=job_ids,
-                queue=queue,
-                failed_after=failed_after,
-                failed_before=failed_before,
-                error_contains=error_contains,
-                to_queue=to_queue,
-                limit=limit,
-                dry_run=dry_run,
-            )
-        )
-
-    async def purge_dead_letters(
-        self,
-        *,
-        older_than: Duration | None = None,
-        failed_before: datetime | None = None,
-        queue: str | None = None,
-    ) -> int:
-        """Delete the dead letters (of one queue, if given), retried or not, that failed more
-        than ``older_than`` ago by the queue's clock, or before ``failed_before``; give exactly
-        one. To show what will go before deleting it, read the cutoff once (:meth:`clock`
-        minus the age), count with ``dead_letters(failed_before=cutoff,
-        include_redriven=True)`` and purge with the same ``failed_before``: ``older_than``
-        is measured again when the purge runs. Returns how many were deleted."""
-        return await self._run(
-            protocol.purge_dead_letters(
-                self._namespace, older_than=older_than, failed_before=failed_before, queue=queue
-            )
-        )
-
-    async def next_schedule_at(self) -> NextDue:
-        """When the namespace's next active schedule falls due, by the queue's clock
-        (``seconds`` 0 or less: due now; None: no active schedule). A ticker sleeps until then:
-        :meth:`tick_schedules` fires it."""
-        return await self._run(protocol.next_schedule_at(self._namespace))
-
     async def clock(self) -> datetime:
         """The queue's clock: the database's time, which every deadline, delay, schedule and
         age in the queue follows (whatever the client's own clock says)."""
         return await self._run(protocol.clock())
-
-    async def cancel(self, job_id: int) -> bool:
-        """Remove a pending or scheduled job.
-
-        Returns:
-            True if it was cancelled; False if no such live job exists.
-
-        Raises:
-            JobRunningError: the job is running; its worker holds the claim.
-        """
-        return await self._run(protocol.cancel(self._namespace, job_id))
-
-    async def pause_queue(self, queue: str) -> bool:
-        """Stop handing out jobs of ``queue``; pushes are still accepted. Returns True."""
-        return await self._run(protocol.set_queue_paused(self._namespace, queue, paused=True))
-
-    async def resume_queue(self, queue: str) -> bool:
-        """Hand out jobs of ``queue`` again. Returns False (not paused)."""
-        return await self._run(protocol.set_queue_paused(self._namespace, queue, paused=False))
-
-    async def purge_queue(
-        self, queue: str, *, created_before: datetime | None = None, dry_run: bool = False
-    ) -> int:
-        """Delete every pending and scheduled job of ``queue``, or with ``created_before``
-        only those created at or before it (by the queue's clock, :meth:`clock`); running jobs
-        are left to their workers. Returns how many were deleted, or with ``dry_run`` (which
-        needs ``created_before``) how many would be, deleting nothing: a prompt that shows the
-        dry run's count and then purges with the same cutoff deletes at most that many.
-
-        Raises:
-            InvalidDurationError: ``dry_run`` without ``created_before``, or a time that is
-                not timezone-aware.
-        """
-        return await self._run(
-            protocol.purge_queue(
-                self._namespace, queue, created_before=created_before, dry_run=dry_run
-            )
-        )
-
-    async def prune(self, *, limit: int = 1000) -> Pruned:
-        """Apply retention once: delete up to ``limit`` expired archived jobs and dead letters
-        and old outcome counters. The worker runtime calls this on its tick."""
-        return await self._run(protocol.prune(self._namespace, limit=limit))
-
-    async def create_schedule(
-        self,
-        name: str,
-        queue: str,
-        payload: Any,
-        *,
-        cron: str | None = None,
-        timezone: str = "UTC",
-        every: Duration | None = None,
-        priority: int = 0,
-        max_attempts: int | None = None,
-    ) -> Schedule:
-        """Create (or replace) the schedule ``name``: push ``payload`` to ``queue`` at the
-        times of a 5-field ``cron`` expression in ``timezone``, or ``every`` interval.
-        Replacing a broken schedule repairs it.
-
-        The cron grammar (the SQL module's ``save_schedule`` accepts exactly the same):
-        minute, hour, day of month, month (or jan-dec) and day of week (0-7 or sun-sat, 7 is
-        Sunday), each ``*``, a value, a range ``a-b``, ``*/n``, ``a-b/n`` or ``a/n``, or a
-        comma-separated list of those; ``L`` (last day) and ``?`` in the day of month, ``?``
-        and ``v#n`` (n-th weekday v) in the day of week. An expression that never fires
-        ("0 0 30 2 *") is refused.
-
-        Raises:
-            InvalidScheduleError: a bad cron expression (or one that never fires) or time
-                zone, or not exactly one of ``cron`` and ``every``.
-        """
-        # Checked before the clock is read, so that a bad schedule raises before any SQL.
-        schedule = protocol.new_schedule(
-            self._namespace,
-            name,
-            queue,
-            payload,
-            cron=cron,
-            timezone=timezone,
-            every=every,
-            priority=priority,
-            max_attempts=max_attempts,
-        )
-        now = await self._run(protocol.clock())
-        return await self._run(protocol.save_schedule(schedule, now=now))
-
-    async def queues(self) -> list[str]:
-        """The queues of this namespace, by name: those with pending, scheduled or running
-        jobs, dead letters not yet retried, settings (configured or paused), or outcomes in the
-        last hour."""
-        return await self._run(protocol.queues(self._namespace))
-
-    async def known_queues(self) -> list[str]:
-        """Every queue name this namespace has used, sorted: :meth:`queues`, the queues its
-        workers serve (:meth:`register_queues`) and those its schedules push to. Producers may
-        ask (names only); the command line refuses a queue name outside it as a typo."""
-        return await self._run(protocol.known_queues(self._namespace))
-
-    async def register_queues(self, queues: Sequence[str]) -> int:
-        """Record that a worker serves ``queues`` (the runtime does, as it starts), so that
-        they stay known while idle: a settings row of built-in defaults for each queue that
-        has none. Returns how many were new."""
-        return await self._run(protocol.register_queues(self._namespace, queues))
-
-    async def outcomes_since(self, since: datetime) -> list[Outcomes]:
-        """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of
-        the minute of ``since`` on; queues without any are left out.
-
-        The counts are kept per minute for two hours: two calls with the same ``since``
-        within the hour differ by exactly the outcomes between them (a live view's rates).
-        """
-        return await self._run(protocol.outcomes_since(self._namespace, since))
-
-    async def schedules(self) -> list[Schedule]:
-        """Every schedule of this namespace, by name."""
-        return await self._run(protocol.schedules(self._namespace))
-
-    async def pause_schedule(self, name: str) -> bool:
-        """Stop firing a schedule. Returns False when there is no such schedule."""
-        return await self._run(protocol.set_schedule_paused(self._namespace, name, paused=True))
-
-    async def resume_schedule(self, name: str) -> bool:
-        """Fire a paused schedule again (once at once, if a run fell due while paused)."""
-        return await self._run(protocol.set_schedule_paused(self._namespace, name, paused=False))
-
-    async def delete_schedule(self, name: str) -> bool:
-        """Delete a schedule. Returns False when there is no such schedule."""
-        return await self._run(protocol.delete_schedule(self._namespace, name))
-
-    async def tick_schedules(self, *, limit: int = 100) -> list[Fired | BrokenSchedule]:
-        """Fire every due schedule once, in the caller's transaction; commit to make it stick.
-
-        Any number of tickers may run at once: due schedules are locked (SKIP LOCKED) and each
-        run is fenced on its due time, so each fires exactly once. Runs missed while nothing
-        ticked collapse into one (the catch-up policy).
-
-        A due schedule whose next run cannot be computed (a cron expression saved before the
-        SQL module checked them, a time zone this Python does not know), or whose job its
-        queue refuses (a payload over a max_payload_bytes set later), is marked broken
-        instead, and the others fire: it is left out of later ticks until it is saved again
-        (:meth:`create_schedule`), and :meth:`schedules` shows it with ``broken_reason``.
-
-        Returns:
-            a :class:`Fired` for each run fired and a :class:`BrokenSchedule` for each
-            schedule this tick marked broken.
-        """
-        outcomes: list[Fired | BrokenSchedule] = []
-        for run in await self._run(protocol.due_schedules(self._namespace, limit=limit)):
-            outcome: Fired | BrokenSchedule | None
-            if run.next_run_at is None:
-                outcome = await self._run(protocol.mark_schedule_broken(self._namespace, run))
-            else:
-                outcome = await self._run(protocol.fire_schedule(self._namespace, run))
-            if outcome is not None:
-                outcomes.append(outcome)
-        return outcomes
-
-    async def configure_queue(
-        self,
-        queue: str,
-        *,
-        max_attempts: int | None = None,
-        visibility_timeout: Duration | None = None,
-        backoff_base: Duration | None = None,
-        backoff_cap: Duration | None = None,
-        retain_completed: Duration | None = None,
-        retain_dead: Duration | None = None,
-        max_payload_bytes: int | None = None,
-    ) -> QueuePolicy:
-        """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept; None
-        restores the built-in default (max_attempts 20, visibility timeout 30 s, backoff from
-        1 s doubling up to 1 h, completed jobs deleted at once, dead letters kept 30 days,
-        payloads up to 1 MiB).
-        Pausing is separate: :meth:`pause_queue`.
-
-        Returns:
-            the policy now in force.
-        """
-        return await self._run(
-            protocol.configure_queue(
-                self._namespace,
-                queue,
-                max_attempts=max_attempts,
-                visibility_timeout=visibility_timeout,
-                backoff_base=backoff_base,
-                backoff_cap=backoff_cap,
-                retain_completed=retain_completed,
-                retain_dead=retain_dead,
-                max_payload_bytes=max_payload_bytes,
-            )
-        )
-
-    async def update_queue_settings(
-        self,
-        queue: str,
-        *,
-        max_attempts: int | None = None,
-        visibility_timeout: Duration | None = None,
-        backoff_base: Duration | None = None,
-        backoff_cap: Duration | None = None,
-        retain_completed: Duration | None = None,
-        retain_dead: Duration | None = None,
-        max_payload_bytes: int | None = None,
-        reset: Sequence[str] = (),
-    ) -> QueuePolicy:
-        """Change some settings of ``queue`` and keep the others, unlike
-        :meth:`configure_queue`: a setting given is set, a setting named in ``reset``
-        (``"max_attempts"``, ``"retain_dead"``, ...) goes back to the built-in default, and
-        every other one keeps its value. Two updates of one queue at once both keep their
-        change (the second waits for the first to commit).
-
-        Returns:
-            the policy now in force.
-
-        Raises:
-            InvalidNameError: an unknown setting in ``reset``, or one both given and reset.
-        """
-        return await self._run(
-            protocol.update_queue_settings(
-                self._namespace,
-                queue,
-                max_attempts=max_attempts,
-                visibility_timeout=visibility_timeout,
-                backoff_base=backoff_base,
-                backoff_cap=backoff_cap,
-                retain_completed=retain_completed,
-                retain_dead=retain_dead,
-                max_payload_bytes=max_payload_bytes,
-                reset=reset,
-            )
-        )

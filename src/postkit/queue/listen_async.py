@@ -2,7 +2,7 @@
 
 Every push (and every retry, rescue or release) notifies its queue's channel when its
 transaction commits. A listener holds one autocommit connection that LISTENs on the channels of
-its queues, and :meth:`AsyncWorkListener.wait_for_work` blocks until a notification arrives, the
+its queues, and the listener's ``wait_for_work`` blocks until a notification arrives, the
 earliest delayed job falls due, or the timeout passes. The timeout is only a fallback poll: a
 missed notification costs latency, never a job.
 
@@ -13,13 +13,13 @@ from it by tools/async_to_sync.py.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
-from psycopg import sql
 
-from postkit.queue import protocol
-from postkit.queue.rows import as_dicts
+from postkit.queue import executor, protocol
+
+T = TypeVar("T")
 
 
 class AsyncWorkListener:
@@ -50,10 +50,9 @@ class AsyncWorkListener:
         already); notifications that arrive meanwhile are kept for the next wait."""
         return self._connection
 
-    async def _run(self, call: protocol.Call[Any]) -> Any:
-        cursor = self._connection.cursor()
-        await cursor.execute(call.sql, call.params)
-        return call.parse(as_dicts(cursor.description, await cursor.fetchall()))
+    async def _run(self, call: protocol.Call[T]) -> T:
+        # The listener's connection is its own: closed, it is a lost connection.
+        return await executor.run_async(self._connection, call, given_to=None)
 
     @property
     def wake_channel(self) -> str:
@@ -69,7 +68,7 @@ class AsyncWorkListener:
             return
         channels = await self._run(protocol.channels(self._namespace, self._queues))
         for channel in [*channels, self.wake_channel]:
-            await self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            await self._run(protocol.listen(channel))
         self._listening = True
 
     async def wait_for_work(self, timeout: float = 5.0) -> bool:

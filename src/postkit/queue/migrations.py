@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from postkit.errors import ClientClosedError, ValidationError
+from postkit.queue.executor import translated
 from postkit.queue.rows import first_value
 
 SCHEMA = "postkit_queue"
@@ -443,26 +444,14 @@ def install(target: Any) -> InstallResult:
     return _run_install(target, script)
 
 
-def _translated(exc: Exception) -> BaseException:
-    # Imported here: protocol imports this package's modules, not the other way round.
-    from postkit.queue.protocol import translate_error
-
-    return translate_error(exc) or exc
-
-
 def _run_install(cursor: Any, script: str) -> InstallResult:
-    try:
+    with translated():
         # Wait for concurrent installers before reading the version, so that ``applied``
         # reports only what this call applied (the script takes the same lock again).
         cursor.execute(_PIN_SEARCH_PATH)
         cursor.execute(_LOCK_STATEMENT)
         before = installed_version(cursor)
         cursor.execute(script)
-    except Exception as exc:
-        translated = _translated(exc)
-        if translated is exc:
-            raise
-        raise translated from exc
     after = installed_version(cursor)
     return InstallResult(before, after, tuple(range(before + 1, after + 1)))
 
@@ -501,15 +490,10 @@ async def _installed_version_async(cursor: Any) -> int:
 
 async def _run_install_async(cursor: Any, script: str) -> InstallResult:
     # As _run_install.
-    try:
+    with translated():
         await cursor.execute(_PIN_SEARCH_PATH)
         await cursor.execute(_LOCK_STATEMENT)
         before = await _installed_version_async(cursor)
         await cursor.execute(script)
-    except Exception as exc:
-        translated = _translated(exc)
-        if translated is exc:
-            raise
-        raise translated from exc
     after = await _installed_version_async(cursor)
     return InstallResult(before, after, tuple(range(before + 1, after + 1)))

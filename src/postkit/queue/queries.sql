@@ -124,6 +124,11 @@ SELECT postkit_queue.next_schedule_at(%(namespace)s) AS next_run_at,
 -- name: channels
 SELECT postkit_queue.channel(%(namespace)s, q) AS channel FROM pg_catalog.unnest(%(queues)s::pg_catalog.text[]) AS q;
 
+-- name: listen
+-- LISTEN takes its channel as a name, not a parameter: protocol.Call writes it in as a quoted
+-- identifier.
+LISTEN {channel};
+
 -- name: clock
 SELECT postkit_queue.clock() AS now;
 
@@ -283,3 +288,17 @@ SELECT postkit_queue.register_queues(%(namespace)s, %(queues)s::pg_catalog.text[
 
 -- name: known_queues
 SELECT q AS queue FROM postkit_queue.known_queues(%(namespace)s) AS q ORDER BY q;
+
+-- name: grant_access
+-- This and the next three are postkit.queue.admin's: functions of the queue's owner, which no
+-- access kind includes (they are not in postkit_queue.api).
+SELECT postkit_queue.grant_access(%(role)s, %(access)s);
+
+-- name: revoke_access
+SELECT postkit_queue.revoke_access(%(role)s) AS revoked;
+
+-- name: enable_tenant_isolation
+SELECT postkit_queue.enable_tenant_isolation();
+
+-- name: assign_namespace
+SELECT postkit_queue.assign_namespace(%(namespace)s, %(role)s);

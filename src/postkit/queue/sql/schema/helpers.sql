@@ -1,4 +1,4 @@
--- Internal helpers: the clock, policies, input checks, the fence, counters.
+-- Helpers of the state machine: the clock, policies, input checks, the fence, counters.
 --
 -- Internal helpers of the state machine: the clock, a queue's policy, the input checks, the
 -- claim fence, notifications and the outcome counters. No caller may execute these
@@ -470,7 +470,7 @@ BEGIN
            count(*) FILTER (WHERE p_outcome = 'completed'),
            count(*) FILTER (WHERE p_outcome = 'retried'),
            count(*) FILTER (WHERE p_outcome = 'rescued'),
-           count(*) FILTER (WHERE p_outcome = 'dead'),
+           count(*) FILTER (WHERE p_outcome = 'dead_lettered'),
            coalesce(sum(j.attempts) FILTER (WHERE p_outcome = 'completed'), 0)
     FROM unnest(p_jobs) AS j
     GROUP BY j.namespace, j.queue
@@ -513,6 +513,6 @@ BEGIN
         p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
         p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
         p_at + (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_dead);
-    PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead', p_at);
+    PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead_lettered', p_at);
 END
 $$;

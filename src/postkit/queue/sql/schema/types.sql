@@ -1,7 +1,7 @@
 -- Types: the states of a job and the outcomes of an attempt.
 --
 -- The vocabulary of the queue, defined once. postkit.queue.records defines the same values as
--- Python enums, and tests/test_states.py keeps the two in step.
+-- Python enums, and tests/test_records.py keeps the two in step.
 --
 -- Each type is created when missing, so that an upgrade gets it before the functions that name
 -- it; a new label is a migration's ALTER TYPE ... ADD VALUE.
@@ -18,13 +18,17 @@ BEGIN
     IF pg_catalog.to_regtype('postkit_queue.job_state') IS NULL THEN
         CREATE TYPE postkit_queue.job_state AS ENUM ('pending', 'scheduled', 'running', 'dead');
     END IF;
-    -- How an attempt ended, as counted per queue and minute (queue_stats):
-    --   completed  acked
-    --   retried    nacked with attempts left: pending again after a backoff
-    --   rescued    its claim expired with attempts left (tick_timeouts): pending again at once
-    --   dead       dead-lettered (fail, attempts spent, or a poison pill's last claim expired)
+    -- What a settle or a rescue did. The counters per queue and minute (queue_stats) count the
+    -- first four; nack and tick_timeouts return them as text:
+    --   completed      acked
+    --   retried        nacked with attempts left: pending again after a backoff
+    --   rescued        its claim expired with attempts left (tick_timeouts): pending again
+    --   dead_lettered  moved to dead_letters (fail, attempts spent, or a poison pill's last
+    --                  claim expired)
+    --   stale          the caller no longer held the claim: nothing changed
     IF pg_catalog.to_regtype('postkit_queue.outcome') IS NULL THEN
-        CREATE TYPE postkit_queue.outcome AS ENUM ('completed', 'retried', 'rescued', 'dead');
+        CREATE TYPE postkit_queue.outcome AS ENUM (
+            'completed', 'retried', 'rescued', 'dead_lettered', 'stale');
     END IF;
 END
 $postkit_types$;

@@ -9,44 +9,44 @@ second over 16 seconds without a VACUUM, and ran at 3,400 per second right after
 two clients, benchmarks' machine). Autovacuum looks at each table at most once a minute by
 default, however hot it is.
 
-So each worker runs this service on a connection of its own: every ``interval`` seconds it
-reads the table's dead row count from the statistics and, past ``threshold``, runs
-``VACUUM (SKIP_LOCKED) postkit_queue.jobs``. One worker vacuums at a time (an advisory lock),
-and the wait between two vacuums grows to 20 times the last one's duration, so a large table
-is vacuumed no more than 5% of the time. A role that may not vacuum the table (not its owner;
-from PostgreSQL 17, no MAINTAIN privilege) leaves it to autovacuum: the service logs that once
-and stops. VACUUM never blocks claims, pushes or acks (it takes SHARE UPDATE EXCLUSIVE, which
-row changes do not conflict with), and while a long transaction holds the horizon back it can
-remove nothing, which is why the wait also grows with its cost.
+So each worker runs this service, next to retention on a connection of their own: every
+``interval`` seconds it reads the table's dead row count from the statistics and, past
+``threshold``, runs ``VACUUM (SKIP_LOCKED) postkit_queue.jobs``. One worker vacuums at a time
+(an advisory lock), and the wait between two vacuums grows to 20 times the last one's duration,
+so a large table is vacuumed no more than 5% of the time. A role that may not vacuum the table
+(not its owner; from PostgreSQL 17, no MAINTAIN privilege) leaves it to autovacuum: the service
+logs that once and runs no more. VACUUM never blocks claims, pushes or acks (it takes SHARE
+UPDATE EXCLUSIVE, which row changes do not conflict with), and while a long transaction holds
+the horizon back it can remove nothing, which is why the wait also grows with its cost.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import math
 import time
 from typing import Any, TypeVar
 
 import psycopg
 
-from postkit.queue import protocol
+from postkit.queue import QueueClient, protocol
 from postkit.queue.rows import as_dicts
+from postkit.worker.maintenance.report import RoundReport
+from postkit.worker.maintenance.service import Service
 
 logger = logging.getLogger("postkit.worker")
 
 T = TypeVar("T")
 
 _MAX_SHARE_OF_TIME = 0.05
-_MAX_BACKOFF = 30.0
 
 
-class JobsVacuum:
+class JobsVacuum(Service):
     """Vacuums ``postkit_queue.jobs`` when dead rows pile up. See the module docstring."""
 
-    def __init__(self, dsn: str, *, interval: float = 5.0, threshold: int = 10_000) -> None:
+    def __init__(self, *, interval: float = 5.0, threshold: int = 10_000) -> None:
         """
         Args:
-            dsn: the database; the service opens one autocommit connection of its own.
             interval: seconds between two looks at the table's dead row count (at least).
             threshold: dead rows that make a VACUUM worth it.
 
@@ -55,8 +55,7 @@ class JobsVacuum:
         """
         if interval <= 0 or threshold < 0:
             raise ValueError("interval must be positive and threshold zero or positive")
-        self.dsn = dsn
-        self.interval = interval
+        super().__init__(interval=interval)
         self.threshold = threshold
         self.enabled = True
         """False once the role turned out not to be allowed to vacuum the table."""
@@ -64,31 +63,18 @@ class JobsVacuum:
         """How many VACUUMs this service ran."""
         self._wait = interval
 
-    def run(self, stopped: threading.Event) -> None:
-        """Look every ``interval`` seconds (or longer, see above) until ``stopped`` is set or
-        the role may not vacuum. Database errors are logged and retried with backoff."""
-        connection: psycopg.Connection[Any] | None = None
-        failures = 0
-        while self.enabled and not stopped.wait(self._wait):
-            try:
-                if connection is None:
-                    connection = psycopg.connect(self.dsn, autocommit=True)
-                self.vacuum_if_due(connection)
-                failures = 0
-            except psycopg.Error as exc:
-                failures += 1
-                if connection is not None:
-                    connection.close()
-                    connection = None
-                self._wait = min(_MAX_BACKOFF, self.interval * 2**failures)
-                logger.warning(
-                    "vacuum service: database error (%s); next try in %.0fs",
-                    exc,
-                    self._wait,
-                    extra={"event": "db_error"},
-                )
-        if connection is not None:
-            connection.close()
+    def run(
+        self,
+        connection: psycopg.Connection[Any],
+        client: QueueClient,
+        report: RoundReport,
+        *,
+        eager: bool = False,
+    ) -> float:
+        """Look at the table, vacuum it if due; the next look comes after ``interval``
+        seconds, or longer (see above), or never once the role may not vacuum."""
+        self.vacuum_if_due(connection)
+        return self._wait if self.enabled else math.inf
 
     def vacuum_if_due(self, connection: psycopg.Connection[Any]) -> bool:
         """Vacuum the jobs table now if it has ``threshold`` dead rows or more, this role may,

@@ -28,7 +28,7 @@ from psycopg import sql
 
 from postkit.errors import InvalidDurationError, PermanentError, RetryLater
 from postkit.queue import Job, QueueClient
-from postkit.queue.worker import Handlers, Worker, error_summary
+from postkit.worker import Handlers, Worker, error_summary
 
 Q = "work"
 Shift = Callable[[QueueClient, float], None]
@@ -868,6 +868,102 @@ def test_the_worker_recovers_from_dropped_connections(
 
 
 # ---------------------------------------------------------------------------------------------
+# Maintenance, off the claim path.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stuck_prune(
+    client: QueueClient, connect: Callable[..., psycopg.Connection[Any]]
+) -> Iterator[psycopg.Connection[Any]]:
+    """An outcome counter past its two hours of retention, locked by an open transaction: a
+    prune's DELETE of it waits until that transaction ends. Yields the connection holding the
+    lock; its transaction is rolled back afterwards."""
+    client.cursor.execute(
+        "INSERT INTO postkit_queue.queue_stats (namespace, queue, minute, slot)"
+        " VALUES (%s, %s, now() - interval '3 hours', 0)",
+        (client.namespace, Q),
+    )
+    holder = connect()
+    holder.execute(
+        "SELECT 1 FROM postkit_queue.queue_stats WHERE namespace = %s FOR UPDATE",
+        (client.namespace,),
+    )
+    yield holder
+    holder.rollback()
+
+
+def blocked_prune(
+    monitor: psycopg.Connection[Any], worker_dsn: str, holder: psycopg.Connection[Any]
+) -> Any:
+    """The pid of the worker's backend whose prune waits on ``holder``'s lock, or None."""
+    application = psycopg.conninfo.conninfo_to_dict(worker_dsn)["application_name"]
+    row = monitor.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        " AND query LIKE '%%prune%%' AND %s = ANY (pg_blocking_pids(pid))",
+        (application, holder.info.backend_pid),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def test_a_prune_stuck_behind_a_lock_does_not_delay_claims(
+    start_worker: StartWorker,
+    client: QueueClient,
+    connect: Callable[..., psycopg.Connection[Any]],
+    worker_dsn: str,
+    stuck_prune: psycopg.Connection[Any],
+) -> None:
+    monitor = connect(autocommit=True)
+    handled: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    # The first maintenance round, retention included, runs as the worker starts.
+    start_worker({Q: lambda job: handled.put(job.id)})
+    prune = wait_until(
+        lambda: blocked_prune(monitor, worker_dsn, stuck_prune),
+        "the worker's prune never waited on the locked row",
+    )
+
+    job_id = pushed(client)
+
+    assert next_item(handled, "the job waited for the prune", 10) == job_id
+    wait_until(gone(client, job_id), "the job was never acked while the prune waited")
+    assert blocked_prune(monitor, worker_dsn, stuck_prune) == prune, "the prune stopped waiting"
+    stuck_prune.rollback()
+    wait_until(
+        lambda: (
+            not client.cursor.execute(
+                "SELECT 1 FROM postkit_queue.queue_stats WHERE namespace = %s"
+                " AND minute < now() - interval '2 hours'",
+                (client.namespace,),
+            ).fetchone()
+        ),
+        "the prune never went on once the lock was gone",
+    )
+
+
+def test_stop_cancels_a_maintenance_step_stuck_behind_a_lock(
+    client: QueueClient,
+    connect: Callable[..., psycopg.Connection[Any]],
+    worker_dsn: str,
+    namespace: str,
+    stuck_prune: psycopg.Connection[Any],
+) -> None:
+    monitor = connect(autocommit=True)
+    worker = Worker(worker_dsn, {Q: lambda job: None}, namespace=namespace, poll_interval=30)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    wait_until(
+        lambda: blocked_prune(monitor, worker_dsn, stuck_prune),
+        "the worker's prune never waited on the locked row",
+    )
+
+    worker.stop()
+    thread.join(timeout=10)
+
+    assert not thread.is_alive(), "the stuck prune held the worker's shutdown"
+    assert blocked_prune(monitor, worker_dsn, stuck_prune) is None
+
+
+# ---------------------------------------------------------------------------------------------
 # Real processes, real signals.
 # ---------------------------------------------------------------------------------------------
 
@@ -878,7 +974,7 @@ WORKER_SCRIPT = textwrap.dedent(
     import sys
     import time
 
-    from postkit.queue.worker import Handlers, Worker
+    from postkit.worker import Handlers, Worker
 
     dsn, namespace = sys.argv[1], sys.argv[2]
     grace, visibility = float(sys.argv[3]), float(sys.argv[4])

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from postkit.worker.backoff import Backoff
+
 logger = logging.getLogger("postkit.supervisor")
 
 _POLL = 0.1
@@ -34,9 +36,10 @@ _POLL = 0.1
 class _Child:
     index: int
     command: list[str]
+    restarts: Backoff
+    """Counts the child's quick deaths: each one doubles the wait before its restart."""
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
-    quick_deaths: int = 0
     restart_at: float | None = None
 
 
@@ -60,10 +63,11 @@ class Supervisor:
             healthy_after: a child that ran this long before dying is restarted after
                 ``min_backoff`` again.
         """
-        self.children = [_Child(index, list(command)) for index, command in enumerate(commands)]
+        self.children = [
+            _Child(index, list(command), Backoff(min_backoff, max_backoff))
+            for index, command in enumerate(commands)
+        ]
         self.env = dict(env) if env is not None else None
-        self.min_backoff = min_backoff
-        self.max_backoff = max_backoff
         self.healthy_after = healthy_after
         self._signals: list[int] = []
         self._forwarded = 0
@@ -155,9 +159,8 @@ class Supervisor:
             )
             return
         if time.monotonic() - child.started >= self.healthy_after:
-            child.quick_deaths = 0
-        delay = min(self.max_backoff, self.min_backoff * 2**child.quick_deaths)
-        child.quick_deaths += 1
+            child.restarts.reset()
+        delay = child.restarts.failure()
         child.restart_at = time.monotonic() + delay
         logger.warning(
             "worker process %d (pid %d) %s; restarting in %.1fs",

@@ -1,5 +1,8 @@
 """What the SDK returns: jobs, dead letters and queue policies, each a read-only mapping with a
-typed attribute view (``job["payload"]`` and ``job.payload`` are the same value)."""
+typed attribute view (``job["payload"]`` and ``job.payload`` are the same value); and the two
+vocabularies they use, the job states and the outcomes, each defined once here and kept in step
+with the SQL module's enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a
+test."""
 
 from __future__ import annotations
 
@@ -29,6 +32,37 @@ class _RecordMapping(Mapping[str, Any]):
         return tuple(field.name for field in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
+class JobState(str, enum.Enum):
+    """Where a job is in its life, as the SQL module names it (``postkit_queue.job_state``)."""
+
+    PENDING = "pending"
+    """Waiting in its queue; ready once its run_at has come (a listing of 'pending' jobs shows
+    only the ready ones)."""
+    SCHEDULED = "scheduled"
+    """Pending with a run_at still to come: delayed, or retrying after a backoff."""
+    RUNNING = "running"
+    """Claimed by a worker, until it settles the job or its claim times out."""
+    DEAD = "dead"
+    """In the dead-letter queue."""
+
+
+class Outcome(str, enum.Enum):
+    """What settling or reclaiming a job did, as the SQL module names it
+    (``postkit_queue.outcome``): the outcomes the statistics count, and what a nack or a
+    reclaim returns."""
+
+    COMPLETED = "completed"
+    """Acknowledged: the job succeeded and left the queue."""
+    RETRIED = "retried"
+    """Pending again, to run after its backoff (a nack), or at once (a reclaim)."""
+    RESCUED = "rescued"
+    """An expired claim returned to the queue by tick_timeouts."""
+    DEAD_LETTERED = "dead_lettered"
+    """Moved to the dead-letter queue: failed, out of attempts, or timed out."""
+    STALE = "stale"
+    """The caller no longer held the claim; nothing changed."""
+
+
 @dataclasses.dataclass(frozen=True, eq=True)
 class Job(_RecordMapping):
     """A job as ``pull`` claimed it, or as ``get_job`` found it.
@@ -54,7 +88,8 @@ class Job(_RecordMapping):
     visible_until: datetime | None
     """The claim's deadline: after it, tick_timeouts may return the job to the queue."""
     state: str
-    """'pending' (waiting for run_at), 'running' (claimed) or 'dead' (in the dead-letter queue)."""
+    """A JobState value: 'pending', 'scheduled', 'running' or 'dead'. A pull returns
+    'running' jobs; get_job and jobs return pending ones as 'pending' whatever their run_at."""
     priority: int
     run_at: datetime | None
     namespace: str
@@ -124,13 +159,13 @@ class QueuePolicy(_RecordMapping):
 
 
 class NackOutcome(str, enum.Enum):
-    """What a nack did."""
+    """What a nack did: one of the :class:`Outcome` values a nack returns."""
 
-    RETRIED = "retried"
+    RETRIED = Outcome.RETRIED.value
     """The job is pending again and runs after its backoff."""
-    DEAD_LETTERED = "dead_lettered"
+    DEAD_LETTERED = Outcome.DEAD_LETTERED.value
     """Its attempts were spent: the job moved to the dead-letter queue."""
-    STALE = "stale"
+    STALE = Outcome.STALE.value
     """The caller no longer held the claim; nothing changed."""
 
 

@@ -1,0 +1,219 @@
+"""Argument checks: each takes a value of an SDK call and returns it as it is bound, or raises
+the :mod:`postkit.errors` exception of the argument it checks.
+
+They check what must be right before a value can be bound at all (its Python type, that a
+payload serializes to JSON, that text holds no NUL byte), and every limit the SQL functions
+check, from :mod:`postkit.queue.limits`."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from postkit import errors
+from postkit.queue import limits
+from postkit.queue.records import Job
+
+# The escape json.dumps writes for a NUL character: \u0000 after an even number of backslashes
+# (an odd run would make it the literal text "\\u0000", which PostgreSQL stores fine).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def text(what: str, value: object) -> str | None:
+    """Free text (a search string): any str without NUL, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidNameError(f"{what} must be a str, got {type(value).__name__}")
+    if "\x00" in value:
+        raise errors.InvalidNameError(f"{what} must not contain a NUL character")
+    return value
+
+
+def name(what: str, value: object, *, required: bool) -> str | None:
+    """A name, by the rule of limits.name_problem (the SQL module's check_name)."""
+    if value is None:
+        if required:
+            raise errors.InvalidNameError(f"{what} must not be None")
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidNameError(f"{what} must be a str, got {type(value).__name__}")
+    problem = limits.name_problem(value)
+    if problem is not None:
+        raise errors.InvalidNameError(f"{what} {problem}")
+    return value
+
+
+def integer(
+    what: str, value: object, error: type[errors.ValidationError], *, bounds: limits.Bounds
+) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{what} must be an int, got {type(value).__name__}")
+    if value not in bounds:
+        raise error(f"{what} must be between {bounds.low} and {bounds.high}, got {value}")
+    return value
+
+
+def limit(call: str, value: object, what: str = "limit") -> int:
+    checked = integer(what, value, errors.InvalidLimitError, bounds=limits.LIMITS[call])
+    if checked is None:
+        raise errors.InvalidLimitError(f"{what} must be an int, got None")
+    return checked
+
+
+def duration(what: str, value: object) -> int | None:
+    """A duration as whole microseconds, checked against ``limits.DURATIONS[what]``. It
+    travels as microseconds, so the SQL module checks exactly the value checked here."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        microseconds = value // timedelta(microseconds=1)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.InvalidDurationError(
+            f"{what} must be a timedelta or a number of seconds, got {type(value).__name__}"
+        )
+    elif not math.isfinite(value):
+        raise errors.InvalidDurationError(f"{what} must be finite, got {value}")
+    elif isinstance(value, int):
+        microseconds = value * 1_000_000
+    elif not math.isfinite(value * 1e6):
+        raise errors.InvalidDurationError(f"{what} of {value} seconds is too long")
+    else:
+        microseconds = round(value * 1e6)
+    problem = limits.duration_problem(what, microseconds)
+    if problem is not None:
+        raise errors.InvalidDurationError(problem)
+    return microseconds
+
+
+def required_duration(what: str, value: object) -> int:
+    microseconds = duration(what, value)
+    if microseconds is None:
+        raise errors.InvalidDurationError(f"{what} is required")
+    return microseconds
+
+
+def seconds(what: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.InvalidDurationError(
+            f"{what} must be a timedelta or a number of seconds, got {type(value).__name__}"
+        )
+    if not math.isfinite(value):
+        raise errors.InvalidDurationError(f"{what} must be finite, got {value}")
+    return float(value)
+
+
+def time(what: str, value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise errors.InvalidDurationError(f"{what} must be a timezone-aware datetime")
+    return value
+
+
+def payload(value: object) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidPayloadError(f"payload is not JSON-serializable: {exc}") from exc
+    # The substring test spares the common payload the regular expression.
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise errors.InvalidPayloadError("payload must not contain a NUL character (\\u0000)")
+    return text
+
+
+# The text form the server hands out (gen_random_uuid()::text), accepted as it is; any other
+# spelling of a UUID goes through uuid.UUID, which costs more than the rest of an ack's checks.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def claim_token(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and _CANONICAL_UUID.fullmatch(value):
+        return value
+    try:
+        return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+    except ValueError as exc:
+        raise errors.InvalidClaimTokenError(f"claim_token is not a UUID: {value!r}") from exc
+
+
+def error_text(value: object) -> str | None:
+    """An error for the job's history: text, or an exception rendered as 'Type: message'."""
+    if value is None:
+        return None
+    text = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else str(value)
+    # PostgreSQL text cannot hold NUL; an error message must never make a nack fail.
+    return text.replace("\x00", "\ufffd")
+
+
+def job_id(value: object) -> int:
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidJobIdError(
+            f"job must be a Job or an int job id, got {type(value).__name__}"
+        )
+    if value not in limits.JOB_ID:
+        raise errors.InvalidJobIdError(f"job id is out of range: {value}")
+    return value
+
+
+def claim(call: str, job: object, worker_id: object, token: object) -> dict[str, Any]:
+    """The parameters that identify a claim: the job id, the worker and the fence (``token``,
+    else the Job's own). A bare job id identifies none: the claim token, or at least the
+    worker_id, must come with it."""
+    if isinstance(job, Job) and token is None:
+        token = job.claim_token
+    params = {
+        "job_id": job_id(job.id if isinstance(job, Job) else job),
+        "worker_id": name("worker_id", worker_id, required=False),
+        "claim_token": claim_token(token),
+    }
+    if params["worker_id"] is None and params["claim_token"] is None:
+        raise errors.InvalidClaimTokenError(
+            f"{call} needs the claim token pull returned (pass the Job, or claim_token=) or the "
+            "worker_id the job was claimed under: a bare job id does not say whose claim it "
+            "settles"
+        )
+    return params
+
+
+def base(namespace: str, **params: Any) -> dict[str, Any]:
+    return {"namespace": name("namespace", namespace, required=True), **params}
+
+
+def queue_list(queues: object) -> list[str]:
+    if isinstance(queues, str) or not hasattr(queues, "__iter__"):
+        raise errors.InvalidNameError("queues must be a list of queue names")
+    names = [name("queue", queue, required=True) for queue in queues]
+    if not names:
+        raise errors.InvalidNameError("queues must name at least one queue")
+    return [name for name in names if name is not None]
+
+
+def _array_literal(values: Sequence[int | str | None]) -> str:
+    """A PostgreSQL array literal of checked ints and canonical UUID text, which need no
+    quoting. A worker's round trip passes two arrays of as many elements as it settles jobs,
+    and psycopg's list adapter cost more per element than the rest of the ack's work."""
+    return "{" + ",".join("NULL" if value is None else str(value) for value in values) + "}"
+
+
+def claims(call: str, jobs: Sequence[Job]) -> dict[str, str]:
+    """The ``job_ids`` and ``claim_tokens`` parameters of ``call``, each claim checked."""
+    if isinstance(jobs, Job) or not all(isinstance(job, Job) for job in jobs):
+        raise errors.InvalidJobIdError(f"{call} takes a list of Job objects (their claims)")
+    claims = [claim(call, job, None, None) for job in jobs]
+    return {
+        "job_ids": _array_literal([claim["job_id"] for claim in claims]),
+        "claim_tokens": _array_literal([claim["claim_token"] for claim in claims]),
+    }

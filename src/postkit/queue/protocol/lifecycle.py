@@ -1,0 +1,256 @@
+"""The calls of a job's life: push, claim, settle, reclaim, and waiting for due work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from postkit import errors
+from postkit.queue import limits
+from postkit.queue.protocol import checks as check
+from postkit.queue.protocol import readers as read
+from postkit.queue.protocol.call import Call, Duration, JobRef, Rows
+from postkit.queue.protocol.readers import NextDue
+from postkit.queue.records import Job, NackOutcome
+
+
+def push(
+    namespace: str,
+    queue: str,
+    payload: object,
+    *,
+    delay: Duration | None,
+    priority: int,
+    max_attempts: int | None,
+    unique_key: str | None,
+    backoff_base: Duration | None,
+    backoff_cap: Duration | None,
+) -> Call[int | None]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        payload=check.payload(payload),
+        delay=check.duration("delay", delay),
+        priority=check.integer(
+            "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
+        ),
+        max_attempts=check.integer(
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
+        ),
+        unique_key=check.name("unique_key", unique_key, required=False),
+        backoff_base=check.duration("backoff_base", backoff_base),
+        backoff_cap=check.duration("backoff_cap", backoff_cap),
+    )
+    if params["priority"] is None:
+        raise errors.InvalidPriorityError("priority must be an int, got None")
+    return Call("push", params, read.scalar)
+
+
+def pull(
+    namespace: str,
+    queue: str,
+    *,
+    worker_id: str | None,
+    visibility_timeout: Duration | None,
+    limit: int,
+) -> Call[list[Job]]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        worker_id=check.name("worker_id", worker_id, required=False),
+        visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
+        limit=check.limit("pull", limit),
+    )
+    return Call("pull", params, lambda rows: [read.job(row) for row in rows])
+
+
+def ack(namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object) -> Call[bool]:
+    return Call(
+        "ack", check.base(namespace, **check.claim("ack", job, worker_id, claim_token)), read.scalar
+    )
+
+
+def nack(
+    namespace: str,
+    job: JobRef,
+    *,
+    error: object,
+    worker_id: str | None,
+    claim_token: object,
+    backoff: Duration | None,
+) -> Call[NackOutcome]:
+    params = check.base(
+        namespace,
+        **check.claim("nack", job, worker_id, claim_token),
+        error=check.error_text(error),
+        backoff=check.duration("backoff", backoff),
+    )
+    return Call("nack", params, lambda rows: NackOutcome(read.scalar(rows)))
+
+
+def fail(
+    namespace: str, job: JobRef, *, error: object, worker_id: str | None, claim_token: object
+) -> Call[bool]:
+    params = check.base(
+        namespace, **check.claim("fail", job, worker_id, claim_token), error=check.error_text(error)
+    )
+    return Call("fail", params, read.scalar)
+
+
+def extend_visibility(
+    namespace: str,
+    job: JobRef,
+    *,
+    extension: Duration,
+    worker_id: str | None,
+    claim_token: object,
+) -> Call[bool]:
+    params = check.base(
+        namespace,
+        **check.claim("extend_visibility", job, worker_id, claim_token),
+        extension=check.required_duration("extension", extension),
+    )
+    return Call("extend_visibility", params, read.scalar)
+
+
+def release(
+    namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object
+) -> Call[bool]:
+    params = check.base(namespace, **check.claim("release", job, worker_id, claim_token))
+    return Call("release", params, read.scalar)
+
+
+def next_run_at(namespace: str, queues: list[str]) -> Call[NextDue]:
+    return Call(
+        "next_run_at", check.base(namespace, queues=check.queue_list(queues)), read.next_due
+    )
+
+
+def next_schedule_at(namespace: str) -> Call[NextDue]:
+    """When the namespace's next active schedule falls due (None: it has none)."""
+    return Call("next_schedule_at", check.base(namespace), read.next_due)
+
+
+def channels(namespace: str, queues: list[str]) -> Call[list[str]]:
+    """The LISTEN channels of these queues (the SQL module names them)."""
+    params = check.base(namespace, queues=check.queue_list(queues))
+    return Call("channels", params, lambda rows: [row["channel"] for row in rows])
+
+
+def listen(channel: str) -> Call[None]:
+    """LISTEN on ``channel`` (a name :func:`channels` returned, or a listener's wake channel)."""
+    return Call("listen", {}, lambda rows: None, identifiers={"channel": channel})
+
+
+def tick_timeouts(namespace: str, *, limit: int) -> Call[int]:
+    params = check.base(namespace, limit=check.limit("tick_timeouts", limit))
+    return Call("tick_timeouts", params, lambda rows: int(read.scalar(rows)))
+
+
+def get_job(namespace: str, job_id: int) -> Call[Job | None]:
+    params = check.base(namespace, job_id=check.job_id(job_id))
+    return Call("get_job", params, read.optional_job)
+
+
+def clock() -> Call[datetime]:
+    """The queue's clock (the database's, plus any test offset)."""
+    return Call("clock", {}, read.scalar)
+
+
+def pull_any(
+    namespace: str,
+    queues: list[str],
+    *,
+    worker_id: str | None,
+    visibility_timeout: Duration | None,
+    limit: int,
+) -> Call[list[Job]]:
+    params = check.base(
+        namespace,
+        queues=check.queue_list(queues),
+        worker_id=check.name("worker_id", worker_id, required=False),
+        visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
+        limit=check.limit("pull_any", limit),
+    )
+    return Call("pull_any", params, lambda rows: [read.job(row) for row in rows])
+
+
+def push_batch(
+    namespace: str,
+    queue: str,
+    payloads: Sequence[object],
+    *,
+    delay: Duration | None,
+    priority: int,
+    max_attempts: int | None,
+    unique_keys: Sequence[str | None] | None,
+) -> Call[list[int | None]]:
+    if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Sequence):
+        raise errors.InvalidPayloadError("payloads must be a list of JSON-serializable values")
+    if len(payloads) > limits.BATCH_PAYLOADS:
+        raise errors.InvalidLimitError(
+            f"at most {limits.BATCH_PAYLOADS} payloads per batch, got {len(payloads)}"
+        )
+    keys = None
+    if unique_keys is not None:
+        if isinstance(unique_keys, (str, bytes)) or not isinstance(unique_keys, Sequence):
+            raise errors.InvalidNameError("unique_keys must be a list of str or None")
+        keys = [check.name("unique_key", key, required=False) for key in unique_keys]
+        if len(keys) != len(payloads):
+            raise errors.InvalidNameError(f"{len(keys)} unique keys for {len(payloads)} payloads")
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        payloads=check.payload(list(payloads)),
+        delay=check.duration("delay", delay),
+        priority=check.integer(
+            "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
+        ),
+        max_attempts=check.integer(
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
+        ),
+        unique_keys=keys,
+    )
+    return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
+
+
+def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> Call[bool]:
+    params = check.base(
+        namespace,
+        **check.claims("ack_batch", jobs),
+        worker_id=check.name("worker_id", worker_id, required=False),
+    )
+    return Call("ack_batch", params, read.scalar)
+
+
+def ack_many(namespace: str, jobs: Sequence[Job]) -> Call[list[int]]:
+    return Call(
+        "ack_many",
+        check.base(namespace, **check.claims("ack_many", jobs)),
+        lambda rows: list(read.scalar(rows)),
+    )
+
+
+def ack_and_pull(
+    namespace: str,
+    queue: str,
+    acks: Sequence[Job],
+    *,
+    worker_id: str | None,
+    visibility_timeout: Duration | None,
+    limit: int,
+) -> Call[tuple[list[int], list[Job]]]:
+    params = check.base(
+        namespace,
+        **check.claims("ack_and_pull", acks),
+        queue=check.name("queue", queue, required=True),
+        worker_id=check.name("worker_id", worker_id, required=False),
+        visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
+        limit=check.limit("pull", limit),
+    )
+
+    def parse(rows: Rows) -> tuple[list[int], list[Job]]:
+        acked = list(rows[0]["acked"]) if rows else []
+        return acked, [read.job(row) for row in rows if row["id"] is not None]
+
+    return Call("ack_and_pull", params, parse)

@@ -1,0 +1,299 @@
+"""The operator's calls: dead letters, queue settings, listings and statistics, redrive, purge,
+retention, and the vacuum service's statements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from postkit import errors
+from postkit.queue import limits
+from postkit.queue.protocol import checks as check
+from postkit.queue.protocol import readers as read
+from postkit.queue.protocol.call import Call, Duration
+from postkit.queue.records import (
+    DeadLetter,
+    Job,
+    JobState,
+    Outcomes,
+    Pruned,
+    QueuePolicy,
+    QueueStats,
+    Redriven,
+)
+
+
+def dead_letters(
+    namespace: str,
+    queue: str | None,
+    *,
+    limit: int,
+    failed_after: datetime | None = None,
+    failed_before: datetime | None = None,
+    error_contains: str | None = None,
+    include_redriven: bool = False,
+    after: DeadLetter | None = None,
+) -> Call[list[DeadLetter]]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=False),
+        limit=check.limit("dead_letters", limit),
+        failed_after=check.time("failed_after", failed_after),
+        failed_before=check.time("failed_before", failed_before),
+        error_contains=check.text("error_contains", error_contains),
+        include_redriven=bool(include_redriven),
+        after_failed_at=None if after is None else after.failed_at,
+        after_job_id=None if after is None else after.job_id,
+    )
+    return Call("dead_letters", params, lambda rows: [read.dead_letter(row) for row in rows])
+
+
+def configure_queue(
+    namespace: str,
+    queue: str,
+    *,
+    max_attempts: int | None,
+    visibility_timeout: Duration | None,
+    backoff_base: Duration | None,
+    backoff_cap: Duration | None,
+    retain_completed: Duration | None,
+    retain_dead: Duration | None,
+    max_payload_bytes: int | None,
+) -> Call[QueuePolicy]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        max_attempts=check.integer(
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
+        ),
+        visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
+        backoff_base=check.duration("backoff_base", backoff_base),
+        backoff_cap=check.duration("backoff_cap", backoff_cap),
+        retain_completed=check.duration("retain_completed", retain_completed),
+        retain_dead=check.duration("retain_dead", retain_dead),
+        max_payload_bytes=check.integer(
+            "max_payload_bytes",
+            max_payload_bytes,
+            errors.InvalidPayloadError,
+            bounds=limits.MAX_PAYLOAD_BYTES,
+        ),
+    )
+    return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
+
+
+QUEUE_SETTINGS = (
+    "max_attempts",
+    "visibility_timeout",
+    "backoff_base",
+    "backoff_cap",
+    "retain_completed",
+    "retain_dead",
+    "max_payload_bytes",
+)
+"""The settings of a queue that configure_queue and update_queue_settings write."""
+
+
+def update_queue_settings(
+    namespace: str,
+    queue: str,
+    *,
+    max_attempts: int | None,
+    visibility_timeout: Duration | None,
+    backoff_base: Duration | None,
+    backoff_cap: Duration | None,
+    retain_completed: Duration | None,
+    retain_dead: Duration | None,
+    max_payload_bytes: int | None,
+    reset: Sequence[str],
+) -> Call[QueuePolicy]:
+    if isinstance(reset, str) or not all(isinstance(name, str) for name in reset):
+        raise errors.InvalidNameError("reset must be a list of setting names")
+    unknown = [name for name in reset if name not in QUEUE_SETTINGS]
+    if unknown:
+        raise errors.InvalidNameError(
+            f"cannot reset {unknown[0]!r}: the settings are {', '.join(QUEUE_SETTINGS)}"
+        )
+    call = configure_queue(
+        namespace,
+        queue,
+        max_attempts=max_attempts,
+        visibility_timeout=visibility_timeout,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+        retain_completed=retain_completed,
+        retain_dead=retain_dead,
+        max_payload_bytes=max_payload_bytes,
+    )
+    both = [name for name in reset if call.params[name] is not None]
+    if both:
+        raise errors.InvalidNameError(f"{both[0]} is both given and reset; choose one")
+    # The names are checked against QUEUE_SETTINGS above, so the literal needs no quoting.
+    params = {**call.params, "reset": "{" + ",".join(dict.fromkeys(reset)) + "}"}
+    return Call("update_queue_settings", params, call.parse)
+
+
+def outcomes_since(namespace: str, since: datetime) -> Call[list[Outcomes]]:
+    moment = check.time("since", since)
+    if moment is None:
+        raise errors.InvalidDurationError("since is required")
+    params = check.base(namespace, since=moment)
+    return Call("outcomes_since", params, lambda rows: [Outcomes(**row) for row in rows])
+
+
+def queues(namespace: str) -> Call[list[str]]:
+    return Call("queues", check.base(namespace), lambda rows: [str(row["queue"]) for row in rows])
+
+
+def known_queues(namespace: str) -> Call[list[str]]:
+    return Call(
+        "known_queues", check.base(namespace), lambda rows: [str(row["queue"]) for row in rows]
+    )
+
+
+def register_queues(namespace: str, queues: Sequence[str]) -> Call[int]:
+    params = check.base(namespace, queues=check.queue_list(queues))
+    return Call("register_queues", params, lambda rows: int(read.scalar(rows)))
+
+
+def stats(namespace: str, queue: str | None, *, cap: int) -> Call[list[QueueStats]]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=False),
+        cap=check.limit("stats", cap, "cap"),
+    )
+    return Call("stats", params, lambda rows: [QueueStats(**row) for row in rows])
+
+
+JOB_STATES = tuple(state.value for state in JobState)
+"""The states a listing of jobs takes."""
+
+
+def jobs(namespace: str, queue: str, state: str, *, limit: int, after_id: int) -> Call[list[Job]]:
+    if state not in JOB_STATES:
+        raise errors.InvalidStateError(f"state must be one of {', '.join(JOB_STATES)}")
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        state=state,
+        limit=check.limit("jobs", limit),
+        after_id=check.job_id(after_id),
+    )
+    return Call("jobs", params, lambda rows: [read.job(row) for row in rows])
+
+
+def redrive(
+    namespace: str,
+    *,
+    job_ids: Sequence[int] | None,
+    queue: str | None,
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    error_contains: str | None,
+    to_queue: str | None,
+    limit: int,
+    dry_run: bool,
+) -> Call[list[Redriven]]:
+    if isinstance(job_ids, (str, bytes)):
+        raise errors.InvalidJobIdError("job_ids must be a list of int job ids")
+    ids = None if job_ids is None else [check.job_id(job_id) for job_id in job_ids]
+    params = check.base(
+        namespace,
+        job_ids=ids,
+        queue=check.name("queue", queue, required=False),
+        failed_after=check.time("failed_after", failed_after),
+        failed_before=check.time("failed_before", failed_before),
+        error_contains=check.text("error_contains", error_contains),
+        to_queue=check.name("to_queue", to_queue, required=False),
+        limit=check.limit("redrive", limit),
+        dry_run=bool(dry_run),
+    )
+    return Call("redrive", params, lambda rows: [Redriven(**row) for row in rows])
+
+
+def purge_dead_letters(
+    namespace: str,
+    *,
+    older_than: Duration | None,
+    failed_before: datetime | None = None,
+    queue: str | None,
+) -> Call[int]:
+    if (older_than is None) == (failed_before is None):
+        raise errors.InvalidDurationError("give exactly one of older_than and failed_before")
+    queue_name = check.name("queue", queue, required=False)
+    if failed_before is not None:
+        params = check.base(
+            namespace, failed_before=check.time("failed_before", failed_before), queue=queue_name
+        )
+        return Call("purge_dead_letters_before", params, lambda rows: int(read.scalar(rows)))
+    params = check.base(
+        namespace, older_than=check.required_duration("older_than", older_than), queue=queue_name
+    )
+    return Call("purge_dead_letters", params, lambda rows: int(read.scalar(rows)))
+
+
+def cancel(namespace: str, job_id: int) -> Call[bool]:
+    return Call("cancel", check.base(namespace, job_id=check.job_id(job_id)), read.scalar)
+
+
+def set_queue_paused(namespace: str, queue: str, *, paused: bool) -> Call[bool]:
+    params = check.base(namespace, queue=check.name("queue", queue, required=True))
+    return Call("pause_queue" if paused else "resume_queue", params, read.scalar)
+
+
+def purge_queue(
+    namespace: str, queue: str, *, created_before: datetime | None = None, dry_run: bool = False
+) -> Call[int]:
+    if not isinstance(dry_run, bool):
+        raise errors.InvalidStateError(f"dry_run must be a bool, got {type(dry_run).__name__}")
+    queue_name = check.name("queue", queue, required=True)
+    if created_before is None:
+        if dry_run:
+            raise errors.InvalidDurationError("a dry run needs created_before")
+        return Call(
+            "purge_queue",
+            check.base(namespace, queue=queue_name),
+            lambda rows: int(read.scalar(rows)),
+        )
+    params = check.base(
+        namespace,
+        queue=queue_name,
+        created_before=check.time("created_before", created_before),
+        dry_run=dry_run,
+    )
+    return Call("purge_queue_before", params, lambda rows: int(read.scalar(rows)))
+
+
+def prune(namespace: str, *, limit: int) -> Call[Pruned]:
+    params = check.base(namespace, limit=check.limit("prune", limit))
+    return Call("prune", params, lambda rows: Pruned(**rows[0]))
+
+
+@dataclass(frozen=True)
+class VacuumState:
+    """Whether the session's role may vacuum ``postkit_queue.jobs``, and its dead rows now."""
+
+    may_vacuum: bool
+    dead_rows: int
+
+
+def vacuum_state() -> Call[VacuumState]:
+    return Call(
+        "vacuum_state",
+        {},
+        lambda rows: VacuumState(bool(rows[0]["may_vacuum"]), int(rows[0]["dead_rows"])),
+    )
+
+
+def vacuum_lock() -> Call[bool]:
+    """Try to become the one session vacuuming the jobs table; False when another is."""
+    return Call("vacuum_lock", {}, read.scalar)
+
+
+def vacuum_jobs() -> Call[None]:
+    """VACUUM the jobs table (a utility statement: autocommit only, no rows)."""
+    return Call("vacuum_jobs", {}, lambda rows: None)
+
+
+def vacuum_unlock() -> Call[bool]:
+    return Call("vacuum_unlock", {}, read.scalar)

@@ -1,0 +1,14 @@
+"""The worker runtime: threads and processes that run handlers for the queue's jobs.
+
+``postkit.queue`` is the SDK (statements and clients, no threads); this package builds on it:
+:class:`Worker` (``runtime.py``) claims with ``fetcher.py``, runs with ``executor.py``, keeps
+claims alive with ``heartbeat.py`` and runs the housekeeping in ``maintenance/``;
+``supervisor.py`` runs several worker processes.
+"""
+
+from postkit.worker.handlers import Handlers, HandlerSpec
+from postkit.worker.outcomes import error_summary
+from postkit.worker.runtime import Worker
+from postkit.worker.stats import WorkerStats
+
+__all__ = ["HandlerSpec", "Handlers", "Worker", "WorkerStats", "error_summary"]

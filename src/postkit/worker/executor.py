@@ -1,0 +1,301 @@
+"""Running one job: its handler (sync on a thread, ``async def`` on the event loop, or
+transactional, in the ack's transaction), then its settle.
+
+A handler that returns acks its job (in the next batched ack, or in its own transaction when
+transactional). :class:`~postkit.errors.PermanentError` fails it into the dead-letter queue,
+:class:`~postkit.errors.RetryLater` retries it after the delay it names, and any other
+exception nacks it with the error and a traceback summary. A job whose payload Python cannot
+decode never reaches its handler: it is failed with that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue as stdlib_queue
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import psycopg_pool
+
+from postkit.errors import PermanentError, RetryLater
+from postkit.queue import Job, QueueClient
+from postkit.worker.backoff import Backoff
+from postkit.worker.claims import Claims
+from postkit.worker.handlers import Handlers, HandlerSpec
+from postkit.worker.outcomes import Outcomes, error_summary, job_fields, settle_call
+from postkit.worker.pool import WorkerPool
+from postkit.worker.threads import start_thread
+
+logger = logging.getLogger("postkit.worker")
+
+_SETTLE_TRIES = 5
+_TRANSACTION_TRIES = 3
+
+
+class Executor:
+    """Runs the handlers of claimed jobs and settles each job. See the module docstring."""
+
+    def __init__(
+        self,
+        handlers: Handlers,
+        claims: Claims,
+        outcomes: Outcomes,
+        *,
+        namespace: str,
+        concurrency: int,
+        handler_timeout: float | None,
+        closed: threading.Event,
+    ) -> None:
+        self.handlers = handlers
+        self.claims = claims
+        self.outcomes = outcomes
+        self.namespace = namespace
+        self.concurrency = concurrency
+        self.handler_timeout = handler_timeout
+        self._closed = closed
+        self._pool: WorkerPool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_slots: asyncio.Semaphore | None = None  # made on the loop's own thread
+        self._handler_threads = 0
+        # Sync handlers run on `concurrency` threads fed by this queue; there are never more
+        # jobs in flight than threads, so a claimed job starts at once.
+        self._sync_jobs: stdlib_queue.SimpleQueue[tuple[Job, HandlerSpec]] = (
+            stdlib_queue.SimpleQueue()
+        )
+        self._settle_backoff = Backoff(base=0.2, cap=30.0)
+
+    def start(self, pool: WorkerPool, *, with_event_loop: bool) -> None:
+        """Start the handler threads, and the event loop for ``async def`` handlers."""
+        self._pool = pool
+        for _ in range(self.concurrency):
+            self.start_handler_thread()
+        if with_event_loop:
+            self._loop = asyncio.new_event_loop()
+            start_thread(self._loop.run_forever, "event-loop")
+
+    def stop(self) -> None:
+        """Stop the event loop; handler threads are daemons, idle once no job is claimed."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def timeout_of(self, spec: HandlerSpec) -> float | None:
+        """The handler's maximum run time: its own, else the worker's."""
+        return spec.timeout if spec.timeout is not None else self.handler_timeout
+
+    def dispatch(self, job: Job) -> None:
+        """Hand a just-claimed job to a handler thread, or to the event loop."""
+        spec = self.handlers[job.queue]
+        self.claims.add(job)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "claimed job %d (%s, attempt %d of %d)",
+                job.id,
+                job.queue,
+                job.attempts,
+                job.max_attempts,
+                extra=job_fields(job, "claimed"),
+            )
+        # A job without a payload to hand over goes to a sync thread, which dead-letters it.
+        if spec.is_async and job.payload_error is None:
+            assert self._loop is not None
+            task = asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
+            with self.claims.lock:
+                self.claims.async_tasks[job.id] = task
+        else:
+            self._sync_jobs.put((job, spec))
+
+    def start_handler_thread(self) -> None:
+        self._handler_threads += 1
+        start_thread(self._sync_job_loop, f"handler-{self._handler_threads}")
+
+    def settle(
+        self,
+        job: Job,
+        action: str,
+        started: float,
+        *,
+        error: str | None = None,
+        backoff: float | None = None,
+    ) -> None:
+        """Ack, nack or fail ``job`` under its own claim, retrying a lost connection a few
+        times. If it never gets through, the claim expires and the job is redelivered."""
+        assert self._pool is not None
+        self.claims.begin_settle(job)
+        for attempt in range(1, _SETTLE_TRIES + 1):
+            if self._closed.is_set():
+                return
+            try:
+                outcome = self._pool.run(
+                    lambda client: settle_call(client, job, action, error, backoff)
+                )
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                logger.warning(
+                    "could not settle job %d (%s); retrying",
+                    job.id,
+                    exc,
+                    extra=job_fields(job, "settle_error"),
+                )
+                time.sleep(self._settle_backoff.delay(attempt))
+                continue
+            self.outcomes.record(job, outcome, started, error)
+            return
+
+    # ---------------------------------------------------------------------------------------
+    # Synchronous handlers, transactional ones included.
+    # ---------------------------------------------------------------------------------------
+
+    def _sync_job_loop(self) -> None:
+        while True:
+            job, spec = self._sync_jobs.get()
+            timed_out = False
+            with _settle_errors_logged(job):
+                timed_out = not self._run_sync(job, spec)
+            if timed_out:
+                return  # another thread took this one's place when the job timed out
+
+    def _run_sync(self, job: Job, spec: HandlerSpec) -> bool:
+        """Run one job's handler and settle the job. Returns False when the handler ran past
+        its timeout (its thread was replaced meanwhile)."""
+        if job.payload_error is not None:
+            # Python cannot decode what the SQL API accepted: no handler can run it, now or on
+            # a retry, so it fails for good with the reason, and the rest of the batch runs.
+            self.claims.claim_outcome(job)  # being settled: the heartbeat leaves it alone
+            try:
+                self.settle(job, "fail", time.monotonic(), error=job.payload_error)
+            finally:
+                self.claims.finish(job)
+            return True
+        started = self.claims.start(job, self.timeout_of(spec))
+        if started is None:
+            return True
+        try:
+            if spec.transactional:
+                if not self._run_transactional(job, spec):
+                    return self._drop_late_outcome(job)
+            else:
+                spec.function(job)
+        except BaseException as error:
+            if not self.claims.claim_outcome(job):
+                return self._drop_late_outcome(job)
+            try:
+                self._settle_error(job, error, started)
+            finally:
+                self.claims.finish(job)
+            return True
+        if spec.transactional:
+            self.claims.finish(job)
+        elif self.claims.claim_outcome(job):
+            self.claims.complete(job, started)
+        else:
+            return self._drop_late_outcome(job)
+        return True
+
+    def _run_transactional(self, job: Job, spec: HandlerSpec) -> bool:
+        """The handler's writes and the ack share one transaction: both commit, or neither.
+        Returns False, with the writes rolled back, when the handler ran past its timeout."""
+        assert self._pool is not None
+        started = time.monotonic()
+        acked = False
+        for attempt in range(_TRANSACTION_TRIES):
+            handler_ran = False
+            try:
+                with self._pool.connection() as connection, connection.transaction() as tx:
+                    cursor = connection.cursor()
+                    # The handler's writes are the application's: they commit durably.
+                    cursor.execute("SET LOCAL synchronous_commit = on")
+                    handler_ran = True
+                    spec.function(job, cursor)
+                    if not self.claims.claim_outcome(job):
+                        raise psycopg.Rollback(tx)
+                    acked = QueueClient(cursor, namespace=self.namespace).ack(job)
+                    if not acked:
+                        raise psycopg.Rollback(tx)
+                break
+            except psycopg.OperationalError:
+                # A pooled connection that died while idle fails before the handler runs:
+                # that is no failure of the job, so take another connection (the pool drops
+                # the dead one) instead of spending an attempt on it.
+                if handler_ran or attempt == _TRANSACTION_TRIES - 1:
+                    raise
+        if job.id in self.claims.timed_out:
+            return False
+        self.outcomes.record(job, "ack" if acked else "stale", started)
+        return True
+
+    def _drop_late_outcome(self, job: Job) -> bool:
+        assert self._pool is not None
+        self.claims.drop_late_outcome(job)
+        if self.handlers[job.queue].transactional:
+            self._pool.resize(-1)  # its connection is back in the pool
+        logger.warning(
+            "the handler of job %d ended after its timeout: its outcome is dropped (the "
+            "attempt was counted as timed out)",
+            job.id,
+            extra=job_fields(job, "late_outcome"),
+        )
+        return False
+
+    # ---------------------------------------------------------------------------------------
+    # Async handlers.
+    # ---------------------------------------------------------------------------------------
+
+    async def _run_async(self, job: Job, spec: HandlerSpec) -> None:
+        if self._async_slots is None:
+            self._async_slots = asyncio.Semaphore(self.concurrency)
+        async with self._async_slots:  # prefetched jobs wait here for a slot
+            await self._run_async_job(job, spec)
+
+    async def _run_async_job(self, job: Job, spec: HandlerSpec) -> None:
+        started = self.claims.start(job, self.timeout_of(spec))
+        if started is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await spec.function(job)
+        except BaseException as error:
+            if not self.claims.claim_outcome(job):
+                self._drop_late_outcome(job)
+                return
+            try:
+                with _settle_errors_logged(job):
+                    await loop.run_in_executor(None, self._settle_error, job, error, started)
+            finally:
+                self.claims.finish(job)
+        else:
+            if self.claims.claim_outcome(job):
+                self.claims.complete(job, started)
+            else:
+                self._drop_late_outcome(job)
+
+    def _settle_error(self, job: Job, error: BaseException, started: float) -> None:
+        if isinstance(error, PermanentError):
+            self.settle(job, "fail", started, error=error_summary(error))
+        elif isinstance(error, RetryLater):
+            delay = error.delay
+            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+            self.settle(job, "nack", started, error=error_summary(error), backoff=seconds)
+        else:
+            self.settle(job, "nack", started, error=error_summary(error))
+
+
+@contextlib.contextmanager
+def _settle_errors_logged(job: Job) -> Iterator[None]:
+    """A settle the database rejected (not a lost connection, which is retried) must not kill
+    the thread or task running it, or the worker would claim jobs it never runs. The job's claim
+    expires and it is redelivered."""
+    try:
+        yield
+    except Exception:
+        logger.exception(
+            "could not settle job %d: its claim will expire and it will be redelivered",
+            job.id,
+            extra=job_fields(job, "settle_error"),
+        )
+
+
+__all__ = ["Executor"]

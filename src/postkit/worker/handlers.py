@@ -1,0 +1,88 @@
+"""Handlers by queue name: what a worker runs for each job, registered by the application."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """One registered handler."""
+
+    function: Callable[..., Any]
+    transactional: bool
+    is_async: bool
+    timeout: float | None = None
+    """The handler's maximum run time in seconds; None: the worker's ``handler_timeout``."""
+
+
+class Handlers(Mapping[str, HandlerSpec]):
+    """Handlers by queue name. A module registers its handlers here; ``postkit worker`` finds
+    the module's ``Handlers`` and runs them."""
+
+    def __init__(self, handlers: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self._specs: dict[str, HandlerSpec] = {}
+        for queue, function in (handlers or {}).items():
+            self.add(queue, function)
+
+    def add(
+        self,
+        queue: str,
+        function: Callable[..., Any],
+        *,
+        transactional: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
+        ``transactional``).
+
+        ``timeout`` is the handler's maximum run time in seconds (default: the worker's
+        ``handler_timeout``). Past it the attempt counts as timed out: the job is nacked with a
+        ``HandlerTimeout`` error (retried with backoff, or dead-lettered with its attempts
+        spent) and its claim is no longer extended. An ``async def`` handler is cancelled; a
+        synchronous one cannot be stopped (Python cannot kill a thread): it runs on, on a
+        thread of its own, and whatever it returns or raises is dropped; a transactional one's
+        writes roll back (its ack is not sent), and the worker's pool grows by a connection
+        while it holds its own. Another thread takes its slot.
+
+        Raises:
+            ValueError: the queue already has a handler, an ``async def`` handler is
+                transactional (the ack's transaction lives on a synchronous connection), or
+                ``timeout`` is not positive.
+        """
+        if queue in self._specs:
+            raise ValueError(f"queue {queue!r} already has a handler")
+        is_async = inspect.iscoroutinefunction(function)
+        if is_async and transactional:
+            raise ValueError("transactional handlers must be synchronous functions")
+        if timeout is not None and not timeout > 0:
+            raise ValueError("a handler's timeout must be positive")
+        self._specs[queue] = HandlerSpec(function, transactional, is_async, timeout)
+
+    def register(
+        self, queue: str, *, transactional: bool = False, timeout: float | None = None
+    ) -> Callable[[F], F]:
+        """Decorator form of :meth:`add`."""
+
+        def decorate(function: F) -> F:
+            self.add(queue, function, transactional=transactional, timeout=timeout)
+            return function
+
+        return decorate
+
+    def __getitem__(self, queue: str) -> HandlerSpec:
+        return self._specs[queue]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+__all__ = ["HandlerSpec", "Handlers"]

@@ -1,0 +1,37 @@
+"""Prune: apply retention (``prune``): delete archived jobs and dead letters whose retention
+ran out, and outcome counters older than two hours, in bounded batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from postkit.queue import QueueClient
+from postkit.worker.maintenance.report import RoundReport
+from postkit.worker.maintenance.service import Service
+
+
+class Prune(Service):
+    """Deletes up to ``limit`` archived jobs and ``limit`` dead letters per run; a full batch
+    runs again at once."""
+
+    def __init__(self, *, interval: float, jitter: float = 0.0, limit: int = 1000) -> None:
+        super().__init__(interval=interval, jitter=jitter)
+        self.limit = limit
+
+    def run(
+        self,
+        connection: psycopg.Connection[Any],
+        client: QueueClient,
+        report: RoundReport,
+        *,
+        eager: bool = False,
+    ) -> float:
+        pruned = client.prune(limit=self.limit)
+        report.pruned = pruned
+        full = max(pruned.completed_jobs, pruned.dead_letters) >= self.limit
+        return 0.0 if full else self.next_wait()
+
+
+__all__ = ["Prune"]

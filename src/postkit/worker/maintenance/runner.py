@@ -1,0 +1,192 @@
+"""The maintenance runner: a few services, on one connection of their own, off the claim path.
+
+The worker runs two runners on threads of their own (see ``postkit.worker.runtime``), and
+``postkit tick`` runs one in its process: the same services either way. A runner runs each
+service when it falls due and, after a database error, tries again with backoff on a new
+connection. Any other error (a role that may not run a duty, a missing schema) ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+
+from postkit.queue import QueueClient
+from postkit.worker.backoff import Backoff
+from postkit.worker.maintenance.prune import Prune
+from postkit.worker.maintenance.report import RoundReport
+from postkit.worker.maintenance.rescue import Rescue
+from postkit.worker.maintenance.schedules import Schedules
+from postkit.worker.maintenance.service import Service
+from postkit.worker.pool import asynchronous_commit as commit_asynchronously
+
+logger = logging.getLogger("postkit.worker")
+
+OnError = Callable[[psycopg.Error, float], None]
+"""Called with a database error and the seconds until the next try."""
+
+
+def _log_error(error: psycopg.Error, delay: float) -> None:
+    logger.warning(
+        "maintenance: database error (%s); next try in %.1fs",
+        error,
+        delay,
+        extra={"event": "db_error"},
+    )
+
+
+class Maintenance:
+    """Runs ``services`` for ``namespace`` on one autocommit connection to ``dsn``."""
+
+    def __init__(
+        self,
+        dsn: str,
+        namespace: str,
+        services: Sequence[Service],
+        *,
+        backoff: Backoff,
+        pooler: bool = False,
+        asynchronous_commit: bool = False,
+    ) -> None:
+        """
+        Args:
+            services: run in this order when several fall due at once.
+            backoff: the waits between tries after database errors.
+            pooler: ``dsn`` leads to a pooler in transaction mode: no prepared statements.
+            asynchronous_commit: commit without waiting for the WAL flush (the worker's
+                bookkeeping; a lost rescue or prune is done again at the next run).
+        """
+        self.dsn = dsn
+        self.namespace = namespace
+        self.services = list(services)
+        self.backoff = backoff
+        self.pooler = pooler
+        self.asynchronous_commit = asynchronous_commit
+        self._lock = threading.Lock()
+        self._connection: psycopg.Connection[Any] | None = None
+
+    @classmethod
+    def for_tick(cls, dsn: str, namespace: str, *, interval: float) -> Maintenance:
+        """The services of ``postkit tick``: rescue, schedules and retention, each about every
+        ``interval`` seconds (jittered by up to a quarter), schedules also when one falls due.
+        A lost connection is retried after 2, 4, 8 ... times ``interval``, at most a minute
+        (and 64 times ``interval``) apart."""
+        return cls(
+            dsn,
+            namespace,
+            [
+                Rescue(interval=interval, jitter=0.25),
+                Schedules(interval=interval, jitter=0.25),
+                Prune(interval=interval, jitter=0.25),
+            ],
+            backoff=Backoff(base=2 * interval, cap=min(60.0, 64 * interval), jitter=0.5),
+        )
+
+    def run_once(self) -> RoundReport:
+        """Run every service once, now, in order, each step committed on its own; on a
+        connection opened for it and closed afterwards.
+
+        Raises:
+            psycopg.Error: the database could not be reached, or failed a step.
+            postkit.errors.PostkitError: a step was refused (a missing privilege or schema).
+        """
+        report = RoundReport()
+        connection = self._connect()
+        try:
+            client = QueueClient(connection.cursor(), namespace=self.namespace)
+            for service in self.services:
+                service.run(connection, client, report, eager=True)
+        finally:
+            self._forget(connection)
+        report.at = datetime.now(timezone.utc)
+        return report
+
+    def run_forever(
+        self,
+        stop: threading.Event,
+        report: Callable[[RoundReport], None] | None = None,
+        *,
+        on_error: OnError = _log_error,
+    ) -> None:
+        """Run each service when it falls due (all of them at once at the start) until
+        ``stop`` is set. After each round that ran a service, call ``report`` with what it
+        did. A database error calls ``on_error`` and is retried with backoff on a new
+        connection.
+
+        Raises:
+            postkit.errors.PostkitError: a step was refused (a missing privilege or schema).
+        """
+        due = [time.monotonic()] * len(self.services)
+        connection: psycopg.Connection[Any] | None = None
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                ready = [index for index, at in enumerate(due) if at <= now]
+                if ready:
+                    done = RoundReport()
+                    try:
+                        if connection is None:
+                            connection = self._connect()
+                        client = QueueClient(connection.cursor(), namespace=self.namespace)
+                        for index in ready:
+                            due[index] = time.monotonic() + self.services[index].run(
+                                connection, client, done
+                            )
+                        self.backoff.reset()
+                    except psycopg.Error as exc:
+                        if connection is not None:
+                            self._forget(connection)
+                            connection = None
+                        if stop.is_set():
+                            break  # interrupted by the stop
+                        delay = self.backoff.failure()
+                        on_error(exc, delay)
+                        stop.wait(delay)
+                        continue
+                    finally:
+                        done.at = datetime.now(timezone.utc)
+                        if report is not None and done.anything:
+                            report(done)
+                wait = min(due) - time.monotonic()
+                stop.wait(None if wait == math.inf else max(wait, 0.0))
+        finally:
+            if connection is not None:
+                self._forget(connection)
+
+    def interrupt(self) -> None:
+        """Cancel the statement the runner is waiting on, if any: after ``stop`` is set, a
+        step stuck behind a lock must not hold the runner. Safe from any thread."""
+        with self._lock:
+            connection = self._connection
+        if connection is not None:
+            with contextlib.suppress(psycopg.Error):
+                connection.cancel_safe(timeout=2.0)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection: psycopg.Connection[Any] = psycopg.connect(
+            self.dsn,
+            autocommit=True,
+            **({"prepare_threshold": None} if self.pooler else {}),
+        )
+        if self.asynchronous_commit:
+            commit_asynchronously(connection)
+        with self._lock:
+            self._connection = connection
+        return connection
+
+    def _forget(self, connection: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            self._connection = None
+        with contextlib.suppress(psycopg.Error):
+            connection.close()
+
+
+__all__ = ["Maintenance", "OnError"]

@@ -1,0 +1,491 @@
+"""The worker runtime: register handlers per queue, then ``run()``.
+
+    handlers = Handlers()
+
+    @handlers.register("send_otp")
+    def send_otp(job):
+        otp_provider.send(job.payload["user_id"])
+
+    Worker(dsn, handlers, namespace="my-app", concurrency=8).run()
+
+What the runtime does for you:
+
+- **Concurrency.** Up to ``concurrency`` jobs at once: sync handlers on threads, ``async def``
+  handlers as tasks on one event loop. Up to ``prefetch`` more jobs are claimed ahead, to start
+  the moment a slot frees (their claims are kept alive by the heartbeats like running ones).
+  When the queues are empty it waits on LISTEN/NOTIFY (see ``listen.py``) with
+  ``poll_interval`` as the fallback poll.
+- **Batching.** Jobs that succeed are acknowledged in batches: each round trip to the database
+  acknowledges every job that finished since the last one and claims as many new jobs as there
+  are free slots, in one statement and one transaction. The worker's own transactions (claims,
+  acks, retries) commit asynchronously (``synchronous_commit = off``): if the database crashes
+  in the instant after such a commit, the claim or ack is lost and the job is simply delivered
+  again, which at-least-once delivery allows. Transactional handlers commit synchronously.
+- **Pooler mode** (``pooler=True``): through PgBouncer in transaction mode the worker keeps no
+  session state (no prepared statements, no session settings, no LISTEN, no advisory lock) and
+  polls every ``poll_interval`` (1 s by default).
+- **Outcomes.** A handler that returns acks its job. :class:`~postkit.errors.PermanentError`
+  fails it into the dead-letter queue, :class:`~postkit.errors.RetryLater` retries it after the
+  delay it names, and any other exception nacks it with the error and a traceback summary. A
+  job whose payload Python cannot decode (``Job.payload_error``) never reaches its handler: it
+  is failed into the dead-letter queue with that error, and the rest of its batch runs.
+- **Transactional handlers** (``transactional=True``) receive a cursor in the ack's transaction:
+  their writes and the ack commit together, or, when the claim went stale, roll back together.
+- **Heartbeats.** Every third of the visibility timeout the claims of running jobs are extended,
+  so a long healthy job is never reclaimed while a dead worker's job expires within one timeout.
+- **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts`` and
+  applies retention; many workers ticking at once is safe. A lost connection is retried, at
+  most a second apart, so the worker is back within about a second of the server's return.
+- **Schedules.** The worker fires its namespace's schedules when they fall due: it looks at the
+  next due schedule at least once a second and wakes for it, so a schedule fires within about a
+  second of its due time while any worker of the namespace runs.
+- **Vacuum.** The worker vacuums the jobs table when claims have left enough dead entries in
+  it, one worker at a time (``maintenance/vacuum.py``), so claims stay fast between
+  autovacuum's visits.
+- **Maintenance off the claim path.** Recovery and schedules run on a thread and a connection
+  of their own, retention and vacuum on another (``maintenance/``): a slow step never delays a
+  claim, and a slow retention pass never delays a rescue or a schedule.
+- **Handler timeouts.** A handler that runs past its timeout (``Handlers.add(timeout=...)``, else
+  ``handler_timeout``, an hour by default) has its attempt counted as timed out: its job is
+  nacked and no longer heartbeated, and another thread takes its slot.
+- **Graceful shutdown.** SIGTERM or SIGINT stops claiming; claimed jobs get ``grace_period``
+  seconds to finish, then those not started are released (pending again at once, their attempt
+  returned). A job whose handler still runs is never released: its claim is kept until the
+  handler returns or times out. A second signal exits immediately.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from postkit.queue import QueueClient
+from postkit.worker.backoff import Backoff
+from postkit.worker.claims import Claims
+from postkit.worker.executor import Executor
+from postkit.worker.fetcher import Fetcher, retry_backoff
+from postkit.worker.handlers import Handlers
+from postkit.worker.heartbeat import Heartbeat
+from postkit.worker.maintenance import (
+    JobsVacuum,
+    Maintenance,
+    Prune,
+    Rescue,
+    RoundReport,
+    Schedules,
+)
+from postkit.worker.outcomes import Outcomes, job_fields
+from postkit.worker.pool import WorkerPool
+from postkit.worker.stats import WorkerStats
+from postkit.worker.threads import start_thread
+
+logger = logging.getLogger("postkit.worker")
+
+_POOLER_POLL = 1.0
+# The longest wait between two looks at the namespace's next due schedule.
+_SCHEDULE_LOOK = 1.0
+
+
+class Worker:
+    """Runs registered handlers for jobs of one namespace. See the module docstring."""
+
+    def __init__(
+        self,
+        dsn: str,
+        handlers: Handlers | Mapping[str, Callable[..., Any]],
+        *,
+        namespace: str = "default",
+        queues: list[str] | None = None,
+        worker_id: str | None = None,
+        concurrency: int = 8,
+        prefetch: int | None = None,
+        visibility_timeout: float | None = None,
+        poll_interval: float | None = None,
+        tick_interval: float = 10.0,
+        grace_period: float = 30.0,
+        handler_timeout: float | None = 3600.0,
+        report_interval: float | None = None,
+        report: Callable[[WorkerStats], None] | None = None,
+        vacuum_interval: float | None = 2.0,
+        pooler: bool = False,
+    ) -> None:
+        """
+        Args:
+            dsn: the database; the worker opens a pool of ``concurrency + 2`` connections, one
+                more to listen on (none in pooler mode) and two for maintenance.
+            handlers: a :class:`Handlers`, or a mapping of queue name to handler function.
+            queues: the queues to work (default: every queue with a handler).
+            concurrency: how many jobs run at once.
+            prefetch: how many more jobs to hold claimed, ready to start (default: as many as
+                ``concurrency``; 0 claims only for free slots). More prefetch means bigger
+                batches per round trip; less means other workers get a fairer share.
+            worker_id: the name the worker claims under (default: ``hostname-pid``).
+            visibility_timeout: seconds each claim lasts between heartbeats, overriding the
+                queue's policy (``configure_queue(visibility_timeout=...)``, 30 s unless set).
+                Default: the queue's policy.
+            poll_interval: the longest wait between pulls when no notification arrives
+                (default: 5 s; in pooler mode, where none can arrive, 1 s).
+            tick_interval: mean seconds between calls to ``tick_timeouts`` and ``prune``
+                (schedules fire when due, whatever this is).
+            grace_period: seconds claimed jobs get to finish after a stop is requested. Past
+                it the jobs that have not started are released; a job whose handler is still
+                running keeps its claim (heartbeats go on) until the handler returns or its
+                timeout passes: a job is never released while its handler runs.
+            handler_timeout: the maximum run time of each handler, in seconds, unless its
+                registration names one (see :meth:`Handlers.add` for what happens past it);
+                None: no limit, a handler that never returns keeps its job forever.
+            report_interval, report: call ``report(stats)`` this often (seconds).
+            vacuum_interval: seconds between the vacuum service's looks at the jobs table
+                (see ``maintenance/vacuum.py``); None turns the service off and leaves the table to
+                autovacuum.
+            pooler: ``dsn`` leads to a pooler in transaction mode (PgBouncer's
+                ``pool_mode = transaction``), where consecutive statements of one connection
+                may run on different server sessions. Pooler mode keeps no session state:
+                no prepared statements (``prepare_threshold=None``), no session settings (the
+                worker's bookkeeping then commits synchronously), no LISTEN (a notification
+                would reach whichever client holds the server session next): the worker polls
+                every ``poll_interval`` instead, and says so in its log. The vacuum service,
+                which holds a session-level advisory lock, is off.
+
+        Raises:
+            ValueError: a queue has no handler, or a number is out of range.
+        """
+        self.handlers = handlers if isinstance(handlers, Handlers) else Handlers(handlers)
+        self.queues = list(queues) if queues is not None else list(self.handlers)
+        missing = [queue for queue in self.queues if queue not in self.handlers]
+        if missing or not self.queues:
+            raise ValueError(f"no handler for queue(s) {missing or 'any'}")
+        if (
+            concurrency < 1
+            or (visibility_timeout is not None and visibility_timeout <= 0)
+            or (poll_interval is not None and poll_interval <= 0)
+        ):
+            raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError("prefetch must be zero or positive")
+        self.pooler = pooler
+        # Raises ValueError for an interval out of range, before anything starts.
+        self._vacuum = (
+            None if vacuum_interval is None or pooler else JobsVacuum(interval=vacuum_interval)
+        )
+        self.dsn = dsn
+        self.namespace = namespace
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.concurrency = concurrency
+        self.prefetch = concurrency if prefetch is None else prefetch
+        # Jobs claimed and not yet settled: running, or waiting for a handler slot.
+        self.capacity = self.concurrency + self.prefetch
+        self.visibility_timeout = visibility_timeout
+        if poll_interval is None:
+            poll_interval = _POOLER_POLL if pooler else 5.0
+        self.poll_interval = poll_interval
+        self.tick_interval = tick_interval
+        self.grace_period = grace_period
+        if handler_timeout is not None and not handler_timeout > 0:
+            raise ValueError("handler_timeout must be positive")
+        self.handler_timeout = handler_timeout
+        self.report_interval = report_interval
+        self._report = report
+        self.stats = WorkerStats()
+        self._outcomes = Outcomes(self.stats)
+        self._claims = Claims()
+        self._stopping = threading.Event()
+        self._closed = threading.Event()
+        self._signals = 0
+        self._failure: BaseException | None = None
+        self._executor = Executor(
+            self.handlers,
+            self._claims,
+            self._outcomes,
+            namespace=namespace,
+            concurrency=concurrency,
+            handler_timeout=handler_timeout,
+            closed=self._closed,
+        )
+        # Rescue and schedules are quick and due often; retention and vacuum may take long
+        # (a big batch, a lock, a VACUUM): two runners, so neither kind waits on the other.
+        self._maintenance = [
+            Maintenance(
+                dsn,
+                namespace,
+                [
+                    Rescue(interval=tick_interval, jitter=0.5),
+                    Schedules(interval=_SCHEDULE_LOOK),
+                ],
+                backoff=retry_backoff(),
+                pooler=pooler,
+                asynchronous_commit=not pooler,
+            ),
+            Maintenance(
+                dsn,
+                namespace,
+                [
+                    Prune(interval=tick_interval, jitter=0.5),
+                    *([self._vacuum] if self._vacuum is not None else []),
+                ],
+                backoff=Backoff(base=0.2, cap=30.0, jitter=0.5),
+                pooler=pooler,
+                asynchronous_commit=not pooler,
+            ),
+        ]
+
+    # ---------------------------------------------------------------------------------------
+    # Lifecycle
+    # ---------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Work until :meth:`stop` (or SIGTERM/SIGINT, when called from the main thread), then
+        shut down gracefully. Returns after the shutdown.
+
+        Raises:
+            postkit.errors.PostkitError: a call the worker's role may not make (or a missing
+                schema), on the claim path or in maintenance; the worker shuts down first.
+        """
+        self._install_signal_handlers()
+        pool = WorkerPool(
+            self.dsn,
+            namespace=self.namespace,
+            max_size=self.concurrency + 2,
+            pooler=self.pooler,
+            name=f"postkit-worker-{self.worker_id}",
+        )
+        fetcher = Fetcher(
+            self._claims,
+            self._executor,
+            self._outcomes,
+            pool,
+            dsn=self.dsn,
+            namespace=self.namespace,
+            queues=self.queues,
+            worker_id=self.worker_id,
+            capacity=self.capacity,
+            visibility_timeout=self.visibility_timeout,
+            poll_interval=self.poll_interval,
+            pooler=self.pooler,
+            stopping=self._stopping,
+            closed=self._closed,
+        )
+        heartbeat = Heartbeat(
+            self._claims,
+            self._executor,
+            pool,
+            poll_interval=self.poll_interval,
+            closed=self._closed,
+        )
+        threads = _Threads(
+            heartbeat=start_thread(heartbeat.run, "heartbeat"),
+            listener=None if self.pooler else start_thread(fetcher.listen, "listener"),
+            maintenance=[
+                start_thread(
+                    functools.partial(self._run_maintenance, maintenance), f"maintenance-{number}"
+                )
+                for number, maintenance in enumerate(self._maintenance, 1)
+            ],
+            reporter=(
+                start_thread(self._report_loop, "report")
+                if self.report_interval and self._report
+                else None
+            ),
+        )
+        self._executor.start(
+            pool, with_event_loop=any(self.handlers[queue].is_async for queue in self.queues)
+        )
+        logger.info(
+            "worker %s started on %s (namespace %s, concurrency %d)",
+            self.worker_id,
+            ", ".join(self.queues),
+            self.namespace,
+            self.concurrency,
+            extra={"event": "started", "worker_id": self.worker_id},
+        )
+        if self.pooler:
+            logger.warning(
+                "pooler mode: notifications are off (LISTEN does not work through a "
+                "transaction pooler), so the worker polls every %gs; no prepared statements, no "
+                "session settings, no vacuum service",
+                self.poll_interval,
+                extra={"event": "notifications_off"},
+            )
+        try:
+            fetcher.run()
+        finally:
+            self._shutdown(fetcher, heartbeat, pool, threads)
+        if self._failure is not None:
+            raise self._failure
+
+    def stop(self) -> None:
+        """Stop claiming jobs and shut down gracefully; :meth:`run` returns when done.
+        Safe to call from any thread or a signal handler."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        with self._claims.lock:
+            self._claims.lock.notify_all()
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_signal(signum: int, _frame: object) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                logger.warning("second signal: exiting now; running jobs will be reclaimed")
+                os._exit(128 + signum)
+            logger.warning(
+                "signal %s: letting jobs finish (up to %.0fs), then releasing those not started",
+                signal.Signals(signum).name,
+                self.grace_period,
+            )
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def _report_loop(self) -> None:
+        assert self.report_interval and self._report
+        while not self._stopping.wait(self.report_interval):
+            self._report(self.stats)
+
+    # ---------------------------------------------------------------------------------------
+    # Maintenance, on threads of its own.
+    # ---------------------------------------------------------------------------------------
+
+    def _run_maintenance(self, maintenance: Maintenance) -> None:
+        """Run ``maintenance`` until the stop. An error it does not retry (a duty this role
+        may not do) stops the worker, and :meth:`run` raises it."""
+        try:
+            maintenance.run_forever(self._stopping, self._log_round)
+        except BaseException as exc:
+            if self._failure is None:
+                self._failure = exc
+            self.stop()
+
+    def _log_round(self, done: RoundReport) -> None:
+        if done.reclaimed:
+            self._outcomes.count("reclaimed", done.reclaimed)
+            logger.info(
+                "reclaimed %d expired claim(s)",
+                done.reclaimed,
+                extra={"event": "reclaimed", "count": done.reclaimed},
+            )
+        for broken in done.broken:
+            logger.error(
+                "schedule %s is broken and no longer fires: %s (save it again to repair it)",
+                broken.name,
+                broken.reason,
+                extra={"event": "schedule_broken", "schedule": broken.name},
+            )
+        for fired in done.fired:
+            logger.info(
+                "schedule %s fired job %d; next run at %s",
+                fired.name,
+                fired.job_id,
+                fired.next_run_at.isoformat(),
+                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
+            )
+        if done.pruned.completed_jobs or done.pruned.dead_letters:
+            logger.info(
+                "retention pruned %d archived job(s) and %d dead letter(s)",
+                done.pruned.completed_jobs,
+                done.pruned.dead_letters,
+                extra={"event": "pruned"},
+            )
+
+    def _stop_maintenance(self, threads: list[threading.Thread]) -> None:
+        """Wait for the maintenance threads to end, cancelling the statement each one waits
+        on (a step stuck behind a lock must not hold the shutdown), for up to 5 seconds."""
+        deadline = time.monotonic() + 5
+        for maintenance, thread in zip(self._maintenance, threads, strict=True):
+            while thread.is_alive() and time.monotonic() < deadline:
+                maintenance.interrupt()
+                thread.join(timeout=0.1)
+
+    # ---------------------------------------------------------------------------------------
+    # Shutdown.
+    # ---------------------------------------------------------------------------------------
+
+    def _shutdown(
+        self, fetcher: Fetcher, heartbeat: Heartbeat, pool: WorkerPool, threads: _Threads
+    ) -> None:
+        """Let claimed jobs finish for the grace period; then release those that never
+        started, and keep the claims of those whose handler still runs until it returns or
+        times out. A job is never released while its handler runs: another worker would run
+        it a second time, at once."""
+        self._stopping.set()  # the claim loop may have ended on an error: stop the others
+        self._stop_maintenance(threads.maintenance)
+        fetcher.drain(time.monotonic() + self.grace_period)
+        claims = self._claims
+        with claims.lock:
+            waiting = [
+                job
+                for job_id, job in claims.in_flight.items()
+                if job_id not in claims.started and job_id not in claims.settling
+            ]
+            for job in waiting:
+                del claims.in_flight[job.id]  # a handler thread that takes it skips it
+            running = list(claims.in_flight.values())
+        for job in waiting:
+            try:
+                released = pool.run(functools.partial(QueueClient.release, job=job))
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                logger.warning("could not release job %d (%s)", job.id, exc)
+                continue
+            if released:
+                self._outcomes.count("released")
+                logger.info(
+                    "released job %d: not started by the end of the grace period",
+                    job.id,
+                    extra=job_fields(job, "released"),
+                )
+        for job in running:
+            limit = self._executor.timeout_of(self.handlers[job.queue])
+            logger.warning(
+                "job %d still running at the end of the grace period: its claim is kept until "
+                "its handler returns or %s (a second signal exits now)",
+                job.id,
+                "never times out" if limit is None else f"its {limit:g}s timeout passes",
+                extra=job_fields(job, "still_running"),
+            )
+        fetcher.drain(math.inf)
+        self._closed.set()
+        heartbeat.wake()
+        if threads.listener is not None:
+            fetcher.stop_listener(threads.listener)
+        if threads.reporter is not None:
+            threads.reporter.join(timeout=5)
+        self._executor.stop()
+        pool.close()
+        logger.info(
+            "worker %s stopped: %d acked, %d retried, %d dead-lettered, %d released",
+            self.worker_id,
+            self.stats.acked,
+            self.stats.retried,
+            self.stats.dead_lettered,
+            self.stats.released,
+            extra={"event": "stopped", "worker_id": self.worker_id},
+        )
+
+
+@dataclass
+class _Threads:
+    """The worker's service threads, joined at its shutdown."""
+
+    heartbeat: threading.Thread
+    listener: threading.Thread | None
+    maintenance: list[threading.Thread]
+    reporter: threading.Thread | None
+
+
+__all__ = ["Worker"]
