@@ -39,6 +39,7 @@ from postkit.cli.output import (
 )
 from postkit.queue import QueueClient
 from postkit.queue.admin import grant_access
+from tests.signals import wait_until
 
 Run = Callable[..., Result]
 
@@ -1160,6 +1161,11 @@ def test_resuming_a_schedule_that_is_not_paused_says_so_and_changes_nothing(run:
 # -------------------------------------------------------------------------------------------
 
 
+def printed(out: Path, err: Path) -> str:
+    """What the process wrote so far to its stdout and stderr files, for a failure message."""
+    return f"(stdout: {out.read_text()!r}, stderr: {err.read_text()!r})"
+
+
 def make_due(connect: Callable[..., psycopg.Connection], namespace: str, name: str) -> None:
     with connect() as connection:
         connection.execute(
@@ -1184,7 +1190,18 @@ def test_tick_once_reclaims_fires_and_reports(
     commit(client)
     ok(run("schedule", "create", "beat", "--queue", "pings", "--every", "1h", "--create"))
     make_due(connect, namespace, "beat")
-    time.sleep(0.1)  # the claim expires
+    monitor = connect(autocommit=True)
+    wait_until(
+        lambda: (
+            monitor.execute(
+                "SELECT visible_until < postkit_queue.clock() FROM postkit_queue.jobs"
+                " WHERE namespace = %s AND id = %s",
+                (namespace, job_id),
+            ).fetchone()
+            == (True,)
+        ),
+        "the claim to expire",
+    )
 
     report = as_json(run("tick", "--once", "--json"))
 
@@ -1271,11 +1288,12 @@ def test_tick_runs_until_sigterm(
             stderr=stderr,
         )
         try:
-            deadline = time.monotonic() + 15
-            while "schedule beat pushed job" not in out.read_text():
+
+            def pushed() -> bool:
                 assert ticker.poll() is None, err.read_text()
-                assert time.monotonic() < deadline, (out.read_text(), err.read_text())
-                time.sleep(0.05)
+                return "schedule beat pushed job" in out.read_text()
+
+            wait_until(pushed, lambda: f"the ticker to push the schedule's job {printed(out, err)}")
             ticker.send_signal(signal.SIGTERM)
             code = ticker.wait(timeout=10)
         finally:
@@ -1319,11 +1337,12 @@ def test_tick_wakes_for_each_due_schedule_whatever_its_interval(
         try:
             # Three runs of a schedule due every second, from a ticker whose rounds are a
             # minute apart.
-            deadline = time.monotonic() + 10
-            while out.read_text().count("schedule beat pushed job") < 3:
+
+            def pushed_three() -> bool:
                 assert ticker.poll() is None, err.read_text()
-                assert time.monotonic() < deadline, (out.read_text(), err.read_text())
-                time.sleep(0.05)
+                return out.read_text().count("schedule beat pushed job") >= 3
+
+            wait_until(pushed_three, lambda: f"three runs of the schedule {printed(out, err)}", 10)
         finally:
             ticker.send_signal(signal.SIGTERM)
             ticker.wait(timeout=10)

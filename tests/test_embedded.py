@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -21,6 +20,7 @@ import pytest
 
 from postkit.embedded import DSN_VARIABLES, DsnChoice, EmbeddedServer, choose_dsn
 from postkit.queue import QueueClient, install
+from tests.signals import wait_until
 
 WAIT_TIMEOUT = 20.0
 
@@ -119,7 +119,7 @@ WORKER = textwrap.dedent(
         connection.commit()
     print("claimed", job["id"], connection.info.backend_pid, flush=True)
     while True:
-        time.sleep(60)
+        time.sleep(60)  # holds the claim and its connection until the test kills it
     """
 )
 
@@ -219,13 +219,15 @@ def test_a_claim_whose_worker_is_killed_before_committing_never_happened(
 
     # The server notices the closed socket and rolls the claim back; wait until it has.
     monitor = connect(autocommit=True)
-    deadline = time.monotonic() + WAIT_TIMEOUT
-    while monitor.execute(
-        "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (int(backend),)
-    ).fetchone():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"backend {backend} outlived its killed client")
-        time.sleep(0.01)
+    wait_until(
+        lambda: (
+            not monitor.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (int(backend),)
+            ).fetchone()
+        ),
+        f"backend {backend} to end with its killed client",
+        WAIT_TIMEOUT,
+    )
 
     job = rescuer.pull("emails", worker_id="rescuer")
     assert job is not None

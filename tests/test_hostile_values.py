@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from postkit.cli import main
 from postkit.queue import Job, QueueClient
 from postkit.queue.records import Fired
 from postkit.worker import Worker
+from tests.signals import wait_until
 
 # Payloads as JSON text, valid to PostgreSQL's jsonb.
 UNDECODABLE = {
@@ -271,10 +271,11 @@ def test_a_worker_runs_or_dead_letters_every_hostile_job_and_keeps_working(
     pushed = list(PAYLOADS) + [schedule_payload(number) for number in range(len(SCHEDULES))]
     undecodable = sum(name in UNDECODABLE for name in pushed)
 
-    deadline = time.monotonic() + 30
-    while started.stats.acked + started.stats.dead_lettered < len(pushed):
-        assert time.monotonic() < deadline, f"the worker stalled: {started.stats}"
-        time.sleep(0.05)
+    wait_until(
+        lambda: started.stats.acked + started.stats.dead_lettered >= len(pushed),
+        lambda: f"the worker to settle every job (it stalled: {started.stats})",
+        30,
+    )
 
     assert (started.stats.acked, started.stats.dead_lettered) == (
         len(pushed) - undecodable,

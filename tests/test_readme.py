@@ -9,13 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from postkit.queue import QueueClient, install
+from tests.signals import wait_until
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -105,11 +105,14 @@ def test_the_readmes_worker_module_runs_with_the_command_after_it(
         try:
             with psycopg.connect(fresh_database, autocommit=True) as watcher:
                 watching = QueueClient(watcher.cursor(), namespace="my-app")
-                deadline = time.monotonic() + 30
-                while watching.get_job(sent) is not None or not watching.dead_letters("send_otp"):
+
+                def both_settled() -> bool:
                     assert worker.poll() is None, worker.communicate()
-                    assert time.monotonic() < deadline, "the worker did not settle both jobs"
-                    time.sleep(0.05)
+                    return watching.get_job(sent) is None and bool(
+                        watching.dead_letters("send_otp")
+                    )
+
+                wait_until(both_settled, "the worker to settle both jobs", 30)
                 (dead,) = watching.dead_letters("send_otp")
         finally:
             worker.send_signal(signal.SIGTERM)

@@ -104,7 +104,7 @@ def handle(job: Job, cursor: Any) -> None:
     if kind == "permanent":
         raise PermanentError(f"permanent failure of job {job.id}")
     if kind == "slow":
-        time.sleep(payload["sleep"])
+        time.sleep(payload["sleep"])  # slow work on purpose: jobs in flight when faults strike
     cursor.execute(
         "INSERT INTO chaos_effects (job_id, attempt, worker_id) VALUES (%s, %s, %s)",
         (job.id, job.attempts, WORKER_ID),
@@ -124,7 +124,7 @@ def handle_plain(job: Job) -> None:
     if kind == "permanent":
         raise PermanentError(f"permanent failure of job {job.id}")
     if kind == "slow":
-        time.sleep(payload["sleep"])
+        time.sleep(payload["sleep"])  # slow work on purpose: jobs in flight when faults strike
     if kind == "flaky" and job.attempts <= payload["fail_times"]:
         if payload["retry_later"]:
             raise RetryLater(f"flaky job {job.id}, attempt {job.attempts}", delay=0.05)

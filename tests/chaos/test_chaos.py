@@ -71,6 +71,7 @@ from psycopg.types.json import Jsonb
 
 from postkit.embedded import EmbeddedServer
 from postkit.queue import QueueClient, install
+from tests.signals import poll_until, wait_until
 
 T = TypeVar("T")
 
@@ -176,7 +177,7 @@ class Database:
                 self._connection = None
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+                time.sleep(0.2)  # the server is away (crashed on purpose): try again shortly
 
     def rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self.call(lambda connection: connection.execute(query, params).fetchall())
@@ -261,6 +262,10 @@ class WorkerSlot:
             return f"{self.worker_id} starting" in self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return False
+
+    def ready_or_gone(self) -> bool:
+        """Has this incarnation said it handles SIGTERM, or exited?"""
+        return self.ready or not self.alive
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -419,7 +424,7 @@ class Chaos:
                 self.figures["push retries"] += 1
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+                time.sleep(0.2)  # the server is away (crashed on purpose): try again shortly
 
     # -- faults ---------------------------------------------------------------------------
 
@@ -463,8 +468,8 @@ class Chaos:
     def connected_slot(self) -> WorkerSlot:
         """A worker with connections to cut (waiting briefly for one to reconnect, after a
         crash)."""
-        deadline = time.monotonic() + 5.0
-        while True:
+
+        def connected() -> list[WorkerSlot]:
             names = {
                 name
                 for (name,) in self.db.rows(
@@ -472,16 +477,15 @@ class Chaos:
                     " WHERE application_name LIKE 'chaos-%%'"
                 )
             }
-            connected = [slot for slot in self.slots if slot.application_name in names]
-            if connected or time.monotonic() > deadline:
-                return self.random.choice(connected or self.slots)
-            time.sleep(0.05)
+            return [slot for slot in self.slots if slot.application_name in names]
+
+        return self.random.choice(poll_until(connected, 5.0, interval=0.05) or self.slots)
 
     def busiest(self, candidates: list[WorkerSlot]) -> WorkerSlot:
         """The candidate holding the most claims right now (waiting briefly for one that holds
         any), so that stopping it strands work."""
-        deadline = time.monotonic() + 2.0
-        while True:
+
+        def ranked() -> tuple[list[WorkerSlot], dict[str, int]]:
             held = dict(
                 self.db.rows(
                     "SELECT worker_id, count(*) FROM postkit_queue.jobs"
@@ -489,10 +493,13 @@ class Chaos:
                     (NAMESPACE,),
                 )
             )
-            ranked = sorted(candidates, key=lambda slot: -held.get(slot.worker_id, 0))
-            if held.get(ranked[0].worker_id, 0) or time.monotonic() > deadline:
-                return ranked[0]
-            time.sleep(0.05)
+            return sorted(candidates, key=lambda slot: -held.get(slot.worker_id, 0)), held
+
+        def busiest_holding_any() -> WorkerSlot | None:
+            ranking, held = ranked()
+            return ranking[0] if held.get(ranking[0].worker_id, 0) else None
+
+        return poll_until(busiest_holding_any, 2.0, interval=0.05) or ranked()[0][0]
 
     def supervise(self) -> None:
         """Resume stopped workers whose time is up; restart the ones that died on their own."""
@@ -546,34 +553,35 @@ class Chaos:
             if faults and now >= faults[0].at:
                 self.inject(faults.pop(0))
             self.supervise()
-            time.sleep(0.02)
+            time.sleep(0.02)  # the timeline's resolution: batches and faults fall due by the clock
         pushed_in = time.monotonic() - began
         self.timings["push window (s)"] = round(pushed_in, 1)
 
         drain_began = time.monotonic()
-        deadline = drain_began + config.drain_timeout
-        live = self.live_jobs()
-        while live or any(slot.stopped_until is not None for slot in self.slots):
-            if time.monotonic() > deadline:
-                states = self.db.rows(
-                    "SELECT state, worker_id, count(*) FROM postkit_queue.jobs"
-                    " WHERE namespace = %s GROUP BY 1, 2 ORDER BY 1, 2",
-                    (NAMESPACE,),
-                )
-                pytest.fail(
-                    f"{live} jobs still live {config.drain_timeout:.0f}s after the last fault"
-                    f" (state, worker, count: {states}); worker logs:\n"
-                    + "\n".join(f"--- {slot.worker_id}\n{slot.log_tail()}" for slot in self.slots)
-                )
+
+        def drained() -> bool:
             self.supervise()
-            time.sleep(0.25)
-            live = self.live_jobs()
+            return not self.live_jobs() and all(slot.stopped_until is None for slot in self.slots)
+
+        def stuck() -> str:
+            states = self.db.rows(
+                "SELECT state, worker_id, count(*) FROM postkit_queue.jobs"
+                " WHERE namespace = %s GROUP BY 1, 2 ORDER BY 1, 2",
+                (NAMESPACE,),
+            )
+            return (
+                f"the queue to drain after the last fault: {self.live_jobs()} jobs still live"
+                f" (state, worker, count: {states}); worker logs:\n"
+                + "\n".join(f"--- {slot.worker_id}\n{slot.log_tail()}" for slot in self.slots)
+            )
+
+        wait_until(drained, stuck, config.drain_timeout, interval=0.25)
         self.timings["drain (s)"] = round(time.monotonic() - drain_began, 1)
 
         for slot in self.slots:
-            deadline = time.monotonic() + 30
-            while not slot.ready and slot.alive and time.monotonic() < deadline:
-                time.sleep(0.05)
+            # Once it handles SIGTERM (a fresh incarnation may not yet); a worker that is not
+            # ready in time gets the signal anyway, and its exit code tells.
+            poll_until(slot.ready_or_gone, 30, interval=0.05)
             slot.signal(signal.SIGTERM)
         for slot in self.slots:
             assert slot.process is not None

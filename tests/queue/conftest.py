@@ -3,7 +3,6 @@ of their own, and for tests that read the plans the functions really run."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -12,6 +11,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient, install
+from tests import signals
 
 BLOCK_TIMEOUT = 10.0
 
@@ -31,28 +31,13 @@ WaitUntilBlocked = Callable[[QueueClient, QueueClient, "Future[Any]"], None]
 
 @pytest.fixture
 def wait_until_blocked(monitor: psycopg.Connection) -> WaitUntilBlocked:
-    """Return once ``waiter``'s backend waits on a lock ``holder``'s backend holds, as
-    pg_blocking_pids sees it; fail after BLOCK_TIMEOUT seconds, or at once if the waiting call
-    (``pending``) returned instead of blocking."""
+    """Return once ``waiter``'s backend waits on a lock ``holder``'s backend holds (see
+    :func:`tests.signals.wait_until_blocked`); fail after BLOCK_TIMEOUT seconds, or at once if
+    the waiting call (``pending``) returned instead of blocking."""
 
     def _wait(waiter: QueueClient, holder: QueueClient, pending: Future[Any]) -> None:
-        waiting, holding = backend_pid(waiter), backend_pid(holder)
-        deadline = time.monotonic() + BLOCK_TIMEOUT
-        blockers: list[int] = []
-        while time.monotonic() < deadline:
-            if pending.done():
-                raise AssertionError(
-                    f"backend {waiting} was expected to wait for backend {holding}, but its "
-                    f"call returned without blocking: {pending.result()!r}"
-                )
-            row = monitor.execute("SELECT pg_blocking_pids(%s)", (waiting,)).fetchone()
-            blockers = list(row[0]) if row else []
-            if holding in blockers:
-                return
-            time.sleep(0.005)
-        raise AssertionError(
-            f"backend {waiting} was not seen blocked by backend {holding} within "
-            f"{BLOCK_TIMEOUT} s (last pg_blocking_pids: {blockers})"
+        signals.wait_until_blocked(
+            monitor, backend_pid(waiter), backend_pid(holder), pending, BLOCK_TIMEOUT
         )
 
     return _wait

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from postkit.queue import AsyncWorkListener, QueueClient, WorkListener
+from tests.signals import query_start, wait_until_idle_after
 
 Q = "emails"
 
@@ -97,27 +99,11 @@ def observer(connect: Callable[..., psycopg.Connection[Any]]) -> psycopg.Connect
     return connect(autocommit=True)
 
 
-def last_query_start(observer: psycopg.Connection[Any], pid: int) -> Any:
-    row = observer.execute(
-        "SELECT query_start FROM pg_stat_activity WHERE pid = %s", (pid,)
-    ).fetchone()
-    assert row is not None, f"no backend {pid}"
-    return row[0]
-
-
-def wait_until_blocked_in_wait(observer: psycopg.Connection[Any], pid: int, after: Any) -> None:
+def wait_until_listening(observer: psycopg.Connection[Any], pid: int, before: datetime) -> None:
     """Wait until the listener's session has run a new due-job check (one that started after
-    ``after``) and is idle: from then on it waits for a notification, so anything that wakes
+    ``before``) and is idle: from then on it waits for a notification, so anything that wakes
     it before its timeout is a notification."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        row = observer.execute(
-            "SELECT state, query, query_start FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row is not None and row[0] == "idle" and "next_run_at" in row[1] and row[2] > after:
-            return
-        time.sleep(0.01)
-    pytest.fail(f"the listener (backend {pid}) never reached its wait within 10 s")
+    wait_until_idle_after(observer, pid, "next_run_at", before)
 
 
 def listen_raw(observer: psycopg.Connection[Any], namespace: str, queue: str) -> str:
@@ -140,10 +126,10 @@ def test_a_committed_push_wakes_a_waiting_listener_before_its_fallback_poll(
     for round_ in range(2):  # woken again after a first wake-up: no notification is lost
         results: list[bool] = []
         started = time.monotonic()
-        before = last_query_start(observer, listener.backend_pid)
+        before = query_start(observer, listener.backend_pid)
         thread = threading.Thread(target=wait_into, args=(results,))
         thread.start()
-        wait_until_blocked_in_wait(observer, listener.backend_pid, after=before)
+        wait_until_listening(observer, listener.backend_pid, before)
 
         producer.push(Q, {"n": round_})
         producer.cursor.connection.commit()
@@ -240,10 +226,10 @@ def test_resuming_a_paused_queue_wakes_its_sleeping_listener(
     producer.cursor.connection.commit()
     listener = open_listener()
     listener.listen()
-    before = last_query_start(observer, listener.backend_pid)
+    before = query_start(observer, listener.backend_pid)
 
     def resume_once_the_listener_waits() -> None:
-        wait_until_blocked_in_wait(observer, listener.backend_pid, after=before)
+        wait_until_listening(observer, listener.backend_pid, before)
         producer.resume_queue(Q)
         producer.cursor.connection.commit()
 

@@ -29,6 +29,7 @@ import pytest
 
 from postkit.queue import Job, QueueClient
 from postkit.worker import Handlers, Worker
+from tests.signals import wait_until
 
 Q = "pooled"
 
@@ -44,15 +45,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], Any], message: str, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{message} (waited {timeout:.0f}s)")
-        time.sleep(0.02)
-    return value
 
 
 @pytest.fixture
@@ -101,7 +93,7 @@ def pooled_dsn(dsn: str) -> Iterator[str]:
         return True
 
     try:
-        wait_until(accepts, "PgBouncer never accepted a connection")
+        wait_until(accepts, "PgBouncer to accept a connection")
         yield pooled
     finally:
         process.terminate()
@@ -171,10 +163,10 @@ def test_a_pooler_mode_worker_drains_its_queue_and_says_notifications_are_off(
     with caplog.at_level(logging.INFO, logger="postkit.worker"):
         thread.start()
         try:
-            wait_until(lambda: worker.stats.acked == 100, "the worker never drained the queue")
+            wait_until(lambda: worker.stats.acked == 100, "the worker to drain the queue")
             # Idle now, it still finds a new job: its poll, since no notification can come.
             pooled_client.push(Q, {})
-            wait_until(lambda: worker.stats.acked == 101, "the idle worker never found a job")
+            wait_until(lambda: worker.stats.acked == 101, "the idle worker to find a job")
         finally:
             worker.stop()
             thread.join(timeout=30)
@@ -203,7 +195,7 @@ def test_a_pooler_mode_worker_leaves_no_session_setting_to_other_clients(
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: worker.stats.acked == 50, "the worker never drained the queue")
+        wait_until(lambda: worker.stats.acked == 50, "the worker to drain the queue")
         # Other clients of the pool, each transaction on whichever of the two server sessions
         # is free: every one of them sees the server's own settings.
         seen = set()
@@ -244,12 +236,12 @@ def test_postkit_worker_with_pooler_drains_through_pgbouncer_and_exits_0_on_sigt
     try:
         wait_until(
             lambda: output.read_text().count("pooler mode: notifications are off") == 2,
-            "the two worker processes never said they poll",
+            "the two worker processes to say they poll",
         )
         pooled_client.push_batch(Q, [{} for _ in range(30)])
         wait_until(
             lambda: output.read_text().count("acked job") == 30,
-            "the pooler-mode workers never acked every job",
+            "the pooler-mode workers to ack every job",
         )
     finally:
         worker.send_signal(signal.SIGTERM)

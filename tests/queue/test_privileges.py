@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,8 +36,10 @@ from postkit.queue.protocol import queries
 from postkit.worker import Worker
 from postkit.worker.maintenance import Maintenance
 from tests.queue.legacy import install_legacy
+from tests.signals import function_calls, poll_until, track_function_calls, wait_until
 
 ACCESS_KINDS = ("producer", "worker", "operator")
+TICK_FUNCTIONS = ("postkit_queue.tick_timeouts", "postkit_queue.prune")
 
 MakeLogin = Callable[..., str]
 
@@ -271,13 +272,16 @@ def test_a_producer_login_pushes_from_the_command_line_to_a_queue_the_namespace_
 
 
 def test_a_worker_login_runs_a_worker_through_its_ticks(
-    make_login: MakeLogin, namespace: str
+    make_login: MakeLogin, namespace: str, database: str
 ) -> None:
     producer = client(make_login("producer"), namespace)
     ids = [producer.push("emails", {"n": n}) for n in range(20)]
+    worker_dsn = make_login("worker")
+    monitor = psycopg.connect(database, autocommit=True)
+    track_function_calls(monitor, role_of(worker_dsn))
     done: list[int] = []
     worker = Worker(
-        make_login("worker"),
+        worker_dsn,
         {"emails": lambda job: done.append(job.id)},
         namespace=namespace,
         tick_interval=0.05,
@@ -292,14 +296,23 @@ def test_a_worker_login_runs_a_worker_through_its_ticks(
         except BaseException as exc:
             failure.append(exc)
 
+    def ticks() -> int:
+        return min(function_calls(monitor, name) for name in TICK_FUNCTIONS)
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while len(done) < len(ids) and time.monotonic() < deadline and thread.is_alive():
-        time.sleep(0.05)
-    time.sleep(0.3)  # several ticks (timeouts, schedules, prune) run under the worker's role
-    worker.stop()
-    thread.join(timeout=30)
+    try:
+        wait_until(
+            lambda: len(done) >= len(ids) or not thread.is_alive(),
+            "the worker to run every job",
+            20,
+        )
+        # Several ticks (timeouts, prune) run under the worker's role.
+        wait_until(lambda: ticks() >= 3 or not thread.is_alive(), "three ticks of the worker")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+        monitor.close()
 
     # The first tick runs as the worker starts: a tick the role may not run ends run() at once.
     assert failure == []
@@ -354,11 +367,14 @@ def test_postkit_worker_and_postkit_tick_run_under_a_worker_login(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and worker.poll() is None:
-            if all(producer.get_job(job_id) is None for job_id in ids if job_id is not None):
-                break
-            time.sleep(0.1)
+        # The assertions below say what went wrong: the worker died, or a job is left.
+        poll_until(
+            lambda: (
+                worker.poll() is not None
+                or all(producer.get_job(job_id) is None for job_id in ids if job_id is not None)
+            ),
+            30,
+        )
         still_running = worker.poll() is None
     finally:
         worker.terminate()

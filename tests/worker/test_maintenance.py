@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import queue as stdlib_queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from postkit.queue import QueueClient
 from postkit.worker.backoff import Backoff
 from postkit.worker.maintenance import Maintenance, RoundReport
+from tests.signals import wait_until
 
 Q = "chores"
 
@@ -151,13 +151,15 @@ def test_rounds_survive_a_lost_connection_and_say_so(
     thread.start()
     admin = connect(autocommit=True)
     try:
-        deadline = time.monotonic() + 10
-        while not admin.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = %s",
-            (application,),
-        ).fetchone()[0]:
-            assert time.monotonic() < deadline, "the runner never connected"
+        wait_until(
+            lambda: admin.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                (application,),
+            ).fetchone()[0],
+            "the runner to connect (and its connection to be cut)",
+            10,
+        )
         error, delay = errors.get(timeout=10)
         assert isinstance(error, psycopg.OperationalError)
         assert 0.1 <= delay <= 0.2, "the first retry waits 2 intervals, jittered down to half"
