@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -26,6 +25,7 @@ from postkit.cli import main
 from postkit.cli.output import mask_password
 from postkit.cli.worker import child_arguments
 from postkit.queue import QueueClient
+from tests.signals import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ handlers = Handlers()
 
 @handlers.register("emails", transactional=True)
 def send_email(job, cursor):
-    time.sleep(job.payload.get("sleep", 0))
+    time.sleep(job.payload.get("sleep", 0))  # slow work on purpose, when the test asks
     cursor.execute(
         "INSERT INTO {RUNS_TABLE} (namespace, job_id, worker_id, pid) VALUES (%s, %s, %s, %s)",
         (job.namespace, job.id, job.worker_id, os.getpid()),
@@ -70,18 +70,6 @@ def build_report(job):
 # -------------------------------------------------------------------------------------------
 # Helpers
 # -------------------------------------------------------------------------------------------
-
-
-def wait_until(condition: Callable[[], T], what: str, timeout: float = TIMEOUT) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 class WorkerProcess:

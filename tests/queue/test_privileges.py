@@ -31,8 +31,8 @@ from postkit.queue.admin import (
     grant_access,
     revoke_access,
 )
-from postkit.queue.schema import _INSTALL_LOCK_KEY
 from postkit.queue.protocol import queries
+from postkit.queue.schema import _INSTALL_LOCK_KEY
 from postkit.worker import Worker
 from postkit.worker.maintenance import Maintenance
 from tests.queue.legacy import install_legacy

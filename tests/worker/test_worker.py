@@ -29,6 +29,7 @@ from psycopg import sql
 from postkit.errors import InvalidDurationError, PermanentError, RetryLater
 from postkit.queue import Job, QueueClient
 from postkit.worker import Handlers, Worker, error_summary
+from tests.signals import wait_for, wait_until
 
 Q = "work"
 Shift = Callable[[QueueClient, float], None]
@@ -39,19 +40,6 @@ T = TypeVar("T")
 # ---------------------------------------------------------------------------------------------
 # Helpers and fixtures.
 # ---------------------------------------------------------------------------------------------
-
-
-def wait_until(condition: Callable[[], Any], message: str, timeout: float = 15.0) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail with ``message`` if it never
-    does within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{message} (waited {timeout:.0f}s)")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -182,7 +170,7 @@ def test_a_returning_handler_acks_its_job(
     worker = start_worker(handlers)
 
     job_id = pushed(client, {"user": 42})
-    wait_until(gone(client, job_id), "the job was never acked")
+    wait_until(gone(client, job_id), "the job to be acked")
     assert seen == [(job_id, {"user": 42}, 1)]
     assert worker.stats.acked == 1
     assert client.dead_letters() == []
@@ -199,7 +187,7 @@ def test_an_exception_nacks_with_the_error_and_a_traceback_summary(
 
     job = wait_until(
         lambda: (found := client.get_job(job_id)) is not None and found.errors and found,
-        "the failing job was never nacked",
+        "the failing job to be nacked",
     )
     assert job.state == "pending" and job.attempts == 1
     [entry] = job.errors
@@ -209,7 +197,7 @@ def test_an_exception_nacks_with_the_error_and_a_traceback_summary(
     assert "in explode" in entry["error"], "the traceback summary names the handler's frame"
     assert 'raise ValueError("boom")' in entry["error"]
     assert db_seconds_until(client, job) > 50, "the retry waits the job's backoff"
-    wait_until(lambda: worker.stats.retried == 1, "the worker never counted the retry")
+    wait_until(lambda: worker.stats.retried == 1, "the worker to count the retry")
 
 
 def test_permanent_error_dead_letters_at_once(
@@ -221,12 +209,12 @@ def test_permanent_error_dead_letters_at_once(
     worker = start_worker({Q: reject})
     job_id = pushed(client, {"to": "nobody"}, max_attempts=20)
 
-    [dead] = wait_until(client.dead_letters, "the job was never dead-lettered")
+    [dead] = wait_until(client.dead_letters, "the job to be dead-lettered")
     assert (dead.job_id, dead.reason, dead.attempts) == (job_id, "failed", 1)
     assert dead.error is not None and dead.error.startswith("PermanentError: invalid address\n")
     assert "in reject" in dead.error
     assert dead.payload == {"to": "nobody"}
-    wait_until(lambda: worker.stats.dead_lettered == 1, "the worker never counted it")
+    wait_until(lambda: worker.stats.dead_lettered == 1, "the worker to count it")
 
 
 @pytest.mark.parametrize("delay", [120, timedelta(minutes=2)], ids=["seconds", "timedelta"])
@@ -241,7 +229,7 @@ def test_retry_later_retries_after_the_delay_it_names(
 
     job = wait_until(
         lambda: (found := client.get_job(job_id)) is not None and found.errors and found,
-        "the job was never retried",
+        "the job to be retried",
     )
     assert job.state == "pending" and job.attempts == 1
     assert job.errors[0]["error"].startswith("RetryLater: rate limited\n")
@@ -269,7 +257,7 @@ def test_a_job_that_cannot_be_settled_does_not_cost_the_worker_a_handler_thread(
     start_worker({Q: handle}, concurrency=1)
 
     assert next_item(ran, "the good job never ran") == good
-    wait_until(gone(client, good), "the good job was never acked")
+    wait_until(gone(client, good), "the good job to be acked")
     stuck = client.get_job(bad)
     assert stuck is not None and stuck.state == "running", "left to expire and be redelivered"
 
@@ -291,7 +279,7 @@ def pushed_from_sql(client: QueueClient, payload_text: str, queue: str = Q) -> i
 def dead_letter_of(client: QueueClient, job_id: int) -> Job:
     return wait_until(
         lambda: (found := client.get_job(job_id)) is not None and found.state == "dead" and found,
-        f"job {job_id}, whose payload Python cannot decode, was never dead-lettered",
+        f"job {job_id}, whose payload Python cannot decode, to be dead-lettered",
     )
 
 
@@ -317,7 +305,7 @@ def test_a_job_whose_payload_cannot_be_decoded_is_dead_lettered_and_its_batch_ru
 
     assert sorted(next_item(ran, "a good job never ran") for _ in good) == [0, 1, 2, 3]
     for job_id in good:
-        wait_until(gone(client, job_id), f"good job {job_id} was never acked")
+        wait_until(gone(client, job_id), f"good job {job_id} to be acked")
     for name, job_id in bad.items():
         dead = dead_letter_of(client, job_id)
         [entry] = dead.errors
@@ -325,14 +313,14 @@ def test_a_job_whose_payload_cannot_be_decoded_is_dead_lettered_and_its_batch_ru
         expected = "RecursionError" if name.startswith("nested") else "ValueError"
         assert entry["error"].startswith(f"payload could not be decoded: {expected}: ")
         assert dead.payload is None and dead.payload_error == entry["error"]
-    wait_until(lambda: worker.stats.dead_lettered == 2, "the worker never counted both")
+    wait_until(lambda: worker.stats.dead_lettered == 2, "the worker to count both")
 
     # The worker is still working: the next push (claimed on the listener's wake-up) runs.
     later_bad = pushed_from_sql(client, UNDECODABLE["nested-3000-deep"])
     later_good = pushed(client, {"n": 4})
     assert next_item(ran, "the worker stopped working after the bad jobs") == 4
     dead_letter_of(client, later_bad)
-    wait_until(gone(client, later_good), "the later good job was never acked")
+    wait_until(gone(client, later_good), "the later good job to be acked")
 
 
 def test_a_schedule_that_cannot_be_computed_does_not_stop_the_worker(
@@ -389,15 +377,15 @@ def test_async_handlers_run_on_the_event_loop_next_to_sync_ones(
     bad = pushed(client, queue="async-bad")
     plain = pushed(client, queue="sync-ok")
 
-    wait_until(gone(client, ok), "the async job was never acked")
-    wait_until(gone(client, plain), "the sync job was never acked")
+    wait_until(gone(client, ok), "the async job to be acked")
+    wait_until(gone(client, plain), "the sync job to be acked")
     dead = wait_until(
         lambda: (found := client.get_job(bad)) is not None and found.state == "dead" and found,
-        "the failing async job was never dead-lettered",
+        "the failing async job to be dead-lettered",
     )
     assert dead.errors[-1]["error"].startswith("PermanentError: no\n")
     assert sorted(seen) == ["async-ok", "sync-ok"]
-    wait_until(lambda: worker.stats.acked == 2, "the worker never counted both acks")
+    wait_until(lambda: worker.stats.acked == 2, "the worker to count both acks")
 
 
 def test_a_push_wakes_an_idle_worker_without_waiting_for_its_poll(
@@ -416,7 +404,7 @@ def test_a_push_wakes_an_idle_worker_without_waiting_for_its_poll(
             " AND query LIKE '%%next_run_at%%'",
             (application,),
         ).fetchone(),
-        "the worker never started waiting on its listener",
+        "the worker to start waiting on its listener",
     )
 
     job_id = pushed(client)
@@ -448,7 +436,7 @@ def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> N
     thread.start()
     with psycopg.connect(worker_dsn) as connection:
         QueueClient(connection.cursor(), namespace=namespace).push(Q, 1)
-    assert ran.wait(timeout=10), "the worker never ran the job"
+    wait_for(ran, "the worker to run the job", 10)
 
     worker.stop()
     thread.join(timeout=10)
@@ -482,14 +470,14 @@ def test_after_run_returns_the_worker_holds_no_connection(
             " AND query LIKE '%%next_run_at%%'",
             (application,),
         ).fetchone(),
-        "the worker never started waiting on its listener",
+        "the worker to start waiting on its listener",
     )
     worker.stop()
     thread.join(timeout=10)
     assert not thread.is_alive()
     # The listener too: left waiting, it met the server going away after "stopped" and logged
     # a reconnect.
-    wait_until(lambda: connections() == 0, "a connection of the stopped worker is open", 2)
+    wait_until(lambda: connections() == 0, "the stopped worker's connections to close", 2)
 
 
 def test_concurrency_runs_that_many_jobs_at_once(
@@ -505,7 +493,7 @@ def test_concurrency_runs_that_many_jobs_at_once(
 
     barrier.wait(timeout=15)  # raises BrokenBarrierError unless four jobs run at once
     for job_id in job_ids:
-        wait_until(gone(client, job_id), f"job {job_id} was never acked")
+        wait_until(gone(client, job_id), f"job {job_id} to be acked")
     assert worker.stats.acked == 4
 
 
@@ -535,7 +523,7 @@ def test_a_transactional_handler_commits_its_writes_with_the_ack(
 
     worker = start_worker(handlers)
     job_id = pushed(client)
-    wait_until(gone(client, job_id), "the job was never acked")
+    wait_until(gone(client, job_id), "the job to be acked")
     assert written(client, table) == [job_id]
     assert worker.stats.acked == 1
 
@@ -554,7 +542,7 @@ def test_a_failing_transactional_handler_leaves_no_writes_and_nacks(
     job_id = pushed(client, backoff_base=60)
     job = wait_until(
         lambda: (found := client.get_job(job_id)) is not None and found.errors and found,
-        "the job was never nacked",
+        "the job to be nacked",
     )
     assert job.errors[0]["error"].startswith("RuntimeError: after the write\n")
     assert written(client, table) == []
@@ -583,7 +571,7 @@ def test_a_stale_claim_rolls_back_the_handlers_writes_and_does_not_ack(
     worker = start_worker(handlers, visibility_timeout=600)
     job_id = pushed(client)
 
-    wait_until(lambda: worker.stats.stale == 1, "the stale ack was never recorded")
+    wait_until(lambda: worker.stats.stale == 1, "the stale ack to be recorded")
     assert reclaimed == [1]
     assert written(client, table) == [], "the handler's write rolled back with the stale ack"
     job = client.get_job(job_id)
@@ -606,7 +594,9 @@ def test_a_backlog_of_transactional_jobs_drains_without_waiting_for_the_poll(
     # Four slots, nothing claimed ahead, a 30 s poll: ten rounds of four jobs, each started by
     # the end of the last one's transactions.
     worker = start_worker(handlers, concurrency=4, prefetch=0)
-    wait_until(lambda: worker.stats.acked == 40, "the backlog stalled between batches", 10)
+    wait_until(
+        lambda: worker.stats.acked == 40, "the backlog to drain without a stall between batches", 10
+    )
     assert len(written(client, table)) == 40
 
 
@@ -617,14 +607,14 @@ def test_a_healthy_transactional_job_is_never_reported_lost(
 
     @handlers.register(Q, transactional=True)
     def slow(job: Job, cursor: psycopg.Cursor[Any]) -> None:
-        time.sleep(0.002 * (job.id % 7))
+        time.sleep(0.002 * (job.id % 7))  # uneven work on purpose: settles interleave
 
     client.push_batch(Q, [{} for _ in range(400)])
     with caplog.at_level("WARNING", logger="postkit.worker"):
         # A heartbeat every 20 ms, so that many land while a job's ack commits, and a short
         # poll, so that the drain does not depend on how finished jobs wake the loop.
         worker = start_worker(handlers, concurrency=8, visibility_timeout=0.06, poll_interval=0.05)
-        wait_until(lambda: worker.stats.acked == 400, "the jobs were never all acked", 60)
+        wait_until(lambda: worker.stats.acked == 400, "all the jobs to be acked", 60)
     lost = [record.getMessage() for record in caplog.records if "lost the claim" in record.msg]
     assert lost == []
 
@@ -646,7 +636,7 @@ def test_claims_last_the_queues_visibility_timeout_unless_the_worker_overrides_i
     client.configure_queue(Q, visibility_timeout=1.0)
     start_worker({Q: long_job}, visibility_timeout=override)
     job_id = pushed(client)
-    assert started.wait(timeout=15), "the job never started"
+    wait_for(started, "the job to start")
     claimed = client.get_job(job_id)
     assert claimed is not None and claimed.visible_until and claimed.claimed_at
     lasts = (claimed.visible_until - claimed.claimed_at).total_seconds()
@@ -658,9 +648,9 @@ def test_claims_last_the_queues_visibility_timeout_unless_the_worker_overrides_i
     while time.monotonic() < deadline:
         assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was reclaimed"
         ticker.cursor.connection.commit()
-        time.sleep(0.2)
+        time.sleep(0.2)  # the probes are the point: time passes, and no claim may expire
     finish.set()
-    wait_until(gone(client, job_id), "the job was never acked")
+    wait_until(gone(client, job_id), "the job to be acked")
 
 
 def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
@@ -677,7 +667,7 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
 
     worker = start_worker({Q: long_job}, visibility_timeout=1.0)
     job_id = pushed(client)
-    assert started.wait(timeout=15), "the job never started"
+    wait_for(started, "the job to start")
     first = client.get_job(job_id)
     assert first is not None and first.visible_until is not None
 
@@ -688,7 +678,7 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
         assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was reclaimed"
         ticker.cursor.connection.commit()
         ticks += 1
-        time.sleep(0.3)
+        time.sleep(0.3)  # the probes are the point: time passes, and no claim may expire
     assert ticks >= 10
     running = client.get_job(job_id)
     assert running is not None and running.state == "running"
@@ -696,7 +686,7 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
     assert running.visible_until is not None and running.visible_until > first.visible_until
 
     finish.set()
-    wait_until(gone(client, job_id), "the job was never acked")
+    wait_until(gone(client, job_id), "the job to be acked")
     assert attempts == [1]
     assert worker.stats.acked == 1
 
@@ -733,7 +723,7 @@ def test_a_handler_past_its_timeout_has_its_attempt_timed_out_and_its_slot_taken
     stuck = pushed(client, {"block": True}, backoff_base=60)
     timed_out = wait_until(
         lambda: (job := client.get_job(stuck)) is not None and job.errors and job,
-        "the stuck handler's job was never nacked",
+        "the stuck handler's job to be nacked",
     )
     assert timed_out.errors[0]["error"] == "HandlerTimeout: the handler ran past its 0.5s limit"
     assert timed_out.attempts == 1
@@ -744,7 +734,7 @@ def test_a_handler_past_its_timeout_has_its_attempt_timed_out_and_its_slot_taken
     assert not release.is_set()
     release.set()
     assert next_item(ran, "the stuck handler never returned") == stuck
-    wait_until(gone(client, after), "the next job was never acked")
+    wait_until(gone(client, after), "the next job to be acked")
     job = client.get_job(stuck)
     assert job is not None and job.state == "pending", "a late outcome settled nothing"
     assert (worker.stats.acked, worker.stats.retried) == (1, 1)
@@ -770,16 +760,16 @@ def test_a_transactional_handler_past_its_timeout_has_its_writes_rolled_back(
     stuck = [pushed(client, {"block": True}, backoff_base=60) for _ in range(3)]
     wait_until(
         lambda: all((job := client.get_job(job_id)) and job.errors for job_id in stuck),
-        "the stuck handlers' jobs were never nacked",
+        "the stuck handlers' jobs to be nacked",
     )
     # More jobs run on the slot while the stuck handlers hold their connections.
     others = [pushed(client), pushed(client)]
-    wait_until(lambda: worker.stats.acked == 2, "the next jobs never ran beside the stuck ones")
+    wait_until(lambda: worker.stats.acked == 2, "the next jobs to run beside the stuck ones")
     with caplog.at_level("WARNING", logger="postkit.worker"):
         release.set()
         wait_until(
             lambda: sum("ended after its timeout" in record.msg for record in caplog.records) == 3,
-            "the stuck handlers never ended",
+            "the stuck handlers to end",
         )
     for job_id in stuck:
         job = client.get_job(job_id)
@@ -801,7 +791,7 @@ def test_stop_never_releases_a_job_whose_handler_is_still_running(
     with caplog.at_level("INFO", logger="postkit.worker"):
         thread.start()
         job_id = pushed(client)
-        assert started.wait(timeout=15), "the job never started"
+        wait_for(started, "the job to start")
         claimed = client.get_job(job_id)
         worker.stop()
         wait_until(
@@ -840,7 +830,7 @@ def test_the_worker_recovers_from_dropped_connections(
     worker = start_worker({Q: lambda job: handled.put(job.id)})
     first = pushed(client)
     assert next_item(handled, "the first job never ran") == first
-    wait_until(gone(client, first), "the first job was never acked")
+    wait_until(gone(client, first), "the first job to be acked")
 
     admin = connect(autocommit=True)
     application = psycopg.conninfo.conninfo_to_dict(worker_dsn)["application_name"]
@@ -852,7 +842,7 @@ def test_the_worker_recovers_from_dropped_connections(
             " AND query LIKE '%%next_run_at%%'",
             (application,),
         ).fetchone(),
-        "the worker never started waiting on its listener",
+        "the worker to start waiting on its listener",
     )
     [(terminated,)] = admin.execute(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
@@ -863,7 +853,7 @@ def test_the_worker_recovers_from_dropped_connections(
 
     second = pushed(client)
     assert next_item(handled, "the worker never came back", 20) == second
-    wait_until(gone(client, second), "the second job was never acked")
+    wait_until(gone(client, second), "the second job to be acked")
     assert worker.stats.acked == 2
 
 
@@ -925,7 +915,7 @@ def test_a_prune_stuck_behind_a_lock_does_not_delay_claims(
     job_id = pushed(client)
 
     assert next_item(handled, "the job waited for the prune", 10) == job_id
-    wait_until(gone(client, job_id), "the job was never acked while the prune waited")
+    wait_until(gone(client, job_id), "the job to be acked while the prune waited")
     assert blocked_prune(monitor, worker_dsn, stuck_prune) == prune, "the prune stopped waiting"
     stuck_prune.rollback()
     wait_until(
@@ -996,7 +986,7 @@ WORKER_SCRIPT = textwrap.dedent(
         go = job.payload.get("go")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (go and os.path.exists(go)):
-            time.sleep(0.01)
+            time.sleep(0.01)  # the job runs until the test creates its go file
         say(f"finished {job.id}")
 
 
@@ -1110,7 +1100,7 @@ def test_sigterm_releases_a_job_not_started_and_keeps_a_running_ones_claim_until
     assert worker.expect("started") == f"started {running_id}"
     waiting = wait_until(
         lambda: (job := client.get_job(waiting_id)) is not None and job.state == "running" and job,
-        "the second job was never claimed ahead",
+        "the second job to be claimed ahead",
     )
     assert waiting.attempts == 1
 
@@ -1162,11 +1152,11 @@ def test_a_killed_workers_job_is_redelivered_after_its_visibility_timeout(
 
     redelivered: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
     worker = start_worker({Q: redelivered.put}, tick_interval=0.2)
-    job = next_item(redelivered, "the job was never redelivered")
+    job = next_item(redelivered, "the job to be redelivered")
     assert job.id == job_id
     assert job.attempts == 2, "the killed worker's attempt counts"
     assert [entry["kind"] for entry in job.errors] == ["timeout"]
-    wait_until(gone(client, job_id), "the redelivered job was never acked")
+    wait_until(gone(client, job_id), "the redelivered job to be acked")
     assert worker.stats.reclaimed == 1
 
 
@@ -1178,5 +1168,5 @@ def test_the_queues_a_worker_serves_stay_known_once_their_jobs_are_done(
     start_worker({Q: lambda job: done.put(job.id), "idle": lambda job: None})
 
     assert next_item(done, "the worker never ran its job") == job_id
-    wait_until(gone(client, job_id), "the job was never acked")
+    wait_until(gone(client, job_id), "the job to be acked")
     assert {Q, "idle"} <= set(client.known_queues())
