@@ -47,7 +47,7 @@ def _where(function: SqlFunction) -> str:
 
 
 def render_sql() -> str:
-    functions, titles, _ = parse_sql()
+    functions, titles = parse_sql()
     public = {name: f for name, f in functions.items() if not _is_internal(name)}
     out = [
         GENERATED,

@@ -16,6 +16,10 @@ SQL_DIR = ROOT / "src/postkit/queue/sql/schema"
 
 @dataclasses.dataclass
 class SqlFunction:
+    """One ``CREATE FUNCTION postkit_queue.name`` of the schema. ``arguments`` leaves out the
+    OUT parameters, which make up ``returns`` instead; ``comment`` is the description, one
+    string per comment line; ``defined_in`` is the file's name."""
+
     name: str
     arguments: list[str]
     returns: str
@@ -71,6 +75,7 @@ def _comment_above(lines: list[str], line_number: int) -> list[str]:
 
 
 def comment_blocks(lines: list[str]) -> list[list[str]]:
+    """Each run of ``--`` lines followed by another line, its lines without the ``--``."""
     blocks: list[list[str]] = []
     current: list[str] = []
     for line in lines:
@@ -83,9 +88,8 @@ def comment_blocks(lines: list[str]) -> list[list[str]]:
     return blocks
 
 
-def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str], dict[str, list[str]]]:
-    """Every function of the schema, in the order of its files, the title of each file, and the
-    comment blocks of each file.
+def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str]]:
+    """Every function of the schema, in the order of its files, and the title of each file.
 
     Raises:
         ValueError: a function is defined twice.
@@ -149,4 +153,4 @@ def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str], dict[str, list[
                 named = re.match(r"([\w /,]+):", block)
                 if named and function.name in re.split(r"[ /,]+", named.group(1)):
                     function.comment = [block]
-    return functions, titles, blocks
+    return functions, titles
