@@ -226,6 +226,7 @@ def render_sdk() -> str:
         AsyncQueueClient,
         QueueClient,
         WorkListener,
+        admin,
         records,
         schema,
     )
@@ -289,20 +290,15 @@ def render_sdk() -> str:
         schema.InstallResult, _field_docs(Path(schema.__file__)).get("InstallResult", {})
     )
     out += _render_function(embedded.resolve_dsn, module="postkit.embedded")
-    try:
-        from postkit.queue import admin
-    except ImportError:  # pragma: no cover - an older tree
-        admin = None  # type: ignore[assignment]
-    if admin is not None:
-        out += ["", "## Administration", ""]
-        out += [markdown_doc(inspect.getdoc(admin))]
-        for name, value in vars(admin).items():
-            if (
-                inspect.isfunction(value)
-                and not name.startswith("_")
-                and value.__module__ == admin.__name__
-            ):
-                out += _render_function(value, module="postkit.queue.admin")
+    out += ["", "## Administration", ""]
+    out += [markdown_doc(inspect.getdoc(admin))]
+    for name, value in vars(admin).items():
+        if (
+            inspect.isfunction(value)
+            and not name.startswith("_")
+            and value.__module__ == admin.__name__
+        ):
+            out += _render_function(value, module="postkit.queue.admin")
     out += ["", "## What the SDK returns", ""]
     out += [markdown_doc(inspect.getdoc(records))]
     docs = _field_docs(Path(records.__file__))
