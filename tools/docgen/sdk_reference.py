@@ -102,6 +102,7 @@ def _render_class(
         if name in skip:
             continue
         if isinstance(member, property):
+            assert member.fget is not None, f"{cls.__name__}.{name} has no getter"
             out += [f"### {cls.__name__}.{name}", "", "```python"]
             out.append(f"{name}: {_annotation(inspect.signature(member.fget).return_annotation)}")
             out += ["```", ""]
@@ -166,6 +167,7 @@ def _render_record(cls: type, field_docs: dict[str, str]) -> list[str]:
                 f"| `{member.name}` | `{member.value!r}` | {field_docs.get(member.name, '')} |"
             )
         return out
+    assert dataclasses.is_dataclass(cls), f"{cls.__name__} is neither an enum nor a dataclass"
     out += ["| Field | Type | |", "|---|---|---|"]
     for field in dataclasses.fields(cls):
         kind = _annotation(field.type).replace("|", "\\|")

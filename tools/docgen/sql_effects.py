@@ -94,19 +94,19 @@ def _direct_effects(function: SqlFunction) -> list[Effect]:
             else:
                 what = "inserts rows"
             add(match.group(1), what, match.start())
-        match = re.search(r"ALTER\s+TABLE|CREATE\s+POLICY|DROP\s+POLICY", statement)
-        if match:
+        ddl = re.search(r"ALTER\s+TABLE|CREATE\s+POLICY|DROP\s+POLICY", statement)
+        if ddl:
             add(
                 "",
                 "DDL (ALTER TABLE, CREATE/DROP POLICY): ACCESS EXCLUSIVE table locks",
-                match.start(),
+                ddl.start(),
             )
-        match = re.search(r"\bGRANT\b", statement)
-        if match:
-            add("", "GRANT statements (privileges on the queue's schema and tables)", match.start())
-        match = re.search(r"pg_notify\(", statement)
-        if match:
-            add("", "notifies listeners when the transaction commits", match.start())
+        grant = re.search(r"\bGRANT\b", statement)
+        if grant:
+            add("", "GRANT statements (privileges on the queue's schema and tables)", grant.start())
+        notify = re.search(r"pg_notify\(", statement)
+        if notify:
+            add("", "notifies listeners when the transaction commits", notify.start())
     return found
 
 

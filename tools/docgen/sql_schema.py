@@ -49,7 +49,9 @@ def _balanced(text: str, start: int) -> int:
 
 def split_top_level(text: str) -> list[str]:
     """``text`` split at the commas outside parentheses, each part with its spaces squeezed."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "," and depth == 0:
             parts.append("".join(current))
