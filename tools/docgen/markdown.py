@@ -42,6 +42,7 @@ def paragraphs(comment: list[str]) -> str:
 
 
 def first_sentence(text: str) -> str:
+    """``text`` up to its first "." or "?" that ends a word, or all of it."""
     match = re.match(r"(.+?[.?])(\s|$)", text)
     return match.group(1) if match else text
 
