@@ -25,18 +25,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 
-from postkit.queue import QueueClient, protocol
-from postkit.queue.rows import as_dicts
+from postkit.queue import QueueClient, executor, protocol
 from postkit.worker.maintenance.report import RoundReport
 from postkit.worker.maintenance.service import Service
 
 logger = logging.getLogger("postkit.worker")
-
-T = TypeVar("T")
 
 _MAX_SHARE_OF_TIME = 0.05
 
@@ -83,7 +80,7 @@ class JobsVacuum(Service):
         Returns:
             True when it ran a VACUUM.
         """
-        state = _run(connection, protocol.vacuum_state())
+        state = executor.run(connection, protocol.vacuum_state(), given_to=None)
         if not state.may_vacuum:
             self.enabled = False
             logger.info(
@@ -92,15 +89,17 @@ class JobsVacuum(Service):
                 extra={"event": "vacuum_off"},
             )
             return False
-        if state.dead_rows < self.threshold or not _run(connection, protocol.vacuum_lock()):
+        if state.dead_rows < self.threshold or not executor.run(
+            connection, protocol.vacuum_lock(), given_to=None
+        ):
             self._wait = self.interval
             return False
         try:
             started = time.monotonic()
-            _run(connection, protocol.vacuum_jobs())
+            executor.run(connection, protocol.vacuum_jobs(), given_to=None)
             took = time.monotonic() - started
         finally:
-            _run(connection, protocol.vacuum_unlock())
+            executor.run(connection, protocol.vacuum_unlock(), given_to=None)
         self.vacuums += 1
         self._wait = max(self.interval, took / _MAX_SHARE_OF_TIME)
         logger.debug(
@@ -110,9 +109,3 @@ class JobsVacuum(Service):
             extra={"event": "vacuum", "duration_ms": round(took * 1000, 3)},
         )
         return True
-
-
-def _run(connection: psycopg.Connection[Any], call: protocol.Call[T]) -> T:
-    cursor = connection.execute(call.sql, call.params or None)
-    rows = as_dicts(cursor.description, cursor.fetchall()) if cursor.description else []
-    return call.parse(rows)
