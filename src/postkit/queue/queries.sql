@@ -278,6 +278,18 @@ VACUUM (SKIP_LOCKED) postkit_queue.jobs;
 -- name: vacuum_unlock
 SELECT pg_catalog.pg_advisory_unlock(x'706b76616375756d'::bigint) AS unlocked;
 
+-- name: wake
+-- Ends a listener's wait: its wake channel is its own (AsyncWorkListener.wake_channel).
+SELECT pg_catalog.pg_notify(%(channel)s, '');
+
+-- name: asynchronous_commit
+-- The worker's session setting: its bookkeeping commits without waiting for the WAL flush.
+SET synchronous_commit TO off;
+
+-- name: durable_commit
+-- A transactional handler's transaction: its writes are the application's, and commit durably.
+SET LOCAL synchronous_commit TO on;
+
 -- name: purge_queue_before
 SELECT postkit_queue.purge_queue_before(
     %(namespace)s, %(queue)s, %(created_before)s::pg_catalog.timestamptz,

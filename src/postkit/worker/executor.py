@@ -23,7 +23,8 @@ import psycopg
 import psycopg_pool
 
 from postkit.errors import PermanentError, RetryLater
-from postkit.queue import Job, QueueClient
+from postkit.queue import Job, QueueClient, protocol
+from postkit.queue.executor import run as run_call
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.handlers import Handlers, HandlerSpec
@@ -207,7 +208,7 @@ class Executor:
                 with self._pool.connection() as connection, connection.transaction() as tx:
                     cursor = connection.cursor()
                     # The handler's writes are the application's: they commit durably.
-                    cursor.execute("SET LOCAL synchronous_commit = on")
+                    run_call(cursor, protocol.durable_commit(), given_to=None)
                     handler_ran = True
                     spec.function(job, cursor)
                     if not self.claims.claim_outcome(job):

@@ -21,7 +21,9 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from postkit.queue import Job, QueueClient, WorkListener
+from postkit import errors
+from postkit.queue import Job, QueueClient, WorkListener, protocol
+from postkit.queue.executor import run as run_call
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.executor import Executor
@@ -317,13 +319,14 @@ class Fetcher:
         self._database_back.set()
         self._idle.set()
         if listener is not None:
-            with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
-                # pg_notify is a built-in function: it reads and writes no Postkit table.
-                self.pool.run(
-                    lambda client: client.cursor.execute(
-                        "SELECT pg_notify(%s, '')", (listener.wake_channel,)
-                    )
-                )
+            with (
+                contextlib.suppress(psycopg.Error, errors.PostkitError, psycopg_pool.PoolTimeout),
+                self.pool.connection() as connection,
+            ):
+                # pg_notify is a built-in function: it reads and writes no Postkit table. A
+                # refusal (an administrator revoked it from PUBLIC) leaves the listener to end
+                # at its next timeout, as a lost connection does.
+                run_call(connection, protocol.wake(listener.wake_channel), given_to=None)
         thread.join(timeout=5)
 
     def _claim_on_wake(self, connection: psycopg.Connection[Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg_pool
 
-from postkit.queue import QueueClient
+from postkit.queue import QueueClient, executor, protocol
 
 T = TypeVar("T")
 
@@ -18,7 +18,7 @@ T = TypeVar("T")
 def asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
     """The worker's bookkeeping commits without waiting for the WAL flush: a claim or ack lost
     in a crash is a redelivery, which at-least-once delivery allows."""
-    connection.execute("SET synchronous_commit = off")
+    executor.run(connection, protocol.asynchronous_commit(), given_to=None)
 
 
 class WorkerPool:

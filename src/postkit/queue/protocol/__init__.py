@@ -9,6 +9,7 @@ leaves the caller's transaction as it was, while a refusal by the SQL module abo
 - :mod:`.call`: :class:`Call` and the named statements of ``queries.sql``
 - :mod:`.checks`: argument checks; :mod:`.readers`: row readers
 - :mod:`.lifecycle`, :mod:`.operations`, :mod:`.scheduling`: the calls, one per SDK method
+- :mod:`.session`: the session settings of a worker's connections
 - :mod:`.cron`: the cron grammar and the next run of a schedule
 """
 
@@ -36,6 +37,7 @@ from postkit.queue.protocol.lifecycle import (
     push_batch,
     release,
     tick_timeouts,
+    wake,
 )
 from postkit.queue.protocol.operations import (
     JOB_STATES,
@@ -74,6 +76,7 @@ from postkit.queue.protocol.scheduling import (
     schedules,
     set_schedule_paused,
 )
+from postkit.queue.protocol.session import asynchronous_commit, durable_commit
 
 __all__ = [
     "JOB_STATES",
@@ -90,6 +93,7 @@ __all__ = [
     "ack_and_pull",
     "ack_batch",
     "ack_many",
+    "asynchronous_commit",
     "cancel",
     "channels",
     "check_cron",
@@ -99,6 +103,7 @@ __all__ = [
     "dead_letters",
     "delete_schedule",
     "due_schedules",
+    "durable_commit",
     "extend_visibility",
     "fail",
     "fire_schedule",
@@ -136,4 +141,5 @@ __all__ = [
     "vacuum_lock",
     "vacuum_state",
     "vacuum_unlock",
+    "wake",
 ]

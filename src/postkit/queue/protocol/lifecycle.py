@@ -142,6 +142,11 @@ def listen(channel: str) -> Call[None]:
     return Call("listen", {}, lambda rows: None, identifiers={"channel": channel})
 
 
+def wake(channel: str) -> Call[None]:
+    """Notify ``channel`` (a listener's wake channel), which ends that listener's wait."""
+    return Call("wake", {"channel": channel}, lambda rows: None)
+
+
 def tick_timeouts(namespace: str, *, limit: int) -> Call[int]:
     params = check.base(namespace, limit=check.limit("tick_timeouts", limit))
     return Call("tick_timeouts", params, lambda rows: int(read.scalar(rows)))
