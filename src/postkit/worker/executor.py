@@ -23,7 +23,7 @@ import psycopg
 import psycopg_pool
 
 from postkit.errors import PermanentError, RetryLater
-from postkit.queue import Job, QueueClient, protocol
+from postkit.queue import Job, Outcome, QueueClient, protocol
 from postkit.queue.executor import run as run_call
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
@@ -225,7 +225,7 @@ class Executor:
                     raise
         if job.id in self.claims.timed_out:
             return False
-        self.outcomes.record(job, "ack" if acked else "stale", started)
+        self.outcomes.record(job, Outcome.COMPLETED if acked else Outcome.STALE, started)
         return True
 
     def _drop_late_outcome(self, job: Job) -> bool:

@@ -1,9 +1,6 @@
-"""How a settled job ends, in the worker's words: the settle call for each action, the counter
-each outcome adds to, and the line it logs.
-
-An outcome is a string: ``"ack"``, or a :class:`~postkit.queue.NackOutcome` value
-(``"retried"``, ``"dead_lettered"``, ``"stale"``). Every mapping from outcomes to counters and
-messages lives here, so the vocabulary can become one SDK enum in one edit.
+"""How a settled job ends, in the worker's words: the settle call for each action, and the
+counter, log event and line of each :class:`~postkit.queue.Outcome` a settle has (completed,
+retried, dead_lettered, stale). The outcomes are the SDK's enum; this module only maps them.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import time
 import traceback
 from typing import Any
 
-from postkit.queue import Job, QueueClient
+from postkit.queue import Job, Outcome, QueueClient
 from postkit.worker.stats import WorkerStats
 
 logger = logging.getLogger("postkit.worker")
@@ -22,28 +19,34 @@ logger = logging.getLogger("postkit.worker")
 _TRACEBACK_FRAMES = 5
 
 _COUNTERS = {
-    "ack": "acked",
-    "retried": "retried",
-    "dead_lettered": "dead_lettered",
-    "stale": "stale",
+    Outcome.COMPLETED: "acked",
+    Outcome.RETRIED: "retried",
+    Outcome.DEAD_LETTERED: "dead_lettered",
+    Outcome.STALE: "stale",
 }
 _MESSAGES = {
-    "ack": "acked job %d in %.1f ms",
-    "retried": "nacked job %d after %.1f ms: will retry ({error})",
-    "dead_lettered": "dead-lettered job %d after %.1f ms ({error})",
-    "stale": "job %d finished after %.1f ms but its claim was stale: not settled",
+    Outcome.COMPLETED: "acked job %d in %.1f ms",
+    Outcome.RETRIED: "nacked job %d after %.1f ms: will retry ({error})",
+    Outcome.DEAD_LETTERED: "dead-lettered job %d after %.1f ms ({error})",
+    Outcome.STALE: "job %d finished after %.1f ms but its claim was stale: not settled",
 }
 
 
 def settle_call(
     client: QueueClient, job: Job, action: str, error: str | None, backoff: float | None
-) -> str:
+) -> Outcome:
     """Ack, nack or fail ``job`` (``action``: "ack", "nack" or "fail"); return the outcome."""
     if action == "ack":
-        return "ack" if client.ack(job) else "stale"
+        return Outcome.COMPLETED if client.ack(job) else Outcome.STALE
     if action == "fail":
-        return "dead_lettered" if client.fail(job, error=error) else "stale"
-    return client.nack_outcome(job, error=error, backoff=backoff).value
+        return Outcome.DEAD_LETTERED if client.fail(job, error=error) else Outcome.STALE
+    return Outcome(client.nack_outcome(job, error=error, backoff=backoff).value)
+
+
+def _event(outcome: Outcome) -> str:
+    """The log event of ``outcome``: its value, but the worker's verb, "ack", for a completed
+    job."""
+    return "ack" if outcome is Outcome.COMPLETED else outcome.value
 
 
 def error_summary(error: BaseException) -> str:
@@ -64,7 +67,7 @@ class Outcomes:
         self.stats = stats
         self._lock = threading.Lock()
 
-    def record(self, job: Job, outcome: str, started: float, error: str | None = None) -> None:
+    def record(self, job: Job, outcome: Outcome, started: float, error: str | None = None) -> None:
         """``job``, whose handler started at ``started`` (time.monotonic()), ended so."""
         milliseconds = (time.monotonic() - started) * 1000
         counter = _COUNTERS[outcome]
@@ -75,11 +78,11 @@ class Outcomes:
             "{error}", (error or "").split("\n", 1)[0].replace("%", "%%")
         )
         logger.log(
-            logging.WARNING if outcome == "stale" else logging.INFO,
+            logging.WARNING if outcome is Outcome.STALE else logging.INFO,
             message,
             job.id,
             milliseconds,
-            extra=job_fields(job, outcome, duration_ms=round(milliseconds, 3)),
+            extra=job_fields(job, _event(outcome), duration_ms=round(milliseconds, 3)),
         )
 
     def record_acks(self, acks: list[tuple[Job, float]], acked: set[int]) -> None:
@@ -89,14 +92,16 @@ class Outcomes:
             self.stats.acked += len(acked)
         for job, started in acks:
             if job.id not in acked:
-                self.record(job, "stale", started)
+                self.record(job, Outcome.STALE, started)
             elif logger.isEnabledFor(logging.INFO):
                 milliseconds = (time.monotonic() - started) * 1000
                 logger.info(
-                    _MESSAGES["ack"],
+                    _MESSAGES[Outcome.COMPLETED],
                     job.id,
                     milliseconds,
-                    extra=job_fields(job, "ack", duration_ms=round(milliseconds, 3)),
+                    extra=job_fields(
+                        job, _event(Outcome.COMPLETED), duration_ms=round(milliseconds, 3)
+                    ),
                 )
 
     def count(self, counter: str, number: int = 1) -> None:
