@@ -8,6 +8,8 @@ commands) run under it, and hand-written SQL tries to get around the functions.
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue as stdlib_queue
 import re
 import subprocess
 import sys
@@ -326,6 +328,78 @@ def test_a_worker_login_runs_a_round_of_every_maintenance_service(
     done = Maintenance.for_tick(make_login("worker"), namespace, interval=5).run_once()
 
     assert not done.anything
+
+
+class _LogLines(logging.Handler):
+    """Hands each log record to the test as it is emitted, so the test waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: stdlib_queue.SimpleQueue[logging.LogRecord] = stdlib_queue.SimpleQueue()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.put(record)
+
+    def next(self, event: str, contains: str = "", timeout: float = 15.0) -> logging.LogRecord:
+        """The next record of ``event`` whose message holds ``contains``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                record = self.records.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except stdlib_queue.Empty:
+                pytest.fail(f"no {event} record holding {contains!r} (waited {timeout:.0f}s)")
+            if getattr(record, "event", None) == event and contains in record.getMessage():
+                return record
+
+
+def test_a_worker_whose_listener_is_refused_retries_it_and_listens_again_once_allowed(
+    database: str, make_login: MakeLogin, namespace: str
+) -> None:
+    """A refusal of the listener's statements (here EXECUTE on channel, taken from the role) is
+    retried as a lost connection is, while the claim loop goes on claiming; once the role may
+    again, the listener is back."""
+    worker_dsn = make_login("worker")
+    role = sql.Identifier(role_of(worker_dsn))
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("REVOKE EXECUTE ON FUNCTION postkit_queue.channel(text, text) FROM {}").format(
+                role
+            )
+        )
+    done: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    lines = _LogLines()
+    logger = logging.getLogger("postkit.worker")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(lines)
+    worker = Worker(
+        worker_dsn,
+        {"emails": lambda job: done.put(job.id)},
+        namespace=namespace,
+        poll_interval=0.2,
+        tick_interval=60.0,
+        grace_period=2.0,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        lines.next("db_error", "permission denied for function channel")
+        job_id = client(make_login("producer"), namespace).push("emails", {})
+        assert done.get(timeout=15) == job_id
+
+        with psycopg.connect(database, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("GRANT EXECUTE ON FUNCTION postkit_queue.channel(text, text) TO {}").format(
+                    role
+                )
+            )
+        assert lines.next("db_back").getMessage() == "listener reconnected"
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    assert not thread.is_alive()
 
 
 def test_postkit_worker_and_postkit_tick_run_under_a_worker_login(

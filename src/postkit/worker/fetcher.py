@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -256,13 +256,15 @@ class Fetcher:
 
         A lost connection is retried with backoff, cut short when the claim loop reaches the
         database again: after a restart the listener is back as soon as the server is, not
-        after a backoff that grew while it was down."""
+        after a backoff that grew while it was down. A refusal of the listener's statements
+        (a privilege or the schema missing) is retried the same way."""
         listener: WorkListener | None = None
         backoff = retry_backoff()
         while not self._closed.is_set():
             try:
                 if listener is None:
-                    listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+                    with _refusal_as_driver_error():
+                        listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
                     asynchronous_commit(listener.connection)  # it claims, as the pool does
                     with self.claims.lock:
                         self._listener = listener
@@ -273,7 +275,9 @@ class Fetcher:
                     continue
                 if self._closed.is_set():
                     break
-                if listener.wait_for_work(timeout=self.poll_interval):
+                with _refusal_as_driver_error():
+                    woken = listener.wait_for_work(timeout=self.poll_interval)
+                if woken:
                     if self._closed.is_set():
                         break
                     self._claim_on_wake(listener.connection)
@@ -350,6 +354,19 @@ class Fetcher:
             logger.debug("claim on wake-up failed (%s); the claim loop retries", exc)
         finally:
             self._claiming.release()
+
+
+@contextlib.contextmanager
+def _refusal_as_driver_error() -> Iterator[None]:
+    """Raise the driver's error that the SDK translated (a refusal by the database) instead of
+    the SDK's exception, so that the listener loop retries a refusal of the listener's own
+    statements as it retries a lost connection. Claims keep the SDK's exceptions."""
+    try:
+        yield
+    except errors.PostkitError as exc:
+        if not isinstance(exc.__cause__, psycopg.Error):
+            raise
+        raise exc.__cause__ from None
 
 
 __all__ = ["Fetcher", "retry_backoff"]
