@@ -38,7 +38,7 @@ from postkit.queue.schema import _INSTALL_LOCK_KEY
 from postkit.worker import Worker
 from postkit.worker.maintenance import Maintenance
 from tests.queue.legacy import install_legacy
-from tests.signals import function_calls, poll_until, track_function_calls, wait_until
+from tests.signals import function_calls, poll_until, track_function_calls, wait_for, wait_until
 
 ACCESS_KINDS = ("producer", "worker", "operator")
 TICK_FUNCTIONS = ("postkit_queue.tick_timeouts", "postkit_queue.prune")
@@ -330,26 +330,19 @@ def test_a_worker_login_runs_a_round_of_every_maintenance_service(
     assert not done.anything
 
 
-class _LogLines(logging.Handler):
-    """Hands each log record to the test as it is emitted, so the test waits on it."""
+class _Logged(logging.Handler):
+    """Sets ``seen`` once the worker logs a record of ``event`` whose message holds
+    ``contains``."""
 
-    def __init__(self) -> None:
+    def __init__(self, event: str, contains: str = "") -> None:
         super().__init__(logging.INFO)
-        self.records: stdlib_queue.SimpleQueue[logging.LogRecord] = stdlib_queue.SimpleQueue()
+        self.event = event
+        self.contains = contains
+        self.seen = threading.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.records.put(record)
-
-    def next(self, event: str, contains: str = "", timeout: float = 15.0) -> logging.LogRecord:
-        """The next record of ``event`` whose message holds ``contains``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                record = self.records.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except stdlib_queue.Empty:
-                pytest.fail(f"no {event} record holding {contains!r} (waited {timeout:.0f}s)")
-            if getattr(record, "event", None) == event and contains in record.getMessage():
-                return record
+        if getattr(record, "event", None) == self.event and self.contains in record.getMessage():
+            self.seen.set()
 
 
 def test_a_worker_whose_listener_is_refused_retries_it_and_listens_again_once_allowed(
@@ -367,11 +360,13 @@ def test_a_worker_whose_listener_is_refused_retries_it_and_listens_again_once_al
             )
         )
     done: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
-    lines = _LogLines()
+    refused = _Logged("db_error", "permission denied for function channel")
+    back = _Logged("db_back", "listener reconnected")
     logger = logging.getLogger("postkit.worker")
     level = logger.level
     logger.setLevel(logging.INFO)
-    logger.addHandler(lines)
+    logger.addHandler(refused)
+    logger.addHandler(back)
     worker = Worker(
         worker_dsn,
         {"emails": lambda job: done.put(job.id)},
@@ -383,7 +378,7 @@ def test_a_worker_whose_listener_is_refused_retries_it_and_listens_again_once_al
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        lines.next("db_error", "permission denied for function channel")
+        wait_for(refused.seen, "the listener to log its refusal")
         job_id = client(make_login("producer"), namespace).push("emails", {})
         assert done.get(timeout=15) == job_id
 
@@ -393,11 +388,12 @@ def test_a_worker_whose_listener_is_refused_retries_it_and_listens_again_once_al
                     role
                 )
             )
-        assert lines.next("db_back").getMessage() == "listener reconnected"
+        wait_for(back.seen, "the listener to reconnect once the role may listen")
     finally:
         worker.stop()
         thread.join(timeout=30)
-        logger.removeHandler(lines)
+        logger.removeHandler(refused)
+        logger.removeHandler(back)
         logger.setLevel(level)
     assert not thread.is_alive()
 
