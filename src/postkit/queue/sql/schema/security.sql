@@ -273,6 +273,19 @@ BEGIN
                             ELSE 'ALTER TABLE %s OWNER TO %I' END,
                        v_object.name, v_owner_name);
     END LOOP;
+    -- Callers hold nothing on the tables and sequences. A relation never granted has no ACL
+    -- (PostgreSQL's default: the owner's privileges alone), while one whose grants were
+    -- revoked stores that same list explicitly. Revoking from PUBLIC stores it on every
+    -- relation, so that the catalogs say the same whichever grants a database has seen.
+    FOR v_object IN
+        SELECT c.oid::regclass AS name, c.relkind
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND c.relkind IN ('r', 'p', 'S', 'v')
+          AND c.relacl IS NULL
+    LOOP
+        EXECUTE format(CASE WHEN v_object.relkind = 'S' THEN 'REVOKE ALL ON SEQUENCE %s FROM PUBLIC'
+                            ELSE 'REVOKE ALL ON TABLE %s FROM PUBLIC' END, v_object.name);
+    END LOOP;
     -- The types (types.sql); a table's row type follows its table.
     FOR v_object IN
         SELECT t.oid::regtype AS name FROM pg_catalog.pg_type t
