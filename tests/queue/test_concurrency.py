@@ -361,3 +361,28 @@ def test_concurrent_installs_all_succeed_and_apply_each_migration_once(
 
     # Exactly one installer applied the migrations; the others found them applied.
     assert sorted(applied) == [()] * (installers - 1) + [tuple(range(1, latest_version() + 1))]
+
+
+def test_an_install_with_nothing_to_do_does_not_wait_for_the_queues_transactions(
+    fresh_database: str,
+) -> None:
+    """Applications install at startup while others push: under tenant isolation too, an
+    install of the version already there leaves the tables (and their policies) alone."""
+    with psycopg.connect(fresh_database) as connection:
+        install(connection)
+        connection.execute("SELECT postkit_queue.enable_tenant_isolation()")
+        connection.commit()
+        policies = connection.execute("SELECT oid FROM pg_policy ORDER BY oid").fetchall()
+    with (
+        psycopg.connect(fresh_database) as holder,
+        psycopg.connect(fresh_database) as installer,
+    ):
+        # A push left open: its transaction holds a lock on the jobs table until it ends.
+        assert QueueClient(holder.cursor(), namespace="open").push("emails", {}) is not None
+        installer.execute("SET lock_timeout = '2s'")
+        installer.commit()
+
+        assert install(installer).applied == ()
+
+        assert installer.execute("SELECT oid FROM pg_policy ORDER BY oid").fetchall() == policies
+        holder.rollback()
