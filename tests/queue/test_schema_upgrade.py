@@ -10,7 +10,6 @@ policies, ownership and grants.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from postkit.queue.schema import (
     schema_fingerprint,
 )
 from tests.conftest import new_database
-from tests.queue.legacy import install_legacy, legacy_files
+from tests.queue.legacy import install_legacy, legacy_files, push_in_every_state
 from tests.queue.psql import run_psql
 
 # What PostgreSQL says about every object of the schema, one query per kind of object. Object
@@ -95,44 +94,6 @@ def fresh_catalog(other_database: str) -> dict[str, list[tuple[Any, ...]]]:
     with psycopg.connect(other_database) as connection:
         install(connection)
     return catalog(other_database)
-
-
-def push_in_every_state(connection: psycopg.Connection) -> dict[str, Any]:
-    """Jobs as version 1's functions leave them: pending, scheduled, running (with the claim's
-    token), retried after a nack, and dead-lettered. Raw SQL, as any client would send it."""
-
-    def one(sql: str, *args: Any) -> Any:
-        return connection.execute(sql, args).fetchone()[0]  # type: ignore[index]
-
-    def push(n: int, delay: str | None = None) -> int:
-        return int(
-            one(
-                "SELECT postkit_queue.push('app', 'emails', %s::jsonb, p_delay => %s::interval)",
-                json.dumps({"n": n}),
-                delay,
-            )
-        )
-
-    jobs = {"running": push(1), "retried": push(2), "dead": push(3)}
-    claims = connection.execute(
-        "SELECT id, claim_token FROM postkit_queue.pull('app', 'emails', 'old-worker', NULL, 3)"
-    ).fetchall()
-    tokens = dict(claims)
-    assert set(tokens) == set(jobs.values())
-    one(
-        "SELECT postkit_queue.nack('app', %s, 'flaky', 'old-worker', %s)",
-        jobs["retried"],
-        tokens[jobs["retried"]],
-    )
-    one(
-        "SELECT postkit_queue.fail('app', %s, 'broken', 'old-worker', %s)",
-        jobs["dead"],
-        tokens[jobs["dead"]],
-    )
-    jobs["pending"] = push(4)
-    jobs["scheduled"] = push(5, "1 hour")
-    connection.commit()
-    return {"jobs": jobs, "token": tokens[jobs["running"]]}
 
 
 @pytest.mark.parametrize("version", [1, 8, 15])
