@@ -4,7 +4,7 @@ Until version 15 each version's whole SQL (tables and every function body, resta
 its own numbered file, and an install ran the files in order and recorded each one's
 fingerprint. ``legacy_sql/`` keeps those files exactly as they shipped; :func:`install_legacy`
 installs a database from them the way those Postkits did, so that an upgrade test starts from
-what a user of an earlier version has.
+what a user of an earlier version has, and :func:`push_in_every_state` gives it jobs.
 """
 
 from __future__ import annotations
