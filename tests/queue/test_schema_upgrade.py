@@ -5,7 +5,8 @@ deltas of sql/migrations/ (and the current functions). These tests install one d
 and another from an earlier version's files (tests/queue/legacy.py), with jobs in every state,
 upgrade the second, and compare what PostgreSQL's catalogs say about both: functions (with a
 hash of each body and their settings), tables and columns, indexes, constraints, types,
-policies, ownership and grants.
+policies, ownership and grants. The same holds with roles granted and tenant isolation on
+before the upgrade, for a database owner installing as itself, and through psql.
 """
 
 from __future__ import annotations
