@@ -4,13 +4,15 @@ Until version 15 each version's whole SQL (tables and every function body, resta
 its own numbered file, and an install ran the files in order and recorded each one's
 fingerprint. ``legacy_sql/`` keeps those files exactly as they shipped; :func:`install_legacy`
 installs a database from them the way those Postkits did, so that an upgrade test starts from
-what a user of an earlier version has.
+what a user of an earlier version has, and :func:`push_in_every_state` gives it jobs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -48,3 +50,41 @@ def install_legacy(connection: psycopg.Connection, version: int) -> None:
             )
         if version >= 9:
             connection.execute("SELECT postkit_queue.apply_privileges()")
+
+
+def push_in_every_state(connection: psycopg.Connection) -> dict[str, Any]:
+    """Jobs as version 1's functions leave them: pending, scheduled, running (with the claim's
+    token), retried after a nack, and dead-lettered. Raw SQL, as any client would send it."""
+
+    def one(sql: str, *args: Any) -> Any:
+        return connection.execute(sql, args).fetchone()[0]  # type: ignore[index]
+
+    def push(n: int, delay: str | None = None) -> int:
+        return int(
+            one(
+                "SELECT postkit_queue.push('app', 'emails', %s::jsonb, p_delay => %s::interval)",
+                json.dumps({"n": n}),
+                delay,
+            )
+        )
+
+    jobs = {"running": push(1), "retried": push(2), "dead": push(3)}
+    claims = connection.execute(
+        "SELECT id, claim_token FROM postkit_queue.pull('app', 'emails', 'old-worker', NULL, 3)"
+    ).fetchall()
+    tokens = dict(claims)
+    assert set(tokens) == set(jobs.values())
+    one(
+        "SELECT postkit_queue.nack('app', %s, 'flaky', 'old-worker', %s)",
+        jobs["retried"],
+        tokens[jobs["retried"]],
+    )
+    one(
+        "SELECT postkit_queue.fail('app', %s, 'broken', 'old-worker', %s)",
+        jobs["dead"],
+        tokens[jobs["dead"]],
+    )
+    jobs["pending"] = push(4)
+    jobs["scheduled"] = push(5, "1 hour")
+    connection.commit()
+    return {"jobs": jobs, "token": tokens[jobs["running"]]}

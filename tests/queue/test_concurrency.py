@@ -19,6 +19,7 @@ import pytest
 
 from postkit.queue import QueueClient, install, installed_version, latest_version
 from postkit.queue.records import Job
+from tests.queue.legacy import install_legacy, legacy_files, push_in_every_state
 
 T = TypeVar("T")
 
@@ -361,3 +362,59 @@ def test_concurrent_installs_all_succeed_and_apply_each_migration_once(
 
     # Exactly one installer applied the migrations; the others found them applied.
     assert sorted(applied) == [()] * (installers - 1) + [tuple(range(1, latest_version() + 1))]
+
+
+def test_concurrent_upgrades_apply_each_version_once_and_keep_the_jobs(
+    fresh_database: str, executor: ThreadPoolExecutor
+) -> None:
+    """Installers that find an older version queue up on its migrations table: one upgrades,
+    the others find the newest version there."""
+    older = len(legacy_files())
+    with psycopg.connect(fresh_database) as connection:
+        install_legacy(connection, older)
+        jobs = push_in_every_state(connection)["jobs"]
+    installers = 2
+    connections = [psycopg.connect(fresh_database) for _ in range(installers)]
+    start = threading.Barrier(installers, timeout=BLOCK_TIMEOUT)
+
+    def run(connection: psycopg.Connection) -> tuple[int, ...]:
+        start.wait()
+        return install(connection).applied
+
+    try:
+        applied = [f.result(timeout=60) for f in [executor.submit(run, c) for c in connections]]
+        cursor = connections[0].cursor()
+        cursor.execute("SELECT version FROM postkit_queue.migrations ORDER BY version")
+        assert [row[0] for row in cursor.fetchall()] == list(range(1, latest_version() + 1))
+        client = QueueClient(cursor, namespace="app")
+        assert all(client.get_job(job_id) is not None for job_id in jobs.values())
+    finally:
+        for connection in connections:
+            connection.close()
+
+    assert sorted(applied) == [(), tuple(range(older + 1, latest_version() + 1))]
+
+
+def test_an_install_with_nothing_to_do_does_not_wait_for_the_queues_transactions(
+    fresh_database: str,
+) -> None:
+    """Applications install at startup while others push: under tenant isolation too, an
+    install of the version already there leaves the tables (and their policies) alone."""
+    with psycopg.connect(fresh_database) as connection:
+        install(connection)
+        connection.execute("SELECT postkit_queue.enable_tenant_isolation()")
+        connection.commit()
+        policies = connection.execute("SELECT oid FROM pg_policy ORDER BY oid").fetchall()
+    with (
+        psycopg.connect(fresh_database) as holder,
+        psycopg.connect(fresh_database) as installer,
+    ):
+        # A push left open: its transaction holds a lock on the jobs table until it ends.
+        assert QueueClient(holder.cursor(), namespace="open").push("emails", {}) is not None
+        installer.execute("SET lock_timeout = '2s'")
+        installer.commit()
+
+        assert install(installer).applied == ()
+
+        assert installer.execute("SELECT oid FROM pg_policy ORDER BY oid").fetchall() == policies
+        holder.rollback()

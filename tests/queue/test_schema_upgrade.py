@@ -5,28 +5,32 @@ deltas of sql/migrations/ (and the current functions). These tests install one d
 and another from an earlier version's files (tests/queue/legacy.py), with jobs in every state,
 upgrade the second, and compare what PostgreSQL's catalogs say about both: functions (with a
 hash of each body and their settings), tables and columns, indexes, constraints, types,
-policies, ownership and grants.
+policies, ownership and grants. The same holds with roles granted and tenant isolation on
+before the upgrade, for a database owner installing as itself, and through psql.
 """
 
 from __future__ import annotations
 
-import json
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from postkit.queue import QueueClient, install
 from postkit.queue.schema import (
+    install_script,
     latest_version,
     migrations,
     schema_files,
     schema_fingerprint,
 )
 from tests.conftest import new_database
-from tests.queue.legacy import install_legacy, legacy_files
+from tests.queue.legacy import install_legacy, legacy_files, push_in_every_state
+from tests.queue.psql import run_psql
 
 # What PostgreSQL says about every object of the schema, one query per kind of object. Object
 # identifiers and attribute numbers differ between the two databases; names and definitions
@@ -93,44 +97,6 @@ def fresh_catalog(other_database: str) -> dict[str, list[tuple[Any, ...]]]:
     return catalog(other_database)
 
 
-def push_in_every_state(connection: psycopg.Connection) -> dict[str, Any]:
-    """Jobs as version 1's functions leave them: pending, scheduled, running (with the claim's
-    token), retried after a nack, and dead-lettered. Raw SQL, as any client would send it."""
-
-    def one(sql: str, *args: Any) -> Any:
-        return connection.execute(sql, args).fetchone()[0]  # type: ignore[index]
-
-    def push(n: int, delay: str | None = None) -> int:
-        return int(
-            one(
-                "SELECT postkit_queue.push('app', 'emails', %s::jsonb, p_delay => %s::interval)",
-                json.dumps({"n": n}),
-                delay,
-            )
-        )
-
-    jobs = {"running": push(1), "retried": push(2), "dead": push(3)}
-    claims = connection.execute(
-        "SELECT id, claim_token FROM postkit_queue.pull('app', 'emails', 'old-worker', NULL, 3)"
-    ).fetchall()
-    tokens = dict(claims)
-    assert set(tokens) == set(jobs.values())
-    one(
-        "SELECT postkit_queue.nack('app', %s, 'flaky', 'old-worker', %s)",
-        jobs["retried"],
-        tokens[jobs["retried"]],
-    )
-    one(
-        "SELECT postkit_queue.fail('app', %s, 'broken', 'old-worker', %s)",
-        jobs["dead"],
-        tokens[jobs["dead"]],
-    )
-    jobs["pending"] = push(4)
-    jobs["scheduled"] = push(5, "1 hour")
-    connection.commit()
-    return {"jobs": jobs, "token": tokens[jobs["running"]]}
-
-
 @pytest.mark.parametrize("version", [1, 8, 15])
 def test_an_upgrade_reaches_the_objects_of_a_fresh_install(
     fresh_database: str, fresh_catalog: dict[str, list[tuple[Any, ...]]], version: int
@@ -170,6 +136,113 @@ def test_an_upgrade_from_version_1_keeps_jobs_claims_and_dead_letters(fresh_data
         assert [d.job_id for d in client.dead_letters(queue="emails")] == [jobs["dead"]]
         assert [r.job_id for r in client.redrive([jobs["dead"]])] == [jobs["dead"]]
         connection.commit()
+
+
+ACCESS_KINDS = ("producer", "worker", "operator")
+
+
+@pytest.fixture(scope="module")
+def roles(server_dsn: str) -> Iterator[dict[str, str]]:
+    """One role per access kind. Roles belong to the server, not to a database: the fresh and
+    the upgraded database grant the same ones. Dropped after the databases that name them."""
+    suffix = uuid.uuid4().hex[:8]
+    names = {access: f"pk_upgrade_{access}_{suffix}" for access in ACCESS_KINDS}
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        for name in names.values():
+            admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
+    yield names
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        for name in names.values():
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def database_owner(server_dsn: str) -> Iterator[str]:
+    """A LOGIN role without special attributes, which owns the databases it installs into."""
+    name = f"pk_upgrade_installer_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    yield name
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def as_installer(database: str, installer: str | None) -> str:
+    """The DSN an install of ``database`` runs with: the server's superuser (None), or
+    ``installer``, made the database's owner first."""
+    if installer is None:
+        return database
+    name = psycopg.conninfo.conninfo_to_dict(database)["dbname"]
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                sql.Identifier(str(name)), sql.Identifier(installer)
+            )
+        )
+    return psycopg.conninfo.make_conninfo(database, user=installer)
+
+
+def grant_and_isolate(connection: psycopg.Connection, roles: dict[str, str]) -> None:
+    """Each role granted its access kind, tenant isolation on, and the worker assigned the
+    namespace of push_in_every_state's jobs, through the functions every version since 5 has."""
+    for access, role in roles.items():
+        connection.execute("SELECT postkit_queue.grant_access(%s, %s)", (role, access))
+    connection.execute("SELECT postkit_queue.enable_tenant_isolation()")
+    connection.execute("SELECT postkit_queue.assign_namespace('app', %s)", (roles["worker"],))
+    connection.execute(
+        "SELECT postkit_queue.assign_namespace('elsewhere', %s)", (roles["operator"],)
+    )
+    connection.commit()
+
+
+@pytest.mark.parametrize(
+    ("version", "installer", "via"),
+    [
+        # Version 5's grant_access granted table privileges, which version 9 takes back.
+        (5, "superuser", "install"),
+        (15, "superuser", "install"),
+        (5, "database owner", "install"),
+        (15, "database owner", "psql"),
+        (8, "superuser", "psql"),
+    ],
+)
+def test_an_upgrade_keeps_grants_and_tenant_isolation_and_reaches_a_fresh_install_with_them(
+    fresh_database: str,
+    other_database: str,
+    roles: dict[str, str],
+    database_owner: str,
+    version: int,
+    installer: str,
+    via: str,
+) -> None:
+    login = database_owner if installer == "database owner" else None
+    fresh_dsn = as_installer(other_database, login)
+    with psycopg.connect(fresh_dsn) as connection:
+        install(connection)
+        grant_and_isolate(connection, roles)
+    upgraded_dsn = as_installer(fresh_database, login)
+    with psycopg.connect(upgraded_dsn) as connection:
+        install_legacy(connection, version)
+        before = push_in_every_state(connection)
+        grant_and_isolate(connection, roles)
+    if via == "psql":
+        run_psql(upgraded_dsn, install_script())
+    else:
+        with psycopg.connect(upgraded_dsn) as connection:
+            install(connection)
+
+    upgraded, fresh = catalog(upgraded_dsn), catalog(fresh_dsn)
+    for kind in CATALOG:
+        assert upgraded[kind] == fresh[kind], kind
+    # The worker still settles the claim taken before the upgrade, in its namespace; the
+    # operator, assigned another namespace, does not see the job.
+    with psycopg.connect(fresh_database, autocommit=True) as connection:
+        connection.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["operator"])))
+        operator = QueueClient(connection.cursor(), namespace="app")
+        assert operator.get_job(before["jobs"]["pending"]) is None
+        connection.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["worker"])))
+        worker = QueueClient(connection.cursor(), namespace="app")
+        assert worker.ack(before["jobs"]["running"], claim_token=before["token"]) is True
 
 
 def test_every_function_is_defined_once_in_the_schema_and_never_in_a_migration() -> None:

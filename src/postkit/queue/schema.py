@@ -192,7 +192,8 @@ def _quoted(sql: str) -> str:
 
 def _when_older(version: int, sqls: list[str], *, upgrade_only: bool = False) -> str:
     """A block that runs ``sqls`` when the database is older than ``version``: any older
-    version, or with ``upgrade_only`` an installed one (a fresh install gets the tables)."""
+    version, or with ``upgrade_only`` an installed one (an upgrade's own steps: a fresh install
+    gets the tables from the schema, and has no tenant isolation to renew)."""
     statements = "\n".join(f"    EXECUTE {_quoted(sql)};" for sql in sqls if sql.strip())
     return _statement(
         "when_older",
@@ -208,9 +209,10 @@ def install_script(*, transaction: bool = True) -> str:
     A database without the schema gets the current definition (sql/schema/) and records every
     version. A database at an older version gets the table changes of the versions it lacks
     (sql/migrations/, in order), then the current functions, then those versions' data changes
-    that call them; both reach the same objects. A database at
-    the newest version only gets its ownership and grants applied again. Every recorded version
-    is checked against the fingerprints this Postkit knows first.
+    that call them, and under tenant isolation the current policies; both reach the same
+    objects. A database at the newest version only gets its ownership and grants applied again,
+    which waits for no transaction on the queue's tables. Every recorded version is checked
+    against the fingerprints this Postkit knows first.
 
     With ``transaction=True`` the script carries its own ``BEGIN``/``COMMIT``, as psql needs it;
     :func:`install` renders it without them and runs it inside a transaction of its own.
@@ -244,6 +246,7 @@ def install_script(*, transaction: bool = True) -> str:
         *(_when_older(m.version, [m.data], upgrade_only=True) for m in migrations()[1:] if m.data),
         _statement("record_versions", versions=versions),
         _statement("apply_privileges"),
+        _when_older(latest, [_statement("tenant_isolation")], upgrade_only=True),
         _statement("restore_search_path"),
     ]
     if transaction:

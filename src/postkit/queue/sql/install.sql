@@ -155,8 +155,15 @@ SELECT v.version, v.name, v.checksum FROM (VALUES {{versions}}) AS v(version, na
 WHERE v.version > pg_catalog.current_setting('postkit_queue.installed_version')::integer;
 
 -- name: apply_privileges
--- Ownership, grants and policies, for everything above (security.sql).
+-- Ownership and grants, for everything above (security.sql).
 DO $postkit_install$ BEGIN PERFORM postkit_queue.apply_privileges(); END $postkit_install$;
+
+-- name: tenant_isolation
+-- An upgrade of a database under tenant isolation gives its tables the current policies,
+-- whatever version turned isolation on. Only an upgrade: the policies change with a version,
+-- and rewriting them takes locks that wait for every transaction on the queue's tables.
+SELECT postkit_queue.enable_tenant_isolation() FROM pg_catalog.pg_class c
+WHERE c.oid = 'postkit_queue.jobs'::regclass AND c.relrowsecurity;
 
 -- name: restore_search_path
 DO $postkit_restore$ BEGIN PERFORM

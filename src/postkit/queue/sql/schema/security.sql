@@ -14,8 +14,10 @@
 --   * Tenant isolation is row-level security forced on the owner too, so that it holds inside
 --     the functions; the policies ask who the caller is (caller()), not who runs the function.
 --
--- apply_privileges() is the current truth of ownership, grants and policies; every install runs
--- it last, so that functions a later version adds are owned, fenced and granted the same way.
+-- apply_privileges() is the current truth of ownership and grants; every install runs it last,
+-- so that functions a later version adds are owned, fenced and granted the same way. An upgrade
+-- of a database under tenant isolation then runs enable_tenant_isolation() again, for the
+-- current policies (install.sql).
 
 -- The role the session acts as: the one SET ROLE chose, else the one that logged in. Inside a
 -- SECURITY DEFINER function current_user is the owner, so policies and checks ask this instead.
@@ -244,10 +246,11 @@ BEGIN
 END
 $$;
 
--- Make ownership, grants and policies what this file's header says, whatever an upgrade's
--- migrations created: every object belongs to the owner, the API functions run as it, nothing
--- else is callable, each recorded grant holds, and tables under tenant isolation have the
--- policies enable_tenant_isolation gives. Idempotent; every install runs it last.
+-- Make ownership and grants what this file's header says, whatever an upgrade's migrations
+-- created: every object belongs to the owner, the API functions run as it, nothing else is
+-- callable, and each recorded grant holds. Idempotent; every install runs it last. It takes no
+-- lock that waits for the queue's transactions, so that an application may install at startup
+-- while others work.
 CREATE OR REPLACE FUNCTION postkit_queue.apply_privileges()
 RETURNS void
 LANGUAGE plpgsql
@@ -272,6 +275,19 @@ BEGIN
         EXECUTE format(CASE WHEN v_object.relkind = 'S' THEN 'ALTER SEQUENCE %s OWNER TO %I'
                             ELSE 'ALTER TABLE %s OWNER TO %I' END,
                        v_object.name, v_owner_name);
+    END LOOP;
+    -- Callers hold nothing on the tables and sequences. A relation never granted has no ACL
+    -- (PostgreSQL's default: the owner's privileges alone), while one whose grants were
+    -- revoked stores that same list explicitly. Revoking from PUBLIC stores it on every
+    -- relation, so that the catalogs say the same whichever grants a database has seen.
+    FOR v_object IN
+        SELECT c.oid::regclass AS name, c.relkind
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND c.relkind IN ('r', 'p', 'S', 'v')
+          AND c.relacl IS NULL
+    LOOP
+        EXECUTE format(CASE WHEN v_object.relkind = 'S' THEN 'REVOKE ALL ON SEQUENCE %s FROM PUBLIC'
+                            ELSE 'REVOKE ALL ON TABLE %s FROM PUBLIC' END, v_object.name);
     END LOOP;
     -- The types (types.sql); a table's row type follows its table.
     FOR v_object IN
@@ -309,12 +325,6 @@ BEGIN
     DELETE FROM postkit_queue.tenants t
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = t.role_oid);
     PERFORM postkit_queue.apply_grant(g.role_oid, g.access) FROM postkit_queue.grants g;
-    -- Tables under tenant isolation get the policies of the enable_tenant_isolation above,
-    -- whatever version turned isolation on.
-    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
-        WHERE c.oid = 'postkit_queue.jobs'::regclass) THEN
-        PERFORM postkit_queue.enable_tenant_isolation();
-    END IF;
 END
 $$;
 
