@@ -4,6 +4,9 @@
 -- schedule's interval as seconds, float8) and become intervals here, so the SQL module checks
 -- exactly the value the SDK checked before sending it; payloads travel as JSON text cast to
 -- jsonb; JSON and UUIDs come back as text so that every driver returns the same Python types.
+-- A job's state comes back as text too: a change of its SQL type (version 16 made it the
+-- job_state enum) leaves each statement's result type, and the plans a driver prepared for it,
+-- as they are.
 --
 -- These statements run under the caller's search_path, which may put a schema anyone can create
 -- in (public, on PostgreSQL 14 and older) ahead of pg_catalog. So every function, type and
@@ -23,7 +26,7 @@ SELECT postkit_queue.push(
     %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS id;
 
 -- name: pull
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
 FROM postkit_queue.pull(
@@ -52,7 +55,7 @@ SELECT postkit_queue.extend_visibility(
 SELECT pg_catalog.count(*) AS reclaimed FROM postkit_queue.tick_timeouts(%(namespace)s, %(limit)s::integer);
 
 -- name: get_job
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at
 FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
@@ -133,7 +136,7 @@ LISTEN {channel};
 SELECT postkit_queue.clock() AS now;
 
 -- name: pull_any
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
 FROM postkit_queue.pull_any(
@@ -160,7 +163,7 @@ SELECT s.queue, s.paused, s.pending, s.scheduled, s.running, s.dead, s.counts_ca
 FROM postkit_queue.stats(%(namespace)s, %(queue)s, %(cap)s::integer) AS s;
 
 -- name: jobs
-SELECT j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
+SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at
 FROM postkit_queue.jobs(
@@ -243,7 +246,8 @@ SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_toke
 -- order does not matter. The acked ids come in the first row only: repeated in every row, the
 -- array was read (and parsed by the driver) once per claimed job.
 SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked END AS acked,
-       j.namespace, j.id, j.queue, j.state, j.payload::pg_catalog.text AS payload, j.priority,
+       j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state,
+       j.payload::pg_catalog.text AS payload, j.priority,
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
        j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
        j.errors::pg_catalog.text AS errors, j.created_at
