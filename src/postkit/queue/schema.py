@@ -177,7 +177,7 @@ def migrations() -> tuple[Migration, ...]:
 
 def schema_fingerprint() -> str:
     """A fingerprint of the current definition (sql/schema/). The newest delta names it in its
-    first line, so a change to the schema without a new version fails a test."""
+    last line, so a change to the schema without a new version fails a test."""
     return _fingerprint("".join(sql for _, sql in schema_files()))
 
 
