@@ -14,8 +14,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "postkit"
 # The layers from the top; a module may import its own layer and the ones below it.
 LAYERS = ["postkit.cli", "postkit.worker", "postkit.queue"]
 
-# postkit.queue.worker names the runtime's classes where the SDK's first releases documented
-# them; nothing in postkit imports it.
+# postkit.queue.worker names the runtime's classes under the SDK package (the README mentions
+# that path); nothing in postkit imports it.
 ALIASES = {"postkit.queue.worker"}
 
 

@@ -40,7 +40,6 @@ NAMES = {
     "AsyncWorkListener": "WorkListener",
     "AsyncOperations": "Operations",
     "AsyncConnection": "Connection",
-    "AsyncIterator": "Iterator",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "run_async": "run",

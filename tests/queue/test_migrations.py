@@ -117,7 +117,7 @@ def test_upgrade_from_version_1_keeps_the_jobs_and_enables_queue_settings(
         ]
         connection.commit()
 
-        # Migration 2's per-queue settings now drive the defaults of push and pull.
+        # After the upgrade, version 2's per-queue settings drive the defaults of push and pull.
         policy = client.configure_queue("reports", max_attempts=3, visibility_timeout=90)
         assert (policy.max_attempts, policy.visibility_timeout) == (3, 90.0)
         client.push("reports", {"r": 1})

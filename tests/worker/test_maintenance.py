@@ -193,7 +193,7 @@ def test_a_jittered_backoff_waits_between_half_and_all_of_its_delay() -> None:
     assert len(set(waits)) > 1
 
 
-def test_the_runtime_keeps_its_first_documented_import_path() -> None:
+def test_postkit_queue_worker_names_the_runtimes_classes() -> None:
     import postkit.queue.worker as documented
     import postkit.worker as runtime
 

@@ -45,13 +45,6 @@ def namespace_argument(namespace: str) -> str:
     return "" if namespace == "default" else f" --namespace {namespace}"
 
 
-def known_queues(client: QueueClient) -> list[str]:
-    """The queues the namespace has used, by name (QueueClient.known_queues): with jobs, dead
-    letters, settings or outcomes in the last hour, served by a worker, or pushed to by a
-    schedule."""
-    return client.known_queues()
-
-
 def require_known_queue(
     client: QueueClient, queue: str | None, *, option: str = "", create: bool | None = None
 ) -> None:
@@ -63,7 +56,7 @@ def require_known_queue(
     """
     if queue is None or create or not queue.strip():
         return  # a blank name is the SQL module's to refuse, with its own message
-    known = known_queues(client)
+    known = client.known_queues()
     if queue in known:
         return
     label = f"{option} {queue!r}" if option else f"queue {queue!r}"

@@ -253,6 +253,3 @@ def queue_purge(queue: str, yes: bool, namespace: str, dsn: str | None, as_json:
             f"Deleted {plural(deleted, 'pending or scheduled job', 'pending and scheduled jobs')}"
             f" of queue {queue}."
         )
-
-
-# --- schedules -------------------------------------------------------------------------------

@@ -418,10 +418,3 @@ def worker(
     runner.run()
     if report_interval:
         report(runner.stats)  # the attempts settled since the last line
-
-
-# -------------------------------------------------------------------------------------------
-# Operating the queue: stats, jobs, dead letters, queues, schedules, the ticker.
-#
-# Every command opens its own connection and commits after each write: the CLI owns its
-# transaction, unlike the SDK, which writes in its caller's.

@@ -114,8 +114,6 @@ PRIORITY = Bounds(-32768, 32767)
 MAX_ATTEMPTS = Bounds(1, 1000)
 MAX_PAYLOAD_BYTES = Bounds(1, 104_857_600)
 """What ``configure_queue`` accepts as a queue's ``max_payload_bytes`` (up to 100 MiB)."""
-DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
-"""A queue's ``max_payload_bytes`` unless configured: 1 MiB."""
 JOB_ID = Bounds(-(2**63), 2**63 - 1)
 BATCH_PAYLOADS = 100_000
 """At most this many payloads per ``push_batch``."""

@@ -291,7 +291,8 @@ class Operations:
 
     def prune(self, *, limit: int = 1000) -> Pruned:
         """Apply retention once: delete up to ``limit`` expired archived jobs and dead letters
-        and old outcome counters. The worker runtime calls this on its tick."""
+        and old outcome counters. The worker runtime's prune service and ``postkit tick``
+        call this."""
         return self._run(protocol.prune(self._namespace, limit=limit))
 
     def create_schedule(

@@ -290,7 +290,8 @@ class AsyncOperations:
 
     async def prune(self, *, limit: int = 1000) -> Pruned:
         """Apply retention once: delete up to ``limit`` expired archived jobs and dead letters
-        and old outcome counters. The worker runtime calls this on its tick."""
+        and old outcome counters. The worker runtime's prune service and ``postkit tick``
+        call this."""
         return await self._run(protocol.prune(self._namespace, limit=limit))
 
     async def create_schedule(

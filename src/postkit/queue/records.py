@@ -1,8 +1,8 @@
-"""What the SDK returns: jobs, dead letters and queue policies, each a read-only mapping with a
-typed attribute view (``job["payload"]`` and ``job.payload`` are the same value); and the two
-vocabularies they use, the job states and the outcomes, each defined once here and kept in step
-with the SQL module's enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a
-test."""
+"""What the SDK returns (jobs, dead letters, queue policies and statistics, schedules and what a
+tick fired), each a read-only mapping with a typed attribute view (``job["payload"]`` and
+``job.payload`` are the same value); and the two vocabularies they use, the job states and the
+outcomes, each defined once here and kept in step with the SQL module's enum types
+(``postkit_queue.job_state``, ``postkit_queue.outcome``) by a test."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ import psycopg
 
 from postkit.errors import ClientClosedError, ValidationError
 from postkit.queue.executor import translated
+from postkit.queue.protocol.call import named_statements
 from postkit.queue.rows import first_value
 
 SCHEMA = "postkit_queue"
@@ -35,17 +36,14 @@ _INSTALL_LOCK_KEY = 0x706F73746B6974
 _FILE_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 _BODY_QUOTE = "$postkit_migration$"
 _DATA_MARKER = "-- Data, once the functions are current:\n"
-_STATEMENT_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 @cache
 def _statements() -> dict[str, str]:
     """The named statements of ``sql/install.sql``."""
-    text = (
+    return named_statements(
         resources.files("postkit.queue").joinpath("sql").joinpath("install.sql").read_text("utf-8")
     )
-    pieces = _STATEMENT_HEADER.split(text)[1:]
-    return {name: body.strip() for name, body in zip(pieces[::2], pieces[1::2], strict=True)}
 
 
 def _statement(name: str, **values: object) -> str:
@@ -177,7 +175,7 @@ def migrations() -> tuple[Migration, ...]:
 
 def schema_fingerprint() -> str:
     """A fingerprint of the current definition (sql/schema/). The newest delta names it in its
-    first line, so a change to the schema without a new version fails a test."""
+    last line, so a change to the schema without a new version fails a test."""
     return _fingerprint("".join(sql for _, sql in schema_files()))
 
 

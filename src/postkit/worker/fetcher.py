@@ -2,7 +2,8 @@
 
 Jobs that succeed are acknowledged in batches: each round trip acknowledges every job that
 finished since the last one and claims as many new jobs as there are free slots, in one
-statement and one transaction. When the queues run dry the fetcher waits: for a notification
+statement and one transaction (with several queues, a queue that comes up short is followed by a
+pull from the next). When the queues run dry the fetcher waits: for a notification
 (a listener thread on a connection of its own, see ``postkit.queue.listen``), for a slot to
 free, or for the fallback poll. In pooler mode there is no listener and it polls.
 """
@@ -180,9 +181,10 @@ class Fetcher:
         limit: int,
         run: Callable[[Callable[[QueueClient], Any]], Any] | None = None,
     ) -> int:
-        """One transaction: acknowledge ``acks`` and claim up to ``limit`` jobs, trying the
-        queues in turn from a rotating start, on a pooled connection unless ``run`` gives
-        another. Returns how many jobs it claimed."""
+        """Acknowledge ``acks`` and claim up to ``limit`` jobs, trying the queues in turn from a
+        rotating start, on a pooled connection unless ``run`` gives another: the acks and the
+        first queue's claims are one statement (one transaction), and each further queue
+        tried is a pull of its own. Returns how many jobs it claimed."""
         first = self._next_queue
         self._next_queue = (self._next_queue + 1) % len(self.queues)
         try:

@@ -34,7 +34,8 @@ class WorkerPool:
                 min_size=1,
                 max_size=max_size,
                 # Autocommit: each of the worker's calls is one statement, hence one
-                # transaction and one round trip; the few that need more say so (run).
+                # transaction and one round trip; a transactional handler opens a transaction
+                # on the connection it takes (see connection).
                 kwargs=(
                     # No session state through a pooler: no server-side prepared statements.
                     {"autocommit": True, "prepare_threshold": None}
@@ -54,15 +55,10 @@ class WorkerPool:
             )
         )
 
-    def run(self, action: Callable[[QueueClient], T], *, transaction: bool = False) -> T:
-        """Run ``action`` on a pooled connection: each statement commits on its own, or, with
-        ``transaction``, all of them together."""
+    def run(self, action: Callable[[QueueClient], T]) -> T:
+        """Run ``action`` on a pooled connection: each statement commits on its own."""
         with self._pool.connection() as connection:
-            client = self.client_on(connection)
-            if not transaction:
-                return action(client)
-            with connection.transaction():
-                return action(client)
+            return action(self.client_on(connection))
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:

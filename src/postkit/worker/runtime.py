@@ -480,7 +480,7 @@ class Worker:
 
 @dataclass
 class _Threads:
-    """The worker's service threads, joined at its shutdown."""
+    """The worker's service threads, each ended by its shutdown."""
 
     heartbeat: threading.Thread
     listener: threading.Thread | None

@@ -26,14 +26,18 @@ JobRef = Job | int
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
+def named_statements(text: str) -> dict[str, str]:
+    """The statements of an SQL file in which each follows a ``-- name: NAME`` line, by name,
+    without the whitespace around them (``queries.sql``, ``sql/install.sql``)."""
+    pieces = _QUERY_HEADER.split(text)[1:]
+    return {name: body.strip() for name, body in zip(pieces[::2], pieces[1::2], strict=True)}
+
+
 @cache
 def queries() -> dict[str, str]:
-    """The named statements of ``queries.sql``."""
+    """The named statements of ``queries.sql``, without their closing semicolon."""
     text = resources.files("postkit.queue").joinpath("queries.sql").read_text(encoding="utf-8")
-    pieces = _QUERY_HEADER.split(text)[1:]
-    return {
-        name: body.strip().rstrip(";") for name, body in zip(pieces[::2], pieces[1::2], strict=True)
-    }
+    return {name: body.rstrip(";") for name, body in named_statements(text).items()}
 
 
 @dataclass(frozen=True)

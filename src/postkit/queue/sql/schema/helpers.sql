@@ -250,7 +250,7 @@ END
 $$;
 
 -- The duration rule, once, for the fast paths (inlined, as is_name): no negative field (see
--- the top of this file), positive or, where p_allow_zero, zero, and at most p_max. NULL for
+-- Input checks above), positive or, where p_allow_zero, zero, and at most p_max. NULL for
 -- NULL. date_trunc('month', x) keeps x's months alone, and x - date_trunc('day', x) its time
 -- alone (interval subtraction is field by field).
 CREATE OR REPLACE FUNCTION postkit_queue.is_duration(p_value interval, p_allow_zero boolean, p_max interval)
@@ -312,7 +312,7 @@ END
 $$;
 
 -- A settle names its claim by the claim token, or at least by the worker_id the job was
--- claimed under; a bare job id names none (see the top of this file).
+-- claimed under; a bare job id names none (see Input checks above).
 CREATE OR REPLACE FUNCTION postkit_queue.check_claim(p_call text, p_worker_id text, p_claim_token uuid)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -448,7 +448,7 @@ END
 $$;
 
 -- Called by every state change that ends attempts, with the jobs and their outcome (the
--- outcome type: completed, retried, rescued, dead): adds them to the queue's counters and
+-- outcome type: completed, retried, rescued, dead_lettered): adds them to the queue's counters and
 -- archives completed jobs of queues that keep them, without touching the state machine. It
 -- takes an array so that a batch of acks costs one call. The upsert takes its rows in
 -- (namespace, queue) order: two workers that share a counter slot and settle batches spanning

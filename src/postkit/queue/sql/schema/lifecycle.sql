@@ -1,6 +1,7 @@
 -- The state machine: push, pull, ack, nack, fail, release, extend, rescue.
 --
--- Every state change of a job is one function here. Lifecycle of a job:
+-- Each move of one job in the diagram below is one function here; the batch forms are in
+-- batches.sql, and the operator's cancel, purge and redrive in operations.sql. Lifecycle of a job:
 --
 --     push ──> pending ──pull──> running ──ack──> (deleted: completed jobs leave the hot table)
 --                 ^                 │

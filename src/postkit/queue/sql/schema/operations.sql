@@ -709,8 +709,8 @@ $$;
 
 -- prune: retention, in bounded batches so no single call holds locks for long. Deletes up to
 -- p_limit archived completed jobs and up to p_limit dead letters whose retention ran out, and
--- outcome counters older than two hours. The worker runtime calls it on its tick. Returns how
--- many rows of each kind it deleted.
+-- outcome counters older than two hours. The worker runtime's prune service and postkit tick
+-- call it. Returns how many rows of each kind it deleted.
 CREATE OR REPLACE FUNCTION postkit_queue.prune(p_namespace text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint)
 LANGUAGE plpgsql

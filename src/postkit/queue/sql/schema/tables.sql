@@ -1,9 +1,8 @@
 -- Tables: the state a fresh install creates.
 --
--- The queue's tables: the state a fresh install creates. An upgrade reaches exactly this state
--- through the migrations (sql/migrations/), and tests/queue/test_schema_upgrade.py compares the
--- two. Nobody but the schema's owner reads or writes these tables: callers go through the
--- functions (security.sql).
+-- An upgrade reaches exactly this state through the migrations (sql/migrations/), and
+-- tests/queue/test_schema_upgrade.py compares the two. Nobody but the schema's owner reads or
+-- writes these tables: callers go through the functions (security.sql).
 
 -- The live jobs: pending (waiting for run_at) and running (claimed). Completed jobs are deleted
 -- (or archived in completed_jobs) and dead ones move to dead_letters, so the table the workers
