@@ -307,3 +307,11 @@ def test_install_given_an_async_connection_says_to_use_install_async(fresh_datab
     asyncio.run(run())
 
     assert version_of(fresh_database) == 0
+
+
+def test_installed_version_of_a_closed_cursor_raises_client_closed(fresh_database: str) -> None:
+    with psycopg.connect(fresh_database) as connection:
+        cursor = connection.cursor()
+        cursor.close()
+        with pytest.raises(errors.ClientClosedError, match="installed_version"):
+            installed_version(cursor)

@@ -318,3 +318,15 @@ SELECT postkit_queue.enable_tenant_isolation();
 
 -- name: assign_namespace
 SELECT postkit_queue.assign_namespace(%(namespace)s, %(role)s);
+
+-- name: schema_probe
+-- Whether the schema is installed, and whether it answers its version through a function: from
+-- version 9 on, callers hold no privileges on its tables.
+SELECT pg_catalog.to_regclass('postkit_queue.migrations') IS NOT NULL AS installed,
+       pg_catalog.to_regprocedure('postkit_queue.schema_version()') IS NOT NULL AS by_function;
+
+-- name: schema_version
+SELECT postkit_queue.schema_version() AS version;
+
+-- name: schema_version_from_table
+SELECT pg_catalog.max(m.version) AS version FROM postkit_queue.migrations m;

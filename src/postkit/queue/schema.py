@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 
 from postkit.errors import ClientClosedError, ValidationError
-from postkit.queue.executor import translated
+from postkit.queue import protocol
+from postkit.queue.executor import run, run_async, translated
 from postkit.queue.protocol.call import named_statements
-from postkit.queue.rows import first_value
 
 SCHEMA = "postkit_queue"
 
@@ -252,22 +252,24 @@ def install_script(*, transaction: bool = True) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _version_query(probe: Any) -> str | None:
-    """What reads the installed version, given the row of the version probe; None: no schema."""
-    has_table, has_function = tuple(probe.values()) if isinstance(probe, Mapping) else probe
-    if not has_table:
-        return None
-    return _statement("schema_version" if has_function else "schema_version_from_table")
-
-
 def installed_version(cursor: Any) -> int:
-    """The newest migration recorded in the database the cursor is connected to; 0 if none."""
-    cursor.execute(_statement("version_probe"))
-    query = _version_query(cursor.fetchone())
-    if query is None:
+    """The newest version recorded in the database the cursor is connected to; 0 if none.
+
+    Raises:
+        ClientClosedError: the cursor (or its connection) is closed.
+    """
+    installed, by_function = run(cursor, protocol.schema_probe(), given_to="installed_version")
+    if not installed:
         return 0
-    cursor.execute(query)
-    return int(first_value(cursor.fetchone()) or 0)
+    return run(cursor, protocol.schema_version(by_function=by_function), given_to=None)
+
+
+async def _installed_version_async(cursor: Any) -> int:
+    # As installed_version.
+    installed, by_function = await run_async(cursor, protocol.schema_probe(), given_to=None)
+    if not installed:
+        return 0
+    return await run_async(cursor, protocol.schema_version(by_function=by_function), given_to=None)
 
 
 def _is_async(target: Any) -> bool:
@@ -342,15 +344,6 @@ async def install_async(target: Any) -> InstallResult:
         async with target.transaction(), target.cursor() as cursor:
             return await _run_install_async(cursor, script)
     return await _run_install_async(target, script)
-
-
-async def _installed_version_async(cursor: Any) -> int:
-    await cursor.execute(_statement("version_probe"))
-    query = _version_query(await cursor.fetchone())
-    if query is None:
-        return 0
-    await cursor.execute(query)
-    return int(first_value(await cursor.fetchone()) or 0)
 
 
 async def _run_install_async(cursor: Any, script: str) -> InstallResult:

@@ -9,7 +9,7 @@ leaves the caller's transaction as it was, while a refusal by the SQL module abo
 - :mod:`.call`: :class:`Call` and the named statements of ``queries.sql``
 - :mod:`.checks`: argument checks; :mod:`.readers`: row readers
 - :mod:`.lifecycle`, :mod:`.operations`, :mod:`.scheduling`: the calls, one per SDK method
-- :mod:`.session`: the session settings of a worker's connections
+- :mod:`.session`: the session settings of a worker's connections, and the schema's version
 - :mod:`.cron`: the cron grammar and the next run of a schedule
 """
 
@@ -76,7 +76,12 @@ from postkit.queue.protocol.scheduling import (
     schedules,
     set_schedule_paused,
 )
-from postkit.queue.protocol.session import asynchronous_commit, durable_commit
+from postkit.queue.protocol.session import (
+    asynchronous_commit,
+    durable_commit,
+    schema_probe,
+    schema_version,
+)
 
 __all__ = [
     "JOB_STATES",
@@ -132,6 +137,8 @@ __all__ = [
     "release",
     "save_schedule",
     "schedules",
+    "schema_probe",
+    "schema_version",
     "set_queue_paused",
     "set_schedule_paused",
     "stats",

@@ -1,4 +1,5 @@
-"""The session settings a worker sets on its connections: how long each commit waits."""
+"""What a session asks of the database itself: how long each commit waits (the settings a
+worker sets on its connections), and which version of the schema is installed."""
 
 from __future__ import annotations
 
@@ -14,3 +15,20 @@ def durable_commit() -> Call[None]:
     """Commit the current transaction only once its WAL is flushed, whatever the session's
     setting."""
     return Call("durable_commit", {}, lambda rows: None)
+
+
+def schema_probe() -> Call[tuple[bool, bool]]:
+    """Whether the schema is installed, and whether it reports its version through
+    ``schema_version()`` (version 9 on) rather than its migrations table."""
+    return Call(
+        "schema_probe", {}, lambda rows: (bool(rows[0]["installed"]), bool(rows[0]["by_function"]))
+    )
+
+
+def schema_version(*, by_function: bool) -> Call[int]:
+    """The newest version recorded in the schema; 0 if none."""
+    return Call(
+        "schema_version" if by_function else "schema_version_from_table",
+        {},
+        lambda rows: int(rows[0]["version"] or 0),
+    )

@@ -174,14 +174,3 @@ DO $postkit_restore$ BEGIN PERFORM
     pg_catalog.set_config('postkit_queue.installer_search_path', '', true),
     pg_catalog.set_config('postkit_queue.installer_messages', '', true);
 END $postkit_restore$;
-
--- name: version_probe
-SELECT pg_catalog.to_regclass('postkit_queue.migrations') IS NOT NULL,
-       pg_catalog.to_regprocedure('postkit_queue.schema_version()') IS NOT NULL;
-
--- name: schema_version
--- From version 9 on, callers hold no privileges on the tables: they ask a function.
-SELECT postkit_queue.schema_version();
-
--- name: schema_version_from_table
-SELECT pg_catalog.max(version) FROM postkit_queue.migrations;
