@@ -1,7 +1,7 @@
 """The worker runtime: threads and processes that run handlers for the queue's jobs.
 
 ``postkit.queue`` is the SDK (statements and clients, no threads); this package builds on it:
-:class:`Worker` (``runtime.py``) claims with ``fetcher.py``, runs with ``executor.py``, keeps
+:class:`Worker` (``runtime.py``) claims with ``fetcher.py``, runs with ``job_executor.py``, keeps
 claims alive with ``heartbeat.py`` and runs the housekeeping in ``maintenance/``;
 ``supervisor.py`` runs several worker processes.
 """

@@ -27,8 +27,8 @@ from postkit.queue import Job, QueueClient, WorkListener, protocol
 from postkit.queue.executor import run as run_call
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
-from postkit.worker.executor import Executor
-from postkit.worker.outcomes import Outcomes
+from postkit.worker.job_executor import JobExecutor
+from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool, asynchronous_commit
 
 logger = logging.getLogger("postkit.worker")
@@ -51,8 +51,8 @@ class Fetcher:
     def __init__(
         self,
         claims: Claims,
-        executor: Executor,
-        outcomes: Outcomes,
+        executor: JobExecutor,
+        outcomes: OutcomeLog,
         pool: WorkerPool,
         *,
         dsn: str,

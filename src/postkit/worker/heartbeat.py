@@ -16,7 +16,7 @@ import psycopg_pool
 
 from postkit.queue import Job, QueueClient
 from postkit.worker.claims import Claims, claim_seconds
-from postkit.worker.executor import Executor
+from postkit.worker.job_executor import JobExecutor
 from postkit.worker.outcomes import job_fields
 from postkit.worker.pool import WorkerPool
 
@@ -30,7 +30,7 @@ class Heartbeat:
     def __init__(
         self,
         claims: Claims,
-        executor: Executor,
+        executor: JobExecutor,
         pool: WorkerPool,
         *,
         poll_interval: float,

@@ -60,7 +60,7 @@ def job_fields(job: Job, event: str, **more: Any) -> dict[str, Any]:
     return {"event": event, "job_id": job.id, "queue": job.queue, "attempt": job.attempts, **more}
 
 
-class Outcomes:
+class OutcomeLog:
     """Counts each settled job in the worker's stats and logs how it ended. Thread-safe."""
 
     def __init__(self, stats: WorkerStats) -> None:
@@ -110,4 +110,4 @@ class Outcomes:
             setattr(self.stats, counter, getattr(self.stats, counter) + number)
 
 
-__all__ = ["Outcomes", "error_summary", "job_fields", "settle_call"]
+__all__ = ["OutcomeLog", "error_summary", "job_fields", "settle_call"]

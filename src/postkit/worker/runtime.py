@@ -74,10 +74,10 @@ import psycopg_pool
 from postkit.queue import QueueClient
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
-from postkit.worker.executor import Executor
 from postkit.worker.fetcher import Fetcher, retry_backoff
 from postkit.worker.handlers import Handlers
 from postkit.worker.heartbeat import Heartbeat
+from postkit.worker.job_executor import JobExecutor
 from postkit.worker.maintenance import (
     JobsVacuum,
     Maintenance,
@@ -86,7 +86,7 @@ from postkit.worker.maintenance import (
     RoundReport,
     Schedules,
 )
-from postkit.worker.outcomes import Outcomes, job_fields
+from postkit.worker.outcomes import OutcomeLog, job_fields
 from postkit.worker.pool import WorkerPool
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import start_thread
@@ -199,13 +199,13 @@ class Worker:
         self.report_interval = report_interval
         self._report = report
         self.stats = WorkerStats()
-        self._outcomes = Outcomes(self.stats)
+        self._outcomes = OutcomeLog(self.stats)
         self._claims = Claims()
         self._stopping = threading.Event()
         self._closed = threading.Event()
         self._signals = 0
         self._failure: BaseException | None = None
-        self._executor = Executor(
+        self._executor = JobExecutor(
             self.handlers,
             self._claims,
             self._outcomes,

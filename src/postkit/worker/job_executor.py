@@ -28,7 +28,7 @@ from postkit.queue.executor import run as run_call
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.handlers import Handlers, HandlerSpec
-from postkit.worker.outcomes import Outcomes, error_summary, job_fields, settle_call
+from postkit.worker.outcomes import OutcomeLog, error_summary, job_fields, settle_call
 from postkit.worker.pool import WorkerPool
 from postkit.worker.threads import start_thread
 
@@ -38,14 +38,14 @@ _SETTLE_TRIES = 5
 _TRANSACTION_TRIES = 3
 
 
-class Executor:
+class JobExecutor:
     """Runs the handlers of claimed jobs and settles each job. See the module docstring."""
 
     def __init__(
         self,
         handlers: Handlers,
         claims: Claims,
-        outcomes: Outcomes,
+        outcomes: OutcomeLog,
         *,
         namespace: str,
         concurrency: int,
@@ -299,4 +299,4 @@ def _settle_errors_logged(job: Job) -> Iterator[None]:
         )
 
 
-__all__ = ["Executor"]
+__all__ = ["JobExecutor"]
