@@ -1,8 +1,9 @@
 """Exponential backoff: the one way the worker runtime spaces out its tries after failures.
 
 Every retry loop of the runtime (claims, the listener, settles, maintenance, the supervisor's
-restarts) waits ``Backoff`` delays, each with its own base and cap: the claim path comes back
-within a second of the server's return, retention and vacuum need not.
+restarts) waits ``Backoff`` delays. The loops of the claim path use :meth:`Backoff.claim_path`,
+to be back within a second of the server's return; settles and housekeeping use
+:meth:`Backoff.housekeeping`, which need not hurry.
 """
 
 from __future__ import annotations
@@ -33,6 +34,19 @@ class Backoff:
     def __post_init__(self) -> None:
         if not self.base > 0 or not self.cap > 0 or not 0 <= self.jitter < 1:
             raise ValueError("base and cap must be positive and jitter in [0, 1)")
+
+    @classmethod
+    def claim_path(cls) -> Backoff:
+        """For the claim path and what it waits on (claims, acks, the listener, rescue and
+        schedules): 0.2 s, 0.4 s, 0.8 s, then every second, jittered. A try costs one
+        connection attempt, and the worker is back within a second of the server accepting
+        connections again."""
+        return cls(base=0.2, cap=1.0, jitter=0.5)
+
+    @classmethod
+    def housekeeping(cls, *, jitter: float = 0.5) -> Backoff:
+        """For settles that failed, retention and vacuum: from 0.2 s doubling up to 30 s."""
+        return cls(base=0.2, cap=30.0, jitter=jitter)
 
     def delay(self, failures: int) -> float:
         """The wait after ``failures`` (1 or more) consecutive failures."""

@@ -33,16 +33,7 @@ from postkit.worker.pool import WorkerPool, asynchronous_commit
 
 logger = logging.getLogger("postkit.worker")
 
-# The longest wait between two tries to reach the database while it is away: a retry costs
-# one connection attempt, and the worker is back within this long of the server accepting
-# connections again.
-_MAX_RETRY = 1.0
 _LISTENER_DOWN_POLL = 1.0
-
-
-def retry_backoff() -> Backoff:
-    """The backoff of the claim path's retries: 0.2 s, 0.4 s, 0.8 s, then every second."""
-    return Backoff(base=0.2, cap=_MAX_RETRY, jitter=0.5)
 
 
 class Fetcher:
@@ -104,7 +95,7 @@ class Fetcher:
     def run(self) -> None:
         """Claim, settle and wait until ``stopping`` is set. Database errors are retried,
         at most a second apart; any other error ends the loop."""
-        backoff = retry_backoff()
+        backoff = Backoff.claim_path()
         last_look = time.monotonic()
         want_jobs = True
         claims = self.claims
@@ -231,6 +222,7 @@ class Fetcher:
         """Acknowledge the jobs that finish until none is left claimed or ``deadline``
         (time.monotonic()) passes."""
         claims = self.claims
+        backoff = Backoff.claim_path()
         while True:
             with claims.lock:
                 claims.lock.wait_for(
@@ -244,7 +236,7 @@ class Fetcher:
                     self.settle_and_claim(acks, 0)
                 except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                     logger.warning("could not acknowledge %d job(s) (%s)", len(acks), exc)
-                    time.sleep(_MAX_RETRY)
+                    time.sleep(backoff.failure())
             if done or time.monotonic() >= deadline:
                 return
 
@@ -261,7 +253,7 @@ class Fetcher:
         after a backoff that grew while it was down. A refusal of the listener's statements
         (a privilege or the schema missing) is retried the same way."""
         listener: WorkListener | None = None
-        backoff = retry_backoff()
+        backoff = Backoff.claim_path()
         while not self._closed.is_set():
             try:
                 if listener is None:
@@ -371,4 +363,4 @@ def _refusal_as_driver_error() -> Iterator[None]:
         raise exc.__cause__ from None
 
 
-__all__ = ["Fetcher", "retry_backoff"]
+__all__ = ["Fetcher"]

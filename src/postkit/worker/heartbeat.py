@@ -74,6 +74,8 @@ class Heartbeat:
                 if self._closed.is_set():
                     return
                 logger.warning("heartbeat failed (%s)", exc, extra={"event": "heartbeat_error"})
+                # Not a growing backoff: the next try must come well within the shortest claim's
+                # timeout, or the job is lost while the database is merely slow.
                 self._closed.wait(min(1.0, min(claim_seconds(job) for job in due_jobs) / 6))
                 continue
             extended = time.monotonic()

@@ -68,7 +68,7 @@ class JobExecutor:
         self._sync_jobs: stdlib_queue.SimpleQueue[tuple[Job, HandlerSpec]] = (
             stdlib_queue.SimpleQueue()
         )
-        self._settle_backoff = Backoff(base=0.2, cap=30.0)
+        self._settle_backoff = Backoff.housekeeping(jitter=0.0)
 
     def start(self, pool: WorkerPool, *, with_event_loop: bool) -> None:
         """Start the handler threads, and the event loop for ``async def`` handlers."""

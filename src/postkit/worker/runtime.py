@@ -74,7 +74,7 @@ import psycopg_pool
 from postkit.queue import QueueClient
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
-from postkit.worker.fetcher import Fetcher, retry_backoff
+from postkit.worker.fetcher import Fetcher
 from postkit.worker.handlers import Handlers
 from postkit.worker.heartbeat import Heartbeat
 from postkit.worker.job_executor import JobExecutor
@@ -224,7 +224,7 @@ class Worker:
                     Rescue(interval=tick_interval, jitter=0.5),
                     Schedules(interval=_SCHEDULE_LOOK),
                 ],
-                backoff=retry_backoff(),
+                backoff=Backoff.claim_path(),
                 pooler=pooler,
                 asynchronous_commit=not pooler,
             ),
@@ -235,7 +235,7 @@ class Worker:
                     Prune(interval=tick_interval, jitter=0.5),
                     *([self._vacuum] if self._vacuum is not None else []),
                 ],
-                backoff=Backoff(base=0.2, cap=30.0, jitter=0.5),
+                backoff=Backoff.housekeeping(),
                 pooler=pooler,
                 asynchronous_commit=not pooler,
             ),
