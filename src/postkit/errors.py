@@ -107,14 +107,19 @@ class RetryLater(PostkitError):
     instead of the queue's exponential backoff. It still counts as a failed attempt."""
 
     def __init__(self, message: str = "retry requested", *, delay: float | timedelta) -> None:
+        # Imported here: the SDK's modules import this one. The limit is nack's backoff's.
+        from postkit.queue.limits import DURATIONS
+
+        longest = DURATIONS["backoff"].maximum
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
-            or not (0 <= seconds <= 30 * 86400)
+            or not (0 <= seconds <= longest.total_seconds())
         ):
             raise InvalidDurationError(
-                f"RetryLater delay must be between 0 seconds and 30 days, got {delay!r}"
+                f"RetryLater delay must be between 0 seconds and {longest.days} days, "
+                f"got {delay!r}"
             )
         super().__init__(message)
         self.delay = delay

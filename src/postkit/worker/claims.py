@@ -16,10 +16,13 @@ from postkit.queue import Job
 
 
 def claim_seconds(job: Job) -> float:
-    """How long ``job``'s claim lasts: the visibility timeout it was claimed with (the
-    built-in 30 s for a job that does not say, which a claimed job always does)."""
+    """How long ``job``'s claim lasts: the visibility timeout it was claimed with.
+
+    Raises:
+        ValueError: ``job`` is not a claimed job (pull always returns its claim's times).
+    """
     if job.visible_until is None or job.claimed_at is None:
-        return 30.0
+        raise ValueError(f"job {job.id} carries no claim")
     return (job.visible_until - job.claimed_at).total_seconds()
 
 
