@@ -118,8 +118,7 @@ class RetryLater(PostkitError):
             or not (0 <= seconds <= longest.total_seconds())
         ):
             raise InvalidDurationError(
-                f"RetryLater delay must be between 0 seconds and {longest.days} days, "
-                f"got {delay!r}"
+                f"RetryLater delay must be between 0 seconds and {longest.days} days, got {delay!r}"
             )
         super().__init__(message)
         self.delay = delay

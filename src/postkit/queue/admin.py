@@ -9,20 +9,12 @@ caller's transaction (commit afterwards) and need the queue's owner or a superus
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from postkit import errors
 from postkit.queue import executor
-from postkit.queue.protocol import Call, Rows
-
-Access = Literal["producer", "worker", "operator"]
-ACCESS_KINDS: tuple[Access, ...] = ("producer", "worker", "operator")
-OWNER_QUERIES = ("grant_access", "revoke_access", "enable_tenant_isolation", "assign_namespace")
-"""The statements of queries.sql that only the queue's owner (or a superuser) may run."""
-
-
-def _nothing(rows: Rows) -> None:
-    return None
+from postkit.queue.protocol import Call
+from postkit.queue.protocol import admin as calls
+from postkit.queue.protocol.admin import ACCESS_KINDS, OWNER_QUERIES, Access
 
 
 def _run(cursor: Any, call: Call[Any]) -> Any:
@@ -36,9 +28,7 @@ def grant_access(cursor: Any, role: str, access: Access) -> None:
     Raises:
         InvalidAccessError: no such role, or an unknown access kind.
     """
-    if access not in ACCESS_KINDS:
-        raise errors.InvalidAccessError(f"access must be one of {', '.join(ACCESS_KINDS)}")
-    _run(cursor, Call("grant_access", {"role": role, "access": access}, _nothing))
+    _run(cursor, calls.grant_access(role, access))
 
 
 def revoke_access(cursor: Any, role: str) -> bool:
@@ -47,14 +37,13 @@ def revoke_access(cursor: Any, role: str) -> bool:
     Raises:
         InvalidAccessError: no such role.
     """
-    call = Call("revoke_access", {"role": role}, lambda rows: bool(rows[0]["revoked"]))
-    return bool(_run(cursor, call))
+    return bool(_run(cursor, calls.revoke_access(role)))
 
 
 def enable_tenant_isolation(cursor: Any) -> None:
     """Turn on row-level security: from now on each role other than the owner sees and
     changes only the rows of the namespaces assigned to it, through Postkit or by hand."""
-    _run(cursor, Call("enable_tenant_isolation", {}, _nothing))
+    _run(cursor, calls.enable_tenant_isolation())
 
 
 def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
@@ -64,4 +53,15 @@ def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
         InvalidAccessError: no such role.
         InvalidNameError: an invalid namespace.
     """
-    _run(cursor, Call("assign_namespace", {"namespace": namespace, "role": role}, _nothing))
+    _run(cursor, calls.assign_namespace(namespace, role))
+
+
+__all__ = [
+    "ACCESS_KINDS",
+    "OWNER_QUERIES",
+    "Access",
+    "assign_namespace",
+    "enable_tenant_isolation",
+    "grant_access",
+    "revoke_access",
+]
