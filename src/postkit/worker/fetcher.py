@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -250,15 +250,15 @@ class Fetcher:
 
         A lost connection is retried with backoff, cut short when the claim loop reaches the
         database again: after a restart the listener is back as soon as the server is, not
-        after a backoff that grew while it was down. A refusal of the listener's statements
-        (a privilege or the schema missing) is retried the same way."""
+        after a backoff that grew while it was down. A refusal by the database (a privilege or
+        the schema missing), of the listener's statements or of the claim it makes when woken,
+        is retried the same way."""
         listener: WorkListener | None = None
         backoff = Backoff.claim_path()
         while not self._closed.is_set():
             try:
                 if listener is None:
-                    with _refusal_as_driver_error():
-                        listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+                    listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
                     asynchronous_commit(listener.connection)  # it claims, as the pool does
                     with self.claims.lock:
                         self._listener = listener
@@ -269,8 +269,7 @@ class Fetcher:
                     continue
                 if self._closed.is_set():
                     break
-                with _refusal_as_driver_error():
-                    woken = listener.wait_for_work(timeout=self.poll_interval)
+                woken = listener.wait_for_work(timeout=self.poll_interval)
                 if woken:
                     if self._closed.is_set():
                         break
@@ -283,7 +282,14 @@ class Fetcher:
                     # job would otherwise make wait_for_work return at once, over and over.
                     while not self._hint_taken.wait(0.5) and not self._closed.is_set():
                         pass
-            except psycopg.Error as exc:
+            except (psycopg.Error, errors.PostkitError) as exc:
+                # A refusal by the database (a privilege, the schema missing: the SDK's
+                # exception, chained to the driver's error) is retried like a lost connection;
+                # any other PostkitError is a bug to surface.
+                if isinstance(exc, errors.PostkitError) and not isinstance(
+                    exc.__cause__, psycopg.Error
+                ):
+                    raise
                 with self.claims.lock:
                     self._listener = None
                 if listener is not None:
@@ -348,19 +354,6 @@ class Fetcher:
             logger.debug("claim on wake-up failed (%s); the claim loop retries", exc)
         finally:
             self._claiming.release()
-
-
-@contextlib.contextmanager
-def _refusal_as_driver_error() -> Iterator[None]:
-    """Raise the driver's error that the SDK translated (a refusal by the database) instead of
-    the SDK's exception, so that the listener loop retries a refusal of the listener's own
-    statements as it retries a lost connection. Claims keep the SDK's exceptions."""
-    try:
-        yield
-    except errors.PostkitError as exc:
-        if not isinstance(exc.__cause__, psycopg.Error):
-            raise
-        raise exc.__cause__ from None
 
 
 __all__ = ["Fetcher"]
