@@ -28,7 +28,13 @@ from postkit.queue.executor import run as run_call
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.handlers import Handlers, HandlerSpec
-from postkit.worker.outcomes import OutcomeLog, error_summary, job_fields, settle_call
+from postkit.worker.outcomes import (
+    OutcomeLog,
+    SettleAction,
+    error_summary,
+    job_fields,
+    settle_call,
+)
 from postkit.worker.pool import WorkerPool
 from postkit.worker.threads import start_thread
 
@@ -117,7 +123,7 @@ class JobExecutor:
     def settle(
         self,
         job: Job,
-        action: str,
+        action: SettleAction,
         started: float,
         *,
         error: str | None = None,

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Literal
 
 from postkit.queue import Job, Outcome, QueueClient
 from postkit.worker.stats import WorkerStats
@@ -32,10 +32,14 @@ _MESSAGES = {
 }
 
 
+SettleAction = Literal["ack", "nack", "fail"]
+"""How the worker settles a job whose handler ended: it succeeded, it may be retried, or never."""
+
+
 def settle_call(
-    client: QueueClient, job: Job, action: str, error: str | None, backoff: float | None
+    client: QueueClient, job: Job, action: SettleAction, error: str | None, backoff: float | None
 ) -> Outcome:
-    """Ack, nack or fail ``job`` (``action``: "ack", "nack" or "fail"); return the outcome."""
+    """Ack, nack or fail ``job``; return the outcome."""
     if action == "ack":
         return Outcome.COMPLETED if client.ack(job) else Outcome.STALE
     if action == "fail":
@@ -110,4 +114,4 @@ class OutcomeLog:
             setattr(self.stats, counter, getattr(self.stats, counter) + number)
 
 
-__all__ = ["OutcomeLog", "error_summary", "job_fields", "settle_call"]
+__all__ = ["OutcomeLog", "SettleAction", "error_summary", "job_fields", "settle_call"]
