@@ -161,11 +161,12 @@ class Operations:
         return self._run(protocol.cancel(self._namespace, job_id))
 
     def pause_queue(self, queue: str) -> bool:
-        """Stop handing out jobs of ``queue``; pushes are still accepted. Returns True."""
+        """Stop handing out jobs of ``queue``; pushes are still accepted. Returns whether the
+        queue is paused: True."""
         return self._run(protocol.set_queue_paused(self._namespace, queue, paused=True))
 
     def resume_queue(self, queue: str) -> bool:
-        """Hand out jobs of ``queue`` again. Returns False (not paused)."""
+        """Hand out jobs of ``queue`` again. Returns whether the queue is paused: False."""
         return self._run(protocol.set_queue_paused(self._namespace, queue, paused=False))
 
     def purge_queue(

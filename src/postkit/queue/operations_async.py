@@ -160,11 +160,12 @@ class AsyncOperations:
         return await self._run(protocol.cancel(self._namespace, job_id))
 
     async def pause_queue(self, queue: str) -> bool:
-        """Stop handing out jobs of ``queue``; pushes are still accepted. Returns True."""
+        """Stop handing out jobs of ``queue``; pushes are still accepted. Returns whether the
+        queue is paused: True."""
         return await self._run(protocol.set_queue_paused(self._namespace, queue, paused=True))
 
     async def resume_queue(self, queue: str) -> bool:
-        """Hand out jobs of ``queue`` again. Returns False (not paused)."""
+        """Hand out jobs of ``queue`` again. Returns whether the queue is paused: False."""
         return await self._run(protocol.set_queue_paused(self._namespace, queue, paused=False))
 
     async def purge_queue(
