@@ -660,8 +660,6 @@ RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_deleted bigint;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, false);
@@ -669,12 +667,9 @@ BEGIN
         RAISE EXCEPTION 'postkit: older_than must not be null' USING ERRCODE = 'PKQ05';
     END IF;
     PERFORM postkit_queue.check_duration('older_than', p_older_than, true, interval '3650 days');
-    PERFORM postkit_queue.require_operator('purge dead letters');
-    DELETE FROM postkit_queue.dead_letters d
-    WHERE d.namespace = p_namespace AND (p_queue IS NULL OR d.queue = p_queue)
-      AND d.failed_at < postkit_queue.clock() - p_older_than;
-    GET DIAGNOSTICS v_deleted = ROW_COUNT;
-    RETURN v_deleted;
+    -- The cutoff purge, with the cutoff read from the queue's clock now.
+    RETURN postkit_queue.purge_dead_letters_before(
+        p_namespace, postkit_queue.clock() - p_older_than, p_queue);
 END
 $$;
 
