@@ -189,7 +189,7 @@ def _log_start(
     without its password)."""
     import logging
 
-    from postkit.logs import REPORT_LOGGER
+    from postkit.cli.logs import REPORT_LOGGER
 
     shown = mask_password(dsn)
     logging.getLogger(REPORT_LOGGER).info(
@@ -363,7 +363,7 @@ def worker(
     supervised: bool,
     dsn: str | None,
 ) -> None:
-    from postkit.logs import ThroughputReport, configure_logging
+    from postkit.cli.logs import ThroughputReport, configure_logging
     from postkit.worker import Worker
     from postkit.worker.supervisor import Supervisor
 
