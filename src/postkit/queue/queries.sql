@@ -223,7 +223,7 @@ SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cr
        s.created_at, s.updated_at, s.broken_at, s.broken_reason, postkit_queue.clock() AS now
 FROM postkit_queue.due_schedules(%(namespace)s, %(limit)s::integer) AS s;
 
--- name: fire_schedule
+-- name: fire_schedule_run
 SELECT r.job_id, r.broken_reason
 FROM postkit_queue.fire_schedule_run(
     %(namespace)s, %(name)s, %(due_at)s::pg_catalog.timestamptz, %(next_run_at)s::pg_catalog.timestamptz) AS r;

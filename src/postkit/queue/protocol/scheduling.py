@@ -162,7 +162,7 @@ def fire_schedule(namespace: str, run: DueRun) -> Call[Fired | BrokenSchedule | 
             return BrokenSchedule(run.schedule.name, run.schedule.next_run_at, reason)
         return Fired(run.schedule.name, job_id, run.schedule.next_run_at, next_run_at)
 
-    return Call("fire_schedule", params, parse)
+    return Call("fire_schedule_run", params, parse)
 
 
 def mark_schedule_broken(namespace: str, run: DueRun) -> Call[BrokenSchedule | None]:
