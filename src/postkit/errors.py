@@ -74,6 +74,11 @@ class InvalidClaimTokenError(ValidationError):
     claim token or the worker_id the job was claimed under."""
 
 
+class InvalidWorkerError(ValidationError):
+    """A worker's registration is invalid: its kind is not worker or ticker, or its pid or
+    concurrency is out of range."""
+
+
 class JobRunningError(PostkitError):
     """The job is running: its worker holds the claim, so it cannot be cancelled."""
 
@@ -139,6 +144,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ11": InvalidAccessError,
     "PKQ12": SchemaMismatchError,
     "PKQ13": InvalidClaimTokenError,
+    "PKQ14": InvalidWorkerError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -197,6 +203,7 @@ __all__ = [
     "InvalidPriorityError",
     "InvalidScheduleError",
     "InvalidStateError",
+    "InvalidWorkerError",
     "JobRunningError",
     "PermanentError",
     "PermissionDeniedError",

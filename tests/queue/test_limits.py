@@ -79,6 +79,9 @@ def duration(what: str) -> Callable[[str, Any], object]:
         "older_than": lambda ns, v: protocol.purge_dead_letters(
             ns, older_than=value(v), queue=None
         ),
+        "heartbeat_interval": lambda ns, v: protocol.register_worker(
+            ns, "w", **{**REGISTRATION, "heartbeat_interval": value(v)}
+        ),
     }[what]
 
 
@@ -95,10 +98,37 @@ DURATION_SQL = {
     ),
     "retain_dead": f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_dead => {V})",
     "older_than": f"SELECT postkit_queue.purge_dead_letters(%(ns)s, {V})",
+    "heartbeat_interval": (
+        f"SELECT postkit_queue.register_worker(%(ns)s, 'w', 'worker', 'h', 1, '{{}}', 1, 'v', {V})"
+    ),
 }
 assert set(DURATION_SQL) == set(limits.DURATIONS)
 
+REGISTRATION: dict[str, object] = {
+    "kind": "worker",
+    "host": "h",
+    "pid": 1,
+    "queues": [],
+    "concurrency": 1,
+    "version": "v",
+    "heartbeat_interval": 5,
+}
+REGISTER_SQL = (
+    "SELECT postkit_queue.register_worker("
+    "%(ns)s, 'w', 'worker', 'h', {pid}, '{{}}', {c}, 'v', interval '5 s')"
+)
+
 LIMIT_CASES: dict[str, Limit] = {
+    "worker-pid": Limit(
+        lambda ns, v: protocol.register_worker(ns, "w", **{**REGISTRATION, "pid": v}),
+        REGISTER_SQL.format(pid="%(v)s", c=1),
+        around(limits.WORKER_PID),
+    ),
+    "worker-concurrency": Limit(
+        lambda ns, v: protocol.register_worker(ns, "w", **{**REGISTRATION, "concurrency": v}),
+        REGISTER_SQL.format(pid=1, c="%(v)s"),
+        around(limits.WORKER_CONCURRENCY),
+    ),
     "priority": Limit(
         lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "priority": v}),
         "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_priority => %(v)s)",

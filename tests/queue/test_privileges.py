@@ -770,3 +770,47 @@ def test_an_infinite_clock_offset_is_refused_before_anything_is_stored(
 
     with pytest.raises(errors.InvalidDurationError, match="finite"):
         queue.push("emails", {})
+
+
+REGISTRATION: dict[str, Any] = {
+    "host": "h",
+    "pid": 1,
+    "queues": ["q"],
+    "concurrency": 1,
+    "version": "v",
+    "heartbeat_interval": 5,
+}
+
+
+def test_workers_register_themselves_and_only_operators_read_the_registry(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    producer = client(make_login("producer"), namespace)
+    worker = client(make_login("worker"), namespace)
+    operator = client(make_login("operator"), namespace)
+
+    with pytest.raises(errors.PermissionDeniedError):
+        producer.register_worker("p1", **REGISTRATION)
+    worker.register_worker("w1", **REGISTRATION)
+    assert worker.worker_heartbeat("w1") is True
+    with pytest.raises(errors.PermissionDeniedError):
+        worker.workers()
+    assert [w.worker_id for w in operator.workers()] == ["w1"]
+    assert worker.deregister_worker("w1") is True
+    assert operator.workers() == []
+
+
+def test_under_isolation_a_tenant_neither_sees_nor_touches_another_tenants_workers(
+    make_login: MakeLogin, isolated: None
+) -> None:
+    ours = client(make_login("worker", namespaces=("ours",)), "ours")
+    theirs_worker = client(make_login("worker", namespaces=("theirs",)), "theirs")
+    theirs_operator = client(make_login("operator", namespaces=("theirs",)), "theirs")
+    ours.register_worker("w1", **REGISTRATION)
+
+    sneaky = QueueClient(theirs_worker.cursor, namespace="ours")
+    with pytest.raises(errors.PermissionDeniedError):
+        sneaky.register_worker("w2", **REGISTRATION)
+    assert sneaky.worker_heartbeat("w1") is False
+    assert sneaky.deregister_worker("w1") is False
+    assert QueueClient(theirs_operator.cursor, namespace="ours").workers() == []

@@ -11,7 +11,15 @@ from postkit.queue.client import QueueClient
 from postkit.queue.client_async import AsyncQueueClient
 from postkit.queue.listen import WorkListener
 from postkit.queue.listen_async import AsyncWorkListener
-from postkit.queue.records import DeadLetter, Job, JobState, NackOutcome, Outcome, QueuePolicy
+from postkit.queue.records import (
+    DeadLetter,
+    Job,
+    JobState,
+    NackOutcome,
+    Outcome,
+    QueuePolicy,
+    WorkerInfo,
+)
 from postkit.queue.schema import (
     InstallResult,
     install,
@@ -33,6 +41,7 @@ __all__ = [
     "QueueClient",
     "QueuePolicy",
     "WorkListener",
+    "WorkerInfo",
     "install",
     "install_async",
     "install_script",

@@ -117,6 +117,12 @@ MAX_PAYLOAD_BYTES = Bounds(1, 104_857_600)
 JOB_ID = Bounds(-(2**63), 2**63 - 1)
 BATCH_PAYLOADS = 100_000
 """At most this many payloads per ``push_batch``."""
+WORKER_PID = Bounds(1, 2**31 - 1)
+"""A registered worker's process id."""
+WORKER_CONCURRENCY = Bounds(0, 100_000)
+"""A registered worker's concurrency (0 for a ticker, which runs no jobs)."""
+WORKER_KINDS = ("worker", "ticker")
+"""What a registered process is: a worker that runs jobs, or a ticker (``postkit tick``)."""
 
 LIMITS: dict[str, Bounds] = {
     "pull": Bounds(1, 1000),
@@ -161,6 +167,7 @@ DURATIONS: dict[str, DurationRule] = {
     "retain_completed": DurationRule(False, timedelta(days=3650)),
     "retain_dead": DurationRule(False, timedelta(days=3650)),
     "older_than": DurationRule(True, timedelta(days=3650)),
+    "heartbeat_interval": DurationRule(False, timedelta(days=1)),
 }
 """Each duration argument and its rule, by the argument's name."""
 

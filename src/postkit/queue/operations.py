@@ -28,6 +28,7 @@ from postkit.queue.records import (
     QueueStats,
     Redriven,
     Schedule,
+    WorkerInfo,
 )
 
 T = TypeVar("T")
@@ -205,6 +206,58 @@ class Operations:
         they stay known while idle: a settings row of built-in defaults for each queue that
         has none. Returns how many were new."""
         return self._run(protocol.register_queues(self._namespace, queues))
+
+    def register_worker(
+        self,
+        worker_id: str,
+        *,
+        kind: str = "worker",
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        concurrency: int,
+        version: str,
+        heartbeat_interval: Duration,
+    ) -> None:
+        """Record that a worker (``kind`` 'worker') or a ticker ('ticker') runs, with what it
+        serves, and its first heartbeat; registering the same ``worker_id`` again replaces it.
+        It reads as lost once its last heartbeat is older than three ``heartbeat_interval``.
+
+        Raises:
+            InvalidWorkerError: an unknown kind, or a pid or concurrency out of range.
+        """
+        self._run(
+            protocol.register_worker(
+                self._namespace,
+                worker_id,
+                kind=kind,
+                host=host,
+                pid=pid,
+                queues=queues,
+                concurrency=concurrency,
+                version=version,
+                heartbeat_interval=heartbeat_interval,
+            )
+        )
+
+    def worker_heartbeat(self, worker_id: str) -> bool:
+        """The worker is alive. False when it is not registered (its row was pruned while it
+        was cut off): register it again."""
+        return self._run(protocol.worker_heartbeat(self._namespace, worker_id))
+
+    def deregister_worker(self, worker_id: str) -> bool:
+        """The worker stopped cleanly. False when it was not registered."""
+        return self._run(protocol.deregister_worker(self._namespace, worker_id))
+
+    def workers(self) -> list[WorkerInfo]:
+        """The registered workers and tickers of this namespace, oldest start first, each
+        with whether it is lost. O(workers): it reads no job."""
+        return self._run(protocol.workers(self._namespace))
+
+    def prune_workers(self, *, older_than: Duration = 86400) -> int:
+        """Forget the workers whose last heartbeat is older than ``older_than`` (a day unless
+        given): lost ones. Returns how many."""
+        return self._run(protocol.prune_workers(self._namespace, older_than=older_than))
 
     def outcomes_since(self, since: datetime) -> list[Outcomes]:
         """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of

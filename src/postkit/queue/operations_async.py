@@ -27,6 +27,7 @@ from postkit.queue.records import (
     QueueStats,
     Redriven,
     Schedule,
+    WorkerInfo,
 )
 
 T = TypeVar("T")
@@ -204,6 +205,58 @@ class AsyncOperations:
         they stay known while idle: a settings row of built-in defaults for each queue that
         has none. Returns how many were new."""
         return await self._run(protocol.register_queues(self._namespace, queues))
+
+    async def register_worker(
+        self,
+        worker_id: str,
+        *,
+        kind: str = "worker",
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        concurrency: int,
+        version: str,
+        heartbeat_interval: Duration,
+    ) -> None:
+        """Record that a worker (``kind`` 'worker') or a ticker ('ticker') runs, with what it
+        serves, and its first heartbeat; registering the same ``worker_id`` again replaces it.
+        It reads as lost once its last heartbeat is older than three ``heartbeat_interval``.
+
+        Raises:
+            InvalidWorkerError: an unknown kind, or a pid or concurrency out of range.
+        """
+        await self._run(
+            protocol.register_worker(
+                self._namespace,
+                worker_id,
+                kind=kind,
+                host=host,
+                pid=pid,
+                queues=queues,
+                concurrency=concurrency,
+                version=version,
+                heartbeat_interval=heartbeat_interval,
+            )
+        )
+
+    async def worker_heartbeat(self, worker_id: str) -> bool:
+        """The worker is alive. False when it is not registered (its row was pruned while it
+        was cut off): register it again."""
+        return await self._run(protocol.worker_heartbeat(self._namespace, worker_id))
+
+    async def deregister_worker(self, worker_id: str) -> bool:
+        """The worker stopped cleanly. False when it was not registered."""
+        return await self._run(protocol.deregister_worker(self._namespace, worker_id))
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The registered workers and tickers of this namespace, oldest start first, each
+        with whether it is lost. O(workers): it reads no job."""
+        return await self._run(protocol.workers(self._namespace))
+
+    async def prune_workers(self, *, older_than: Duration = 86400) -> int:
+        """Forget the workers whose last heartbeat is older than ``older_than`` (a day unless
+        given): lost ones. Returns how many."""
+        return await self._run(protocol.prune_workers(self._namespace, older_than=older_than))
 
     async def outcomes_since(self, since: datetime) -> list[Outcomes]:
         """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of

@@ -330,3 +330,25 @@ SELECT postkit_queue.schema_version() AS version;
 
 -- name: schema_version_from_table
 SELECT pg_catalog.max(m.version) AS version FROM postkit_queue.migrations m;
+
+-- name: register_worker
+SELECT postkit_queue.register_worker(
+    %(namespace)s, %(worker_id)s, %(kind)s, %(host)s, %(pid)s::bigint,
+    %(queues)s::pg_catalog.text[], %(concurrency)s::integer, %(version)s,
+    %(heartbeat_interval)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond');
+
+-- name: worker_heartbeat
+SELECT postkit_queue.worker_heartbeat(%(namespace)s, %(worker_id)s) AS found;
+
+-- name: deregister_worker
+SELECT postkit_queue.deregister_worker(%(namespace)s, %(worker_id)s) AS found;
+
+-- name: workers
+SELECT w.worker_id, w.kind, w.host, w.pid, w.queues, w.concurrency, w.version,
+       extract(epoch FROM w.heartbeat_interval)::pg_catalog.float8 AS heartbeat_interval,
+       w.started_at, w.heartbeat_at, w.lost
+FROM postkit_queue.workers(%(namespace)s) AS w;
+
+-- name: prune_workers
+SELECT postkit_queue.prune_workers(
+    %(namespace)s, %(older_than)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS pruned;

@@ -1,8 +1,8 @@
 """What the SDK returns (jobs, dead letters, queue policies and statistics, schedules and what a
-tick fired), each a read-only mapping with a typed attribute view (``job["payload"]`` and
-``job.payload`` are the same value); and the two vocabularies they use, the job states and the
-outcomes, each defined once here and kept in step with the SQL module's enum types
-(``postkit_queue.job_state``, ``postkit_queue.outcome``) by a test."""
+tick fired, registered workers), each a read-only mapping with a typed attribute view
+(``job["payload"]`` and ``job.payload`` are the same value); and the two vocabularies they use,
+the job states and the outcomes, each defined once here and kept in step with the SQL module's
+enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a test."""
 
 from __future__ import annotations
 
@@ -281,3 +281,26 @@ class BrokenSchedule(_RecordMapping):
     name: str
     due_at: datetime
     reason: str
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class WorkerInfo(_RecordMapping):
+    """One registered worker (or ``postkit tick``) of a namespace, as it last reported."""
+
+    worker_id: str
+    kind: str
+    """'worker' (runs jobs) or 'ticker' (``postkit tick``: maintenance only)."""
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    version: str
+    """The Postkit version it runs."""
+    heartbeat_interval: float
+    """Seconds between its heartbeats."""
+    started_at: datetime
+    heartbeat_at: datetime
+    """Its last heartbeat, by the queue's clock."""
+    lost: bool
+    """Its last heartbeat is older than three heartbeat intervals: it was killed or cut off
+    (a clean stop deregisters)."""

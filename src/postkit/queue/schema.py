@@ -125,6 +125,7 @@ _CODE = (
     "batches.sql",
     "operations.sql",
     "schedules.sql",
+    "workers.sql",
     "security.sql",
 )
 

@@ -9,6 +9,7 @@ leaves the caller's transaction as it was, while a refusal by the SQL module abo
 - :mod:`.call`: :class:`Call` and the named statements of ``queries.sql``
 - :mod:`.checks`: argument checks; :mod:`.readers`: row readers
 - :mod:`.lifecycle`, :mod:`.operations`, :mod:`.scheduling`: the calls, one per SDK method
+- :mod:`.workers`: the worker registry
 - :mod:`.session`: the session settings of a worker's connections, and the schema's version
 - :mod:`.cron`: the cron grammar and the next run of a schedule
 """
@@ -82,6 +83,13 @@ from postkit.queue.protocol.session import (
     schema_probe,
     schema_version,
 )
+from postkit.queue.protocol.workers import (
+    deregister_worker,
+    prune_workers,
+    register_worker,
+    worker_heartbeat,
+    workers,
+)
 
 __all__ = [
     "JOB_STATES",
@@ -107,6 +115,7 @@ __all__ = [
     "cron_problem",
     "dead_letters",
     "delete_schedule",
+    "deregister_worker",
     "due_schedules",
     "durable_commit",
     "extend_visibility",
@@ -124,6 +133,7 @@ __all__ = [
     "next_schedule_at",
     "outcomes_since",
     "prune",
+    "prune_workers",
     "pull",
     "pull_any",
     "purge_dead_letters",
@@ -134,6 +144,7 @@ __all__ = [
     "queues",
     "redrive",
     "register_queues",
+    "register_worker",
     "release",
     "save_schedule",
     "schedules",
@@ -149,4 +160,6 @@ __all__ = [
     "vacuum_state",
     "vacuum_unlock",
     "wake",
+    "worker_heartbeat",
+    "workers",
 ]

@@ -16,4 +16,3 @@ CREATE INDEX jobs_pull_idx ON postkit_queue.jobs (namespace, queue, priority DES
     WHERE state = 'pending';
 CREATE INDEX jobs_deadline_idx ON postkit_queue.jobs (namespace, visible_until)
     WHERE state = 'running';
--- schema: 51826e882a7305da

@@ -340,7 +340,7 @@ DECLARE
     v_table text;
 BEGIN
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'queue_stats',
-                                   'queue_settings', 'schedules'] LOOP
+                                   'queue_settings', 'schedules', 'workers'] LOOP
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);
@@ -374,6 +374,8 @@ WITH listed (name, access) AS (VALUES
     ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
     ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),
     ('dead_letters', 'worker'), ('register_queues', 'worker'),
+    ('register_worker', 'worker'), ('worker_heartbeat', 'worker'),
+    ('deregister_worker', 'worker'), ('prune_workers', 'worker'),
     -- Operators inspect and steer.
     ('stats', 'operator'), ('jobs', 'operator'), ('queues', 'operator'),
     ('configure_queue', 'operator'), ('update_queue_settings', 'operator'),
@@ -382,7 +384,8 @@ WITH listed (name, access) AS (VALUES
     ('purge_queue_before', 'operator'), ('cancel', 'operator'), ('redrive', 'operator'),
     ('purge_dead_letters', 'operator'), ('purge_dead_letters_before', 'operator'),
     ('save_schedule', 'operator'), ('schedules', 'operator'),
-    ('set_schedule_paused', 'operator'), ('delete_schedule', 'operator')
+    ('set_schedule_paused', 'operator'), ('delete_schedule', 'operator'),
+    ('workers', 'operator')
 ), unlisted AS (
     DELETE FROM postkit_queue.api a WHERE NOT EXISTS (SELECT FROM listed l WHERE l.name = a.name)
 )

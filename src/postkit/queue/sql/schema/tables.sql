@@ -187,6 +187,24 @@ CREATE TABLE postkit_queue.schedules (
 CREATE INDEX schedules_due_idx ON postkit_queue.schedules (namespace, next_run_at)
     WHERE NOT paused AND broken_at IS NULL;
 
+-- The workers and tickers that run, for operators (workers.sql): one row each, registered at
+-- start, heartbeated while running, deleted on a clean stop or by prune_workers once lost.
+CREATE TABLE postkit_queue.workers (
+    namespace          text        NOT NULL,
+    worker_id          text        NOT NULL,
+    kind               text        NOT NULL CHECK (kind IN ('worker', 'ticker')),
+    host               text        NOT NULL,
+    pid                integer     NOT NULL,
+    queues             text[]      NOT NULL,
+    concurrency        integer     NOT NULL,
+    version            text        NOT NULL,
+    heartbeat_interval interval    NOT NULL,
+    started_at         timestamptz NOT NULL,
+    heartbeat_at       timestamptz NOT NULL,
+    -- Serves every call of workers.sql: the rows of one namespace, or one worker's.
+    PRIMARY KEY (namespace, worker_id)
+);
+
 -- Which roles may use which namespaces, once tenant isolation is on; by role OID, so that a role
 -- dropped and created again under the same name does not inherit the old one's namespaces (and
 -- its jobs). An assignment whose role is gone is dropped by every install (apply_privileges).
