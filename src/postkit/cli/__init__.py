@@ -23,7 +23,7 @@ import click
 import psycopg
 
 from postkit import __version__
-from postkit.cli import demo, dlq, install, ops, queue, schedule, tick, worker
+from postkit.cli import demo, dlq, install, ops, queue, schedule, tick, worker, workers
 from postkit.errors import PostkitError, ValidationError
 
 __all__ = ["main"]
@@ -82,6 +82,7 @@ def main() -> None:
       postkit schedule list          recurring jobs (and schedule create, pause, resume,
                                      delete)
       postkit tick                   reclaim expired claims, fire schedules, prune
+      postkit workers                which workers and tickers run, and which were lost
     """
 
 
@@ -97,3 +98,4 @@ main.add_command(dlq.dlq)
 main.add_command(queue.queue_group)
 main.add_command(schedule.schedule)
 main.add_command(tick.tick)
+main.add_command(workers.workers)

@@ -82,6 +82,7 @@ from postkit.worker.maintenance import (
     JobsVacuum,
     Maintenance,
     Prune,
+    Registry,
     Rescue,
     RoundReport,
     Schedules,
@@ -221,6 +222,13 @@ class Worker:
                 dsn,
                 namespace,
                 [
+                    Registry(
+                        self.worker_id,
+                        kind="worker",
+                        queues=self.queues,
+                        concurrency=concurrency,
+                        interval=tick_interval,
+                    ),
                     Rescue(interval=tick_interval, jitter=0.5),
                     Schedules(interval=_SCHEDULE_LOOK),
                 ],

@@ -5,10 +5,12 @@ by ``postkit tick``.
 - :class:`Rescue`: reclaim expired claims (``tick_timeouts``);
 - :class:`Schedules`: fire due schedules (``tick_schedules``), waking for the next one;
 - :class:`Prune`: apply retention (``prune``);
-- :class:`JobsVacuum`: vacuum the jobs table when claims left enough dead rows in it.
+- :class:`JobsVacuum`: vacuum the jobs table when claims left enough dead rows in it;
+- :class:`Registry`: keep the process in the worker registry, and take it out on a clean stop.
 """
 
 from postkit.worker.maintenance.prune import Prune
+from postkit.worker.maintenance.registry import Registry
 from postkit.worker.maintenance.report import RoundReport
 from postkit.worker.maintenance.rescue import Rescue
 from postkit.worker.maintenance.runner import Maintenance, OnError
@@ -21,6 +23,7 @@ __all__ = [
     "Maintenance",
     "OnError",
     "Prune",
+    "Registry",
     "Rescue",
     "RoundReport",
     "Schedules",

@@ -1,5 +1,6 @@
 """Prune: apply retention (``prune``): delete archived jobs and dead letters whose retention
-ran out, and outcome counters older than two hours, in bounded batches."""
+ran out, and outcome counters older than two hours, in bounded batches; and forget the workers
+lost for a day (``prune_workers``)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Prune(Service):
     ) -> float:
         pruned = client.prune(limit=self.limit)
         report.pruned = pruned
+        client.prune_workers()  # a day after a lost worker's last heartbeat
         full = max(pruned.completed_jobs, pruned.dead_letters) >= self.limit
         return 0.0 if full else self.next_wait()
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +24,7 @@ import psycopg
 from postkit.queue import QueueClient
 from postkit.worker.backoff import Backoff
 from postkit.worker.maintenance.prune import Prune
+from postkit.worker.maintenance.registry import Registry
 from postkit.worker.maintenance.report import RoundReport
 from postkit.worker.maintenance.rescue import Rescue
 from postkit.worker.maintenance.schedules import Schedules
@@ -29,6 +32,9 @@ from postkit.worker.maintenance.service import Service
 from postkit.worker.pool import asynchronous_commit as commit_asynchronously
 
 logger = logging.getLogger("postkit.worker")
+
+_STOP_CONNECT_TIMEOUT = 5
+"""Seconds the services' stop waits for a connection."""
 
 OnError = Callable[[psycopg.Error, float], None]
 """Called with a database error and the seconds until the next try."""
@@ -76,13 +82,15 @@ class Maintenance:
     @classmethod
     def for_tick(cls, dsn: str, namespace: str, *, interval: float) -> Maintenance:
         """The services of ``postkit tick``: rescue, schedules and retention, each about every
-        ``interval`` seconds (jittered by up to a quarter), schedules also when one falls due.
-        A lost connection is retried after 2, 4, 8 ... times ``interval``, at most a minute
-        (and 64 times ``interval``) apart."""
+        ``interval`` seconds (jittered by up to a quarter), schedules also when one falls due,
+        and the registry, as a ticker. A lost connection is retried after 2, 4, 8 ... times
+        ``interval``, at most a minute (and 64 times ``interval``) apart."""
+        ticker = f"tick-{socket.gethostname()[:100]}-{os.getpid()}"
         return cls(
             dsn,
             namespace,
             [
+                Registry(ticker, kind="ticker", queues=[], concurrency=0, interval=interval),
                 Rescue(interval=interval, jitter=0.25),
                 Schedules(interval=interval, jitter=0.25),
                 Prune(interval=interval, jitter=0.25),
@@ -104,6 +112,8 @@ class Maintenance:
             client = QueueClient(connection.cursor(), namespace=self.namespace)
             for service in self.services:
                 service.run(connection, client, report, eager=True)
+            for service in self.services:
+                service.stop(client)
         finally:
             self._forget(connection)
         report.at = datetime.now(timezone.utc)
@@ -160,6 +170,25 @@ class Maintenance:
         finally:
             if connection is not None:
                 self._forget(connection)
+        self._stop_services()
+
+    def _stop_services(self) -> None:
+        """Let each service undo what running left (the registry deregisters), on a connection
+        :meth:`interrupt` does not cancel: the stop that ended the runner must not cut this
+        short. A database error is logged; the runner stops all the same."""
+        stopping = [s for s in self.services if type(s).stop is not Service.stop]
+        if not stopping:
+            return
+        try:
+            # Bounded: a worker stopping while the database is unreachable must still stop.
+            with self._open(connect_timeout=_STOP_CONNECT_TIMEOUT) as connection:
+                client = QueueClient(connection.cursor(), namespace=self.namespace)
+                for service in stopping:
+                    service.stop(client)
+        except psycopg.Error as exc:
+            logger.warning(
+                "maintenance: could not stop cleanly (%s)", exc, extra={"event": "db_error"}
+            )
 
     def interrupt(self) -> None:
         """Cancel the statement the runner is waiting on, if any: after ``stop`` is set, a
@@ -170,14 +199,19 @@ class Maintenance:
             with contextlib.suppress(psycopg.Error):
                 connection.cancel_safe(timeout=2.0)
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _open(self, **options: Any) -> psycopg.Connection[Any]:
         connection: psycopg.Connection[Any] = psycopg.connect(
             self.dsn,
             autocommit=True,
             **({"prepare_threshold": None} if self.pooler else {}),
+            **options,
         )
         if self.asynchronous_commit:
             commit_asynchronously(connection)
+        return connection
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection = self._open()
         with self._lock:
             self._connection = connection
         return connection

@@ -61,5 +61,13 @@ class Service(abc.ABC):
             psycopg.Error: a database error; the runner retries with backoff.
         """
 
+    def stop(self, client: QueueClient) -> None:  # noqa: B027 - most services have nothing to undo
+        """Undo what running left behind, once the runner stops (``client`` is on a connection
+        of its own). Nothing, unless the service says otherwise.
+
+        Raises:
+            psycopg.Error: a database error; the runner logs it and stops all the same.
+        """
+
 
 __all__ = ["Service"]

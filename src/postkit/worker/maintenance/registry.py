@@ -1,0 +1,71 @@
+"""Registry: keep this process in the worker registry (``register_worker``, workers.sql).
+
+It registers at its first run, heartbeats at every run after, registers again when its row is
+gone (pruned while the process was cut off), and deregisters when its runner stops, so that
+operators see which workers and tickers run and which were lost.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+import postkit
+from postkit.queue import QueueClient
+from postkit.worker.maintenance.report import RoundReport
+from postkit.worker.maintenance.service import Service
+
+
+class Registry(Service):
+    """Registers ``worker_id`` as a ``kind`` ('worker' or 'ticker') serving ``queues``, and
+    heartbeats every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        *,
+        kind: str,
+        queues: Sequence[str],
+        concurrency: int,
+        interval: float,
+    ) -> None:
+        super().__init__(interval=interval)
+        self.worker_id = worker_id
+        self.kind = kind
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self._registered = False
+
+    def run(
+        self,
+        connection: psycopg.Connection[Any],
+        client: QueueClient,
+        report: RoundReport,
+        *,
+        eager: bool = False,
+    ) -> float:
+        if not self._registered or not client.worker_heartbeat(self.worker_id):
+            client.register_worker(
+                self.worker_id,
+                kind=self.kind,
+                host=socket.gethostname()[:128] or "unknown",
+                pid=os.getpid(),
+                queues=self.queues,
+                concurrency=self.concurrency,
+                version=postkit.__version__,
+                heartbeat_interval=self.interval,
+            )
+            self._registered = True
+        return self.next_wait()
+
+    def stop(self, client: QueueClient) -> None:
+        if self._registered:
+            client.deregister_worker(self.worker_id)
+            self._registered = False
+
+
+__all__ = ["Registry"]
