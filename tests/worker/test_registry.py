@@ -215,3 +215,27 @@ def test_postkit_workers_shortens_a_long_list_of_queues_in_the_table_not_in_json
     assert "queue-0, queue-1" in row and "(1000 queues)" in row
     assert len(row) < 300
     assert json.loads(as_json.output)[0]["queues"] == queues
+
+
+def test_a_worker_whose_row_goes_while_it_runs_registers_again(
+    dsn: str, namespace: str, reader: QueueClient
+) -> None:
+    worker = Worker(
+        dsn,
+        Handlers({"emails": lambda job: None}),
+        namespace=namespace,
+        worker_id="w-pruned",
+        poll_interval=30,
+        tick_interval=0.2,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        [first] = wait_until(registered(reader, "worker"), "the worker to register")
+        assert reader.deregister_worker("w-pruned") is True  # as a prune would
+
+        [again] = wait_until(registered(reader, "worker"), "the worker to register again")
+        assert (again.worker_id, again.pid) == ("w-pruned", first.pid)
+    finally:
+        worker.stop()
+        thread.join(30)
