@@ -29,6 +29,7 @@ import pytest
 
 from postkit.queue import Job, QueueClient
 from postkit.worker import Handlers, Worker
+from postkit.worker.maintenance import Maintenance
 from tests.signals import wait_until
 
 Q = "pooled"
@@ -69,7 +70,7 @@ def pooled_dsn(dsn: str) -> Iterator[str]:
         + " ".join(f"{key}={value}" for key, value in server.items() if value is not None)
         + "\n[pgbouncer]\n"
         + f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        + "auth_type = any\npool_mode = transaction\n"
+        + f"auth_type = any\npool_mode = transaction\nadmin_users = {server['user']}\n"
         + "default_pool_size = 2\nmax_client_conn = 200\n"
     )
     config.chmod(0o644)
@@ -259,3 +260,27 @@ def table(connect: Callable[..., psycopg.Connection[Any]]) -> Iterator[str]:
     admin.execute(f"CREATE TABLE {name} (job_id bigint PRIMARY KEY)")
     yield name
     admin.execute(f"DROP TABLE {name}")
+
+
+def test_a_ticker_through_the_pooler_stops_within_seconds_while_the_pooler_holds_statements(
+    pooled_dsn: str, namespace: str, client: QueueClient
+) -> None:
+    maintenance = Maintenance.for_tick(pooled_dsn, namespace, interval=60)
+    stop = threading.Event()
+    ticker = threading.Thread(target=maintenance.run_forever, args=(stop,), daemon=True)
+    ticker.start()
+    wait_until(client.workers, "the ticker to register")
+    console = psycopg.conninfo.make_conninfo(pooled_dsn, dbname="pgbouncer")
+    database = psycopg.conninfo.conninfo_to_dict(pooled_dsn)["dbname"]
+
+    # PAUSE holds every statement as PgBouncer does while its server is down, and it ignores
+    # a cancel request for a client that waits so.
+    with psycopg.connect(console, autocommit=True, prepare_threshold=None) as admin:
+        admin.execute(f"PAUSE {database}")
+        try:
+            stop.set()
+            ticker.join(20)
+            alive = ticker.is_alive()
+        finally:
+            admin.execute(f"RESUME {database}")
+    assert not alive, "the ticker's stop waited on the pooler"

@@ -96,6 +96,18 @@ def test_prune_forgets_only_workers_silent_for_longer_than_the_retention(
     assert [w.worker_id for w in queue.workers()] == ["new"]
 
 
+def test_prune_never_forgets_a_worker_that_is_not_lost_however_short_the_retention(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    register(queue, "slow", heartbeat_interval=600)
+    shift_clock(queue, 1200)
+
+    assert queue.prune_workers(older_than=0) == 0
+    assert [(w.worker_id, w.lost) for w in queue.workers()] == [("slow", False)]
+    shift_clock(queue, 1801)
+    assert queue.prune_workers(older_than=0) == 1
+
+
 def test_the_registry_of_one_namespace_is_not_another_s(queue: QueueClient) -> None:
     register(queue)
     other = QueueClient(queue.cursor, namespace=f"{queue.namespace}-other")

@@ -22,6 +22,8 @@ from click.testing import CliRunner
 from postkit.cli import main
 from postkit.queue import QueueClient, WorkerInfo
 from postkit.worker import Handlers, Worker
+from postkit.worker.backoff import Backoff
+from postkit.worker.maintenance import Maintenance, Registry, RoundReport, Service
 from tests.signals import wait_until
 
 
@@ -137,3 +139,103 @@ def test_postkit_workers_says_when_none_is_registered(dsn: str, namespace: str) 
 
     assert result.exit_code == 0
     assert result.output == f"No workers registered in namespace {namespace!r}.\n"
+
+
+@pytest.mark.parametrize(("interval", "heartbeat"), [(2 * 86400, 86400.0), (1e-7, 1e-6)])
+def test_a_ticker_registers_whatever_its_interval_heartbeating_within_the_registry_s_range(
+    dsn: str, namespace: str, reader: QueueClient, interval: float, heartbeat: float
+) -> None:
+    maintenance = Maintenance.for_tick(dsn, namespace, interval=interval)
+    [registry] = [service for service in maintenance.services if isinstance(service, Registry)]
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        client = QueueClient(connection.cursor(), namespace=namespace)
+
+        assert registry.run(connection, client, RoundReport()) <= 86400
+    [tick] = registered(reader, "ticker")()
+    assert tick.heartbeat_interval == heartbeat
+
+
+class _Broken(Service):
+    def run(self, connection: Any, client: QueueClient, report: RoundReport, **_: Any) -> float:
+        raise psycopg.errors.LockNotAvailable("a step fails")
+
+
+def test_a_single_round_leaves_no_registration_behind_even_when_a_step_fails(
+    dsn: str, namespace: str, reader: QueueClient
+) -> None:
+    registry = Registry("tick-once", kind="ticker", queues=[], concurrency=0, interval=5)
+    maintenance = Maintenance(
+        dsn, namespace, [registry, _Broken(interval=5)], backoff=Backoff(base=1, cap=1)
+    )
+
+    with pytest.raises(psycopg.errors.LockNotAvailable):
+        maintenance.run_once()
+    assert reader.workers() == []
+
+
+def test_a_stop_held_by_a_lock_gives_up_deregistering_within_seconds(
+    dsn: str, namespace: str, reader: QueueClient, conn: psycopg.Connection[Any]
+) -> None:
+    maintenance = Maintenance.for_tick(dsn, namespace, interval=60)
+    stop = threading.Event()
+    thread = threading.Thread(target=maintenance.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    wait_until(registered(reader, "ticker"), "the ticker to register")
+
+    # An upgrade's lock, or a PgBouncer whose server is gone: the statement waits, unbounded.
+    conn.execute("LOCK TABLE postkit_queue.workers IN ACCESS EXCLUSIVE MODE")
+    stop.set()
+    thread.join(20)
+    alive = thread.is_alive()
+    conn.rollback()
+    assert not alive, "the stop waited on the lock"
+
+
+def test_postkit_workers_shortens_a_long_list_of_queues_in_the_table_not_in_json(
+    reader: QueueClient, dsn: str, namespace: str
+) -> None:
+    queues = [f"queue-{number}" for number in range(1000)]
+    reader.register_worker(
+        "many",
+        kind="worker",
+        host="h",
+        pid=1,
+        queues=queues,
+        concurrency=1,
+        version="v",
+        heartbeat_interval=5,
+    )
+    options = ["--dsn", dsn, "--namespace", namespace]
+
+    table = CliRunner().invoke(main, ["workers", *options])
+    as_json = CliRunner().invoke(main, ["workers", "--json", *options])
+
+    assert table.exit_code == 0, table.output
+    [_, row] = table.output.splitlines()
+    assert "queue-0, queue-1" in row and "(1000 queues)" in row
+    assert len(row) < 300
+    assert json.loads(as_json.output)[0]["queues"] == queues
+
+
+def test_a_worker_whose_row_goes_while_it_runs_registers_again(
+    dsn: str, namespace: str, reader: QueueClient
+) -> None:
+    worker = Worker(
+        dsn,
+        Handlers({"emails": lambda job: None}),
+        namespace=namespace,
+        worker_id="w-pruned",
+        poll_interval=30,
+        tick_interval=0.2,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        [first] = wait_until(registered(reader, "worker"), "the worker to register")
+        assert reader.deregister_worker("w-pruned") is True  # as a prune would
+
+        [again] = wait_until(registered(reader, "worker"), "the worker to register again")
+        assert (again.worker_id, again.pid) == ("w-pruned", first.pid)
+    finally:
+        worker.stop()
+        thread.join(30)

@@ -8,7 +8,14 @@ import click
 
 from postkit.cli.console import connect
 from postkit.cli.options import operation
-from postkit.cli.output import echo_json, format_duration, format_time, printable, render_table
+from postkit.cli.output import (
+    echo_json,
+    format_duration,
+    format_time,
+    printable,
+    render_table,
+    shorten,
+)
 from postkit.queue import WorkerInfo
 
 
@@ -54,7 +61,7 @@ def workers(namespace: str, dsn: str | None, as_json: bool) -> None:
             row.kind,
             printable(row.host),
             row.pid,
-            printable(", ".join(row.queues)) or "-",
+            _queues(row.queues),
             row.concurrency,
             printable(row.version),
             format_time(row.started_at),
@@ -70,6 +77,20 @@ def workers(namespace: str, dsn: str | None, as_json: bool) -> None:
             f"\n{lost} lost: no heartbeat for over three heartbeat intervals. Their claimed jobs "
             "come back when their claims expire (tick_timeouts)."
         )
+
+
+_QUEUES_WIDTH = 60
+"""The queues a row shows at most, in characters: a worker may serve thousands of queues, and
+one wide cell would pad every row of the table to its width (--json lists them all)."""
+
+
+def _queues(queues: list[str]) -> str:
+    if not queues:
+        return "-"
+    shown = printable(", ".join(queues))
+    if len(shown) <= _QUEUES_WIDTH:
+        return shown
+    return f"{shorten(shown, _QUEUES_WIDTH)} ({len(queues)} queues)"
 
 
 def _ago(row: WorkerInfo, now: datetime) -> str:

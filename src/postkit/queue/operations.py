@@ -255,8 +255,9 @@ class Operations:
         return self._run(protocol.workers(self._namespace))
 
     def prune_workers(self, *, older_than: Duration = 86400) -> int:
-        """Forget the workers whose last heartbeat is older than ``older_than`` (a day unless
-        given): lost ones. Returns how many."""
+        """Forget the lost workers whose last heartbeat is older than ``older_than`` (a day
+        unless given); one that is not lost stays, however short ``older_than``. Returns how
+        many."""
         return self._run(protocol.prune_workers(self._namespace, older_than=older_than))
 
     def outcomes_since(self, since: datetime) -> list[Outcomes]:

@@ -254,8 +254,9 @@ class AsyncOperations:
         return await self._run(protocol.workers(self._namespace))
 
     async def prune_workers(self, *, older_than: Duration = 86400) -> int:
-        """Forget the workers whose last heartbeat is older than ``older_than`` (a day unless
-        given): lost ones. Returns how many."""
+        """Forget the lost workers whose last heartbeat is older than ``older_than`` (a day
+        unless given); one that is not lost stays, however short ``older_than``. Returns how
+        many."""
         return await self._run(protocol.prune_workers(self._namespace, older_than=older_than))
 
     async def outcomes_since(self, since: datetime) -> list[Outcomes]:

@@ -15,14 +15,20 @@ from typing import Any
 import psycopg
 
 import postkit
-from postkit.queue import QueueClient
+from postkit.queue import QueueClient, limits
 from postkit.worker.maintenance.report import RoundReport
 from postkit.worker.maintenance.service import Service
+
+_LONGEST_INTERVAL = limits.DURATIONS["heartbeat_interval"].maximum.total_seconds()
+_SHORTEST_INTERVAL = 1e-6
+"""The registry stores heartbeat intervals from a microsecond to a day (its SQL's range)."""
 
 
 class Registry(Service):
     """Registers ``worker_id`` as a ``kind`` ('worker' or 'ticker') serving ``queues``, and
-    heartbeats every ``interval`` seconds."""
+    heartbeats every ``interval`` seconds, kept within a microsecond and a day: a process whose
+    rounds are days apart (``postkit tick --interval 2d``) still heartbeats daily, so it never
+    reads as lost while it runs."""
 
     def __init__(
         self,
@@ -34,6 +40,7 @@ class Registry(Service):
         interval: float,
     ) -> None:
         super().__init__(interval=interval)
+        self.interval = min(max(interval, _SHORTEST_INTERVAL), _LONGEST_INTERVAL)
         self.worker_id = worker_id
         self.kind = kind
         self.queues = list(queues)

@@ -33,8 +33,8 @@ from postkit.worker.pool import asynchronous_commit as commit_asynchronously
 
 logger = logging.getLogger("postkit.worker")
 
-_STOP_CONNECT_TIMEOUT = 5
-"""Seconds the services' stop waits for a connection."""
+_STOP_TIMEOUT = 5
+"""Seconds the services' stop waits for a connection, and then for its statements."""
 
 OnError = Callable[[psycopg.Error, float], None]
 """Called with a database error and the seconds until the next try."""
@@ -47,6 +47,19 @@ def _log_error(error: psycopg.Error, delay: float) -> None:
         delay,
         extra={"event": "db_error"},
     )
+
+
+def _cut(connection: psycopg.Connection[Any]) -> None:
+    """End the statement ``connection`` waits on: cancel it, then shut the socket down, which
+    fails the wait at once. The cancel alone stops a server waiting on a lock, but PgBouncer
+    ignores one for a client that waits for a server (the database is down)."""
+    with contextlib.suppress(psycopg.Error):
+        connection.cancel_safe(timeout=1.0)
+    with (
+        contextlib.suppress(OSError),
+        socket.fromfd(connection.pgconn.socket, socket.AF_INET, socket.SOCK_STREAM) as duplicate,
+    ):
+        duplicate.shutdown(socket.SHUT_RDWR)
 
 
 class Maintenance:
@@ -99,8 +112,9 @@ class Maintenance:
         )
 
     def run_once(self) -> RoundReport:
-        """Run every service once, now, in order, each step committed on its own; on a
-        connection opened for it and closed afterwards.
+        """Run every service once, now, in order, each step committed on its own, then stop
+        each (a round leaves no registration behind, even when a step fails); on a connection
+        opened for it and closed afterwards.
 
         Raises:
             psycopg.Error: the database could not be reached, or failed a step.
@@ -110,8 +124,16 @@ class Maintenance:
         connection = self._connect()
         try:
             client = QueueClient(connection.cursor(), namespace=self.namespace)
-            for service in self.services:
-                service.run(connection, client, report, eager=True)
+            try:
+                for service in self.services:
+                    service.run(connection, client, report, eager=True)
+            except BaseException:
+                # One round leaves nothing behind (the registry's row) even when a step fails;
+                # the step's error is the one to raise.
+                with contextlib.suppress(psycopg.Error):
+                    for service in self.services:
+                        service.stop(client)
+                raise
             for service in self.services:
                 service.stop(client)
         finally:
@@ -180,11 +202,19 @@ class Maintenance:
         if not stopping:
             return
         try:
-            # Bounded: a worker stopping while the database is unreachable must still stop.
-            with self._open(connect_timeout=_STOP_CONNECT_TIMEOUT) as connection:
-                client = QueueClient(connection.cursor(), namespace=self.namespace)
-                for service in stopping:
-                    service.stop(client)
+            # Bounded: a process stopping while the database is unreachable must still stop.
+            # The connect timeout bounds reaching the server; the statements get a deadline
+            # of their own, since a pooler accepts the connection at once and then holds each
+            # statement until a server comes back, and a lock (an upgrade's) holds it too.
+            with self._open(connect_timeout=_STOP_TIMEOUT) as connection:
+                deadline = threading.Timer(_STOP_TIMEOUT, _cut, (connection,))
+                deadline.start()
+                try:
+                    client = QueueClient(connection.cursor(), namespace=self.namespace)
+                    for service in stopping:
+                        service.stop(client)
+                finally:
+                    deadline.cancel()
         except psycopg.Error as exc:
             logger.warning(
                 "maintenance: could not stop cleanly (%s)", exc, extra={"event": "db_error"}

@@ -13,4 +13,4 @@ CREATE TABLE postkit_queue.workers (
     heartbeat_at       timestamptz NOT NULL,
     PRIMARY KEY (namespace, worker_id)
 );
--- schema: 946a4e474deb433b
+-- schema: 80dea6e72acefdf0

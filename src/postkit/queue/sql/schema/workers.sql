@@ -125,8 +125,10 @@ BEGIN
 END
 $$;
 
--- prune_workers: delete the rows of the namespace's workers whose last heartbeat is older than
--- p_older_than (lost ones; a live worker heartbeats well within it). Returns how many went.
+-- prune_workers: delete the rows of the namespace's lost workers whose last heartbeat is older
+-- than p_older_than. Never a worker that is not lost, whatever p_older_than: a short retention
+-- (zero, or less than a slow worker's three heartbeat intervals) must not forget workers that
+-- run. Returns how many went.
 CREATE OR REPLACE FUNCTION postkit_queue.prune_workers(
     p_namespace text, p_older_than interval DEFAULT interval '1 day')
 RETURNS bigint
@@ -142,7 +144,8 @@ BEGIN
     END IF;
     PERFORM postkit_queue.check_duration('older_than', p_older_than, true, interval '3650 days');
     DELETE FROM postkit_queue.workers w
-    WHERE w.namespace = p_namespace AND w.heartbeat_at < postkit_queue.clock() - p_older_than;
+    WHERE w.namespace = p_namespace
+      AND w.heartbeat_at < postkit_queue.clock() - greatest(p_older_than, 3 * w.heartbeat_interval);
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
 END
