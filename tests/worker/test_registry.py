@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from postkit.queue import QueueClient, WorkerInfo
 from postkit.worker import Handlers, Worker
 from postkit.worker.backoff import Backoff
 from postkit.worker.maintenance import Maintenance, Registry, RoundReport, Service
-from tests.signals import wait_until
+from tests.signals import wait_for, wait_until
 
 
 @pytest.fixture
@@ -239,3 +240,39 @@ def test_a_worker_whose_row_goes_while_it_runs_registers_again(
     finally:
         worker.stop()
         thread.join(30)
+
+
+def test_a_stopping_worker_stays_registered_while_a_handler_still_runs(
+    dsn: str, namespace: str, reader: QueueClient
+) -> None:
+    started, finish = threading.Event(), threading.Event()
+
+    def slow(job: Any) -> None:
+        started.set()
+        finish.wait(30)
+
+    worker = Worker(
+        dsn,
+        Handlers({"emails": slow}),
+        namespace=namespace,
+        worker_id="w-draining",
+        poll_interval=30,
+        grace_period=0.1,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(registered(reader, "worker"), "the worker to register")
+        reader.push("emails", {})
+        wait_for(started, "the handler to start")
+
+        worker.stop()
+        time.sleep(0.5)  # the grace period (0.1 s) passing is the point
+        # The job still runs, under the worker's claim: the worker is still there to see.
+        assert thread.is_alive()
+        assert [w.worker_id for w in registered(reader, "worker")()] == ["w-draining"]
+    finally:
+        finish.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert registered(reader, "worker")() == []

@@ -217,6 +217,8 @@ class Worker:
         )
         # Rescue and schedules are quick and due often; retention and vacuum may take long
         # (a big batch, a lock, a VACUUM): two runners, so neither kind waits on the other.
+        # The first also keeps the worker in the registry, so it runs until the worker is
+        # closed (its claims settled or released); the second stops as the shutdown begins.
         self._maintenance = [
             Maintenance(
                 dsn,
@@ -297,9 +299,12 @@ class Worker:
             listener=None if self.pooler else start_thread(fetcher.listen, "listener"),
             maintenance=[
                 start_thread(
-                    functools.partial(self._run_maintenance, maintenance), f"maintenance-{number}"
+                    functools.partial(self._run_maintenance, maintenance, until),
+                    f"maintenance-{number}",
                 )
-                for number, maintenance in enumerate(self._maintenance, 1)
+                for number, (maintenance, until) in enumerate(
+                    zip(self._maintenance, (self._closed, self._stopping), strict=True), 1
+                )
             ],
             reporter=(
                 start_thread(self._report_loop, "report")
@@ -370,11 +375,11 @@ class Worker:
     # Maintenance, on threads of its own.
     # ---------------------------------------------------------------------------------------
 
-    def _run_maintenance(self, maintenance: Maintenance) -> None:
-        """Run ``maintenance`` until the stop. An error it does not retry (a duty this role
-        may not do) stops the worker, and :meth:`run` raises it."""
+    def _run_maintenance(self, maintenance: Maintenance, until: threading.Event) -> None:
+        """Run ``maintenance`` until ``until`` is set. An error it does not retry (a duty this
+        role may not do) stops the worker, and :meth:`run` raises it."""
         try:
-            maintenance.run_forever(self._stopping, self._log_round)
+            maintenance.run_forever(until, self._log_round)
         except BaseException as exc:
             if self._failure is None:
                 self._failure = exc
@@ -411,11 +416,14 @@ class Worker:
                 extra={"event": "pruned"},
             )
 
-    def _stop_maintenance(self, threads: list[threading.Thread]) -> None:
+    def _stop_maintenance(self, threads: list[threading.Thread], *, first: bool) -> None:
         """Wait for the maintenance threads to end, cancelling the statement each one waits
-        on (a step stuck behind a lock must not hold the shutdown), for up to 5 seconds."""
+        on (a step stuck behind a lock must not hold the shutdown), for up to 5 seconds: the
+        housekeeping runner's as the shutdown begins (``first``), the claim path's runner's,
+        with the registry, once the worker is closed."""
         deadline = time.monotonic() + 5
-        for maintenance, thread in zip(self._maintenance, threads, strict=True):
+        pairs = list(zip(self._maintenance, threads, strict=True))
+        for maintenance, thread in pairs[1:] if first else pairs[:1]:
             while thread.is_alive() and time.monotonic() < deadline:
                 maintenance.interrupt()
                 thread.join(timeout=0.1)
@@ -432,7 +440,7 @@ class Worker:
         times out. A job is never released while its handler runs: another worker would run
         it a second time, at once."""
         self._stopping.set()  # the claim loop may have ended on an error: stop the others
-        self._stop_maintenance(threads.maintenance)
+        self._stop_maintenance(threads.maintenance, first=True)
         fetcher.drain(time.monotonic() + self.grace_period)
         claims = self._claims
         with claims.lock:
@@ -468,6 +476,7 @@ class Worker:
             )
         fetcher.drain(math.inf)
         self._closed.set()
+        self._stop_maintenance(threads.maintenance, first=False)  # the registry leaves last
         heartbeat.wake()
         if threads.listener is not None:
             fetcher.stop_listener(threads.listener)

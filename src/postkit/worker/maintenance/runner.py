@@ -55,8 +55,9 @@ def _cut(connection: psycopg.Connection[Any]) -> None:
     ignores one for a client that waits for a server (the database is down)."""
     with contextlib.suppress(psycopg.Error):
         connection.cancel_safe(timeout=1.0)
+    # psycopg.Error: the connection closed meanwhile (its statement ended on its own).
     with (
-        contextlib.suppress(OSError),
+        contextlib.suppress(OSError, psycopg.Error),
         socket.fromfd(connection.pgconn.socket, socket.AF_INET, socket.SOCK_STREAM) as duplicate,
     ):
         duplicate.shutdown(socket.SHUT_RDWR)
