@@ -34,17 +34,19 @@ from tests.queue.psql import run_psql
 
 # What PostgreSQL says about every object of the schema, one query per kind of object. Object
 # identifiers and attribute numbers differ between the two databases; names and definitions
-# must not.
+# must not. An ACL is compared as a set: the order of its entries follows the order of the
+# grants, which carries no meaning.
 CATALOG: dict[str, str] = {
     "functions": """
         SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid),
                l.lanname, md5(p.prosrc), p.proconfig, p.prosecdef, p.provolatile,
                p.proparallel, pg_get_expr(p.proargdefaults, 0), p.proowner::regrole::text,
-               p.proacl::text
+               array(SELECT a::text FROM unnest(p.proacl) AS a ORDER BY 1)
         FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
         WHERE p.pronamespace = 'postkit_queue'::regnamespace ORDER BY 1, 2""",
     "relations": """
-        SELECT c.relname, c.relkind, c.reloptions, c.relowner::regrole::text, c.relacl::text,
+        SELECT c.relname, c.relkind, c.reloptions, c.relowner::regrole::text,
+               array(SELECT a::text FROM unnest(c.relacl) AS a ORDER BY 1),
                c.relrowsecurity, c.relforcerowsecurity
         FROM pg_class c WHERE c.relnamespace = 'postkit_queue'::regnamespace ORDER BY 1""",
     "columns": """
@@ -72,7 +74,8 @@ CATALOG: dict[str, str] = {
         SELECT tablename, policyname, permissive, roles::text, cmd, qual, with_check
         FROM pg_policies WHERE schemaname = 'postkit_queue' ORDER BY 1, 2""",
     "schema": """
-        SELECT n.nspowner::regrole::text, n.nspacl::text FROM pg_namespace n
+        SELECT n.nspowner::regrole::text,
+               array(SELECT a::text FROM unnest(n.nspacl) AS a ORDER BY 1) FROM pg_namespace n
         WHERE n.nspname = 'postkit_queue'""",
     "api": "SELECT name, access FROM postkit_queue.api ORDER BY 1",
     "versions": "SELECT version, name FROM postkit_queue.migrations ORDER BY 1",
