@@ -61,11 +61,17 @@ def integer(
     return value
 
 
-def limit(call: str, value: object, what: str = "limit") -> int:
-    checked = integer(what, value, errors.InvalidLimitError, bounds=limits.LIMITS[call])
+def required_integer(
+    what: str, value: object, error: type[errors.ValidationError], *, bounds: limits.Bounds
+) -> int:
+    checked = integer(what, value, error, bounds=bounds)
     if checked is None:
-        raise errors.InvalidLimitError(f"{what} must be an int, got None")
+        raise error(f"{what} must be an int, got None")
     return checked
+
+
+def limit(call: str, value: object, what: str = "limit") -> int:
+    return required_integer(what, value, errors.InvalidLimitError, bounds=limits.LIMITS[call])
 
 
 def duration(what: str, value: object) -> int | None:

@@ -33,20 +33,15 @@ def register_worker(
         worker_id=check.name("worker_id", worker_id, required=True),
         kind=kind,
         host=check.name("host", host, required=True),
-        pid=_required_int("pid", pid, limits.WORKER_PID),
+        pid=check.required_integer("pid", pid, errors.InvalidWorkerError, bounds=limits.WORKER_PID),
         queues=[] if not queues else check.queue_list(queues),
-        concurrency=_required_int("concurrency", concurrency, limits.WORKER_CONCURRENCY),
+        concurrency=check.required_integer(
+            "concurrency", concurrency, errors.InvalidWorkerError, bounds=limits.WORKER_CONCURRENCY
+        ),
         version=check.name("version", version, required=True),
         heartbeat_interval=check.required_duration("heartbeat_interval", heartbeat_interval),
     )
     return Call("register_worker", params, lambda rows: None)
-
-
-def _required_int(what: str, value: object, bounds: limits.Bounds) -> int:
-    checked = check.integer(what, value, errors.InvalidWorkerError, bounds=bounds)
-    if checked is None:
-        raise errors.InvalidWorkerError(f"{what} must be an int, got None")
-    return checked
 
 
 def worker_heartbeat(namespace: str, worker_id: str) -> Call[bool]:

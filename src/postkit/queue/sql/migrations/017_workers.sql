@@ -13,4 +13,4 @@ CREATE TABLE postkit_queue.workers (
     heartbeat_at       timestamptz NOT NULL,
     PRIMARY KEY (namespace, worker_id)
 );
--- schema: 80dea6e72acefdf0
+-- schema: 7ce751219ffeb084

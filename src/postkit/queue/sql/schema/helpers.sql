@@ -311,6 +311,26 @@ BEGIN
 END
 $$;
 
+-- A list of queue names (register_queues, register_worker): an array, one-dimensional from 1,
+-- each entry a queue name. Empty is fine: a ticker serves no queue.
+CREATE OR REPLACE FUNCTION postkit_queue.check_queue_names(p_queues text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    IF p_queues IS NULL THEN
+        RAISE EXCEPTION 'postkit: queues must not be NULL' USING ERRCODE = 'PKQ01';
+    END IF;
+    PERFORM postkit_queue.check_array('queues', p_queues, false, 'PKQ01');
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        PERFORM postkit_queue.check_name('queue', v_queue, true);
+    END LOOP;
+END
+$$;
+
 -- A settle names its claim by the claim token, or at least by the worker_id the job was
 -- claimed under; a bare job id names none (see Input checks above).
 CREATE OR REPLACE FUNCTION postkit_queue.check_claim(p_call text, p_worker_id text, p_claim_token uuid)

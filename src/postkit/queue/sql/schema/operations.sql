@@ -182,17 +182,10 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_queue text;
     v_added integer;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
-    IF p_queues IS NULL THEN
-        RAISE EXCEPTION 'postkit: queues must not be NULL' USING ERRCODE = 'PKQ01';
-    END IF;
-    PERFORM postkit_queue.check_array('queues', p_queues, false, 'PKQ01');
-    FOREACH v_queue IN ARRAY p_queues LOOP
-        PERFORM postkit_queue.check_name('queue', v_queue, true);
-    END LOOP;
+    PERFORM postkit_queue.check_queue_names(p_queues);
     INSERT INTO postkit_queue.queue_settings (namespace, queue, updated_at)
     SELECT p_namespace, q, postkit_queue.clock() FROM unnest(p_queues) AS q
     ORDER BY q  -- the same lock order in every worker

@@ -25,8 +25,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_queue text;
-    v_now   timestamptz := postkit_queue.clock();
+    v_now timestamptz := postkit_queue.clock();
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('worker_id', p_worker_id, true);
@@ -46,13 +45,7 @@ BEGIN
         RAISE EXCEPTION 'postkit: concurrency must be between 0 and 100000, got %',
             coalesce(p_concurrency::text, 'NULL') USING ERRCODE = 'PKQ14';
     END IF;
-    IF p_queues IS NULL THEN
-        RAISE EXCEPTION 'postkit: queues must not be NULL' USING ERRCODE = 'PKQ01';
-    END IF;
-    PERFORM postkit_queue.check_array('queues', p_queues, false, 'PKQ01');
-    FOREACH v_queue IN ARRAY p_queues LOOP
-        PERFORM postkit_queue.check_name('queue', v_queue, true);
-    END LOOP;
+    PERFORM postkit_queue.check_queue_names(p_queues);
     IF p_heartbeat_interval IS NULL THEN
         RAISE EXCEPTION 'postkit: heartbeat_interval must not be null' USING ERRCODE = 'PKQ05';
     END IF;
