@@ -18,7 +18,8 @@ import psycopg
 
 from postkit.cli.output import Ago, compact_json, first_line
 from postkit.embedded import resolve_dsn
-from postkit.queue import QueueClient
+from postkit.errors import SchemaNotInstalledError
+from postkit.queue import QueueClient, installed_version, latest_version
 
 _KNOWN_SHOWN = 10
 """Known queues named in an unknown queue's error; the rest are counted."""
@@ -32,6 +33,18 @@ def connect(
     commits or rolls back on the connection; the client only sends the calls."""
     with psycopg.connect(resolve_dsn(dsn)) as connection:
         yield connection, QueueClient(connection.cursor(), namespace=namespace)
+
+
+def require_schema(dsn: str) -> None:
+    """Fail early, in one line, when the database is unreachable or lacks the queue schema
+    (or has an older version of it)."""
+    with psycopg.connect(dsn) as connection:
+        version = installed_version(connection.cursor())
+    if version < latest_version():
+        raise SchemaNotInstalledError(
+            f"the queue schema is not installed (or older than version {latest_version()}) "
+            "in this database; run `postkit install` first"
+        )
 
 
 def confirm(question: str, yes: bool) -> None:

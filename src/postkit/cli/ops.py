@@ -33,11 +33,10 @@ from postkit.cli.output import (
     format_time,
     render_table,
     shorten,
-    to_jsonable,
 )
 from postkit.queue import Job, QueueClient, limits
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
-from postkit.queue.records import Outcomes, QueueStats
+from postkit.queue.records import Outcomes, QueueStats, to_jsonable
 
 _STATS_CAP = 100_000
 """Where stats stops counting (see QueueClient.stats)."""

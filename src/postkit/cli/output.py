@@ -4,18 +4,18 @@ people, JSON for scripts, and DSNs shown without their password."""
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import click
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from postkit.queue.records import to_jsonable
 
 if TYPE_CHECKING:
     _ParamType = click.ParamType[Any]  # generic from click 8.4 on
@@ -318,35 +318,6 @@ def render_fields(fields: Sequence[tuple[str, object]], *, indent: str = "  ") -
 # -------------------------------------------------------------------------------------------
 # JSON
 # -------------------------------------------------------------------------------------------
-
-
-def to_jsonable(value: Any) -> Any:
-    """SDK records (dataclasses, mappings), times and durations as plain JSON values: times in
-    ISO 8601, durations in seconds. A record's payload is decoded JSON already and passes as it
-    is: walking it would exhaust the recursion limit on a payload nested a few hundred deep,
-    which json.dumps still writes."""
-    if isinstance(value, enum.Enum):
-        return to_jsonable(value.value)
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            field.name: getattr(value, field.name)
-            if field.name == "payload"
-            else to_jsonable(getattr(value, field.name))
-            for field in dataclasses.fields(value)
-        }
-    if isinstance(value, Mapping):
-        return {str(key): to_jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(item) for item in value]
-    return str(value)  # Decimal, UUID
 
 
 def echo_json(value: Any) -> None:

@@ -18,9 +18,9 @@ from postkit.cli.output import (
     format_duration,
     plural,
     render_fields,
-    to_jsonable,
 )
 from postkit.queue import QueueClient, QueuePolicy, limits
+from postkit.queue.records import to_jsonable
 
 
 @click.group("queue")

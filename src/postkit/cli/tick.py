@@ -12,8 +12,9 @@ import click
 import psycopg
 
 from postkit.cli.options import operation
-from postkit.cli.output import SECONDS, first_line, format_time, plural, printable, to_jsonable
+from postkit.cli.output import SECONDS, first_line, format_time, plural, printable
 from postkit.embedded import resolve_dsn
+from postkit.queue.records import to_jsonable
 from postkit.worker.maintenance import Maintenance, RoundReport
 
 

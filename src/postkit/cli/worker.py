@@ -13,12 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
-import psycopg
 
+from postkit.cli.console import require_schema
 from postkit.cli.options import dsn_option, namespace_option
 from postkit.cli.output import first_line, mask_password, plural
 from postkit.embedded import resolve_dsn
-from postkit.queue import installed_version, latest_version
 
 if TYPE_CHECKING:
     from postkit.worker import Handlers
@@ -167,19 +166,6 @@ def _import_failure(module_name: str, exc: Exception) -> str:
         hint = f"; is it installed for this Python ({sys.executable})?"
     cause = first_line(str(exc)) or "(no message)"
     return f"cannot import {module_name}: {type(exc).__name__}: {cause}{where}{hint}"
-
-
-def _check_schema(dsn: str) -> None:
-    """Fail early, in one line, when the database is unreachable or lacks the queue schema."""
-    from postkit.errors import SchemaNotInstalledError
-
-    with psycopg.connect(dsn) as connection:
-        version = installed_version(connection.cursor())
-    if version < latest_version():
-        raise SchemaNotInstalledError(
-            f"the queue schema is not installed (or older than version {latest_version()}) "
-            "in this database; run `postkit install` first"
-        )
 
 
 def _log_start(
@@ -378,7 +364,7 @@ def worker(
         )
     configure_logging(verbose, log_format)
     resolved = resolve_dsn(dsn)
-    _check_schema(resolved)
+    require_schema(resolved)
     if not supervised:
         _log_start(namespace, queues or tuple(handlers), concurrency, processes, resolved)
 

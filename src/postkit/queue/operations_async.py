@@ -19,6 +19,7 @@ from postkit.queue.protocol import Duration, NextDue
 from postkit.queue.records import (
     BrokenSchedule,
     DeadLetter,
+    DeadLetterPosition,
     Fired,
     Job,
     Outcomes,
@@ -52,7 +53,7 @@ class AsyncOperations:
         failed_before: datetime | None = None,
         error_contains: str | None = None,
         include_redriven: bool = False,
-        after: DeadLetter | None = None,
+        after: DeadLetterPosition | None = None,
     ) -> list[DeadLetter]:
         """The dead letters of this namespace, newest first: of one queue, failed in a time
         range, or whose last error contains a substring (case-insensitive), if given.

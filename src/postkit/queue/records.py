@@ -10,7 +10,8 @@ import dataclasses
 import enum
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from decimal import Decimal
+from typing import Any, Protocol
 
 
 class _RecordMapping(Mapping[str, Any]):
@@ -134,6 +135,17 @@ class DeadLetter(_RecordMapping):
     payload_error: str | None = None
     """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
     then None; redrive still copies the stored payload as it is)."""
+
+
+class DeadLetterPosition(Protocol):
+    """Where a page of dead letters ends: a :class:`DeadLetter`, or anything else with its
+    ``failed_at`` and ``job_id`` (a cursor a web page sent back)."""
+
+    @property
+    def failed_at(self) -> datetime: ...
+
+    @property
+    def job_id(self) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -304,3 +316,32 @@ class WorkerInfo(_RecordMapping):
     lost: bool
     """Its last heartbeat is older than three heartbeat intervals: it was killed or cut off
     (a clean stop deregisters)."""
+
+
+def to_jsonable(value: Any) -> Any:
+    """SDK records (dataclasses, mappings), times and durations as plain JSON values: times in
+    ISO 8601, durations in seconds. A record's payload is decoded JSON already and passes as it
+    is: walking it would exhaust the recursion limit on a payload nested a few hundred deep,
+    which json.dumps still writes."""
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: getattr(value, field.name)
+            if field.name == "payload"
+            else to_jsonable(getattr(value, field.name))
+            for field in dataclasses.fields(value)
+        }
+    if isinstance(value, Mapping):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(item) for item in value]
+    return str(value)  # Decimal, UUID

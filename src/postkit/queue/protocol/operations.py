@@ -14,6 +14,7 @@ from postkit.queue.protocol import readers as read
 from postkit.queue.protocol.call import Call, Duration
 from postkit.queue.records import (
     DeadLetter,
+    DeadLetterPosition,
     Job,
     JobState,
     Outcomes,
@@ -33,7 +34,7 @@ def dead_letters(
     failed_before: datetime | None = None,
     error_contains: str | None = None,
     include_redriven: bool = False,
-    after: DeadLetter | None = None,
+    after: DeadLetterPosition | None = None,
 ) -> Call[list[DeadLetter]]:
     params = check.base(
         namespace,
