@@ -3,8 +3,8 @@
 The runtime reports each measurement to a :class:`Recorder`: the settle of a job
 (``outcomes.py``), the end of a handler (``claims.py``), a settle-and-claim round trip, a
 notification and a reconnect (``fetcher.py``). The base class records nothing, so a worker
-without metrics pays one method call per measurement (the measured ones take their clock
-readings inside it) and never imports prometheus_client.
+without metrics pays a call of an empty method per measurement (durations are computed inside
+the call, from a start time passed in) and never imports prometheus_client.
 :class:`PrometheusRecorder` keeps them in a registry of its own and serves it over HTTP:
 
 =========================================== ========= ======================================

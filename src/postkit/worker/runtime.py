@@ -48,6 +48,9 @@ What the runtime does for you:
 - **Handler timeouts.** A handler that runs past its timeout (``Handlers.add(timeout=...)``, else
   ``handler_timeout``, an hour by default) has its attempt counted as timed out: its job is
   nacked and no longer heartbeated, and another thread takes its slot.
+- **Metrics** (``metrics_port``): Prometheus metrics of the jobs settled, the handlers' run
+  times, the claim round trips, notifications and reconnects, served over HTTP while the worker
+  runs (``metrics.py``).
 - **Graceful shutdown.** SIGTERM or SIGINT stops claiming; claimed jobs get ``grace_period``
   seconds to finish, then those not started are released (pending again at once, their attempt
   returned). A job whose handler still runs is never released: its claim is kept until the
