@@ -12,7 +12,7 @@ metric                                          labels
 =============================================== ===================================
 
 These are the queues' state, the same for every reader: scrape them from one dashboard, not
-from every worker (whose own metrics, ``postkit.worker.metrics``, count what each one did).
+from every worker (whose own metrics, ``postkit.worker.prometheus``, count what each one did).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ What the runtime does for you:
   nacked and no longer heartbeated, and another thread takes its slot.
 - **Metrics** (``metrics_port``): Prometheus metrics of the jobs settled, the handlers' run
   times, the claim round trips, notifications and reconnects, served over HTTP while the worker
-  runs (``metrics.py``).
+  runs (``metrics.py``, ``prometheus.py``).
 - **Graceful shutdown.** SIGTERM or SIGINT stops claiming; claimed jobs get ``grace_period``
   seconds to finish, then those not started are released (pending again at once, their attempt
   returned). A job whose handler still runs is never released: its claim is kept until the
@@ -69,7 +69,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -90,11 +90,14 @@ from postkit.worker.maintenance import (
     RoundReport,
     Schedules,
 )
-from postkit.worker.metrics import NO_METRICS, PrometheusRecorder
+from postkit.worker.metrics import NO_METRICS, Recorder, require_prometheus_client
 from postkit.worker.outcomes import OutcomeLog, job_fields
 from postkit.worker.pool import WorkerPool
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import start_thread
+
+if TYPE_CHECKING:
+    from postkit.worker.prometheus import PrometheusRecorder
 
 logger = logging.getLogger("postkit.worker")
 
@@ -167,7 +170,7 @@ class Worker:
                 which holds a session-level advisory lock, is off.
             metrics_port: serve Prometheus metrics on this port while :meth:`run` runs
                 (0: a free port, see :attr:`metrics_address`), from a registry of the
-                worker's own: see ``postkit.worker.metrics`` for what they are. Needs
+                worker's own: see ``postkit.worker.prometheus`` for what they are. Needs
                 prometheus_client (``pip install 'postkit[metrics]'``); without this option
                 the worker never imports it.
             metrics_host: the address the metrics are served on; ``0.0.0.0`` for every
@@ -220,12 +223,13 @@ class Worker:
         self.metrics_host = metrics_host
         self.metrics_address: tuple[str, int] | None = None
         """Where the metrics are served, (host, port), while :meth:`run` serves them."""
-        self._prometheus = (
-            None
-            if metrics_port is None
-            else PrometheusRecorder(namespace, self.queues, concurrency=concurrency)
-        )
-        self._metrics = self._prometheus or NO_METRICS
+        self._prometheus: PrometheusRecorder | None = None
+        if metrics_port is not None:
+            require_prometheus_client()
+            from postkit.worker.prometheus import PrometheusRecorder
+
+            self._prometheus = PrometheusRecorder(namespace, self.queues, concurrency=concurrency)
+        self._metrics: Recorder = self._prometheus or NO_METRICS
         self.stats = WorkerStats()
         self._outcomes = OutcomeLog(self.stats, self._metrics)
         self._claims = Claims(self._metrics)
