@@ -1,7 +1,9 @@
-"""The layers call one way: cli -> worker -> queue (the SDK) -> sql.
+"""The layers call one way: cli -> dashboard and worker -> queue (the SDK) -> sql; the
+dashboard and the worker, side by side, never import each other.
 
-Read from the source's import statements, so a module that reaches up a layer fails here
-before anyone has to find the cycle (docs/architecture.md draws the layers).
+Read from the source's import statements, so a module that reaches up a layer or across to
+its neighbour fails here before anyone has to find the cycle (docs/architecture.md draws the
+layers).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "postkit"
 
-# The layers from the top; a module may import its own layer and the ones below it.
-LAYERS = ["postkit.cli", "postkit.worker", "postkit.queue"]
+# The layers from the top, each a list of packages side by side; a module may import its own
+# package and those of the layers below it, never another package of its own layer.
+LAYERS = [["postkit.cli"], ["postkit.dashboard", "postkit.worker"], ["postkit.queue"]]
 
 # postkit.queue.worker names the runtime's classes under the SDK package (the README mentions
 # that path); nothing in postkit imports it.
@@ -34,25 +37,48 @@ def imported(path: Path) -> set[str]:
     return {name for name in names if name.startswith("postkit")}
 
 
-def layer(name: str) -> int | None:
+def package(name: str) -> tuple[int, str] | None:
+    """The layer (0 at the top) and the package of module ``name``; None outside the layers
+    (postkit.errors, postkit.embedded: any layer may import them)."""
     return next(
-        (index for index, top in enumerate(LAYERS) if name == top or name.startswith(top + ".")),
+        (
+            (index, top)
+            for index, tops in enumerate(LAYERS)
+            for top in tops
+            if name == top or name.startswith(top + ".")
+        ),
         None,
     )
 
 
-def test_no_module_imports_a_layer_above_its_own() -> None:
-    upward = []
-    for path in sorted(SRC.rglob("*.py")):
-        name = module_name(path)
-        own = layer(name)
-        if own is None or name in ALIASES:
-            continue
-        for target in imported(path):
-            above = layer(target)
-            if target in ALIASES or (above is not None and above < own):
-                upward.append(f"{name} imports {target}")
-    assert upward == []
+def may_import(importer: str, target: str) -> bool:
+    """Whether module ``importer`` may import ``target``: its own package, a lower layer, or a
+    module outside the layers."""
+    own, other = package(importer), package(target)
+    if own is None or other is None:
+        return True
+    return other[1] == own[1] or other[0] > own[0]
+
+
+def test_no_module_imports_a_layer_above_its_own_or_a_neighbour_in_its_layer() -> None:
+    wrong = [
+        f"{name} imports {target}"
+        for path in sorted(SRC.rglob("*.py"))
+        if (name := module_name(path)) not in ALIASES
+        for target in imported(path)
+        if target in ALIASES or not may_import(name, target)
+    ]
+    assert wrong == []
+
+
+def test_the_rule_allows_imports_down_and_refuses_them_up_and_across() -> None:
+    assert may_import("postkit.cli.worker", "postkit.dashboard.metrics")
+    assert may_import("postkit.dashboard.metrics", "postkit.queue.records")
+    assert may_import("postkit.worker.metrics", "postkit.errors")
+    assert not may_import("postkit.dashboard.metrics", "postkit.worker.metrics")
+    assert not may_import("postkit.worker.runtime", "postkit.dashboard")
+    assert not may_import("postkit.worker.runtime", "postkit.cli")
+    assert not may_import("postkit.queue.client", "postkit.worker")
 
 
 def test_nothing_in_postkit_imports_the_documented_alias() -> None:

@@ -22,6 +22,11 @@ class ConfigurationError(PostkitError):
     """Postkit cannot find or start a database: a bad DSN, or no embedded server available."""
 
 
+class MetricsUnavailableError(PostkitError):
+    """Metrics were asked for but cannot be served: prometheus_client is not installed
+    (``pip install 'postkit[metrics]'``), or the metrics address cannot be bound."""
+
+
 class SchemaNotInstalledError(PostkitError):
     """The queue schema is missing or older than this SDK needs. Run ``postkit install``."""
 
@@ -205,6 +210,7 @@ __all__ = [
     "InvalidStateError",
     "InvalidWorkerError",
     "JobRunningError",
+    "MetricsUnavailableError",
     "PermanentError",
     "PermissionDeniedError",
     "PostkitError",

@@ -25,6 +25,7 @@ from postkit.cli import main
 from postkit.cli.output import mask_password
 from postkit.cli.worker import child_arguments
 from postkit.queue import QueueClient
+from tests.scrape import free_ports, try_scrape, value
 from tests.signals import wait_until
 
 pytestmark = pytest.mark.slow
@@ -463,6 +464,57 @@ def test_json_log_format_writes_one_object_per_line_with_the_event_fields(
     assert sum(line["dead_lettered"] for line in reports) == 1
 
 
+def test_metrics_port_serves_the_workers_prometheus_metrics(
+    start_worker: Callable[..., WorkerProcess],
+    push: Callable[..., list[int]],
+    pending: Callable[[], int],
+    namespace: str,
+) -> None:
+    port = free_ports()
+    worker = start_worker("--metrics-port", str(port))
+    push("reports", 2)
+    push("reports", 1, {"broken": True})
+    wait_until(lambda: pending() == 0, "the worker to settle every job")
+
+    endpoint = f"http://127.0.0.1:{port}/metrics"
+    samples = wait_until(
+        lambda: (
+            (found := try_scrape(endpoint))
+            and value(found, "postkit_jobs_total", queue="reports", outcome="completed") == 2
+            and found
+        ),
+        "the endpoint to count the two completed jobs",
+    )
+    labels = {"namespace": namespace, "queue": "reports"}
+    assert value(samples, "postkit_jobs_total", outcome="dead_lettered", **labels) == 1
+    assert value(samples, "postkit_handler_duration_seconds_count", **labels) == 3
+    assert worker.terminate() == 0, worker.output()
+    assert f"metrics on {endpoint}" in worker.output()
+
+
+def test_metrics_port_without_prometheus_client_is_one_line_naming_the_extra(
+    tasks_dir: Path, dsn: str
+) -> None:
+    # An entry of None in sys.modules makes `import prometheus_client` raise ImportError.
+    script = (
+        "import sys; sys.modules['prometheus_client'] = None; from postkit.cli import main; "
+        f"main(['worker', 'tasks', '--metrics-port', '9100', '--dsn', {dsn!r}])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tasks_dir,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: metrics need prometheus_client, which is not installed: "
+        "pip install 'postkit[metrics]'\n"
+    )
+
+
 # -------------------------------------------------------------------------------------------
 # Several processes under the supervisor
 # -------------------------------------------------------------------------------------------
@@ -517,12 +569,14 @@ def test_the_children_get_every_option_given_but_the_ones_the_supervisor_sets_fo
     """Every parameter of `postkit worker`, given a value other than its default, reaches a
     child as given: an option added to the command needs nothing more to reach the children."""
     command = main.commands["worker"]
-    per_child = {"processes", "worker_id", "supervised", "dsn"}
+    per_child = {"processes", "worker_id", "supervised", "dsn", "metrics_port"}
     given = ["tasks:handlers", "-q", "emails", "-q", "reports", "-c", "3", "--prefetch", "0"]
     given += ["--namespace", "shop", "--visibility-timeout", "12.5", "--grace-period", "0"]
     given += ["--handler-timeout", "0.25", "--poll-interval", "1e-3", "--pooler", "-v"]
     given += ["--report-interval", "0", "--vacuum-interval", "7", "--log-format", "json"]
+    given += ["--metrics-host", "0.0.0.0"]
     given += ["--processes", "3", "--worker-id", "pool", "--supervised", "--dsn", "postgresql://x"]
+    given += ["--metrics-port", "9100"]
     defaults = command.make_context("worker", ["tasks"]).params
     parent = command.make_context("worker", given).params
     assert [name for name, value in parent.items() if value == defaults[name]] == []
@@ -533,3 +587,29 @@ def test_the_children_get_every_option_given_but_the_ones_the_supervisor_sets_fo
         name: value for name, value in parent.items() if name not in per_child
     }
     assert {name: child[name] for name in per_child} == {name: defaults[name] for name in per_child}
+
+
+def test_with_processes_each_serves_its_metrics_on_the_port_plus_its_index(
+    start_worker: Callable[..., WorkerProcess],
+    push: Callable[..., list[int]],
+    pending: Callable[[], int],
+) -> None:
+    port = free_ports(2)
+    supervisor = start_worker("--processes", "2", "--metrics-port", str(port))
+    endpoints = [f"http://127.0.0.1:{port + index}/metrics" for index in range(2)]
+    for endpoint in endpoints:
+        wait_until(lambda endpoint=endpoint: try_scrape(endpoint), f"{endpoint} to answer")
+    push("reports", 20)
+    wait_until(lambda: pending() == 0, "the workers to settle every job")
+
+    def completed() -> float:
+        return sum(
+            value(samples, "postkit_jobs_total", queue="reports", outcome="completed")
+            for samples in (try_scrape(endpoint) or [] for endpoint in endpoints)
+        )
+
+    # Each process counts the jobs it settled; together, every job once.
+    wait_until(lambda: completed() == 20, "the two endpoints to count the 20 jobs together")
+    assert supervisor.terminate() == 0, supervisor.output()
+    (started,) = [line for line in supervisor.output().splitlines() if "worker started" in line]
+    assert started.endswith(f", metrics on http://127.0.0.1:{port}-{port + 1}/metrics")

@@ -187,6 +187,24 @@ def test_returns_at_once_when_a_job_is_already_due(
     assert time.monotonic() - started < 30
 
 
+def test_notifications_counts_the_wake_ups_a_notification_made_not_those_of_a_due_job(
+    open_listener: OpenListener, producer: QueueClient
+) -> None:
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+    listener = open_listener()  # opened after the push: its notification is not waiting
+    assert listener.wait_for_work(timeout=30) is True
+    assert listener.listener.notifications == 0, "the due job woke it, not a notification"
+    assert producer.pull(Q) is not None
+    producer.cursor.connection.commit()
+
+    producer.push(Q, {"n": 2}, delay=3600)  # it notifies, and is due in an hour
+    producer.cursor.connection.commit()
+
+    assert listener.wait_for_work(timeout=30) is True
+    assert listener.listener.notifications == 1
+
+
 def test_a_delayed_job_wakes_the_listener_when_it_falls_due_and_not_before(
     open_listener: OpenListener, producer: QueueClient
 ) -> None:

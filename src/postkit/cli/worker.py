@@ -51,6 +51,7 @@ Then:
   postkit worker tasks -q send_email -c 32   one queue, 32 at a time
   postkit worker tasks --processes 4 -v      4 processes, a log line per job
   postkit worker myapp.jobs:handlers         name the Handlers instance
+  postkit worker tasks --metrics-port 9100   Prometheus metrics on 127.0.0.1:9100
 
 \b
 and push jobs from your application, in its own transaction:
@@ -169,22 +170,28 @@ def _import_failure(module_name: str, exc: Exception) -> str:
 
 
 def _log_start(
-    namespace: str, queues: Sequence[str], concurrency: int, processes: int, dsn: str
+    namespace: str,
+    queues: Sequence[str],
+    concurrency: int,
+    processes: int,
+    dsn: str,
+    metrics: str | None,
 ) -> None:
     """The worker's one line at start, shown without -v: what it works and where (the DSN
-    without its password)."""
+    without its password), and where its metrics are served, if they are."""
     import logging
 
     from postkit.cli.logs import REPORT_LOGGER
 
     shown = mask_password(dsn)
     logging.getLogger(REPORT_LOGGER).info(
-        "worker started: namespace %r, queues %s, concurrency %d, %s, database %s",
+        "worker started: namespace %r, queues %s, concurrency %d, %s, database %s%s",
         namespace,
         ", ".join(queues),
         concurrency,
         plural(processes, "process", "processes"),
         shown,
+        f", metrics on {metrics}" if metrics else "",
         extra={
             "event": "start",
             "namespace": namespace,
@@ -192,13 +199,40 @@ def _log_start(
             "concurrency": concurrency,
             "processes": processes,
             "dsn": shown,
+            **({"metrics": metrics} if metrics else {}),
         },
     )
 
 
-_SET_PER_CHILD = frozenset({"processes", "worker_id", "supervised", "dsn"})
+def _metrics_where(host: str, port: int | None, processes: int) -> str | None:
+    """Where the processes serve their metrics: ``http://HOST:PORT/metrics``, or with
+    several processes the range of ports, one each (see :func:`child_metrics_port`)."""
+    if port is None:
+        return None
+    shown = f"[{host}]" if ":" in host else host
+    ports = str(port) if processes == 1 else f"{port}-{child_metrics_port(port, processes - 1)}"
+    return f"http://{shown}:{ports}/metrics"
+
+
+def child_metrics_port(port: int, index: int) -> int:
+    """The metrics port of worker process ``index`` under the supervisor: ``port + index``.
+
+    One endpoint per process rather than prometheus_client's multiprocess mode: each process
+    is a scrape target of its own (Prometheus tells them apart by ``instance``), as any
+    multi-process server is scraped; nothing is shared (multiprocess mode keeps every
+    process's values in files of a shared directory, which the supervisor would have to
+    create, clean as children die and restart, and serve itself); and each process keeps the
+    live gauges it reads from its own claims at scrape time, which multiprocess mode cannot
+    serve. A restarted child serves on its port again, its counters from zero, which
+    Prometheus' rate() reads as a counter reset.
+    """
+    return port + index
+
+
+_SET_PER_CHILD = frozenset({"processes", "worker_id", "supervised", "dsn", "metrics_port"})
 """The worker parameters the supervisor sets for each child itself: one process, a worker id
-of its own, and the DSN through the environment, not the command line that `ps` shows."""
+and a metrics port of its own, and the DSN through the environment, not the command line that
+`ps` shows."""
 
 
 def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[str]:
@@ -317,6 +351,21 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     help="Seconds between looks at the jobs table's dead rows; past 10,000 the worker vacuums "
     "it, so claims stay fast between autovacuum's visits. 0 leaves it to autovacuum.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics on http://HOST:PORT/metrics; with --processes N, process i "
+    "serves on PORT+i. Needs prometheus_client: pip install 'postkit[metrics]'.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="The address --metrics-port listens on; 0.0.0.0 for every interface.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every job (claimed, acked, retried...).")
 @click.option(
     "--log-format",
@@ -344,6 +393,8 @@ def worker(
     pooler: bool,
     report_interval: float,
     vacuum_interval: float,
+    metrics_port: int | None,
+    metrics_host: str,
     verbose: bool,
     log_format: str,
     supervised: bool,
@@ -362,11 +413,28 @@ def worker(
             f"it registers {', '.join(map(repr, handlers))}",
             param_hint="'--queue'",
         )
+    if metrics_port is not None:
+        from postkit.worker.metrics import require_prometheus_client
+
+        last = child_metrics_port(metrics_port, processes - 1)
+        if last > 65535:
+            raise click.BadParameter(
+                f"{processes} processes serve on ports {metrics_port} to {last}, past 65535",
+                param_hint="'--metrics-port'",
+            )
+        require_prometheus_client()  # before any process starts, not in each child
     configure_logging(verbose, log_format)
     resolved = resolve_dsn(dsn)
     require_schema(resolved)
     if not supervised:
-        _log_start(namespace, queues or tuple(handlers), concurrency, processes, resolved)
+        _log_start(
+            namespace,
+            queues or tuple(handlers),
+            concurrency,
+            processes,
+            resolved,
+            _metrics_where(metrics_host, metrics_port, processes),
+        )
 
     if processes > 1:
         base = worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -375,6 +443,11 @@ def worker(
                 *(sys.executable, "-m", "postkit.cli", "worker"),
                 *child_arguments(ctx.command, ctx.params),
                 *("--processes", "1", "--worker-id", f"{base}-{index}", "--supervised"),
+                *(
+                    ("--metrics-port", str(child_metrics_port(metrics_port, index)))
+                    if metrics_port is not None
+                    else ()
+                ),
             ]
             for index in range(processes)
         ]
@@ -399,6 +472,8 @@ def worker(
         report_interval=report_interval or None,
         report=report,
         vacuum_interval=vacuum_interval or None,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     report.worker_id = runner.worker_id
     runner.run()

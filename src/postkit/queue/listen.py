@@ -35,6 +35,9 @@ class WorkListener:
         self._namespace = namespace
         self._queues = list(queues)
         self._listening = False
+        self.notifications = 0
+        """How many notifications :meth:`wait_for_work` has returned on (a due job or the
+        timeout is none): a worker counts its wake-ups with it."""
 
     @classmethod
     def connect(cls, dsn: str, namespace: str, queues: list[str]) -> WorkListener:
@@ -90,6 +93,7 @@ class WorkListener:
             return True
         wait = timeout if due.seconds is None else min(timeout, due.seconds)
         for _ in self._connection.notifies(timeout=max(wait, 0.0), stop_after=1):
+            self.notifications += 1
             return True
         return wait < timeout
 

@@ -34,6 +34,9 @@ class AsyncWorkListener:
         self._namespace = namespace
         self._queues = list(queues)
         self._listening = False
+        self.notifications = 0
+        """How many notifications :meth:`wait_for_work` has returned on (a due job or the
+        timeout is none): a worker counts its wake-ups with it."""
 
     @classmethod
     async def connect(cls, dsn: str, namespace: str, queues: list[str]) -> AsyncWorkListener:
@@ -89,6 +92,7 @@ class AsyncWorkListener:
             return True
         wait = timeout if due.seconds is None else min(timeout, due.seconds)
         async for _ in self._connection.notifies(timeout=max(wait, 0.0), stop_after=1):
+            self.notifications += 1
             return True
         return wait < timeout
 

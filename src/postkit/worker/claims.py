@@ -11,8 +11,12 @@ import concurrent.futures
 import math
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from postkit.queue import Job
+
+if TYPE_CHECKING:
+    from postkit.worker.metrics import Recorder
 
 
 def claim_seconds(job: Job) -> float:
@@ -29,7 +33,9 @@ def claim_seconds(job: Job) -> float:
 class Claims:
     """The claimed jobs and where each one stands. See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: Recorder) -> None:
+        self.metrics = metrics
+        """Told how long each handler ran, when it returns or raises."""
         self.lock = threading.Condition()
         self.in_flight: dict[int, Job] = {}
         """Jobs claimed and not yet settled: running, or waiting for a handler slot."""
@@ -91,9 +97,11 @@ class Claims:
         with self.lock:
             if job.id in self.timed_out:
                 return False
-            self.started.pop(job.id, None)
+            started = self.started.pop(job.id, None)
             self.settling.add(job.id)
-            return True
+        if started is not None:
+            self.metrics.handler_ended(job.queue, started[0])
+        return True
 
     def begin_settle(self, job: Job) -> None:
         """From now on the job's claim may end at any moment: stop its heartbeats."""

@@ -28,6 +28,7 @@ from postkit.queue.executor import run as run_call
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.job_executor import JobExecutor
+from postkit.worker.metrics import Recorder
 from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool, asynchronous_commit
 
@@ -45,6 +46,7 @@ class Fetcher:
         executor: JobExecutor,
         outcomes: OutcomeLog,
         pool: WorkerPool,
+        metrics: Recorder,
         *,
         dsn: str,
         namespace: str,
@@ -61,6 +63,7 @@ class Fetcher:
         self.executor = executor
         self.outcomes = outcomes
         self.pool = pool
+        self.metrics = metrics
         self.dsn = dsn
         self.namespace = namespace
         self.queues = queues
@@ -124,6 +127,7 @@ class Fetcher:
                         if backoff.failures:
                             backoff.reset()
                             self._database_back.set()
+                            self.metrics.reconnected("claims")
                         continue
                 if free > 0:
                     # Waiting for work, not only for a handler to finish: the listener may
@@ -178,6 +182,7 @@ class Fetcher:
         tried is a pull of its own. Returns how many jobs it claimed."""
         first = self._next_queue
         self._next_queue = (self._next_queue + 1) % len(self.queues)
+        sent = time.monotonic()
         try:
             acked, jobs = (run or self.pool.run)(
                 functools.partial(
@@ -188,6 +193,7 @@ class Fetcher:
             # Nothing was acknowledged (the statement rolled back): try these again next time.
             self.claims.return_finished(acks)
             raise
+        self.metrics.round_trip(sent, len(jobs) if limit > 0 else None)
         self.outcomes.record_acks(acks, set(acked))
         for job in jobs:
             self.executor.dispatch(job)
@@ -264,15 +270,19 @@ class Fetcher:
                         self._listener = listener
                     if backoff.failures:
                         logger.info("listener reconnected", extra={"event": "db_back"})
+                        self.metrics.reconnected("listener")
                     backoff.reset()
                 if not self._idle.wait(self.poll_interval):
                     continue
                 if self._closed.is_set():
                     break
+                received = listener.notifications
                 woken = listener.wait_for_work(timeout=self.poll_interval)
                 if woken:
                     if self._closed.is_set():
                         break
+                    if listener.notifications != received:
+                        self.metrics.notified()
                     self._claim_on_wake(listener.connection)
                     self._hint_taken.clear()
                     with self.claims.lock:

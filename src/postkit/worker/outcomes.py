@@ -9,10 +9,13 @@ import logging
 import threading
 import time
 import traceback
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from postkit.queue import Job, Outcome, QueueClient
 from postkit.worker.stats import WorkerStats
+
+if TYPE_CHECKING:
+    from postkit.worker.metrics import Recorder
 
 logger = logging.getLogger("postkit.worker")
 
@@ -24,6 +27,8 @@ _COUNTERS = {
     Outcome.DEAD_LETTERED: "dead_lettered",
     Outcome.STALE: "stale",
 }
+SETTLED_OUTCOMES = tuple(_COUNTERS)
+"""The outcomes a worker's settle has (a rescue is the maintenance's)."""
 _MESSAGES = {
     Outcome.COMPLETED: "acked job %d in %.1f ms",
     Outcome.RETRIED: "nacked job %d after %.1f ms: will retry ({error})",
@@ -65,16 +70,19 @@ def job_fields(job: Job, event: str, **more: Any) -> dict[str, Any]:
 
 
 class OutcomeLog:
-    """Counts each settled job in the worker's stats and logs how it ended. Thread-safe."""
+    """Counts each settled job in the worker's stats and its metrics, and logs how it ended.
+    Thread-safe."""
 
-    def __init__(self, stats: WorkerStats) -> None:
+    def __init__(self, stats: WorkerStats, metrics: Recorder) -> None:
         self.stats = stats
+        self.metrics = metrics
         self._lock = threading.Lock()
 
     def record(self, job: Job, outcome: Outcome, started: float, error: str | None = None) -> None:
         """``job``, whose handler started at ``started`` (time.monotonic()), ended so."""
         milliseconds = (time.monotonic() - started) * 1000
         counter = _COUNTERS[outcome]
+        self.metrics.settled(job.queue, outcome)
         with self._lock:
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         # The error text is the job's: it goes into the message as text, never as a format.
@@ -92,6 +100,7 @@ class OutcomeLog:
     def record_acks(self, acks: list[tuple[Job, float]], acked: set[int]) -> None:
         """A batched ack settled the jobs of ``acks`` whose ids are in ``acked``; the others'
         claims were stale."""
+        self.metrics.acked(acks, acked)
         with self._lock:
             self.stats.acked += len(acked)
         for job, started in acks:
@@ -114,4 +123,11 @@ class OutcomeLog:
             setattr(self.stats, counter, getattr(self.stats, counter) + number)
 
 
-__all__ = ["OutcomeLog", "SettleAction", "error_summary", "job_fields", "settle_call"]
+__all__ = [
+    "SETTLED_OUTCOMES",
+    "OutcomeLog",
+    "SettleAction",
+    "error_summary",
+    "job_fields",
+    "settle_call",
+]

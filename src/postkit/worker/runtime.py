@@ -48,6 +48,9 @@ What the runtime does for you:
 - **Handler timeouts.** A handler that runs past its timeout (``Handlers.add(timeout=...)``, else
   ``handler_timeout``, an hour by default) has its attempt counted as timed out: its job is
   nacked and no longer heartbeated, and another thread takes its slot.
+- **Metrics** (``metrics_port``): Prometheus metrics of the jobs settled, the handlers' run
+  times, the claim round trips, notifications and reconnects, served over HTTP while the worker
+  runs (``metrics.py``, ``prometheus.py``).
 - **Graceful shutdown.** SIGTERM or SIGINT stops claiming; claimed jobs get ``grace_period``
   seconds to finish, then those not started are released (pending again at once, their attempt
   returned). A job whose handler still runs is never released: its claim is kept until the
@@ -66,7 +69,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -87,10 +90,14 @@ from postkit.worker.maintenance import (
     RoundReport,
     Schedules,
 )
+from postkit.worker.metrics import NO_METRICS, Recorder, require_prometheus_client
 from postkit.worker.outcomes import OutcomeLog, job_fields
 from postkit.worker.pool import WorkerPool
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import start_thread
+
+if TYPE_CHECKING:
+    from postkit.worker.prometheus import PrometheusRecorder
 
 logger = logging.getLogger("postkit.worker")
 
@@ -121,6 +128,8 @@ class Worker:
         report: Callable[[WorkerStats], None] | None = None,
         vacuum_interval: float | None = 2.0,
         pooler: bool = False,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         """
         Args:
@@ -159,9 +168,18 @@ class Worker:
                 would reach whichever client holds the server session next): the worker polls
                 every ``poll_interval`` instead, and says so in its log. The vacuum service,
                 which holds a session-level advisory lock, is off.
+            metrics_port: serve Prometheus metrics on this port while :meth:`run` runs
+                (0: a free port, see :attr:`metrics_address`), from a registry of the
+                worker's own: see ``postkit.worker.prometheus`` for what they are. Needs
+                prometheus_client (``pip install 'postkit[metrics]'``); without this option
+                the worker never imports it.
+            metrics_host: the address the metrics are served on; ``0.0.0.0`` for every
+                interface.
 
         Raises:
             ValueError: a queue has no handler, or a number is out of range.
+            postkit.errors.MetricsUnavailableError: ``metrics_port`` is given and
+                prometheus_client is not installed.
         """
         self.handlers = handlers if isinstance(handlers, Handlers) else Handlers(handlers)
         self.queues = list(queues) if queues is not None else list(self.handlers)
@@ -199,9 +217,23 @@ class Worker:
         self.handler_timeout = handler_timeout
         self.report_interval = report_interval
         self._report = report
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ValueError("metrics_port must be from 0 to 65535")
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.metrics_address: tuple[str, int] | None = None
+        """Where the metrics are served, (host, port), while :meth:`run` serves them."""
+        self._prometheus: PrometheusRecorder | None = None
+        if metrics_port is not None:
+            require_prometheus_client()
+            from postkit.worker.prometheus import PrometheusRecorder
+
+            self._prometheus = PrometheusRecorder(namespace, self.queues, concurrency=concurrency)
+        self._metrics: Recorder = self._prometheus or NO_METRICS
         self.stats = WorkerStats()
-        self._outcomes = OutcomeLog(self.stats)
-        self._claims = Claims()
+        self._outcomes = OutcomeLog(self.stats, self._metrics)
+        self._claims = Claims(self._metrics)
+        self._metrics.watch(self._claims)
         self._stopping = threading.Event()
         self._closed = threading.Event()
         self._signals = 0
@@ -257,12 +289,33 @@ class Worker:
 
     def run(self) -> None:
         """Work until :meth:`stop` (or SIGTERM/SIGINT, when called from the main thread), then
-        shut down gracefully. Returns after the shutdown.
+        shut down gracefully. Returns after the shutdown. With ``metrics_port`` the metrics
+        are served from before the first claim until after the shutdown's last settle.
 
         Raises:
             postkit.errors.PostkitError: a call the worker's role may not make (or a missing
                 schema), on the claim path or in maintenance; the worker shuts down first.
+            postkit.errors.MetricsUnavailableError: the metrics address cannot be bound;
+                nothing has started.
         """
+        if self._prometheus is None or self.metrics_port is None:
+            self._work()
+            return
+        self.metrics_address = self._prometheus.serve(self.metrics_host, self.metrics_port)
+        host, port = self.metrics_address
+        logger.info(
+            "serving metrics on http://%s:%d/metrics",
+            f"[{host}]" if ":" in host else host,
+            port,
+            extra={"event": "metrics", "host": host, "port": port},
+        )
+        try:
+            self._work()
+        finally:
+            self._prometheus.close()
+            self.metrics_address = None
+
+    def _work(self) -> None:
         self._install_signal_handlers()
         pool = WorkerPool(
             self.dsn,
@@ -276,6 +329,7 @@ class Worker:
             self._executor,
             self._outcomes,
             pool,
+            self._metrics,
             dsn=self.dsn,
             namespace=self.namespace,
             queues=self.queues,

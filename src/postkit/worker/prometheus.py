@@ -1,0 +1,279 @@
+"""A worker's metrics for Prometheus: :class:`PrometheusRecorder`, the
+:class:`~postkit.worker.metrics.Recorder` of a worker given a ``metrics_port``, and the HTTP
+server that serves them. Imported only then: it imports prometheus_client.
+
+=========================================== ========= ======================================
+metric                                      type      labels
+=========================================== ========= ======================================
+``postkit_jobs_total``                      counter   namespace, queue, outcome (completed,
+                                                      retried, dead_lettered, stale)
+``postkit_handler_duration_seconds``        histogram namespace, queue
+``postkit_claim_round_trip_seconds``        histogram namespace
+``postkit_claim_batch_size``                histogram namespace
+``postkit_notifications_total``             counter   namespace
+``postkit_reconnects_total``                counter   namespace, connection (claims,
+                                                      listener)
+``postkit_jobs_running``                    gauge     namespace, queue
+``postkit_jobs_claimed``                    gauge     namespace, queue
+``postkit_worker_concurrency``              gauge     namespace
+=========================================== ========= ======================================
+
+and prometheus_client's process, platform and garbage-collector metrics. Every label value
+is the worker's namespace, one of its queues or one of a fixed set: never a job id or a worker
+id (Prometheus adds the target's ``instance``), so a worker's series are bounded by its queues.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Sequence
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    make_wsgi_app,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from postkit.errors import MetricsUnavailableError
+from postkit.queue import Job, Outcome
+from postkit.worker.claims import Claims
+from postkit.worker.metrics import Connection, Recorder
+from postkit.worker.outcomes import SETTLED_OUTCOMES
+from postkit.worker.threads import start_thread
+
+# A handler runs for a millisecond or for an hour (the default handler timeout).
+_HANDLER_BUCKETS = (
+    *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+    *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0),
+)
+# A round trip takes a fraction of a millisecond on a quiet local server, seconds when the
+# server is overloaded or far away.
+_ROUND_TRIP_BUCKETS = (
+    *(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
+    *(0.25, 0.5, 1.0, 2.5, 5.0),
+)
+# Up to the worker's capacity (concurrency plus prefetch); 0 is a look that found nothing.
+_BATCH_BUCKETS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
+_STOP_POLL = 0.1
+"""Seconds between the metrics server's looks at whether it was asked to stop."""
+
+
+class PrometheusRecorder(Recorder):
+    """Keeps a worker's measurements as Prometheus metrics (see the module docstring) in a
+    registry of its own: two workers in one process never share a series, and each serves
+    exactly its own."""
+
+    def __init__(self, namespace: str, queues: Sequence[str], *, concurrency: int) -> None:
+        self.namespace = namespace
+        self.queues = list(queues)
+        self.registry = CollectorRegistry()
+        for standard in (ProcessCollector, PlatformCollector, GCCollector):
+            standard(registry=self.registry)
+        jobs = Counter(
+            "postkit_jobs",
+            "Jobs settled by this worker, by outcome.",
+            ["namespace", "queue", "outcome"],
+            registry=self.registry,
+        )
+        durations = Histogram(
+            "postkit_handler_duration_seconds",
+            "How long handlers ran, until they returned or raised.",
+            ["namespace", "queue"],
+            buckets=_HANDLER_BUCKETS,
+            registry=self.registry,
+        )
+        # Every series exists from the start, at zero: a rate over a series that appears only
+        # with its first event misses that event.
+        self._jobs = {
+            (queue, outcome): jobs.labels(namespace, queue, outcome.value)
+            for queue in self.queues
+            for outcome in SETTLED_OUTCOMES
+        }
+        self._durations = {queue: durations.labels(namespace, queue) for queue in self.queues}
+        self._round_trips = Histogram(
+            "postkit_claim_round_trip_seconds",
+            "How long each settle-and-claim call took: the batched ack and the claim in one "
+            "statement, and a pull of each further queue tried.",
+            ["namespace"],
+            buckets=_ROUND_TRIP_BUCKETS,
+            registry=self.registry,
+        ).labels(namespace)
+        self._batches = Histogram(
+            "postkit_claim_batch_size",
+            "Jobs claimed per settle-and-claim call that asked for jobs.",
+            ["namespace"],
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        ).labels(namespace)
+        self._notifications = Counter(
+            "postkit_notifications",
+            "Notifications (LISTEN/NOTIFY) that woke the worker's listener.",
+            ["namespace"],
+            registry=self.registry,
+        ).labels(namespace)
+        reconnects = Counter(
+            "postkit_reconnects",
+            "Times a connection of the worker answered again after a failure: the claim "
+            "loop's pool (claims) or the listener's own connection (listener).",
+            ["namespace", "connection"],
+            registry=self.registry,
+        )
+        self._reconnects = {
+            connection: reconnects.labels(namespace, connection)
+            for connection in ("claims", "listener")
+        }
+        Gauge(
+            "postkit_worker_concurrency",
+            "How many handlers the worker runs at once, at most.",
+            ["namespace"],
+            registry=self.registry,
+        ).labels(namespace).set(concurrency)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def settled(self, queue: str, outcome: Outcome) -> None:
+        self._jobs[queue, outcome].inc()
+
+    def acked(self, acks: Sequence[tuple[Job, float]], acked: set[int]) -> None:
+        for queue, count in Tally(job.queue for job, _ in acks if job.id in acked).items():
+            self._jobs[queue, Outcome.COMPLETED].inc(count)
+
+    def handler_ended(self, queue: str, started: float) -> None:
+        self._durations[queue].observe(time.monotonic() - started)
+
+    def round_trip(self, started: float, claimed: int | None) -> None:
+        self._round_trips.observe(time.monotonic() - started)
+        if claimed is not None:
+            self._batches.observe(claimed)
+
+    def notified(self) -> None:
+        self._notifications.inc()
+
+    def reconnected(self, connection: Connection) -> None:
+        self._reconnects[connection].inc()
+
+    def watch(self, claims: Claims) -> None:
+        self.registry.register(_ClaimsCollector(self.namespace, self.queues, claims))
+
+    # ---------------------------------------------------------------------------------------
+    # Serving.
+    # ---------------------------------------------------------------------------------------
+
+    def serve(self, host: str, port: int) -> tuple[str, int]:
+        """Serve the registry at ``http://host:port/metrics`` (any path serves it) on a daemon
+        thread, until :meth:`close`; port 0 takes a free one. Returns the address bound.
+
+        The exposition is prometheus_client's WSGI app; the server is the standard library's,
+        as in prometheus_client's own ``start_http_server``, but it looks whether it was asked
+        to stop every tenth of a second rather than every half, so as not to hold up the
+        worker's stop.
+
+        Raises:
+            MetricsUnavailableError: the address cannot be bound (in use, not this host's).
+        """
+        try:
+            server = make_server(
+                host,
+                port,
+                make_wsgi_app(self.registry),
+                _server_class(host, port),
+                handler_class=_QuietHandler,
+            )
+        except OSError as exc:
+            raise MetricsUnavailableError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        self._server = server
+        self._thread = start_thread(
+            functools.partial(server.serve_forever, poll_interval=_STOP_POLL), "metrics"
+        )
+        return host, int(server.server_port)
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per scrape, so that a slow scraper never holds up another."""
+
+    daemon_threads = True
+
+
+def _server_class(host: str, port: int) -> type[_Server]:
+    """The server class for ``host``'s address family (IPv4 or IPv6).
+
+    Raises:
+        OSError: ``host`` does not resolve.
+    """
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return type("_Server", (_Server,), {"address_family": family[0][0]})
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """A scrape, every few seconds, is not worth a line of the worker's output."""
+
+
+class _ClaimsCollector:
+    """The worker's running and claimed jobs per queue, read from its claims at each scrape,
+    so that the claim path never updates a gauge."""
+
+    def __init__(self, namespace: str, queues: Sequence[str], claims: Claims) -> None:
+        self.namespace = namespace
+        self.queues = list(queues)
+        self.claims = claims
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        claims = self.claims
+        with claims.lock:
+            claimed = Tally(job.queue for job in claims.in_flight.values())
+            running = Tally(
+                claims.in_flight[job_id].queue
+                for job_id in claims.started
+                if job_id in claims.in_flight
+            )
+        yield from self._families(running, claimed)
+
+    def _families(
+        self, running: Tally[str] | None = None, claimed: Tally[str] | None = None
+    ) -> Iterator[Metric]:
+        for name, help_text, counts in (
+            ("postkit_jobs_running", "Jobs whose handler runs in this worker.", running),
+            (
+                "postkit_jobs_claimed",
+                "Jobs this worker holds claimed: running, or waiting for a handler (prefetched).",
+                claimed,
+            ),
+        ):
+            family = GaugeMetricFamily(name, help_text, labels=["namespace", "queue"])
+            if counts is not None:
+                for queue in self.queues:
+                    family.add_metric([self.namespace, queue], counts[queue])
+            yield family
+
+
+__all__ = ["PrometheusRecorder"]
