@@ -149,8 +149,12 @@ TRACE_CONTEXT_BYTES = 1024
 
 def trace_context_bytes(carrier: Mapping[str, str]) -> int:
     """The size of ``carrier`` as the SQL module measures it: the bytes of its jsonb value's
-    text, which PostgreSQL prints with ``", "`` and ``": "`` between the parts, as json.dumps
-    does, and escapes as json.dumps does without ``ensure_ascii``."""
+    text. PostgreSQL prints that text with ``", "`` and ``": "`` between the parts and escapes
+    it as json.dumps does without ``ensure_ascii``, so json.dumps writes the same bytes.
+
+    Raises:
+        UnicodeEncodeError: ``carrier`` holds a lone surrogate, which no text column stores.
+    """
     return len(json.dumps(dict(carrier), ensure_ascii=False).encode("utf-8"))
 
 

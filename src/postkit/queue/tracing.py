@@ -49,8 +49,11 @@ def current_trace_context() -> dict[str, str] | None:
         return None
     carrier: dict[str, str] = {}
     w3c_propagator().inject(carrier)
-    if limits.trace_context_bytes(carrier) > limits.TRACE_CONTEXT_BYTES:
-        carrier.pop("tracestate", None)
+    # A traceparent alone is 55 characters: only a tracestate can make the carrier too big.
+    if "tracestate" in carrier and (
+        limits.trace_context_bytes(carrier) > limits.TRACE_CONTEXT_BYTES
+    ):
+        del carrier["tracestate"]
     return carrier or None
 
 

@@ -160,7 +160,9 @@ def trace_context(value: object) -> str | None:
         raise errors.InvalidTraceContextError(
             f"trace_context is {size} bytes as JSON text; the limit is {limits.TRACE_CONTEXT_BYTES}"
         )
-    return json.dumps(dict(value), ensure_ascii=False)
+    # json.dumps's defaults take its cached encoder; PostgreSQL reads the \u escapes of
+    # ensure_ascii as the characters they stand for, so the stored value is the one measured.
+    return json.dumps(dict(value))
 
 
 # The text form the server hands out (gen_random_uuid()::text), accepted as it is; any other
