@@ -113,7 +113,7 @@ class AsyncQueueClient(AsyncOperations):
             backoff_base, backoff_cap: this job's retry policy for nack (see :meth:`nack`).
 
         With OpenTelemetry in use, the job records the current span's trace context, and the
-        worker's span for each of its runs links to it (see docs/operations.md, Tracing).
+        worker's span for each of its runs links to it (docs/tracing.md).
 
         Returns:
             the new job's id, or None when ``unique_key`` deduplicated the push.
