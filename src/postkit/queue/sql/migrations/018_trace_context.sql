@@ -11,4 +11,4 @@ DROP FUNCTION IF EXISTS postkit_queue.jobs(text, text, text, integer, bigint);
 ALTER TABLE postkit_queue.jobs ADD COLUMN trace_context jsonb;
 ALTER TABLE postkit_queue.dead_letters ADD COLUMN trace_context jsonb;
 ALTER TABLE postkit_queue.completed_jobs ADD COLUMN trace_context jsonb;
--- schema: dec4a66284bce3b0
+-- schema: f0c7f3096f529fc4

@@ -50,8 +50,9 @@ DECLARE
     v_id     bigint;
     v_policy record;
 BEGIN
-    -- The common push (two names, a payload, a priority, no other option) passes in one
-    -- expression; anything else goes through every check, which raise the precise error.
+    -- The common push (two names, a payload, a priority, perhaps a trace context, no other
+    -- option) passes in one expression; anything else goes through every check, which raise
+    -- the precise error.
     IF NOT coalesce(postkit_queue.is_name(p_namespace) AND postkit_queue.is_name(p_queue)
                     AND p_payload IS NOT NULL AND p_priority BETWEEN -32768 AND 32767
                     AND p_delay IS NULL
