@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -144,3 +145,30 @@ def own_server() -> Iterator[EmbeddedServer]:
     """An embedded server for this test alone, for tests that crash or restart it."""
     with embedded_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def span_exporter() -> Any:
+    """OpenTelemetry's SDK as an application configures it: a TracerProvider, set as the
+    global one, whose spans an InMemorySpanExporter keeps. The global provider can be set once
+    per process, so this test session sets it once; :func:`spans` clears it for each test.
+    Imported here, for the tests that ask: every other test runs without OpenTelemetry."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    assert trace.get_tracer_provider() is provider, "another global tracer provider was set"
+    return exporter
+
+
+@pytest.fixture
+def spans(span_exporter: Any) -> Iterator[Any]:
+    """The InMemorySpanExporter of the session's tracer provider, empty at the test's start."""
+    span_exporter.clear()
+    yield span_exporter
+    span_exporter.clear()

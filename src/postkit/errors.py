@@ -84,6 +84,12 @@ class InvalidWorkerError(ValidationError):
     concurrency is out of range."""
 
 
+class InvalidTraceContextError(ValidationError):
+    """A job's trace context is not a JSON object of strings (a W3C propagation carrier such as
+    ``{"traceparent": "00-..."}``), is over 1024 bytes as JSON text, or a batch's trace
+    contexts are not one per payload."""
+
+
 class JobRunningError(PostkitError):
     """The job is running: its worker holds the claim, so it cannot be cancelled."""
 
@@ -150,6 +156,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ12": SchemaMismatchError,
     "PKQ13": InvalidClaimTokenError,
     "PKQ14": InvalidWorkerError,
+    "PKQ15": InvalidTraceContextError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -208,6 +215,7 @@ __all__ = [
     "InvalidPriorityError",
     "InvalidScheduleError",
     "InvalidStateError",
+    "InvalidTraceContextError",
     "InvalidWorkerError",
     "JobRunningError",
     "MetricsUnavailableError",

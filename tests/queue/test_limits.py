@@ -4,6 +4,7 @@ the same values, with the same exception."""
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ NONE: dict[str, Any] = {
     "unique_key": None,
     "backoff_base": None,
     "backoff_cap": None,
+    "trace_context": None,
 }
 POLICY: dict[str, Any] = {
     "max_attempts": None,
@@ -53,6 +55,16 @@ def around(bounds: limits.Bounds) -> tuple[int, ...]:
 def durations(what: str) -> tuple[int, ...]:
     rule = limits.DURATIONS[what]
     return (-1, 0, 1, rule.maximum_us, rule.maximum_us + 1)
+
+
+def carrier_text(size: int) -> str:
+    """A trace context of ``size`` bytes as the SQL module measures it, as JSON text: two
+    entries, with a two-byte character and characters JSON escapes, so that the SDK's measure
+    has to agree with the jsonb text's separators, escapes and encoding."""
+    carrier = {"traceparent": "00-x", "tracestate": 'é\n"'}
+    carrier["tracestate"] += "x" * (size - limits.trace_context_bytes(carrier))
+    assert limits.trace_context_bytes(carrier) == size
+    return json.dumps(carrier)
 
 
 def duration(what: str) -> Callable[[str, Any], object]:
@@ -136,7 +148,14 @@ LIMIT_CASES: dict[str, Limit] = {
     ),
     "batch-priority": Limit(
         lambda ns, v: protocol.push_batch(
-            ns, "q", [1], delay=None, priority=v, max_attempts=None, unique_keys=None
+            ns,
+            "q",
+            [1],
+            delay=None,
+            priority=v,
+            max_attempts=None,
+            unique_keys=None,
+            trace_context=None,
         ),
         "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', '[1]', p_priority => %(v)s)",
         around(limits.PRIORITY),
@@ -158,7 +177,14 @@ LIMIT_CASES: dict[str, Limit] = {
     ),
     "batch-payloads": Limit(
         lambda ns, v: protocol.push_batch(
-            ns, "q", [0] * v, delay=None, priority=0, max_attempts=None, unique_keys=None
+            ns,
+            "q",
+            [0] * v,
+            delay=None,
+            priority=0,
+            max_attempts=None,
+            unique_keys=None,
+            trace_context=None,
         ),
         "SELECT count(*) FROM postkit_queue.push_batch(%(ns)s, 'q', "
         "(SELECT jsonb_agg(0) FROM generate_series(1, %(v)s)))",
@@ -220,6 +246,14 @@ LIMIT_CASES: dict[str, Limit] = {
         lambda ns, v: protocol.due_schedules(ns, limit=v),
         "SELECT count(*) FROM postkit_queue.due_schedules(%(ns)s, %(v)s)",
         around(limits.LIMITS["due_schedules"]),
+    ),
+    "trace_context-bytes": Limit(
+        lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "trace_context": json.loads(v)}),
+        "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_trace_context => %(v)s::jsonb)",
+        tuple(
+            carrier_text(size)
+            for size in (limits.TRACE_CONTEXT_BYTES, limits.TRACE_CONTEXT_BYTES + 1)
+        ),
     ),
     "name-length": Limit(
         lambda ns, v: protocol.push(ns, "x" * v, 1, **NONE),

@@ -20,6 +20,7 @@ from postkit.queue import protocol
 from postkit.queue.operations import Operations
 from postkit.queue.protocol import Duration, JobRef
 from postkit.queue.records import Job, NackOutcome
+from postkit.queue.tracing import current_trace_context
 
 REMEMBERED_CLAIMS = 10_000
 """How many claims a client remembers at most (see the client's docstring); past that it
@@ -112,6 +113,9 @@ class QueueClient(Operations):
                 another is a no-op that returns None.
             backoff_base, backoff_cap: this job's retry policy for nack (see :meth:`nack`).
 
+        With OpenTelemetry in use, the job records the current span's trace context, and the
+        worker's span for each of its runs links to it (docs/tracing.md).
+
         Returns:
             the new job's id, or None when ``unique_key`` deduplicated the push.
 
@@ -130,6 +134,7 @@ class QueueClient(Operations):
                 unique_key=unique_key,
                 backoff_base=backoff_base,
                 backoff_cap=backoff_cap,
+                trace_context=current_trace_context(),
             )
         )
 
@@ -379,7 +384,8 @@ class QueueClient(Operations):
         unique_keys: Sequence[str | None] | None = None,
     ) -> list[int | None]:
         """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
-        transaction; listeners get one notification.
+        transaction; listeners get one notification. Each job records the current span's trace
+        context, as :meth:`push` does.
 
         Returns:
             one entry per payload, in order: the new job's id, or None when its unique key
@@ -394,6 +400,7 @@ class QueueClient(Operations):
                 priority=priority,
                 max_attempts=max_attempts,
                 unique_keys=unique_keys,
+                trace_context=current_trace_context(),
             )
         )
 

@@ -19,6 +19,7 @@ from postkit.queue import protocol
 from postkit.queue.operations_async import AsyncOperations
 from postkit.queue.protocol import Duration, JobRef
 from postkit.queue.records import Job, NackOutcome
+from postkit.queue.tracing import current_trace_context
 
 REMEMBERED_CLAIMS = 10_000
 """How many claims a client remembers at most (see the client's docstring); past that it
@@ -111,6 +112,9 @@ class AsyncQueueClient(AsyncOperations):
                 another is a no-op that returns None.
             backoff_base, backoff_cap: this job's retry policy for nack (see :meth:`nack`).
 
+        With OpenTelemetry in use, the job records the current span's trace context, and the
+        worker's span for each of its runs links to it (docs/tracing.md).
+
         Returns:
             the new job's id, or None when ``unique_key`` deduplicated the push.
 
@@ -129,6 +133,7 @@ class AsyncQueueClient(AsyncOperations):
                 unique_key=unique_key,
                 backoff_base=backoff_base,
                 backoff_cap=backoff_cap,
+                trace_context=current_trace_context(),
             )
         )
 
@@ -380,7 +385,8 @@ class AsyncQueueClient(AsyncOperations):
         unique_keys: Sequence[str | None] | None = None,
     ) -> list[int | None]:
         """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
-        transaction; listeners get one notification.
+        transaction; listeners get one notification. Each job records the current span's trace
+        context, as :meth:`push` does.
 
         Returns:
             one entry per payload, in order: the new job's id, or None when its unique key
@@ -395,6 +401,7 @@ class AsyncQueueClient(AsyncOperations):
                 priority=priority,
                 max_attempts=max_attempts,
                 unique_keys=unique_keys,
+                trace_context=current_trace_context(),
             )
         )
 

@@ -13,7 +13,9 @@ The one check the SDK cannot make is a payload's size against its queue's
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -136,6 +138,25 @@ LIMITS: dict[str, Bounds] = {
     "due_schedules": Bounds(1, 10_000),
 }
 """The ``limit`` (``cap`` for stats) each SQL function accepts."""
+
+# --------------------------------------------------------------------------------------------
+# Trace contexts.
+# --------------------------------------------------------------------------------------------
+
+TRACE_CONTEXT_BYTES = 1024
+"""A job's trace context (a W3C propagation carrier) is at most this many bytes as JSON text."""
+
+
+def trace_context_bytes(carrier: Mapping[str, str]) -> int:
+    """The size of ``carrier`` as the SQL module measures it: the bytes of its jsonb value's
+    text. PostgreSQL prints that text with ``", "`` and ``": "`` between the parts and escapes
+    it as json.dumps does without ``ensure_ascii``, so json.dumps writes the same bytes.
+
+    Raises:
+        UnicodeEncodeError: ``carrier`` holds a lone surrogate, which no text column stores.
+    """
+    return len(json.dumps(dict(carrier), ensure_ascii=False).encode("utf-8"))
+
 
 # --------------------------------------------------------------------------------------------
 # Durations.

@@ -25,10 +25,25 @@ SELECT postkit_queue.push(
     %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS id;
 
+-- name: push_traced
+-- push, with the producer's trace context. A push without one is the statement above, which
+-- every version of the SQL module takes: a producer that does not trace keeps working against
+-- a database whose upgrade is still to come.
+SELECT postkit_queue.push(
+    %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
+    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(priority)s::integer,
+    %(max_attempts)s::integer,
+    %(unique_key)s,
+    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(trace_context)s::pg_catalog.jsonb) AS id;
+
 -- name: pull
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at,
+       j.trace_context::pg_catalog.text AS trace_context
 FROM postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -57,13 +72,15 @@ SELECT pg_catalog.count(*) AS reclaimed FROM postkit_queue.tick_timeouts(%(names
 -- name: get_job
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at,
+       j.trace_context::pg_catalog.text AS trace_context
 FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
 
 -- name: dead_letters
 SELECT d.namespace, d.job_id, d.queue, d.payload::pg_catalog.text AS payload, d.priority, d.attempts,
        d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::pg_catalog.text AS errors,
-       d.created_at, d.failed_at, d.expires_at, d.redriven_job_id, d.redriven_at
+       d.created_at, d.failed_at, d.expires_at, d.redriven_job_id, d.redriven_at,
+       d.trace_context::pg_catalog.text AS trace_context
 FROM postkit_queue.dead_letters(
     %(namespace)s, %(queue)s, %(limit)s::integer, %(failed_after)s::pg_catalog.timestamptz,
     %(failed_before)s::pg_catalog.timestamptz, %(error_contains)s, %(include_redriven)s::boolean,
@@ -138,7 +155,8 @@ SELECT postkit_queue.clock() AS now;
 -- name: pull_any
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at,
+       j.trace_context::pg_catalog.text AS trace_context
 FROM postkit_queue.pull_any(
     %(namespace)s, %(queues)s::pg_catalog.text[], %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -149,6 +167,15 @@ SELECT b.id FROM postkit_queue.push_batch(
     %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
     %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[]) AS b
+ORDER BY b.ordinality;
+
+-- name: push_batch_traced
+-- push_batch, with one trace context per payload (as push_traced is to push).
+SELECT b.id FROM postkit_queue.push_batch(
+    %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
+    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[],
+    %(trace_contexts)s::pg_catalog.jsonb) AS b
 ORDER BY b.ordinality;
 
 -- name: ack_batch
@@ -165,7 +192,8 @@ FROM postkit_queue.stats(%(namespace)s, %(queue)s, %(cap)s::integer) AS s;
 -- name: jobs
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
-       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at
+       j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at,
+       j.trace_context::pg_catalog.text AS trace_context
 FROM postkit_queue.jobs(
     %(namespace)s, %(queue)s, %(state)s, %(limit)s::integer, %(after_id)s::bigint) AS j;
 
@@ -250,7 +278,8 @@ SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked
        j.payload::pg_catalog.text AS payload, j.priority,
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
        j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
-       j.errors::pg_catalog.text AS errors, j.created_at
+       j.errors::pg_catalog.text AS errors, j.created_at,
+       j.trace_context::pg_catalog.text AS trace_context
 FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
      AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(

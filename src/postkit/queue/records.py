@@ -103,6 +103,10 @@ class Job(_RecordMapping):
     payload_error: str | None = None
     """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
     then None)."""
+    trace_context: Mapping[str, str] | None = None
+    """The trace context its push recorded (a W3C carrier: ``traceparent``, ``tracestate``),
+    which the worker links each run's span to; None when it was pushed outside any trace, or
+    when what is stored is not an object of strings (written past the SQL API)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -135,6 +139,9 @@ class DeadLetter(_RecordMapping):
     payload_error: str | None = None
     """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
     then None; redrive still copies the stored payload as it is)."""
+    trace_context: Mapping[str, str] | None = None
+    """The job's trace context (see :attr:`Job.trace_context`); redrive copies it to the new
+    job, so the retried job's runs link to the push that started it."""
 
 
 class DeadLetterPosition(Protocol):

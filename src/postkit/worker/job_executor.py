@@ -25,6 +25,7 @@ import psycopg_pool
 from postkit.errors import PermanentError, RetryLater
 from postkit.queue import Job, Outcome, QueueClient, protocol
 from postkit.queue.executor import run as run_call
+from postkit.worker import tracing
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.handlers import Handlers, HandlerSpec
@@ -150,6 +151,7 @@ class JobExecutor:
                 time.sleep(self._settle_backoff.delay(attempt))
                 continue
             self.outcomes.record(job, outcome, started, error)
+            tracing.settled(outcome)
             return
 
     # ---------------------------------------------------------------------------------------
@@ -180,6 +182,10 @@ class JobExecutor:
         started = self.claims.start(job, self.timeout_of(spec))
         if started is None:
             return True
+        with tracing.job_span(job, self.namespace):
+            return self._run_sync_handler(job, spec, started)
+
+    def _run_sync_handler(self, job: Job, spec: HandlerSpec, started: float) -> bool:
         try:
             if spec.transactional:
                 if not self._run_transactional(job, spec):
@@ -231,12 +237,15 @@ class JobExecutor:
                     raise
         if job.id in self.claims.timed_out:
             return False
-        self.outcomes.record(job, Outcome.COMPLETED if acked else Outcome.STALE, started)
+        outcome = Outcome.COMPLETED if acked else Outcome.STALE
+        self.outcomes.record(job, outcome, started)
+        tracing.settled(outcome)
         return True
 
     def _drop_late_outcome(self, job: Job) -> bool:
         assert self._pool is not None
         self.claims.drop_late_outcome(job)
+        tracing.failed("the handler ran past its timeout: its outcome is dropped")
         if self.handlers[job.queue].transactional:
             self._pool.resize(-1)  # its connection is back in the pool
         logger.warning(
@@ -261,7 +270,10 @@ class JobExecutor:
         started = self.claims.start(job, self.timeout_of(spec))
         if started is None:
             return
-        loop = asyncio.get_running_loop()
+        with tracing.job_span(job, self.namespace):
+            await self._run_async_handler(job, spec, started)
+
+    async def _run_async_handler(self, job: Job, spec: HandlerSpec, started: float) -> None:
         try:
             await spec.function(job)
         except BaseException as error:
@@ -270,7 +282,8 @@ class JobExecutor:
                 return
             try:
                 with _settle_errors_logged(job):
-                    await loop.run_in_executor(None, self._settle_error, job, error, started)
+                    # to_thread runs it in the job's context, so the settle reaches its span.
+                    await asyncio.to_thread(self._settle_error, job, error, started)
             finally:
                 self.claims.finish(job)
         else:
@@ -280,6 +293,7 @@ class JobExecutor:
                 self._drop_late_outcome(job)
 
     def _settle_error(self, job: Job, error: BaseException, started: float) -> None:
+        tracing.failed(error)
         if isinstance(error, PermanentError):
             self.settle(job, "fail", started, error=error_summary(error))
         elif isinstance(error, RetryLater):

@@ -11,7 +11,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -137,6 +137,32 @@ def payload(value: object) -> str:
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise errors.InvalidPayloadError("payload must not contain a NUL character (\\u0000)")
     return text
+
+
+def trace_context(value: object) -> str | None:
+    """A trace context (a W3C propagation carrier: str keys and values) as JSON text, or None.
+    The rule of limits.TRACE_CONTEXT_BYTES (the SQL module's check_trace_context)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+        isinstance(key, str) and isinstance(entry, str) for key, entry in value.items()
+    ):
+        raise errors.InvalidTraceContextError("trace_context must be a mapping of str to str")
+    if any("\x00" in key or "\x00" in entry for key, entry in value.items()):
+        raise errors.InvalidTraceContextError("trace_context must not contain a NUL character")
+    try:
+        size = limits.trace_context_bytes(value)
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidTraceContextError(
+            "trace_context must not contain lone surrogates"
+        ) from exc
+    if size > limits.TRACE_CONTEXT_BYTES:
+        raise errors.InvalidTraceContextError(
+            f"trace_context is {size} bytes as JSON text; the limit is {limits.TRACE_CONTEXT_BYTES}"
+        )
+    # json.dumps's defaults take its cached encoder; PostgreSQL reads the \u escapes of
+    # ensure_ascii as the characters they stand for, so the stored value is the one measured.
+    return json.dumps(dict(value))
 
 
 # The text form the server hands out (gen_random_uuid()::text), accepted as it is; any other

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from postkit import errors
@@ -25,6 +25,7 @@ def push(
     unique_key: str | None,
     backoff_base: Duration | None,
     backoff_cap: Duration | None,
+    trace_context: Mapping[str, str] | None,
 ) -> Call[int | None]:
     params = check.base(
         namespace,
@@ -43,7 +44,10 @@ def push(
     )
     if params["priority"] is None:
         raise errors.InvalidPriorityError("priority must be an int, got None")
-    return Call("push", params, read.scalar)
+    context = check.trace_context(trace_context)
+    if context is None:
+        return Call("push", params, read.scalar)
+    return Call("push_traced", {**params, "trace_context": context}, read.scalar)
 
 
 def pull(
@@ -189,7 +193,10 @@ def push_batch(
     priority: int,
     max_attempts: int | None,
     unique_keys: Sequence[str | None] | None,
+    trace_context: Mapping[str, str] | None,
 ) -> Call[list[int | None]]:
+    """Push ``payloads``; each job records ``trace_context`` (the SQL function takes one per
+    payload, which a batch pushed from one span shares)."""
     if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Sequence):
         raise errors.InvalidPayloadError("payloads must be a list of JSON-serializable values")
     if len(payloads) > limits.BATCH_PAYLOADS:
@@ -216,7 +223,11 @@ def push_batch(
         ),
         unique_keys=keys,
     )
-    return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
+    context = check.trace_context(trace_context)
+    if context is None:
+        return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
+    params["trace_contexts"] = "[" + ",".join([context] * len(payloads)) + "]"
+    return Call("push_batch_traced", params, lambda rows: [row["id"] for row in rows])
 
 
 def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> Call[bool]:

@@ -51,6 +51,20 @@ def _errors(text: str) -> tuple[dict[str, Any], ...]:
     return tuple(history)
 
 
+def _trace_context(text: str | None) -> dict[str, str] | None:
+    # The SQL API stores only objects of strings; anything else (written past it) reads as none.
+    if text is None:
+        return None
+    carrier, problem = decode(text, "trace context")
+    if (
+        problem is not None
+        or not isinstance(carrier, dict)
+        or not all(isinstance(value, str) for value in carrier.values())
+    ):
+        return None
+    return carrier
+
+
 def job(row: dict[str, Any]) -> Job:
     payload, payload_error = decode(row["payload"], "payload")
     return Job(
@@ -72,6 +86,7 @@ def job(row: dict[str, Any]) -> Job:
         created_at=row["created_at"],
         failed_at=row.get("failed_at"),
         payload_error=payload_error,
+        trace_context=_trace_context(row["trace_context"]),
     )
 
 
@@ -96,6 +111,7 @@ def dead_letter(row: dict[str, Any]) -> DeadLetter:
         redriven_job_id=row["redriven_job_id"],
         redriven_at=row["redriven_at"],
         payload_error=payload_error,
+        trace_context=_trace_context(row["trace_context"]),
     )
 
 

@@ -9,7 +9,9 @@
 -- entries: no key). Returns one row per payload, in order: its new id, or NULL when its
 -- unique key matched a live job (or an earlier payload of the same batch). The checks make one
 -- pass over the keys and one over the payload sizes (the per-entry checks run only to name the
--- offending entry), and the identity sequence is looked up once per call.
+-- offending entry), and the identity sequence is looked up once per call. Trace contexts, if
+-- given, arrive as one JSON array of the same length: each entry a trace context (as push
+-- takes it) or null (none), so a batch may carry the contexts of several producers.
 --
 -- A batch without unique keys takes a plain multi-row INSERT: ON CONFLICT's speculative
 -- insertion (insert, check against jobs_unique_key_idx, confirm with a WAL record of its own)
@@ -21,7 +23,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
     p_delay        interval DEFAULT NULL,
     p_priority     integer  DEFAULT 0,
     p_max_attempts integer  DEFAULT NULL,
-    p_unique_keys  text[]   DEFAULT NULL)
+    p_unique_keys  text[]   DEFAULT NULL,
+    p_trace_contexts jsonb  DEFAULT NULL)
 RETURNS TABLE (ordinality bigint, id bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -58,6 +61,25 @@ BEGIN
                WHERE k IS NOT NULL AND NOT coalesce(postkit_queue.is_name(k), false)) THEN
         PERFORM postkit_queue.check_name('unique_key', k, false) FROM unnest(p_unique_keys) AS k;
     END IF;
+    IF p_trace_contexts IS NOT NULL AND (jsonb_typeof(p_trace_contexts) <> 'array'
+       OR jsonb_array_length(p_trace_contexts) <> jsonb_array_length(p_payloads)) THEN
+        RAISE EXCEPTION 'postkit: trace_contexts must be a JSON array of one entry (a trace '
+                        'context or null) per payload, got a JSON % for % payloads',
+            CASE jsonb_typeof(p_trace_contexts)
+                WHEN 'array' THEN 'array of ' || jsonb_array_length(p_trace_contexts)
+                ELSE jsonb_typeof(p_trace_contexts) END,
+            jsonb_array_length(p_payloads) USING ERRCODE = 'PKQ15';
+    END IF;
+    -- One pass over the contexts; check_trace_context names the first bad entry.
+    IF EXISTS (SELECT FROM jsonb_array_elements(p_trace_contexts) AS t
+               WHERE jsonb_typeof(t.value) <> 'null'
+                 AND NOT coalesce(postkit_queue.is_trace_context(t.value), false)) THEN
+        PERFORM postkit_queue.check_trace_context(format('trace_contexts[%s]', t.ordinality),
+                                                  t.value)
+        FROM jsonb_array_elements(p_trace_contexts) WITH ORDINALITY AS t
+        WHERE jsonb_typeof(t.value) <> 'null'
+        ORDER BY t.ordinality;
+    END IF;
     PERFORM postkit_queue.check_priority(p_priority);
     PERFORM postkit_queue.check_max_attempts(p_max_attempts);
     PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '3650 days');
@@ -77,17 +99,22 @@ BEGIN
         -- insert every row speculatively (and log its confirmation) only to find that the
         -- arbiter index's predicate leaves it out. Each payload still takes its id from the
         -- identity sequence up front, in payload order, and the result reads those ids back
-        -- without a RETURNING to join against.
+        -- without a RETURNING to join against. ROWS FROM pairs each payload with its trace
+        -- context by position (none at all: every context NULL).
         RETURN QUERY
         WITH input AS (
-            SELECT e.ordinality, e.value AS payload, nextval(v_sequence) AS id
-            FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e
+            SELECT e.ordinality, e.payload, nullif(e.trace_context, 'null') AS trace_context,
+                   nextval(v_sequence) AS id
+            FROM ROWS FROM (jsonb_array_elements(p_payloads),
+                            jsonb_array_elements(p_trace_contexts))
+                 WITH ORDINALITY AS e(payload, trace_context, ordinality)
         ), inserted AS (
             INSERT INTO postkit_queue.jobs AS j (
-                id, namespace, queue, payload, priority, run_at, max_attempts, created_at)
+                id, namespace, queue, payload, priority, run_at, max_attempts, created_at,
+                trace_context)
             OVERRIDING SYSTEM VALUE
             SELECT i.id, p_namespace, p_queue, i.payload, p_priority,
-                   v_now + coalesce(p_delay, interval '0'), v_attempts, v_now
+                   v_now + coalesce(p_delay, interval '0'), v_attempts, v_now, i.trace_context
             FROM input i
             ORDER BY i.ordinality
         )
@@ -98,16 +125,19 @@ BEGIN
         -- jobs_unique_key_idx turned away (as in push) are missing from RETURNING.
         RETURN QUERY
         WITH input AS (
-            SELECT e.ordinality, e.value AS payload, p_unique_keys[e.ordinality] AS unique_key,
-                   nextval(v_sequence) AS id
-            FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e
+            SELECT e.ordinality, e.payload, p_unique_keys[e.ordinality] AS unique_key,
+                   nullif(e.trace_context, 'null') AS trace_context, nextval(v_sequence) AS id
+            FROM ROWS FROM (jsonb_array_elements(p_payloads),
+                            jsonb_array_elements(p_trace_contexts))
+                 WITH ORDINALITY AS e(payload, trace_context, ordinality)
         ), inserted AS (
             INSERT INTO postkit_queue.jobs AS j (
                 id, namespace, queue, payload, priority, run_at, max_attempts, unique_key,
-                created_at)
+                created_at, trace_context)
             OVERRIDING SYSTEM VALUE
             SELECT i.id, p_namespace, p_queue, i.payload, p_priority,
-                   v_now + coalesce(p_delay, interval '0'), v_attempts, i.unique_key, v_now
+                   v_now + coalesce(p_delay, interval '0'), v_attempts, i.unique_key, v_now,
+                   i.trace_context
             FROM input i
             ORDER BY i.ordinality
             ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING

@@ -196,6 +196,52 @@ BEGIN
 END
 $$;
 
+-- A trace context: the W3C propagation carrier of the producer's span, {"traceparent":
+-- "00-<trace id>-<span id>-<flags>", "tracestate": "..."} as OpenTelemetry's propagator writes
+-- it, which the worker links the handler's span to. A JSON object whose values are all strings,
+-- at most 1024 bytes as JSON text (a traceparent is 55 characters): every job row carries it, so
+-- it must stay small. Its strings are not parsed here; a worker ignores a context it cannot
+-- read. The rule, once, for the fast paths (inlined, as is_name); NULL for NULL. The jsonpath
+-- is strict: in lax mode an array of strings would pass as its strings.
+CREATE OR REPLACE FUNCTION postkit_queue.is_trace_context(p_value jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+RETURN jsonb_typeof(p_value) = 'object'
+   AND octet_length(p_value::text) <= 1024
+   AND NOT p_value @? 'strict $.* ? (@.type() != "string")';
+
+-- The trace context rule, with the precise error: NULL (no trace) or is_trace_context.
+CREATE OR REPLACE FUNCTION postkit_queue.check_trace_context(p_what text, p_value jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key  text;
+    v_type text;
+BEGIN
+    IF p_value IS NULL OR coalesce(postkit_queue.is_trace_context(p_value), false) THEN
+        RETURN;
+    END IF;
+    IF jsonb_typeof(p_value) <> 'object' THEN
+        RAISE EXCEPTION 'postkit: % must be a JSON object of strings (a W3C carrier such as '
+                        '{"traceparent": "00-..."}), got a JSON %', p_what, jsonb_typeof(p_value)
+            USING ERRCODE = 'PKQ15';
+    END IF;
+    IF octet_length(p_value::text) > 1024 THEN
+        RAISE EXCEPTION 'postkit: % is % bytes as JSON text; the limit is 1024',
+            p_what, octet_length(p_value::text) USING ERRCODE = 'PKQ15';
+    END IF;
+    SELECT e.key, jsonb_typeof(e.value) INTO v_key, v_type
+    FROM jsonb_each(p_value) AS e
+    WHERE jsonb_typeof(e.value) <> 'string'
+    ORDER BY e.key
+    LIMIT 1;
+    RAISE EXCEPTION 'postkit: % must hold only string values; its % is a JSON %',
+        p_what, quote_literal(v_key), v_type USING ERRCODE = 'PKQ15';
+END
+$$;
+
 CREATE OR REPLACE FUNCTION postkit_queue.check_priority(p_priority integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -505,9 +551,9 @@ BEGIN
     IF p_outcome = 'completed' THEN
         INSERT INTO postkit_queue.completed_jobs (
             namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
-            created_at, completed_at, expires_at)
+            created_at, completed_at, expires_at, trace_context)
         SELECT j.namespace, j.id, j.queue, j.payload, j.priority, j.attempts, j.worker_id,
-               j.errors, j.created_at, p_at, p_at + s.retain_completed
+               j.errors, j.created_at, p_at, p_at + s.retain_completed, j.trace_context
         FROM unnest(p_jobs) AS j
         JOIN postkit_queue.queue_settings s
           ON s.namespace = j.namespace AND s.queue = j.queue
@@ -527,12 +573,13 @@ BEGIN
     DELETE FROM postkit_queue.jobs WHERE namespace = p_job.namespace AND id = p_job.id;
     INSERT INTO postkit_queue.dead_letters (
         namespace, job_id, queue, payload, priority, attempts, max_attempts, unique_key,
-        worker_id, reason, error, errors, created_at, failed_at, expires_at)
+        worker_id, reason, error, errors, created_at, failed_at, expires_at, trace_context)
     VALUES (
         p_job.namespace, p_job.id, p_job.queue, p_job.payload, p_job.priority, p_job.attempts,
         p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
         p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
-        p_at + (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_dead);
+        p_at + (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_dead,
+        p_job.trace_context);
     PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead_lettered', p_at);
 END
 $$;

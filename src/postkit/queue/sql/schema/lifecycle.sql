@@ -28,6 +28,7 @@
 -- push: add a job. Returns its id, or NULL when unique_key matched a live job (deduplicated).
 -- Runs in the caller's transaction, so the job exists exactly when the caller's own writes do.
 -- A delay is at most 3650 days, said in days because '10 years' compares as 3600 of them.
+-- p_trace_context is the producer's trace context (check_trace_context), kept with the job.
 CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_namespace    text,
     p_queue        text,
@@ -37,7 +38,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_max_attempts integer  DEFAULT NULL,
     p_unique_key   text     DEFAULT NULL,
     p_backoff_base interval DEFAULT NULL,
-    p_backoff_cap  interval DEFAULT NULL)
+    p_backoff_cap  interval DEFAULT NULL,
+    p_trace_context jsonb   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -48,13 +50,16 @@ DECLARE
     v_id     bigint;
     v_policy record;
 BEGIN
-    -- The common push (two names, a payload, a priority, no other option) passes in one
-    -- expression; anything else goes through every check, which raise the precise error.
+    -- The common push (two names, a payload, a priority, perhaps a trace context, no other
+    -- option) passes in one expression; anything else goes through every check, which raise
+    -- the precise error.
     IF NOT coalesce(postkit_queue.is_name(p_namespace) AND postkit_queue.is_name(p_queue)
                     AND p_payload IS NOT NULL AND p_priority BETWEEN -32768 AND 32767
                     AND p_delay IS NULL
                     AND p_max_attempts IS NULL AND p_unique_key IS NULL
-                    AND p_backoff_base IS NULL AND p_backoff_cap IS NULL, false) THEN
+                    AND p_backoff_base IS NULL AND p_backoff_cap IS NULL
+                    AND (p_trace_context IS NULL
+                         OR postkit_queue.is_trace_context(p_trace_context)), false) THEN
         PERFORM postkit_queue.check_name('namespace', p_namespace, true);
         PERFORM postkit_queue.check_name('queue', p_queue, true);
         PERFORM postkit_queue.check_name('unique_key', p_unique_key, false);
@@ -65,6 +70,7 @@ BEGIN
                                              interval '1 day');
         PERFORM postkit_queue.check_duration('backoff_cap', p_backoff_cap, false,
                                              interval '30 days');
+        PERFORM postkit_queue.check_trace_context('trace_context', p_trace_context);
     END IF;
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     PERFORM postkit_queue.check_payload(p_queue, p_payload, v_policy.max_payload_bytes);
@@ -73,11 +79,11 @@ BEGIN
     -- check and the insert one atomic step even when two transactions push the same key.
     INSERT INTO postkit_queue.jobs AS j (
         namespace, queue, payload, priority, run_at, max_attempts, unique_key,
-        backoff_base, backoff_cap, created_at)
+        backoff_base, backoff_cap, created_at, trace_context)
     VALUES (
         p_namespace, p_queue, p_payload, p_priority, v_now + coalesce(p_delay, interval '0'),
         coalesce(p_max_attempts, v_policy.max_attempts),
-        p_unique_key, p_backoff_base, p_backoff_cap, v_now)
+        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context)
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id INTO v_id;
     IF v_id IS NOT NULL THEN
@@ -555,7 +561,7 @@ RETURNS TABLE (
     namespace text, id bigint, queue text, state text, payload jsonb, priority smallint,
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
-    errors jsonb, created_at timestamptz, failed_at timestamptz)
+    errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -566,13 +572,13 @@ BEGIN
     RETURN QUERY
     SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at, j.attempts,
            j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
-           j.visible_until, j.errors, j.created_at, NULL::timestamptz
+           j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context
     FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     UNION ALL
     SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL, d.attempts,
            d.max_attempts, d.unique_key, d.worker_id, NULL, NULL, NULL, d.errors, d.created_at,
-           d.failed_at
+           d.failed_at, d.trace_context
     FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
 END

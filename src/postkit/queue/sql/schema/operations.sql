@@ -205,7 +205,7 @@ RETURNS TABLE (
     namespace text, id bigint, queue text, state text, payload jsonb, priority smallint,
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
-    errors jsonb, created_at timestamptz, failed_at timestamptz)
+    errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -227,7 +227,8 @@ BEGIN
         RETURN QUERY
         SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL::timestamptz,
                d.attempts, d.max_attempts, d.unique_key, d.worker_id, NULL::uuid,
-               NULL::timestamptz, NULL::timestamptz, d.errors, d.created_at, d.failed_at
+               NULL::timestamptz, NULL::timestamptz, d.errors, d.created_at, d.failed_at,
+               d.trace_context
         FROM postkit_queue.dead_letters d
         WHERE d.namespace = p_namespace AND d.queue = p_queue
           AND d.job_id > coalesce(p_after_id, 0) AND d.redriven_job_id IS NULL
@@ -239,7 +240,7 @@ BEGIN
     RETURN QUERY
     SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at, j.attempts,
            j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
-           j.visible_until, j.errors, j.created_at, NULL::timestamptz
+           j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context
     FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.queue = p_queue
       AND j.id > coalesce(p_after_id, 0)
@@ -584,7 +585,8 @@ $$;
 -- p_to_queue. Picks p_job_ids, or else every dead letter matching the filters (queue, failed
 -- between, error substring), up to p_limit. Each dead letter is redriven at most once: the row
 -- is locked (FOR UPDATE waits for a concurrent operator) and re-checked, so a second operator
--- finds it already redriven and skips it. The dead letter stays, linked to its new job.
+-- finds it already redriven and skips it. The dead letter stays, linked to its new job; the new
+-- job keeps the dead letter's trace context, so its runs link to the push that started it all.
 -- With p_dry_run nothing changes and new_job_id is NULL: what would be retried.
 CREATE OR REPLACE FUNCTION postkit_queue.redrive(
     p_namespace      text,
@@ -628,9 +630,10 @@ BEGIN
         new_job_id := NULL;
         IF NOT p_dry_run THEN
             INSERT INTO postkit_queue.jobs (
-                namespace, queue, payload, priority, run_at, max_attempts, created_at)
+                namespace, queue, payload, priority, run_at, max_attempts, created_at,
+                trace_context)
             VALUES (p_namespace, coalesce(p_to_queue, v_dead.queue), v_dead.payload,
-                    v_dead.priority, v_now, v_dead.max_attempts, v_now)
+                    v_dead.priority, v_now, v_dead.max_attempts, v_now, v_dead.trace_context)
             RETURNING id INTO v_id;
             UPDATE postkit_queue.dead_letters d
             SET redriven_job_id = v_id, redriven_at = v_now

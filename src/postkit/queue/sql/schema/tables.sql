@@ -30,6 +30,10 @@ CREATE TABLE postkit_queue.jobs (
     -- One entry per failed attempt: {"attempt", "kind", "error", "worker_id", "at"}.
     errors        jsonb       NOT NULL DEFAULT '[]',
     created_at    timestamptz NOT NULL,
+    -- The producer's trace context: the W3C propagation carrier of the span that pushed the job,
+    -- {"traceparent": "00-...", "tracestate": "..."} (check_trace_context). NULL: pushed outside
+    -- any trace. The worker links the span it runs the handler in to it.
+    trace_context jsonb,
     PRIMARY KEY (namespace, id),
     CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'running')),
     CONSTRAINT jobs_claim_check
@@ -84,6 +88,7 @@ CREATE TABLE postkit_queue.dead_letters (
     -- Set once, when an operator retries the dead letter: the job it became.
     redriven_job_id bigint,
     redriven_at     timestamptz,
+    trace_context   jsonb,       -- the job's; its redriven job keeps it
     PRIMARY KEY (namespace, job_id)
 );
 
@@ -132,6 +137,7 @@ CREATE TABLE postkit_queue.completed_jobs (
     created_at   timestamptz NOT NULL,
     completed_at timestamptz NOT NULL,
     expires_at   timestamptz NOT NULL,
+    trace_context jsonb,
     PRIMARY KEY (namespace, job_id)
 );
 
