@@ -1,0 +1,1 @@
+-- (placeholder: the otel branch supplies this migration)

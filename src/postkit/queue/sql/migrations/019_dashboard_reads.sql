@@ -1,0 +1,5 @@
+-- Migration 19: the dashboard's reads (namespaces, outcome_series, running_jobs, schedule_runs,
+-- search_dead_letters). jobs() lists each state off an index, with a cursor of the columns it
+-- orders by, and returns each job's age: its argument list and its result change.
+DROP FUNCTION postkit_queue.jobs(text, text, text, integer, bigint);
+-- schema: 9ce8f3e2f7071a2d
