@@ -134,8 +134,17 @@ LIMITS: dict[str, Bounds] = {
     "redrive": Bounds(1, 100_000),
     "prune": Bounds(1, 100_000),
     "due_schedules": Bounds(1, 10_000),
+    "running_jobs": Bounds(1, 10_000),
+    "search_dead_letters": Bounds(1, 10_000),
+    "search_scan": Bounds(1, 100_000),
 }
-"""The ``limit`` (``cap`` for stats) each SQL function accepts."""
+"""The ``limit`` (``cap`` for stats, ``scan_limit`` for search_scan) each SQL function
+accepts."""
+
+SEARCH_SCAN = 5_000
+"""How many dead letters ``search_dead_letters`` reads per call unless told otherwise: matching
+a substring costs a few microseconds per dead letter (its last error, up to 8 KiB, lowercased),
+so a call stays within tens of milliseconds."""
 
 # --------------------------------------------------------------------------------------------
 # Durations.

@@ -72,6 +72,7 @@ def job(row: dict[str, Any]) -> Job:
         created_at=row["created_at"],
         failed_at=row.get("failed_at"),
         payload_error=payload_error,
+        age=row.get("age"),
     )
 
 
