@@ -231,6 +231,18 @@ READS: dict[str, tuple[Read, str | None, set[str]]] = {
         "dead_letters_failed_at_idx",
         SEARCHED,
     ),
+    "count_dead_letters of a queue": (
+        lambda c: lambda: c.count_dead_letters(BULK, cap=1000),
+        "dead_letters_queue_idx",
+        {"dead_letters_queue_idx"},
+    ),
+    "count_dead_letters before a cutoff": (
+        lambda c: (
+            lambda: c.count_dead_letters(failed_before=_ago(c, 1), include_redriven=True, cap=1000)
+        ),
+        "dead_letters_failed_at_idx",
+        {"dead_letters_failed_at_idx"},
+    ),
     "dead_letters of a small queue": (
         lambda c: lambda: c.dead_letters("rare"),
         None,
@@ -328,6 +340,9 @@ BOUNDS: dict[str, tuple[str, int]] = {
     "schedule_runs": ("jobs", 4 * 200),
     # The queue's 50 dead letters, not the namespace's 5,000: each call is planned for its
     # queue (a plan for any queue walks the failed_at index through every one).
+    # Counts stop at their cap of 1,000, whatever the 5,000 dead letters.
+    "count_dead_letters of a queue": ("dead_letters", 2 * 1000 + 10),
+    "count_dead_letters before a cutoff": ("dead_letters", 2 * 1000 + 10),
     "dead_letters of a small queue": ("dead_letters", 250),
     "dead_letters of a small queue in a window": ("dead_letters", 250),
 }

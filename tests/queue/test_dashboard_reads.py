@@ -188,6 +188,42 @@ def test_schedule_runs_tell_what_became_of_each_schedules_last_job(
 
 
 # --------------------------------------------------------------------------------------------
+# count_dead_letters
+# --------------------------------------------------------------------------------------------
+
+
+def test_count_dead_letters_counts_what_dead_letters_lists_with_the_same_filters(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    early = [bury(queue), bury(queue, OTHER)]
+    shift_clock(queue, 600)
+    middle = db_clock(queue)
+    late = [bury(queue), bury(queue), bury(queue, OTHER)]
+    queue.redrive([late[0]])
+    filters: list[dict[str, Any]] = [
+        {},
+        {"queue": Q},
+        {"failed_before": middle},
+        {"queue": Q, "failed_after": middle},
+        {"queue": Q, "include_redriven": True},
+        {"failed_before": middle + timedelta(hours=1), "include_redriven": True},
+    ]
+
+    counted = [queue.count_dead_letters(**f) for f in filters]
+
+    assert counted == [len(queue.dead_letters(**f)) for f in filters] == [4, 2, 2, 1, 3, 5]
+    assert len(early + late) == 5
+
+
+def test_count_dead_letters_stops_at_its_cap(queue: QueueClient) -> None:
+    for _ in range(4):
+        bury(queue)
+
+    assert queue.count_dead_letters(cap=3) == 3
+    assert queue.count_dead_letters(cap=4) == 4
+
+
+# --------------------------------------------------------------------------------------------
 # search_dead_letters
 # --------------------------------------------------------------------------------------------
 

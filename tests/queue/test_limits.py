@@ -207,6 +207,13 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT count(*) FROM postkit_queue.running_jobs(%(ns)s, %(v)s)",
         around(limits.LIMITS["running_jobs"]),
     ),
+    "limit-count_dead_letters": Limit(
+        lambda ns, v: protocol.count_dead_letters(
+            ns, None, failed_after=None, failed_before=None, include_redriven=False, cap=v
+        ),
+        "SELECT postkit_queue.count_dead_letters(%(ns)s, p_cap => %(v)s)",
+        around(limits.LIMITS["count_dead_letters"]),
+    ),
     "limit-search_dead_letters": Limit(
         lambda ns, v: protocol.search_dead_letters(ns, "x", None, **SEARCH, limit=v, scan_limit=10),
         "SELECT count(*) FROM postkit_queue.search_dead_letters(%(ns)s, 'x', p_limit => %(v)s)",

@@ -137,14 +137,16 @@ LIMITS: dict[str, Bounds] = {
     "running_jobs": Bounds(1, 10_000),
     "search_dead_letters": Bounds(1, 10_000),
     "search_scan": Bounds(1, 100_000),
+    "count_dead_letters": Bounds(1, 10_000_000),
 }
-"""The ``limit`` (``cap`` for stats, ``scan_limit`` for search_scan) each SQL function
-accepts."""
+"""The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan)
+each SQL function accepts."""
 
-SEARCH_SCAN = 5_000
-"""How many dead letters ``search_dead_letters`` reads per call unless told otherwise: matching
-a substring costs a few microseconds per dead letter (its last error, up to 8 KiB, lowercased),
-so a call stays within tens of milliseconds."""
+SEARCH_SCAN = 2_000
+"""How many dead letters ``search_dead_letters`` reads per call unless told otherwise (the SQL
+function's default too). Matching a substring lowercases each dead letter's last error: about
+5 us for an error of 500 characters with its traceback, more for longer ones (they are kept up
+to 8 KiB), so 2,000 take about 10-20 ms."""
 
 # --------------------------------------------------------------------------------------------
 # Durations.

@@ -80,6 +80,30 @@ class AsyncOperations:
             )
         )
 
+    async def count_dead_letters(
+        self,
+        queue: str | None = None,
+        *,
+        failed_after: datetime | None = None,
+        failed_before: datetime | None = None,
+        include_redriven: bool = False,
+        cap: int = 10_000,
+    ) -> int:
+        """How many dead letters :meth:`dead_letters` would list with these filters, had it no
+        limit: exact up to ``cap``, then ``cap`` (read it as "at least"). The count stops at
+        ``cap`` rows of an index range, so it stays fast on any dead-letter queue. A purge's
+        confirmation counts with ``failed_before`` and ``include_redriven=True``."""
+        return await self._run(
+            protocol.count_dead_letters(
+                self._namespace,
+                queue,
+                failed_after=failed_after,
+                failed_before=failed_before,
+                include_redriven=include_redriven,
+                cap=cap,
+            )
+        )
+
     async def search_dead_letters(
         self,
         error_contains: str,
@@ -198,7 +222,7 @@ class AsyncOperations:
         """Delete the dead letters (of one queue, if given), retried or not, that failed more
         than ``older_than`` ago by the queue's clock, or before ``failed_before``; give exactly
         one. To show what will go before deleting it, read the cutoff once (:meth:`clock`
-        minus the age), count with ``dead_letters(failed_before=cutoff,
+        minus the age), count with ``count_dead_letters(failed_before=cutoff,
         include_redriven=True)`` and purge with the same ``failed_before``: ``older_than``
         is measured again when the purge runs. Returns how many were deleted."""
         return await self._run(

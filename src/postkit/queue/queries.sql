@@ -115,6 +115,12 @@ FROM postkit_queue.outcome_series(%(namespace)s, %(since)s::pg_catalog.timestamp
 -- name: namespaces
 SELECT n AS namespace FROM postkit_queue.namespaces() AS n;
 
+-- name: count_dead_letters
+SELECT postkit_queue.count_dead_letters(
+    %(namespace)s, %(queue)s, %(failed_after)s::pg_catalog.timestamptz,
+    %(failed_before)s::pg_catalog.timestamptz, %(include_redriven)s::boolean,
+    %(cap)s::integer) AS counted;
+
 -- name: search_dead_letters
 SELECT d.namespace, d.job_id, d.queue, d.payload::pg_catalog.text AS payload, d.priority, d.attempts,
        d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::pg_catalog.text AS errors,

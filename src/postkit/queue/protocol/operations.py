@@ -52,6 +52,26 @@ def dead_letters(
     return Call("dead_letters", params, lambda rows: [read.dead_letter(row) for row in rows])
 
 
+def count_dead_letters(
+    namespace: str,
+    queue: str | None,
+    *,
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    include_redriven: bool,
+    cap: int,
+) -> Call[int]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=False),
+        failed_after=check.time("failed_after", failed_after),
+        failed_before=check.time("failed_before", failed_before),
+        include_redriven=bool(include_redriven),
+        cap=check.limit("count_dead_letters", cap, "cap"),
+    )
+    return Call("count_dead_letters", params, lambda rows: int(read.scalar(rows)))
+
+
 def search_dead_letters(
     namespace: str,
     error_contains: str,

@@ -3,4 +3,4 @@
 -- orders by, and returns each job's age: its argument list and its result change (versions
 -- before 3 have no jobs() to drop).
 DROP FUNCTION IF EXISTS postkit_queue.jobs(text, text, text, integer, bigint);
--- schema: 9ce8f3e2f7071a2d
+-- schema: a8bbbfd932a45b0c

@@ -374,6 +374,44 @@ BEGIN
 END
 $$;
 
+-- count_dead_letters: how many dead letters match dead_letters' filters but the substring,
+-- exact up to p_cap and then p_cap (a page's "N dead letters" and a purge's confirmation, which
+-- counts with include_redriven). Counting stops at p_cap rows: a range scan of
+-- dead_letters_queue_idx for one queue's dead letters not yet redriven (an index-only count, as
+-- stats' dead count), else of dead_letters_failed_at_idx within the failed-at window. Planned
+-- for its arguments, like dead_letters; and, like stats, never by a sequential scan (which
+-- reads the whole table when few rows match) or a bitmap scan (which reads the whole range
+-- before the cap applies).
+CREATE OR REPLACE FUNCTION postkit_queue.count_dead_letters(
+    p_namespace         text,
+    p_queue             text        DEFAULT NULL,
+    p_failed_after      timestamptz DEFAULT NULL,
+    p_failed_before     timestamptz DEFAULT NULL,
+    p_include_redriven  boolean     DEFAULT false,
+    p_cap               integer     DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    PERFORM postkit_queue.check_limit(p_cap, 10000000);
+    RETURN (
+        SELECT count(*) FROM (
+            SELECT 1 FROM postkit_queue.dead_letters d
+            WHERE d.namespace = p_namespace
+              AND (p_queue IS NULL OR d.queue = p_queue)
+              AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+              AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+              AND (p_include_redriven OR d.redriven_job_id IS NULL)
+            LIMIT p_cap) counted);
+END
+$$;
+
 -- search_dead_letters: dead_letters' substring filter, bounded. No index finds a substring, so
 -- dead_letters(p_error_contains => ...) reads the namespace's dead letters until it fills its
 -- page: all of them when few match. This one reads at most p_scan_limit per call: the
@@ -394,7 +432,7 @@ CREATE OR REPLACE FUNCTION postkit_queue.search_dead_letters(
     p_include_redriven  boolean     DEFAULT false,
     p_after_failed_at   timestamptz DEFAULT NULL,
     p_after_job_id      bigint      DEFAULT NULL,
-    p_scan_limit        integer     DEFAULT 10000)
+    p_scan_limit        integer     DEFAULT 2000)
 RETURNS TABLE (
     namespace text, job_id bigint, queue text, payload jsonb, priority smallint,
     attempts integer, max_attempts integer, unique_key text, worker_id text, reason text,
@@ -892,8 +930,8 @@ $$;
 
 -- purge_dead_letters_before: delete the dead letters of a namespace (of one queue) that failed
 -- before p_failed_before, retried or not. Returns how many were deleted. The caller reads the
--- cutoff once (from postkit_queue.clock()), counts with dead_letters(p_failed_before => ...)
--- and deletes with the same cutoff: what it showed is what goes, whatever its own clock says
+-- cutoff once (from postkit_queue.clock()), counts with count_dead_letters(p_failed_before =>
+-- ..., p_include_redriven => true) and deletes with the same cutoff: what it showed is what goes, whatever its own clock says
 -- and however long its confirmation took.
 CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters_before(
     p_namespace text, p_failed_before timestamptz, p_queue text DEFAULT NULL)

@@ -448,7 +448,8 @@ WITH listed (name, access) AS (VALUES
     ('next_run_at', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
     ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
     ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),
-    ('dead_letters', 'worker'), ('search_dead_letters', 'worker'), ('register_queues', 'worker'),
+    ('dead_letters', 'worker'), ('search_dead_letters', 'worker'),
+    ('count_dead_letters', 'worker'), ('register_queues', 'worker'),
     ('register_worker', 'worker'), ('worker_heartbeat', 'worker'),
     ('deregister_worker', 'worker'), ('prune_workers', 'worker'),
     -- Operators inspect and steer.
