@@ -1,8 +1,10 @@
-"""What the SDK returns (jobs, dead letters, queue policies and statistics, schedules and what a
-tick fired, registered workers), each a read-only mapping with a typed attribute view
-(``job["payload"]`` and ``job.payload`` are the same value); and the two vocabularies they use,
-the job states and the outcomes, each defined once here and kept in step with the SQL module's
-enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a test."""
+"""What the SDK returns (jobs and the cursors of their listings, dead letters and their searches,
+queue policies, statistics and outcomes per minute, schedules, their last runs and what a tick
+fired, registered workers and the jobs they run), each a read-only mapping with a typed
+attribute view (``job["payload"]`` and ``job.payload`` are the same value); and the two
+vocabularies they use, the job states and the outcomes, each defined once here and kept in step
+with the SQL module's enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a
+test."""
 
 from __future__ import annotations
 
@@ -112,11 +114,15 @@ class Job(_RecordMapping):
 @dataclasses.dataclass(frozen=True, eq=True)
 class JobCursor(_RecordMapping):
     """Where a page of ``jobs`` ended: pass it as ``after`` for the next page, or carry its
-    :attr:`token` (in a URL, on a command line) and :meth:`parse` it back.
+    ``token`` (in a URL, on a command line) and read it back with ``JobCursor.parse(token)``.
+    ``JobCursor.after(job, state)`` is the cursor after a job of a ``state`` listing (passing
+    the job itself as ``after`` does the same).
 
     A listing orders by what its index is ordered by, so its cursor holds those columns of the
     last job: a pending or scheduled listing's its priority and run_at (pull order), a running
-    listing's its visible_until (the claim's deadline), a dead listing's only its id.
+    listing's its visible_until (the claim's deadline), a dead listing's only its id. A cursor
+    without those columns, or with columns its listing does not order by, raises
+    InvalidStateError.
     """
 
     state: str
