@@ -257,7 +257,9 @@ class Operations:
         only those created at or before it (by the queue's clock, :meth:`clock`); running jobs
         are left to their workers. Returns how many were deleted, or with ``dry_run`` (which
         needs ``created_before``) how many would be, deleting nothing: a prompt that shows the
-        dry run's count and then purges with the same cutoff deletes at most that many.
+        dry run's count and then purges with the same cutoff deletes at most that many. A dry
+        run counts every job of the queue (about 0.4 s for a million); :meth:`stats` with a
+        ``cap`` counts the same pending and scheduled jobs up to the cap, fast at any size.
 
         Raises:
             InvalidDurationError: ``dry_run`` without ``created_before``, or a time that is
