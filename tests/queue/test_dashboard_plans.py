@@ -243,6 +243,13 @@ READS: dict[str, tuple[Read, str | None, set[str]]] = {
         "dead_letters_failed_at_idx",
         {"dead_letters_failed_at_idx"},
     ),
+    # Job 15 was redriven from dead letter 1000015 (the backlog's every tenth dead letter, from
+    # the fifth on, was redriven as the job of its number).
+    "job_lineage": (
+        lambda c: lambda: c.job_lineage(15),
+        "dead_letters_redriven_idx",
+        {"dead_letters_redriven_idx", "dead_letters_pkey", "jobs_pkey"},
+    ),
     "dead_letters of a small queue": (
         lambda c: lambda: c.dead_letters("rare"),
         None,
@@ -340,6 +347,7 @@ BOUNDS: dict[str, tuple[str, int]] = {
     "schedule_runs": ("jobs", 4 * 200),
     # The queue's 50 dead letters, not the namespace's 5,000: each call is planned for its
     # queue (a plan for any queue walks the failed_at index through every one).
+    "job_lineage": ("dead_letters", 20),
     # Counts stop at their cap of 1,000, whatever the 5,000 dead letters.
     "count_dead_letters of a queue": ("dead_letters", 2 * 1000 + 10),
     "count_dead_letters before a cutoff": ("dead_letters", 2 * 1000 + 10),

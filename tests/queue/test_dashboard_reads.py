@@ -188,6 +188,69 @@ def test_schedule_runs_tell_what_became_of_each_schedules_last_job(
 
 
 # --------------------------------------------------------------------------------------------
+# job_lineage
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redriven_twice(queue: QueueClient) -> tuple[int, int, int]:
+    """A job dead-lettered, redriven, dead-lettered again and redriven again: the three ids."""
+    first = bury(queue, error="first failure")
+    (again,) = queue.redrive([first])
+    second = queue.pull(Q)
+    assert second is not None and second.id == again.new_job_id
+    assert queue.fail(second, error="second failure")
+    (third,) = queue.redrive([second.id])
+    assert third.new_job_id is not None
+    return first, second.id, third.new_job_id
+
+
+@pytest.mark.parametrize("asked", [0, 1, 2], ids=["first", "middle", "last"])
+def test_job_lineage_is_the_whole_chain_of_redrives_from_any_of_its_jobs(
+    queue: QueueClient, redriven_twice: tuple[int, int, int], asked: int
+) -> None:
+    first, second, third = redriven_twice
+
+    lineage = queue.job_lineage(redriven_twice[asked])
+
+    assert [(s.job_id, s.state, s.redriven_job_id) for s in lineage] == [
+        (first, "dead", second),
+        (second, "dead", third),
+        (third, "pending", None),
+    ]
+    assert [s.error for s in lineage] == ["first failure", "second failure", None]
+
+
+def test_job_lineage_keeps_a_job_that_left_without_a_trace(
+    queue: QueueClient, redriven_twice: tuple[int, int, int]
+) -> None:
+    first, _, third = redriven_twice
+    job = queue.pull(Q)
+    assert job is not None and job.id == third and queue.ack(job)
+
+    *_, last = queue.job_lineage(first)
+
+    assert (last.job_id, last.state, last.queue) == (third, None, None)
+
+
+def test_job_lineage_follows_at_most_its_limit_of_steps_each_way(
+    queue: QueueClient, redriven_twice: tuple[int, int, int]
+) -> None:
+    first, second, third = redriven_twice
+
+    assert [s.job_id for s in queue.job_lineage(first, limit=1)] == [first, second]
+    assert [s.job_id for s in queue.job_lineage(third, limit=1)] == [second, third]
+
+
+def test_job_lineage_of_a_job_never_redriven_is_the_job_alone(queue: QueueClient) -> None:
+    job_id = queue.push(Q, {})
+    assert job_id is not None
+
+    assert [(s.job_id, s.state) for s in queue.job_lineage(job_id)] == [(job_id, "pending")]
+    assert queue.job_lineage(2**62) == []
+
+
+# --------------------------------------------------------------------------------------------
 # count_dead_letters
 # --------------------------------------------------------------------------------------------
 

@@ -214,6 +214,11 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT postkit_queue.count_dead_letters(%(ns)s, p_cap => %(v)s)",
         around(limits.LIMITS["count_dead_letters"]),
     ),
+    "limit-job_lineage": Limit(
+        lambda ns, v: protocol.job_lineage(ns, 1, limit=v),
+        "SELECT count(*) FROM postkit_queue.job_lineage(%(ns)s, 1, %(v)s)",
+        around(limits.LIMITS["job_lineage"]),
+    ),
     "limit-search_dead_letters": Limit(
         lambda ns, v: protocol.search_dead_letters(ns, "x", None, **SEARCH, limit=v, scan_limit=10),
         "SELECT count(*) FROM postkit_queue.search_dead_letters(%(ns)s, 'x', p_limit => %(v)s)",

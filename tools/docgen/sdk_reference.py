@@ -312,6 +312,7 @@ def render_sdk() -> str:
         "QueueStats",
         "OutcomeMinute",
         "Redriven",
+        "LineageStep",
         "Pruned",
         "Schedule",
         "ScheduleRun",

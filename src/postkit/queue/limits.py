@@ -138,6 +138,7 @@ LIMITS: dict[str, Bounds] = {
     "search_dead_letters": Bounds(1, 10_000),
     "search_scan": Bounds(1, 100_000),
     "count_dead_letters": Bounds(1, 10_000_000),
+    "job_lineage": Bounds(1, 1000),
 }
 """The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan)
 each SQL function accepts."""

@@ -24,6 +24,7 @@ from postkit.queue.records import (
     Fired,
     Job,
     JobCursor,
+    LineageStep,
     OutcomeMinute,
     Outcomes,
     Pruned,
@@ -210,6 +211,13 @@ class Operations:
                 dry_run=dry_run,
             )
         )
+
+    def job_lineage(self, job_id: int, *, limit: int = 100) -> list[LineageStep]:
+        """The chain of redrives ``job_id`` is part of, oldest first: the dead letters it was
+        retried from, itself, and the jobs it was retried as, each with where it is now (live,
+        dead, archived as completed, or gone), up to ``limit`` steps each way. Empty when the
+        job is nowhere and no redrive names it. One index probe per step."""
+        return self._run(protocol.job_lineage(self._namespace, job_id, limit=limit))
 
     def purge_dead_letters(
         self,

@@ -201,6 +201,11 @@ FROM postkit_queue.redrive(
     %(failed_before)s::pg_catalog.timestamptz, %(error_contains)s, %(to_queue)s, %(limit)s::integer,
     %(dry_run)s::boolean) AS r;
 
+-- name: job_lineage
+SELECT l.job_id, l.queue, l.state, l.attempts, l.created_at, l.failed_at, l.error,
+       l.redriven_job_id, l.redriven_at
+FROM postkit_queue.job_lineage(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS l;
+
 -- name: purge_dead_letters
 SELECT postkit_queue.purge_dead_letters(
     %(namespace)s, %(older_than)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond', %(queue)s) AS purged;

@@ -360,6 +360,29 @@ class DeadLetterSearch(_RecordMapping):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
+class LineageStep(_RecordMapping):
+    """One job of a chain of redrives (see ``QueueClient.job_lineage``), and where it is now."""
+
+    job_id: int
+    queue: str | None
+    """None when the job is gone without a trace."""
+    state: str | None
+    """'pending', 'scheduled' or 'running' while it is live; 'dead' as a dead letter (retried
+    once ``redriven_job_id`` is set); 'completed' when its queue archives completed jobs. None
+    when it left without a trace: completed in a queue that keeps no archive, cancelled,
+    purged, or pruned."""
+    attempts: int | None
+    created_at: datetime | None
+    failed_at: datetime | None
+    """When it was dead-lettered."""
+    error: str | None
+    """The dead letter's last error, or the live job's last failed attempt's."""
+    redriven_job_id: int | None
+    """The job its dead letter was retried as: the next step."""
+    redriven_at: datetime | None
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
 class Redriven(_RecordMapping):
     """One dead letter retried (or, in a dry run, that would be)."""
 

@@ -18,6 +18,7 @@ from postkit.queue.records import (
     Job,
     JobCursor,
     JobState,
+    LineageStep,
     OutcomeMinute,
     Outcomes,
     Pruned,
@@ -306,6 +307,13 @@ def redrive(
         dry_run=bool(dry_run),
     )
     return Call("redrive", params, lambda rows: [Redriven(**row) for row in rows])
+
+
+def job_lineage(namespace: str, job_id: int, *, limit: int) -> Call[list[LineageStep]]:
+    params = check.base(
+        namespace, job_id=check.job_id(job_id), limit=check.limit("job_lineage", limit)
+    )
+    return Call("job_lineage", params, lambda rows: [LineageStep(**row) for row in rows])
 
 
 def purge_dead_letters(

@@ -905,6 +905,82 @@ BEGIN
 END
 $$;
 
+-- job_lineage: the redrives a job is part of, in order: the dead letters it was retried from
+-- (each redriven as the next), the job itself, then the jobs it was redriven as, each with
+-- where it is now: 'pending', 'scheduled' or 'running' (live), 'dead' (a dead letter; with
+-- redriven_job_id once retried), 'completed' (archived), or NULL (gone without a trace:
+-- completed in a queue that keeps no archive, cancelled, purged or pruned). No row when the
+-- job is nowhere and no redrive names it. Each step of the chain is one index probe: back
+-- through dead_letters_redriven_idx, on through dead_letters' primary key (each a scalar
+-- subquery, never a join that reads a table); then primary-key lookups of the three tables.
+-- A redrive's new job always has a larger id than the dead letter it came from, so the chain
+-- has no cycle; p_limit bounds how many steps each way it follows.
+CREATE OR REPLACE FUNCTION postkit_queue.job_lineage(
+    p_namespace text, p_job_id bigint, p_limit integer DEFAULT 100)
+RETURNS TABLE (
+    job_id bigint, queue text, state text, attempts integer, created_at timestamptz,
+    failed_at timestamptz, error text, redriven_job_id bigint, redriven_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := postkit_queue.clock();
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_limit(p_limit, 1000);
+    RETURN QUERY
+    WITH RECURSIVE back(id, step) AS (
+        SELECT p_job_id, 0
+        UNION ALL
+        SELECT (SELECT d.job_id FROM postkit_queue.dead_letters d
+                WHERE d.namespace = p_namespace AND d.redriven_job_id = b.id
+                LIMIT 1), b.step - 1
+        FROM back b WHERE b.id IS NOT NULL AND b.step > -p_limit
+    ), ahead(id, step) AS (
+        SELECT p_job_id, 0
+        UNION ALL
+        SELECT (SELECT d.redriven_job_id FROM postkit_queue.dead_letters d
+                WHERE d.namespace = p_namespace AND d.job_id = a.id
+                LIMIT 1), a.step + 1
+        FROM ahead a WHERE a.id IS NOT NULL AND a.step < p_limit
+    ), chain(id, step) AS (
+        SELECT b.id, b.step FROM back b WHERE b.id IS NOT NULL AND b.step < 0
+        UNION ALL
+        SELECT a.id, a.step FROM ahead a WHERE a.id IS NOT NULL
+    )
+    SELECT c.id, coalesce(j.queue, d.queue, f.queue),
+           CASE WHEN j.state = 'running' THEN 'running'
+                WHEN j.state = 'pending' AND j.run_at > v_now THEN 'scheduled'
+                WHEN j.state = 'pending' THEN 'pending'
+                WHEN d.failed_at IS NOT NULL THEN 'dead'
+                WHEN f.completed_at IS NOT NULL THEN 'completed' END,
+           coalesce(j.attempts, d.attempts, f.attempts),
+           coalesce(j.created_at, d.created_at, f.created_at),
+           d.failed_at, coalesce(d.error, j.errors -> -1 ->> 'error'), d.redriven_job_id,
+           d.redriven_at
+    FROM chain c
+    LEFT JOIN LATERAL (
+        SELECT l.queue, l.state, l.run_at, l.attempts, l.created_at, l.errors
+        FROM postkit_queue.jobs l
+        WHERE l.namespace = p_namespace AND l.id = c.id LIMIT 1) j ON true
+    LEFT JOIN LATERAL (
+        SELECT l.queue, l.failed_at, l.attempts, l.created_at, l.error, l.redriven_job_id,
+               l.redriven_at
+        FROM postkit_queue.dead_letters l
+        WHERE l.namespace = p_namespace AND l.job_id = c.id LIMIT 1) d ON true
+    LEFT JOIN LATERAL (
+        SELECT l.queue, l.completed_at, l.attempts, l.created_at
+        FROM postkit_queue.completed_jobs l
+        WHERE l.namespace = p_namespace AND l.job_id = c.id LIMIT 1) f ON true
+    -- A job found nowhere is a step of a chain that names it; alone, it is unknown.
+    WHERE (SELECT count(*) FROM chain) > 1
+       OR j.queue IS NOT NULL OR d.queue IS NOT NULL OR f.queue IS NOT NULL
+    ORDER BY c.step;
+END
+$$;
+
 -- purge_dead_letters: delete the dead letters of a namespace (of one queue) that failed more
 -- than p_older_than ago. Returns how many were deleted. Like cancel and the queue purges, the
 -- dead-letter purges require operator access: an EXECUTE granted by hand is not enough to
