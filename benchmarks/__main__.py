@@ -2,11 +2,14 @@
 
     python -m benchmarks run [--quick] [--only LIB,...] [--workloads W1,...] [--runs N] [--dsn DSN]
     python -m benchmarks [latency|notify|roundtrip|all] [--dsn DSN] [--runs N]
+    python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N]
 
 ``run`` compares Postkit with PGQueuer, procrastinate, Chancy and RQ (on Redis) on the same
 server (install them with ``pip install -e '.[bench]'``) and writes comparison.md,
 comparison.png and comparison.json to benchmarks/results/ (``comparison-quick.*`` with
-``--quick``). ``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks.
+``--quick``). ``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks;
+``dashboard-reads`` times the reads of a dashboard on 1,000,000 jobs and 100,000 dead letters
+in a scratch database of its own (benchmarks/dashboard_reads.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -19,7 +22,16 @@ import signal
 import sys
 from types import FrameType
 
-from benchmarks import latency, notify_cost, pg, report, roundtrip, suite, workloads
+from benchmarks import (
+    dashboard_reads,
+    latency,
+    notify_cost,
+    pg,
+    report,
+    roundtrip,
+    suite,
+    workloads,
+)
 from benchmarks.adapters import LIBRARIES
 from benchmarks.common import Spread, database, environment, write_result
 from postkit.embedded import resolve_dsn
@@ -185,7 +197,10 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "which", choices=["run", "latency", "notify", "roundtrip", "all"], nargs="?", default="all"
+        "which",
+        choices=["run", "latency", "notify", "roundtrip", "dashboard-reads", "all"],
+        nargs="?",
+        default="all",
     )
     parser.add_argument("--dsn", help="default: POSTKIT_DSN, DATABASE_URL, else embedded")
     parser.add_argument(
@@ -224,7 +239,23 @@ def main() -> None:
         action="store_true",
         help="replace only the measured workloads' numbers in the existing result file",
     )
+    dashboard = parser.add_argument_group("dashboard-reads")
+    dashboard.add_argument(
+        "--calls", type=int, default=21, help="timed calls of each read (default 21)"
+    )
+    dashboard.add_argument(
+        "--jobs", type=int, default=1_000_000, help="ready jobs in the backlog (default 1,000,000)"
+    )
+    dashboard.add_argument(
+        "--dead", type=int, default=100_000, help="dead letters (default 100,000)"
+    )
     args = parser.parse_args()
+    if args.which == "dashboard-reads":
+        text = dashboard_reads.run(
+            resolve_dsn(args.dsn), jobs=args.jobs, dead=args.dead, calls=args.calls
+        )
+        print(text, f"-> {write_result('dashboard_reads', text)}", sep="\n")
+        return
     if args.runs is None:
         args.runs = 1 if args.quick else 3
     if args.which == "run":

@@ -724,14 +724,30 @@ def test_jobs_pages_with_the_printed_cursor(run: Run, client: QueueClient, names
 
     first = as_json(run("jobs", "emails", "--limit", "2", "--json"))
     assert [job["id"] for job in first["jobs"]] == ids[:2]
-    assert first["next_after_id"] == ids[1]
+    assert first["next_after"].startswith(f"pending:{ids[1]}:0:")
     assert first["jobs"][0]["payload"] == {"n": 0} and first["jobs"][0]["state"] == "pending"
-    text = ok(run("jobs", "emails", "--limit", "2", "--after-id", str(ids[1]))).output
-    assert f"--after-id {ids[3]} --namespace {namespace}" in text
-    assert text.splitlines()[0].split()[:3] == ["ID", "ATTEMPTS", "PRIORITY"]
-    last = as_json(run("jobs", "emails", "--limit", "2", "--after-id", str(ids[3]), "--json"))
-    assert [job["id"] for job in last["jobs"]] == [ids[4]] and last["next_after_id"] is None
-    assert "Next page" not in ok(run("jobs", "emails", "--after-id", str(ids[3]))).output
+    assert first["jobs"][0]["age"] >= 0
+    text = ok(run("jobs", "emails", "--limit", "2", "--after", first["next_after"])).output
+    (cursor,) = [
+        line.split("--after ")[1].split()[0] for line in text.splitlines() if "--after" in line
+    ]
+    assert f"--after {cursor} --namespace {namespace}" in text
+    assert text.splitlines()[0].split()[:4] == ["ID", "ATTEMPTS", "PRIORITY", "AGE"]
+    last = as_json(run("jobs", "emails", "--limit", "2", "--after", cursor, "--json"))
+    assert [job["id"] for job in last["jobs"]] == [ids[4]] and last["next_after"] is None
+    assert "Next page" not in ok(run("jobs", "emails", "--after", cursor)).output
+
+
+def test_jobs_refuses_a_cursor_of_another_listing_or_none(run: Run, client: QueueClient) -> None:
+    client.push("emails", {})
+    commit(client)
+    cursor = as_json(run("jobs", "emails", "--limit", "1", "--json"))["next_after"]
+
+    other_state = run("jobs", "emails", "--state", "running", "--after", cursor)
+    garbage = run("jobs", "emails", "--after", "pending:1")
+
+    assert other_state.exit_code == 2 and "--state pending" in other_state.output
+    assert garbage.exit_code == 2 and "not the cursor of a jobs listing" in garbage.output
 
 
 def test_jobs_by_state(run: Run, client: QueueClient, dead: dict[str, int]) -> None:

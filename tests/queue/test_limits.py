@@ -27,6 +27,12 @@ NONE: dict[str, Any] = {
     "backoff_cap": None,
     "trace_context": None,
 }
+SEARCH: dict[str, Any] = {
+    "failed_after": None,
+    "failed_before": None,
+    "include_redriven": False,
+    "after": None,
+}
 POLICY: dict[str, Any] = {
     "max_attempts": None,
     "visibility_timeout": None,
@@ -218,9 +224,37 @@ LIMIT_CASES: dict[str, Limit] = {
         around(limits.LIMITS["stats"]),
     ),
     "limit-jobs": Limit(
-        lambda ns, v: protocol.jobs(ns, "q", "pending", limit=v, after_id=0),
+        lambda ns, v: protocol.jobs(ns, "q", "pending", limit=v, after=None),
         "SELECT count(*) FROM postkit_queue.jobs(%(ns)s, 'q', 'pending', %(v)s)",
         around(limits.LIMITS["jobs"]),
+    ),
+    "limit-running_jobs": Limit(
+        lambda ns, v: protocol.running_jobs(ns, limit=v),
+        "SELECT count(*) FROM postkit_queue.running_jobs(%(ns)s, %(v)s)",
+        around(limits.LIMITS["running_jobs"]),
+    ),
+    "limit-count_dead_letters": Limit(
+        lambda ns, v: protocol.count_dead_letters(
+            ns, None, failed_after=None, failed_before=None, include_redriven=False, cap=v
+        ),
+        "SELECT postkit_queue.count_dead_letters(%(ns)s, p_cap => %(v)s)",
+        around(limits.LIMITS["count_dead_letters"]),
+    ),
+    "limit-job_lineage": Limit(
+        lambda ns, v: protocol.job_lineage(ns, 1, limit=v),
+        "SELECT count(*) FROM postkit_queue.job_lineage(%(ns)s, 1, %(v)s)",
+        around(limits.LIMITS["job_lineage"]),
+    ),
+    "limit-search_dead_letters": Limit(
+        lambda ns, v: protocol.search_dead_letters(ns, "x", None, **SEARCH, limit=v, scan_limit=10),
+        "SELECT count(*) FROM postkit_queue.search_dead_letters(%(ns)s, 'x', p_limit => %(v)s)",
+        around(limits.LIMITS["search_dead_letters"]),
+    ),
+    "limit-search_scan": Limit(
+        lambda ns, v: protocol.search_dead_letters(ns, "x", None, **SEARCH, limit=10, scan_limit=v),
+        "SELECT count(*) FROM postkit_queue.search_dead_letters(%(ns)s, 'x', "
+        "p_scan_limit => %(v)s)",
+        around(limits.LIMITS["search_scan"]),
     ),
     "limit-redrive": Limit(
         lambda ns, v: protocol.redrive(

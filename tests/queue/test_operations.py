@@ -17,7 +17,8 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from postkit import errors
-from postkit.queue import QueueClient
+from postkit.queue import JobCursor, QueueClient
+from postkit.queue.protocol import JOB_STATES
 from postkit.queue.records import DeadLetter, Job
 
 Shift = Callable[[QueueClient, float], None]
@@ -122,20 +123,149 @@ def test_jobs_lists_the_jobs_of_a_queue_in_each_state(queue: QueueClient) -> Non
     assert buried.failed_at is not None and buried.run_at is None
 
 
-def test_jobs_pages_by_after_id_return_every_job_exactly_once(queue: QueueClient) -> None:
-    ready = []
-    for n in range(23):
-        ready.append(pushed(queue, payload={"n": n}))
-        pushed(queue, payload={"later": n}, delay=600)  # interleaved: filtered out of each page
-
+def every_page(client: QueueClient, state: str, *, limit: int) -> list[list[int]]:
+    """The ids of each page of the ``state`` listing of Q, each page after the last job of the
+    one before."""
     pages: list[list[int]] = []
-    after = 0
-    while page := queue.jobs(Q, "pending", limit=5, after_id=after):
+    after: Job | None = None
+    while page := client.jobs(Q, state, limit=limit, after=after):
         pages.append([job.id for job in page])
-        after = page[-1].id
+        after = page[-1]
+    return pages
 
+
+def test_pending_pages_are_in_pull_order_and_hold_every_ready_job_once(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    pushed_as = {}
+    for n in range(23):
+        priority = (n * 7) % 3  # 0, 1, 2 interleaved
+        job_id = pushed(queue, payload={"n": n}, priority=priority, delay=60 * (n % 4))
+        pushed_as[job_id] = (priority, n % 4, job_id)
+        pushed(queue, payload={"later": n}, delay=3600)  # scheduled: never on a pending page
+    shift_clock(queue, 200)  # every job with a delay of up to 3 minutes is ready now
+
+    pages = every_page(queue, "pending", limit=5)
+
+    in_pull_order = sorted(
+        pushed_as, key=lambda job_id: (-pushed_as[job_id][0], *pushed_as[job_id][1:])
+    )
     assert [len(page) for page in pages] == [5, 5, 5, 5, 3]
-    assert [job_id for page in pages for job_id in page] == ready
+    assert [job_id for page in pages for job_id in page] == in_pull_order
+
+
+def test_scheduled_pages_are_in_pull_order_and_hold_no_ready_job(queue: QueueClient) -> None:
+    later = [pushed(queue, priority=n % 2, delay=600 + n) for n in range(7)]
+    pushed(queue, priority=1)  # ready: never on a scheduled page
+
+    pages = every_page(queue, "scheduled", limit=3)
+
+    assert [job_id for page in pages for job_id in page] == later[1::2] + later[0::2]
+
+
+def test_running_pages_are_soonest_deadline_first_and_of_the_queue_alone(
+    queue: QueueClient,
+) -> None:
+    claims = []
+    for timeout in (300, 60, 600, 120):
+        pushed(queue)
+        claims.append(pulled(queue, visibility_timeout=timeout))
+    pushed(queue, OTHER)
+    pulled(queue, OTHER, visibility_timeout=1)  # the soonest deadline, of another queue
+
+    pages = every_page(queue, "running", limit=3)
+
+    by_deadline = sorted(claims, key=lambda job: job.visible_until or datetime.max)
+    assert pages == [[job.id for job in by_deadline[:3]], [by_deadline[3].id]]
+
+
+def test_dead_pages_are_by_id_and_leave_out_redriven_dead_letters(queue: QueueClient) -> None:
+    dead = [bury(queue) for _ in range(5)]
+    queue.redrive([dead[2]])
+
+    assert every_page(queue, "dead", limit=2) == [[dead[0], dead[1]], [dead[3], dead[4]]]
+
+
+def test_a_page_continues_after_its_cursor_once_that_job_was_claimed(queue: QueueClient) -> None:
+    ready = [pushed(queue) for _ in range(4)]
+    (first,) = queue.jobs(Q, "pending", limit=1)
+    assert pulled(queue).id == first.id == ready[0]
+
+    assert [job.id for job in queue.jobs(Q, "pending", after=first)] == ready[1:]
+
+
+def test_jobs_tells_each_jobs_age_by_the_queues_clock(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    bury(queue)
+    pushed(queue)
+    pushed(queue, delay=3600)
+    shift_clock(queue, 100)
+
+    ages = [job.age for state in ("pending", "scheduled", "dead") for job in queue.jobs(Q, state)]
+
+    assert len(ages) == 3
+    assert all(
+        age is not None and timedelta(seconds=100) <= age < timedelta(seconds=160) for age in ages
+    )
+
+
+def test_a_cursor_token_reads_back_as_the_same_cursor(queue: QueueClient) -> None:
+    pushed(queue, priority=-3)
+    pushed(queue, delay=600)
+    pushed(queue)
+    running = pulled(queue)
+    bury(queue, OTHER)
+    listed = {state: queue.jobs(Q if state != "dead" else OTHER, state)[-1] for state in JOB_STATES}
+
+    cursors = [JobCursor.after(job, state) for state, job in listed.items()]
+
+    assert [JobCursor.parse(cursor.token) for cursor in cursors] == cursors
+    assert JobCursor.after(running, "running").at == running.visible_until
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "pending",
+        "pending:1",
+        "pending:1:0",
+        "pending:x:0:0",
+        "dead:1:2",
+        "done:1",
+        "running:1:0:0",
+    ],
+)
+def test_a_token_that_is_no_cursor_raises_invalid_state(token: str) -> None:
+    with pytest.raises(errors.InvalidStateError, match="not the cursor"):
+        JobCursor.parse(token)
+
+
+def test_a_cursor_of_another_listing_is_refused_before_anything_is_sent(
+    queue: QueueClient, conn: psycopg.Connection
+) -> None:
+    pushed(queue)
+    (job,) = queue.jobs(Q, "pending")
+    conn.commit()
+
+    with pytest.raises(errors.InvalidStateError, match="continues a pending listing"):
+        queue.jobs(Q, "scheduled", after=JobCursor.after(job, "pending"))
+    with pytest.raises(errors.InvalidStateError, match="no claim deadline"):
+        queue.jobs(Q, "running", after=job)
+
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_the_sql_function_refuses_a_cursor_without_the_columns_its_listing_orders_by(
+    queue: QueueClient,
+) -> None:
+    with pytest.raises(psycopg.Error, match="priority and run_at") as raised:
+        queue.cursor.execute(
+            "SELECT * FROM postkit_queue.jobs(%s, %s, 'pending', 10, 42)", (queue.namespace, Q)
+        )
+
+    assert raised.value.sqlstate == "PKQ09"
 
 
 @pytest.mark.parametrize(

@@ -170,6 +170,68 @@ def test_a_tenant_cannot_ack_or_redrive_another_tenants_jobs(
     assert owner_b.dead_letters()[0].redriven_job_id is None
 
 
+def test_namespaces_are_every_one_that_holds_anything_or_is_assigned(
+    database: str, make_role: Callable[[], str]
+) -> None:
+    role = make_role()
+    with psycopg.connect(database, autocommit=True) as connection:
+
+        def client(namespace: str) -> QueueClient:
+            return QueueClient(connection.cursor(), namespace=namespace)
+
+        client("with-jobs").push("emails", 1)
+        dead = client("with-dead-letters")
+        dead.push("emails", 1)
+        buried = dead.pull("emails")
+        assert buried is not None and dead.fail(buried, error="x")
+        client("with-settings").configure_queue("emails", max_attempts=3)
+        acked = client("with-outcomes")
+        acked.push("emails", 1)
+        done = acked.pull("emails")
+        assert done is not None and acked.ack(done)
+        client("with-schedules").create_schedule("nightly", "emails", {}, cron="0 3 * * *")
+        client("with-workers").register_worker(
+            "w1", host="h", pid=1, queues=[], concurrency=1, version="1", heartbeat_interval=5
+        )
+        assign_namespace(connection.cursor(), "assigned-only", role)
+
+        found = client("any").namespaces()
+
+    assert found == [
+        "assigned-only",
+        "with-dead-letters",
+        "with-jobs",
+        "with-outcomes",
+        "with-schedules",
+        "with-settings",
+        "with-workers",
+    ]
+
+
+def test_under_isolation_an_operator_sees_only_its_assigned_namespaces(
+    database: str, tenants: tuple[str, str], make_role: Callable[[], str]
+) -> None:
+    _, role_b = tenants
+    as_role(database, role_b, "tenant-b").push("emails", 1)
+    operator = make_role()
+
+    def promote(cursor: psycopg.Cursor) -> None:
+        grant_access(cursor, operator, "operator")
+        assign_namespace(cursor, "tenant-a", operator)
+        assign_namespace(cursor, "tenant-c", operator)
+
+    admin(database, promote)
+
+    assert as_role(database, operator, "tenant-a").namespaces() == ["tenant-a", "tenant-c"]
+
+
+def test_listing_namespaces_takes_operator_access(database: str, tenants: tuple[str, str]) -> None:
+    role_a, _ = tenants
+
+    with pytest.raises(errors.PermissionDeniedError):
+        as_role(database, role_a, "tenant-a").namespaces()
+
+
 # Objects any user could plant in public (PostgreSQL 14 and older let everyone create there),
 # each a better or equal match than the built-in it shadows for the argument types the SDK's
 # statements and the functions use. Each one that runs writes a row to public.hijacks.

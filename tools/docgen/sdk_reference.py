@@ -306,12 +306,18 @@ def render_sdk() -> str:
     docs = _field_docs(Path(records.__file__))
     for name in (
         "Job",
+        "JobCursor",
         "DeadLetter",
+        "DeadLetterSearch",
         "QueueStats",
+        "OutcomeMinute",
         "Redriven",
+        "LineageStep",
         "Pruned",
         "Schedule",
+        "ScheduleRun",
         "Fired",
+        "RunningJob",
         "QueuePolicy",
         "JobState",
         "Outcome",

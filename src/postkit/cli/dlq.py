@@ -414,6 +414,10 @@ def _show_planned(
         click.echo(f"  ... and {len(planned) - _SHOWN_BEFORE_CONFIRMING} more", err=to_stderr)
 
 
+_PURGE_COUNT_CAP = 10_000
+"""The confirmation of ``dlq purge`` counts this many at most ("10000+")."""
+
+
 @dlq.command("purge")
 @click.option(
     "--older-than",
@@ -447,13 +451,13 @@ def dlq_purge(
         # One cutoff, by the queue's clock, for the count shown and for the delete: neither
         # the client's clock nor the time spent answering the prompt changes what goes.
         cutoff = client.clock() - older_than
-        matching = client.dead_letters(
-            queue, limit=10_000, failed_before=cutoff, include_redriven=True
+        matching = client.count_dead_letters(
+            queue, failed_before=cutoff, include_redriven=True, cap=_PURGE_COUNT_CAP
         )
         connection.rollback()
         deleted = 0
         if matching:
-            count = f"{len(matching)}+" if len(matching) == 10_000 else str(len(matching))
+            count = f"{matching}+" if matching == _PURGE_COUNT_CAP else str(matching)
             where = f" of queue {queue}" if queue else ""
             confirm(
                 f"Delete {count} dead letter(s){where} that failed more than "

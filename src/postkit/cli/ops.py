@@ -34,7 +34,8 @@ from postkit.cli.output import (
     render_table,
     shorten,
 )
-from postkit.queue import Job, QueueClient, limits
+from postkit.errors import InvalidStateError
+from postkit.queue import Job, JobCursor, QueueClient, limits
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
 from postkit.queue.records import Outcomes, QueueStats, to_jsonable
 
@@ -249,42 +250,53 @@ _JOB_TIME_COLUMN = {
     help="Page size.",
 )
 @click.option(
-    "--after-id",
-    type=click.IntRange(0),
-    default=0,
-    metavar="ID",
-    help="Start after this job id: the cursor the previous page printed.",
+    "--after",
+    "after",
+    metavar="CURSOR",
+    help="Start after this cursor: the one the previous page printed.",
 )
 @operation
 def jobs(
     queue: str,
     state: str,
     limit: int,
-    after_id: int,
+    after: str | None,
     namespace: str,
     dsn: str | None,
     as_json: bool,
 ) -> None:
-    """The jobs of QUEUE in one state, oldest id first, a page at a time.
+    """The jobs of QUEUE in one state, a page at a time, each with its age: pending and
+    scheduled jobs in the order workers take them (highest priority first, then by run time),
+    running jobs soonest claim deadline first, dead ones by id.
 
-    A full page ends with the command for the next one (its --after-id cursor); --json gives
-    the cursor as next_after_id (null on the last page).
+    A full page ends with the command for the next one (its --after cursor); --json gives the
+    cursor as next_after (null on the last page). Each page reads only its own jobs, however
+    deep and however long the queue.
 
     \b
     Example:
       postkit jobs send_otp
       postkit jobs send_otp --state running --limit 20
-      postkit jobs send_otp --state scheduled --after-id 4211
+      postkit jobs send_otp --state scheduled --after scheduled:4211:0:1767225600000000
     """
+    try:
+        cursor = None if after is None else JobCursor.parse(after)
+    except InvalidStateError as exc:
+        raise click.BadParameter(str(exc), param_hint="--after") from exc
+    if cursor is not None and cursor.state != state:
+        raise click.BadParameter(
+            f"the cursor continues a {cursor.state} listing: add --state {cursor.state}",
+            param_hint="--after",
+        )
     with connect(dsn, namespace) as (_, client):
         require_known_queue(client, queue)
-        rows = client.jobs(queue, state, limit=limit, after_id=after_id)
-    next_after_id = rows[-1].id if len(rows) == limit else None
+        rows = client.jobs(queue, state, limit=limit, after=cursor)
+    next_after = JobCursor.after(rows[-1], state).token if len(rows) == limit else None
     if as_json:
-        echo_json({"jobs": rows, "next_after_id": next_after_id})
+        echo_json({"jobs": rows, "next_after": next_after})
         return
     if not rows:
-        where = "" if after_id == 0 else f" after id {after_id}"
+        where = "" if after is None else " after that cursor"
         click.echo(f"No {state} jobs in queue {queue!r}{where}.")
         return
 
@@ -295,13 +307,14 @@ def jobs(
             return format_time(job.failed_at)
         return format_time(job.run_at)
 
-    headers = ["ID", "ATTEMPTS", "PRIORITY", _JOB_TIME_COLUMN[state], "WORKER"]
+    headers = ["ID", "ATTEMPTS", "PRIORITY", "AGE", _JOB_TIME_COLUMN[state], "WORKER"]
     headers += ["PAYLOAD", "LAST ERROR"]
     table = [
         [
             job.id,
             f"{job.attempts}/{job.max_attempts}",
             job.priority,
+            format_duration(job.age),
             moment(job),
             job.worker_id,
             shorten(payload_text(job.payload, job.payload_error), 40),
@@ -309,13 +322,13 @@ def jobs(
         ]
         for job in rows
     ]
-    click.echo(render_table(headers, table, right=["ID", "ATTEMPTS", "PRIORITY"]))
-    if next_after_id is not None:
+    click.echo(render_table(headers, table, right=["ID", "ATTEMPTS", "PRIORITY", "AGE"]))
+    if next_after is not None:
         state_option = "" if state == "pending" else f" --state {state}"
         limit_option = "" if limit == 50 else f" --limit {limit}"
         click.echo(
             f"\nNext page: postkit jobs {queue}{state_option}{limit_option}"
-            f" --after-id {next_after_id}{namespace_argument(namespace)}"
+            f" --after {next_after}{namespace_argument(namespace)}"
         )
 
 

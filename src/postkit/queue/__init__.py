@@ -13,7 +13,9 @@ from postkit.queue.listen import WorkListener
 from postkit.queue.listen_async import AsyncWorkListener
 from postkit.queue.records import (
     DeadLetter,
+    DeadLetterSearch,
     Job,
+    JobCursor,
     JobState,
     NackOutcome,
     Outcome,
@@ -33,8 +35,10 @@ __all__ = [
     "AsyncQueueClient",
     "AsyncWorkListener",
     "DeadLetter",
+    "DeadLetterSearch",
     "InstallResult",
     "Job",
+    "JobCursor",
     "JobState",
     "NackOutcome",
     "Outcome",

@@ -136,8 +136,20 @@ LIMITS: dict[str, Bounds] = {
     "redrive": Bounds(1, 100_000),
     "prune": Bounds(1, 100_000),
     "due_schedules": Bounds(1, 10_000),
+    "running_jobs": Bounds(1, 10_000),
+    "search_dead_letters": Bounds(1, 10_000),
+    "search_scan": Bounds(1, 100_000),
+    "count_dead_letters": Bounds(1, 10_000_000),
+    "job_lineage": Bounds(1, 1000),
 }
-"""The ``limit`` (``cap`` for stats) each SQL function accepts."""
+"""The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan)
+each SQL function accepts."""
+
+SEARCH_SCAN = 2_000
+"""How many dead letters ``search_dead_letters`` reads per call unless told otherwise (the SQL
+function's default too). Matching a substring lowercases each dead letter's last error: about
+5 us for an error of 500 characters with its traceback, more for longer ones (they are kept up
+to 8 KiB), so 2,000 take about 10-20 ms."""
 
 # --------------------------------------------------------------------------------------------
 # Trace contexts.

@@ -125,6 +125,30 @@ FROM postkit_queue.update_queue_settings(
 -- name: queues
 SELECT q AS queue FROM postkit_queue.queues(%(namespace)s) AS q ORDER BY q;
 
+-- name: outcome_series
+SELECT o.queue, o.minute, o.completed, o.failed, o.retried, o.rescued
+FROM postkit_queue.outcome_series(%(namespace)s, %(since)s::pg_catalog.timestamptz, %(queue)s) AS o;
+
+-- name: namespaces
+SELECT n AS namespace FROM postkit_queue.namespaces() AS n;
+
+-- name: count_dead_letters
+SELECT postkit_queue.count_dead_letters(
+    %(namespace)s, %(queue)s, %(failed_after)s::pg_catalog.timestamptz,
+    %(failed_before)s::pg_catalog.timestamptz, %(include_redriven)s::boolean,
+    %(cap)s::integer) AS counted;
+
+-- name: search_dead_letters
+SELECT d.namespace, d.job_id, d.queue, d.payload::pg_catalog.text AS payload, d.priority, d.attempts,
+       d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::pg_catalog.text AS errors,
+       d.created_at, d.failed_at, d.expires_at, d.redriven_job_id, d.redriven_at,
+       d.trace_context::pg_catalog.text AS trace_context, d.searched_to
+FROM postkit_queue.search_dead_letters(
+    %(namespace)s, %(error_contains)s, %(queue)s, %(limit)s::integer,
+    %(failed_after)s::pg_catalog.timestamptz, %(failed_before)s::pg_catalog.timestamptz,
+    %(include_redriven)s::boolean, %(after_failed_at)s::pg_catalog.timestamptz,
+    %(after_job_id)s::bigint, %(scan_limit)s::integer) AS d;
+
 -- name: outcomes_since
 SELECT o.queue, o.completed, o.failed, o.retried, o.rescued
 FROM postkit_queue.outcomes_since(%(namespace)s, %(since)s::pg_catalog.timestamptz) AS o;
@@ -193,9 +217,10 @@ FROM postkit_queue.stats(%(namespace)s, %(queue)s, %(cap)s::integer) AS s;
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at,
-       j.trace_context::pg_catalog.text AS trace_context
+       j.trace_context::pg_catalog.text AS trace_context, j.age
 FROM postkit_queue.jobs(
-    %(namespace)s, %(queue)s, %(state)s, %(limit)s::integer, %(after_id)s::bigint) AS j;
+    %(namespace)s, %(queue)s, %(state)s, %(limit)s::integer, %(after_id)s::bigint,
+    %(after_priority)s::integer, %(after_at)s::pg_catalog.timestamptz) AS j;
 
 -- name: redrive
 SELECT r.job_id, r.queue, r.new_job_id
@@ -203,6 +228,11 @@ FROM postkit_queue.redrive(
     %(namespace)s, %(job_ids)s::bigint[], %(queue)s, %(failed_after)s::pg_catalog.timestamptz,
     %(failed_before)s::pg_catalog.timestamptz, %(error_contains)s, %(to_queue)s, %(limit)s::integer,
     %(dry_run)s::boolean) AS r;
+
+-- name: job_lineage
+SELECT l.job_id, l.queue, l.state, l.attempts, l.created_at, l.failed_at, l.error,
+       l.redriven_job_id, l.redriven_at
+FROM postkit_queue.job_lineage(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS l;
 
 -- name: purge_dead_letters
 SELECT postkit_queue.purge_dead_letters(
@@ -238,6 +268,10 @@ SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cr
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
        s.created_at, s.updated_at, s.broken_at, s.broken_reason
 FROM postkit_queue.schedules(%(namespace)s) AS s;
+
+-- name: schedule_runs
+SELECT r.name, r.last_run_at, r.last_job_id, r.last_job_state, r.attempts, r.finished_at, r.error
+FROM postkit_queue.schedule_runs(%(namespace)s) AS r;
 
 -- name: set_schedule_paused
 SELECT postkit_queue.set_schedule_paused(%(namespace)s, %(name)s, %(paused)s::boolean);
@@ -381,3 +415,8 @@ FROM postkit_queue.workers(%(namespace)s) AS w;
 -- name: prune_workers
 SELECT postkit_queue.prune_workers(
     %(namespace)s, %(older_than)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS pruned;
+
+-- name: running_jobs
+SELECT r.id, r.queue, r.worker_id, r.attempts, r.max_attempts, r.claimed_at, r.visible_until,
+       r.running_for
+FROM postkit_queue.running_jobs(%(namespace)s, %(limit)s::integer) AS r;

@@ -1,17 +1,21 @@
-"""What the SDK returns (jobs, dead letters, queue policies and statistics, schedules and what a
-tick fired, registered workers), each a read-only mapping with a typed attribute view
-(``job["payload"]`` and ``job.payload`` are the same value); and the two vocabularies they use,
-the job states and the outcomes, each defined once here and kept in step with the SQL module's
-enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a test."""
+"""What the SDK returns (jobs and the cursors of their listings, dead letters and their searches,
+queue policies, statistics and outcomes per minute, schedules, their last runs and what a tick
+fired, registered workers and the jobs they run), each a read-only mapping with a typed
+attribute view (``job["payload"]`` and ``job.payload`` are the same value); and the two
+vocabularies they use, the job states and the outcomes, each defined once here and kept in step
+with the SQL module's enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a
+test."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Protocol
+
+from postkit import errors
 
 
 class _RecordMapping(Mapping[str, Any]):
@@ -107,6 +111,116 @@ class Job(_RecordMapping):
     """The trace context its push recorded (a W3C carrier: ``traceparent``, ``tracestate``),
     which the worker links each run's span to; None when it was pushed outside any trace, or
     when what is stored is not an object of strings (written past the SQL API)."""
+    age: timedelta | None = None
+    """How long ago the job was created, by the queue's clock when ``jobs`` listed it (so
+    ``created_at + age`` is that moment); None from the other calls."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class JobCursor(_RecordMapping):
+    """Where a page of ``jobs`` ended: pass it as ``after`` for the next page, or carry its
+    ``token`` (in a URL, on a command line) and read it back with ``JobCursor.parse(token)``.
+    ``JobCursor.after(job, state)`` is the cursor after a job of a ``state`` listing (passing
+    the job itself as ``after`` does the same).
+
+    A listing orders by what its index is ordered by, so its cursor holds those columns of the
+    last job: a pending or scheduled listing's its priority and run_at (pull order), a running
+    listing's its visible_until (the claim's deadline), a dead listing's only its id. A cursor
+    without those columns, or with columns its listing does not order by, raises
+    InvalidStateError.
+    """
+
+    state: str
+    """The listing it continues: a :class:`JobState` value."""
+    id: int
+    priority: int | None = None
+    """The last job's priority (pending and scheduled listings)."""
+    at: datetime | None = None
+    """The last job's run_at (pending, scheduled) or visible_until (running)."""
+
+    def __post_init__(self) -> None:
+        parts = _TOKEN_PARTS.get(self.state)
+        if parts is None:
+            raise errors.InvalidStateError(
+                f"state must be one of {', '.join(_TOKEN_PARTS)}, got {self.state!r}"
+            )
+        ordered_by_priority, ordered_by_time = parts == 4, parts > 2
+        if not _is_int(self.id):
+            raise errors.InvalidStateError(f"a cursor's id must be an int, got {self.id!r}")
+        if ordered_by_priority != (self.priority is not None) or not (
+            self.priority is None or _is_int(self.priority)
+        ):
+            raise errors.InvalidStateError(
+                f"the cursor of a {self.state} listing "
+                + ("needs the last job's priority" if ordered_by_priority else "has no priority")
+            )
+        if ordered_by_time != (self.at is not None) or not (
+            self.at is None or (isinstance(self.at, datetime) and self.at.tzinfo is not None)
+        ):
+            raise errors.InvalidStateError(
+                f"the cursor of a {self.state} listing "
+                + ("needs a timezone-aware time" if ordered_by_time else "has no time")
+            )
+
+    @classmethod
+    def after(cls, job: Job, state: str) -> JobCursor:
+        """The cursor of the ``state`` listing that continues after ``job``.
+
+        Raises:
+            InvalidStateError: an unknown state, or a job that lacks what that listing orders
+                by (a dead job for a pending listing, say).
+        """
+        if state in (JobState.PENDING.value, JobState.SCHEDULED.value):
+            if job.run_at is None:
+                raise errors.InvalidStateError(
+                    f"job {job.id} has no run_at, so no place in a {state} listing"
+                )
+            return cls(state, job.id, job.priority, job.run_at)
+        if state == JobState.RUNNING.value:
+            if job.visible_until is None:
+                raise errors.InvalidStateError(
+                    f"job {job.id} has no claim deadline, so no place in a running listing"
+                )
+            return cls(state, job.id, None, job.visible_until)
+        return cls(state, job.id)
+
+    @property
+    def token(self) -> str:
+        """The cursor as text of digits, signs and colons, safe in a URL: the state, the id,
+        and the priority and the time (whole microseconds since 1970 UTC) that it holds."""
+        parts: list[object] = [self.state, self.id]
+        if self.priority is not None:
+            parts.append(self.priority)
+        if self.at is not None:
+            parts.append((self.at - _EPOCH) // timedelta(microseconds=1))
+        return ":".join(str(part) for part in parts)
+
+    @classmethod
+    def parse(cls, token: str) -> JobCursor:
+        """The cursor whose :attr:`token` is ``token``.
+
+        Raises:
+            InvalidStateError: ``token`` is not the token of a cursor.
+        """
+        parts = token.split(":") if isinstance(token, str) else []
+        if not parts or _TOKEN_PARTS.get(parts[0]) != len(parts):
+            raise errors.InvalidStateError(f"not the cursor of a jobs listing: {token!r}")
+        try:
+            numbers = [int(part) for part in parts[1:]]
+            at = _EPOCH + timedelta(microseconds=numbers[-1]) if len(numbers) > 1 else None
+        except (ValueError, OverflowError) as exc:
+            raise errors.InvalidStateError(f"not the cursor of a jobs listing: {token!r}") from exc
+        return cls(parts[0], numbers[0], numbers[1] if len(numbers) == 3 else None, at)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_TOKEN_PARTS = {"pending": 4, "scheduled": 4, "running": 3, "dead": 2}
+"""How many parts the token of each listing's cursor has: the state, the id, the priority (pending,
+scheduled), the time (all but dead)."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -233,6 +347,61 @@ class Outcomes(_RecordMapping):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
+class OutcomeMinute(_RecordMapping):
+    """A queue's outcomes in one minute (see ``QueueClient.outcome_series``)."""
+
+    queue: str
+    minute: datetime
+    """The start of the minute, by the queue's clock."""
+    completed: int
+    """Acked."""
+    failed: int
+    """Dead-lettered."""
+    retried: int
+    """Nacked with attempts left."""
+    rescued: int
+    """Expired claims returned to the queue by tick_timeouts."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class DeadLetterSearch(_RecordMapping):
+    """One page of ``QueueClient.search_dead_letters``: the matches, and where to search on."""
+
+    letters: list[DeadLetter]
+    """The dead letters that match, newest first."""
+    next_after: DeadLetter | None
+    """Pass as ``after`` to search on: the last match when the page is full, else the last dead
+    letter the search read when it stopped at its bound (``cut``); None when nothing older
+    matches."""
+    cut: bool
+    """The search stopped after reading ``scan_limit`` dead letters, with fewer matches than the
+    page holds: older ones may match too."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class LineageStep(_RecordMapping):
+    """One job of a chain of redrives (see ``QueueClient.job_lineage``), and where it is now."""
+
+    job_id: int
+    queue: str | None
+    """None when the job is gone without a trace."""
+    state: str | None
+    """'pending', 'scheduled' or 'running' while it is live; 'dead' as a dead letter (retried
+    once ``redriven_job_id`` is set); 'completed' when its queue archives completed jobs. None
+    when it left without a trace: completed in a queue that keeps no archive, cancelled,
+    purged, or pruned."""
+    attempts: int | None
+    created_at: datetime | None
+    failed_at: datetime | None
+    """When it was dead-lettered."""
+    error: str | None
+    """The dead letter's last error, or the live job's last failed attempt's."""
+    redriven_job_id: int | None
+    """The job its dead letter was retried as: the next step."""
+    redriven_at: datetime | None
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
 class Redriven(_RecordMapping):
     """One dead letter retried (or, in a dry run, that would be)."""
 
@@ -279,6 +448,26 @@ class Schedule(_RecordMapping):
     payload_error: str | None = None
     """None when ``payload`` was decoded; else why Python could not decode it (``payload`` is
     then None; the schedule still pushes the stored payload as it is)."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class ScheduleRun(_RecordMapping):
+    """A schedule's last run, and what became of the job it pushed."""
+
+    name: str
+    last_run_at: datetime | None
+    """None: it never fired."""
+    last_job_id: int | None
+    last_job_state: str | None
+    """'pending', 'scheduled' or 'running' while the job is live; 'dead' once dead-lettered;
+    'completed' when its queue archives completed jobs (``retain_completed``). None when the
+    schedule never fired, or when the job left without a trace: completed in a queue that
+    keeps no archive (the usual end), cancelled, purged, or pruned."""
+    attempts: int | None
+    finished_at: datetime | None
+    """When it was dead-lettered or completed."""
+    error: str | None
+    """The last error: the dead letter's, or the live job's last failed attempt's."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -352,3 +541,21 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [to_jsonable(item) for item in value]
     return str(value)  # Decimal, UUID
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class RunningJob(_RecordMapping):
+    """A job a worker runs now (see ``QueueClient.running_jobs``)."""
+
+    id: int
+    queue: str
+    worker_id: str | None
+    """The worker that claimed it."""
+    attempts: int
+    """Claims so far, this one included."""
+    max_attempts: int
+    claimed_at: datetime
+    visible_until: datetime
+    """The claim's deadline: after it, tick_timeouts may return the job to the queue."""
+    running_for: timedelta
+    """How long ago it was claimed, by the queue's clock."""

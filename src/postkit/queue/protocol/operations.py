@@ -11,12 +11,16 @@ from postkit import errors
 from postkit.queue import limits
 from postkit.queue.protocol import checks as check
 from postkit.queue.protocol import readers as read
-from postkit.queue.protocol.call import Call, Duration
+from postkit.queue.protocol.call import Call, Duration, Rows
 from postkit.queue.records import (
     DeadLetter,
     DeadLetterPosition,
+    DeadLetterSearch,
     Job,
+    JobCursor,
     JobState,
+    LineageStep,
+    OutcomeMinute,
     Outcomes,
     Pruned,
     QueuePolicy,
@@ -48,6 +52,65 @@ def dead_letters(
         after_job_id=None if after is None else after.job_id,
     )
     return Call("dead_letters", params, lambda rows: [read.dead_letter(row) for row in rows])
+
+
+def count_dead_letters(
+    namespace: str,
+    queue: str | None,
+    *,
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    include_redriven: bool,
+    cap: int,
+) -> Call[int]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=False),
+        failed_after=check.time("failed_after", failed_after),
+        failed_before=check.time("failed_before", failed_before),
+        include_redriven=bool(include_redriven),
+        cap=check.limit("count_dead_letters", cap, "cap"),
+    )
+    return Call("count_dead_letters", params, lambda rows: int(read.scalar(rows)))
+
+
+def search_dead_letters(
+    namespace: str,
+    error_contains: str,
+    queue: str | None,
+    *,
+    limit: int,
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    include_redriven: bool,
+    after: DeadLetter | None,
+    scan_limit: int,
+) -> Call[DeadLetterSearch]:
+    needle = check.text("error_contains", error_contains)
+    if not needle:
+        raise errors.InvalidNameError("error_contains must be a non-empty str to search for")
+    page = check.limit("search_dead_letters", limit)
+    params = check.base(
+        namespace,
+        error_contains=needle,
+        queue=check.name("queue", queue, required=False),
+        limit=page,
+        failed_after=check.time("failed_after", failed_after),
+        failed_before=check.time("failed_before", failed_before),
+        include_redriven=bool(include_redriven),
+        after_failed_at=None if after is None else after.failed_at,
+        after_job_id=None if after is None else after.job_id,
+        scan_limit=check.limit("search_scan", scan_limit, "scan_limit"),
+    )
+
+    def parse(rows: Rows) -> DeadLetterSearch:
+        letters = [read.dead_letter(row) for row in rows if not row["searched_to"]]
+        searched_to = [read.dead_letter(row) for row in rows if row["searched_to"]]
+        if searched_to:
+            return DeadLetterSearch(letters, searched_to[0], cut=True)
+        return DeadLetterSearch(letters, letters[-1] if len(letters) == page else None, cut=False)
+
+    return Call("search_dead_letters", params, parse)
 
 
 def configure_queue(
@@ -142,6 +205,18 @@ def outcomes_since(namespace: str, since: datetime) -> Call[list[Outcomes]]:
     return Call("outcomes_since", params, lambda rows: [Outcomes(**row) for row in rows])
 
 
+def outcome_series(namespace: str, since: datetime, queue: str | None) -> Call[list[OutcomeMinute]]:
+    moment = check.time("since", since)
+    if moment is None:
+        raise errors.InvalidDurationError("since is required")
+    params = check.base(namespace, since=moment, queue=check.name("queue", queue, required=False))
+    return Call("outcome_series", params, lambda rows: [OutcomeMinute(**row) for row in rows])
+
+
+def namespaces() -> Call[list[str]]:
+    return Call("namespaces", {}, lambda rows: [str(row["namespace"]) for row in rows])
+
+
 def queues(namespace: str) -> Call[list[str]]:
     return Call("queues", check.base(namespace), lambda rows: [str(row["queue"]) for row in rows])
 
@@ -170,15 +245,38 @@ JOB_STATES = tuple(state.value for state in JobState)
 """The states a listing of jobs takes."""
 
 
-def jobs(namespace: str, queue: str, state: str, *, limit: int, after_id: int) -> Call[list[Job]]:
+def jobs(
+    namespace: str, queue: str, state: str, *, limit: int, after: Job | JobCursor | None
+) -> Call[list[Job]]:
     if state not in JOB_STATES:
         raise errors.InvalidStateError(f"state must be one of {', '.join(JOB_STATES)}")
+    if after is None or isinstance(after, JobCursor):
+        cursor = after
+    elif isinstance(after, Job):
+        cursor = JobCursor.after(after, state)
+    else:
+        raise errors.InvalidStateError(
+            f"after must be a Job or a JobCursor, got {type(after).__name__}"
+        )
+    if cursor is not None and cursor.state != state:
+        raise errors.InvalidStateError(
+            f"the cursor continues a {cursor.state} listing, not a {state} one"
+        )
     params = check.base(
         namespace,
         queue=check.name("queue", queue, required=True),
         state=state,
         limit=check.limit("jobs", limit),
-        after_id=check.job_id(after_id),
+        after_id=None if cursor is None else check.job_id(cursor.id),
+        after_priority=None
+        if cursor is None
+        else check.integer(
+            "the cursor's priority",
+            cursor.priority,
+            errors.InvalidStateError,
+            bounds=limits.PRIORITY,
+        ),
+        after_at=None if cursor is None else cursor.at,
     )
     return Call("jobs", params, lambda rows: [read.job(row) for row in rows])
 
@@ -210,6 +308,13 @@ def redrive(
         dry_run=bool(dry_run),
     )
     return Call("redrive", params, lambda rows: [Redriven(**row) for row in rows])
+
+
+def job_lineage(namespace: str, job_id: int, *, limit: int) -> Call[list[LineageStep]]:
+    params = check.base(
+        namespace, job_id=check.job_id(job_id), limit=check.limit("job_lineage", limit)
+    )
+    return Call("job_lineage", params, lambda rows: [LineageStep(**row) for row in rows])
 
 
 def purge_dead_letters(

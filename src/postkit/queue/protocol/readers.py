@@ -87,6 +87,7 @@ def job(row: dict[str, Any]) -> Job:
         failed_at=row.get("failed_at"),
         payload_error=payload_error,
         trace_context=_trace_context(row["trace_context"]),
+        age=row.get("age"),
     )
 
 

@@ -14,7 +14,7 @@ from postkit.queue.protocol import checks as check
 from postkit.queue.protocol import readers as read
 from postkit.queue.protocol.call import Call, Duration, Rows
 from postkit.queue.protocol.cron import check_cron, next_run_after, zone
-from postkit.queue.records import BrokenSchedule, Fired, Schedule
+from postkit.queue.records import BrokenSchedule, Fired, Schedule, ScheduleRun
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,12 @@ def save_schedule(schedule: NewSchedule, *, now: datetime) -> Call[Schedule]:
 def schedules(namespace: str) -> Call[list[Schedule]]:
     return Call(
         "schedules", check.base(namespace), lambda rows: [read.schedule(row) for row in rows]
+    )
+
+
+def schedule_runs(namespace: str) -> Call[list[ScheduleRun]]:
+    return Call(
+        "schedule_runs", check.base(namespace), lambda rows: [ScheduleRun(**row) for row in rows]
     )
 
 

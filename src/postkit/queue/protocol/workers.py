@@ -1,4 +1,5 @@
-"""The worker registry's calls: register, heartbeat, deregister, list and prune (workers.sql)."""
+"""The worker registry's calls: register, heartbeat, deregister, list and prune, and what the
+workers run now (workers.sql)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from postkit.queue import limits
 from postkit.queue.protocol import checks as check
 from postkit.queue.protocol import readers as read
 from postkit.queue.protocol.call import Call, Duration
-from postkit.queue.records import WorkerInfo
+from postkit.queue.records import RunningJob, WorkerInfo
 
 
 def register_worker(
@@ -65,3 +66,8 @@ def workers(namespace: str) -> Call[list[WorkerInfo]]:
 def prune_workers(namespace: str, *, older_than: Duration) -> Call[int]:
     params = check.base(namespace, older_than=check.required_duration("older_than", older_than))
     return Call("prune_workers", params, lambda rows: int(read.scalar(rows)))
+
+
+def running_jobs(namespace: str, *, limit: int) -> Call[list[RunningJob]]:
+    params = check.base(namespace, limit=check.limit("running_jobs", limit))
+    return Call("running_jobs", params, lambda rows: [RunningJob(**row) for row in rows])

@@ -195,22 +195,53 @@ BEGIN
 END
 $$;
 
--- jobs: list the jobs of a queue in one state ('pending' = ready now, 'scheduled', 'running'
--- or 'dead'), oldest id first, p_limit at a time. Keyset pagination: pass the last id of a
--- page as p_after_id to get the next.
+-- jobs: list the jobs of a queue in one state, p_limit at a time, each page read off an index
+-- so that it costs the same on a backlog of any size:
+--   * 'pending' (ready now) and 'scheduled' (run_at still to come): in pull order, highest
+--     priority first, then run_at, then id (the order workers take them). A range scan of
+--     jobs_pull_idx per priority: within one priority the index is ordered by (run_at, id),
+--     and the ready and the scheduled jobs are each one contiguous range of it. A page reads
+--     its own rows and one index probe per priority it moves on to.
+--   * 'running': soonest claim deadline first (visible_until, then id), from jobs_deadline_idx:
+--     the namespace's running rows, as many as its workers' slots; those of other queues are
+--     stepped over.
+--   * 'dead': the queue's dead letters not yet redriven, by id, from dead_letters_queue_idx.
+-- Keyset pagination: the cursor is the last job of a page: its id (p_after_id), with for a
+-- pending or scheduled listing its priority and run_at (p_after_priority, p_after_at), for a
+-- running one its visible_until (p_after_at). Without p_after_id a listing starts at the top.
+-- A claim extended while an operator pages moves later in the running order, so a running job
+-- may show on two pages; none that keeps running is skipped. age is how long ago each job was
+-- created, by the queue's clock (now - age is the moment the listing was read).
 CREATE OR REPLACE FUNCTION postkit_queue.jobs(
-    p_namespace text, p_queue text, p_state text,
-    p_limit integer DEFAULT 100, p_after_id bigint DEFAULT 0)
+    p_namespace        text,
+    p_queue            text,
+    p_state            text,
+    p_limit            integer     DEFAULT 100,
+    p_after_id         bigint      DEFAULT NULL,
+    p_after_priority   integer     DEFAULT NULL,
+    p_after_at         timestamptz DEFAULT NULL)
 RETURNS TABLE (
     namespace text, id bigint, queue text, state text, payload jsonb, priority smallint,
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
-    errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb)
+    errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb,
+    age interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := postkit_queue.clock();
+    v_now      timestamptz := postkit_queue.clock();
+    v_left     integer := p_limit;
+    v_found    integer;
+    v_priority integer;
+    -- A pending listing reads (run_at, id) > (v_after_at, v_after_id) AND run_at <= v_until
+    -- within each priority: the ready range from its start, the scheduled one from just past
+    -- now (no id is larger than the largest bigint), each from the cursor once it is further.
+    v_until    timestamptz := CASE WHEN p_state = 'pending' THEN v_now ELSE 'infinity' END;
+    v_start_at timestamptz := CASE WHEN p_state = 'pending' THEN '-infinity' ELSE v_now END;
+    v_start_id bigint := CASE WHEN p_state = 'pending' THEN 0 ELSE 9223372036854775807 END;
+    v_after_at timestamptz;
+    v_after_id bigint;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
@@ -223,12 +254,18 @@ BEGIN
             array_to_string(enum_range(NULL::postkit_queue.job_state), ', '),
             coalesce(p_state, 'NULL') USING ERRCODE = 'PKQ09';
     END IF;
+    IF p_after_id IS NOT NULL AND p_state <> 'dead'
+       AND (p_after_at IS NULL OR (p_state <> 'running' AND p_after_priority IS NULL)) THEN
+        RAISE EXCEPTION 'postkit: the cursor of a % listing is the last job''s id with its %',
+            p_state, CASE WHEN p_state = 'running' THEN 'visible_until'
+                          ELSE 'priority and run_at' END USING ERRCODE = 'PKQ09';
+    END IF;
     IF p_state = 'dead' THEN
         RETURN QUERY
         SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL::timestamptz,
                d.attempts, d.max_attempts, d.unique_key, d.worker_id, NULL::uuid,
                NULL::timestamptz, NULL::timestamptz, d.errors, d.created_at, d.failed_at,
-               d.trace_context
+               d.trace_context, v_now - d.created_at
         FROM postkit_queue.dead_letters d
         WHERE d.namespace = p_namespace AND d.queue = p_queue
           AND d.job_id > coalesce(p_after_id, 0) AND d.redriven_job_id IS NULL
@@ -236,28 +273,72 @@ BEGIN
         LIMIT p_limit;
         RETURN;
     END IF;
-    -- A primary-key range scan from the cursor, filtered to the queue and state.
-    RETURN QUERY
-    SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at, j.attempts,
-           j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
-           j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context
-    FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.queue = p_queue
-      AND j.id > coalesce(p_after_id, 0)
-      AND CASE p_state
-              WHEN 'running' THEN j.state = 'running'
-              WHEN 'pending' THEN j.state = 'pending' AND j.run_at <= v_now
-              ELSE j.state = 'pending' AND j.run_at > v_now
-          END
-    ORDER BY j.id
-    LIMIT p_limit;
+    IF p_state = 'running' THEN
+        RETURN QUERY
+        SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at,
+               j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token,
+               j.claimed_at, j.visible_until, j.errors, j.created_at, NULL::timestamptz,
+               j.trace_context, v_now - j.created_at
+        FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.state = 'running' AND j.queue = p_queue
+          AND (j.visible_until, j.id)
+              > (coalesce(p_after_at, '-infinity'), coalesce(p_after_id, 0))
+        ORDER BY j.visible_until, j.id
+        LIMIT p_limit;
+        RETURN;
+    END IF;
+    IF p_after_id IS NULL THEN
+        -- The highest priority of the queue's pending jobs: one probe of jobs_pull_idx.
+        v_priority := (SELECT j.priority FROM postkit_queue.jobs j
+                       WHERE j.namespace = p_namespace AND j.queue = p_queue
+                         AND j.state = 'pending'
+                       ORDER BY j.priority DESC LIMIT 1);
+        v_after_at := v_start_at;
+        v_after_id := v_start_id;
+    ELSE
+        v_priority := p_after_priority;
+        IF (p_after_at, p_after_id) > (v_start_at, v_start_id) THEN
+            v_after_at := p_after_at;
+            v_after_id := p_after_id;
+        ELSE
+            v_after_at := v_start_at;
+            v_after_id := v_start_id;
+        END IF;
+    END IF;
+    WHILE v_priority IS NOT NULL LOOP
+        RETURN QUERY
+        SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at,
+               j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token,
+               j.claimed_at, j.visible_until, j.errors, j.created_at, NULL::timestamptz,
+               j.trace_context, v_now - j.created_at
+        FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+          AND j.priority = v_priority AND (j.run_at, j.id) > (v_after_at, v_after_id)
+          AND j.run_at <= v_until
+        ORDER BY j.run_at, j.id
+        LIMIT v_left;
+        GET DIAGNOSTICS v_found = ROW_COUNT;
+        v_left := v_left - v_found;
+        EXIT WHEN v_left = 0;
+        -- The next lower priority: one probe of jobs_pull_idx.
+        v_priority := (SELECT j.priority FROM postkit_queue.jobs j
+                       WHERE j.namespace = p_namespace AND j.queue = p_queue
+                         AND j.state = 'pending' AND j.priority < v_priority
+                       ORDER BY j.priority DESC LIMIT 1);
+        v_after_at := v_start_at;
+        v_after_id := v_start_id;
+    END LOOP;
 END
 $$;
 
 -- dead_letters: the newest dead letters of a namespace, newest first, filtered by queue, by
 -- when they failed and by a substring of their last error (case-insensitive). Redriven ones are
 -- left out unless p_include_redriven. Keyset pagination: pass the failed_at and job_id of the
--- last row of a page to get the next one.
+-- last row of a page to get the next one. The substring filter reads dead letters until the
+-- page is full, all of the namespace's when few match: search_dead_letters bounds that read.
+-- Each call is planned for its own arguments (plan_cache_mode): a plan made for any arguments
+-- cannot tell a queue of a few dead letters from one of thousands, and read the namespace's
+-- failed_at range for the first.
 CREATE OR REPLACE FUNCTION postkit_queue.dead_letters(
     p_namespace         text,
     p_queue             text        DEFAULT NULL,
@@ -271,6 +352,7 @@ CREATE OR REPLACE FUNCTION postkit_queue.dead_letters(
 RETURNS SETOF postkit_queue.dead_letters
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
@@ -290,6 +372,138 @@ BEGIN
            OR (d.failed_at, d.job_id) < (p_after_failed_at, coalesce(p_after_job_id, 0)))
     ORDER BY d.failed_at DESC, d.job_id DESC
     LIMIT p_limit;
+END
+$$;
+
+-- count_dead_letters: how many dead letters match dead_letters' filters but the substring,
+-- exact up to p_cap and then p_cap (a page's "N dead letters" and a purge's confirmation, which
+-- counts with include_redriven). Counting stops at p_cap rows: a range scan of
+-- dead_letters_queue_idx for one queue's dead letters not yet redriven (an index-only count, as
+-- stats' dead count), else of dead_letters_failed_at_idx within the failed-at window. Planned
+-- for its arguments, like dead_letters; and, like stats, never by a sequential scan (which
+-- reads the whole table when few rows match) or a bitmap scan (which reads the whole range
+-- before the cap applies).
+CREATE OR REPLACE FUNCTION postkit_queue.count_dead_letters(
+    p_namespace         text,
+    p_queue             text        DEFAULT NULL,
+    p_failed_after      timestamptz DEFAULT NULL,
+    p_failed_before     timestamptz DEFAULT NULL,
+    p_include_redriven  boolean     DEFAULT false,
+    p_cap               integer     DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    PERFORM postkit_queue.check_limit(p_cap, 10000000);
+    RETURN (
+        SELECT count(*) FROM (
+            SELECT 1 FROM postkit_queue.dead_letters d
+            WHERE d.namespace = p_namespace
+              AND (p_queue IS NULL OR d.queue = p_queue)
+              AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+              AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+              AND (p_include_redriven OR d.redriven_job_id IS NULL)
+            LIMIT p_cap) counted);
+END
+$$;
+
+-- search_dead_letters: dead_letters' substring filter, bounded. No index finds a substring, so
+-- dead_letters(p_error_contains => ...) reads the namespace's dead letters until it fills its
+-- page: all of them when few match. This one reads at most p_scan_limit per call: the
+-- namespace's dead letters newest first, within the failed-at window and from the cursor (a
+-- range scan of dead_letters_failed_at_idx), stopping once p_limit of them match. The queue,
+-- the redriven filter and the substring (case-insensitive, in the last error) apply to the rows
+-- read. The matches come back newest first, searched_to false. When the search stopped after
+-- p_scan_limit rows with fewer matches, one more row follows, searched_to true: the last dead
+-- letter it read (which may be the last match too). Its failed_at and job_id are the cursor to
+-- search on, further back; without that row, nothing older matches.
+CREATE OR REPLACE FUNCTION postkit_queue.search_dead_letters(
+    p_namespace         text,
+    p_error_contains    text,
+    p_queue             text        DEFAULT NULL,
+    p_limit             integer     DEFAULT 100,
+    p_failed_after      timestamptz DEFAULT NULL,
+    p_failed_before     timestamptz DEFAULT NULL,
+    p_include_redriven  boolean     DEFAULT false,
+    p_after_failed_at   timestamptz DEFAULT NULL,
+    p_after_job_id      bigint      DEFAULT NULL,
+    p_scan_limit        integer     DEFAULT 2000)
+RETURNS TABLE (
+    namespace text, job_id bigint, queue text, payload jsonb, priority smallint,
+    attempts integer, max_attempts integer, unique_key text, worker_id text, reason text,
+    error text, errors jsonb, created_at timestamptz, failed_at timestamptz,
+    expires_at timestamptz, redriven_job_id bigint, redriven_at timestamptz,
+    trace_context jsonb, searched_to boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_needle text := lower(p_error_contains);
+    v_ids    bigint[] := '{}';
+    v_last   bigint;
+    v_read   record;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    PERFORM postkit_queue.check_limit(p_limit, 10000);
+    PERFORM postkit_queue.check_limit(p_scan_limit, 100000);
+    IF p_error_contains IS NULL OR p_error_contains = '' THEN
+        RAISE EXCEPTION 'postkit: error_contains must be a non-empty text to search for'
+            USING ERRCODE = 'PKQ01';
+    END IF;
+    IF p_include_redriven IS NULL THEN
+        RAISE EXCEPTION 'postkit: include_redriven must be true or false, not null'
+            USING ERRCODE = 'PKQ09';
+    END IF;
+    -- The rows read are numbered in the scan, before the filters: the LIMIT bounds what is
+    -- read, whatever matches. The result is the matches and the last row read, in order.
+    FOR v_read IN
+        SELECT m.job_id, m.n, m.matched
+        FROM (
+            SELECT r.job_id, r.n,
+                   (p_queue IS NULL OR r.queue = p_queue)
+                   AND (p_include_redriven OR r.redriven_job_id IS NULL)
+                   AND strpos(lower(coalesce(r.error, '')), v_needle) > 0 AS matched
+            FROM (
+                SELECT d.job_id, d.queue, d.redriven_job_id, d.error,
+                       row_number() OVER (ORDER BY d.failed_at DESC, d.job_id DESC) AS n
+                FROM postkit_queue.dead_letters d
+                WHERE d.namespace = p_namespace
+                  AND d.failed_at >= coalesce(p_failed_after, '-infinity')
+                  AND d.failed_at < coalesce(p_failed_before, 'infinity')
+                  AND (d.failed_at, d.job_id)
+                      < (coalesce(p_after_failed_at, 'infinity'), coalesce(p_after_job_id, 0))
+                ORDER BY d.failed_at DESC, d.job_id DESC
+                LIMIT p_scan_limit) r) m
+        WHERE m.matched OR m.n = p_scan_limit
+    LOOP
+        IF v_read.matched THEN
+            v_ids := v_ids || v_read.job_id;
+        END IF;
+        EXIT WHEN cardinality(v_ids) = p_limit;
+        IF v_read.n = p_scan_limit THEN
+            v_last := v_read.job_id;
+        END IF;
+    END LOOP;
+    -- A primary-key lookup of each row found (LIMIT 1 keeps it a lookup, never a join that
+    -- reads the table): the matches, then the last row read.
+    RETURN QUERY
+    SELECT d.namespace, d.job_id, d.queue, d.payload, d.priority, d.attempts, d.max_attempts,
+           d.unique_key, d.worker_id, d.reason, d.error, d.errors, d.created_at, d.failed_at,
+           d.expires_at, d.redriven_job_id, d.redriven_at, d.trace_context, found.searched_to
+    FROM (SELECT m.id, false AS searched_to, m.n FROM unnest(v_ids) WITH ORDINALITY AS m(id, n)
+          UNION ALL
+          SELECT v_last, true, 0 WHERE v_last IS NOT NULL) found
+    CROSS JOIN LATERAL (
+        SELECT * FROM postkit_queue.dead_letters l
+        WHERE l.namespace = p_namespace AND l.job_id = found.id LIMIT 1) d
+    ORDER BY found.searched_to, found.n;
 END
 $$;
 
@@ -318,6 +532,54 @@ BEGIN
     WHERE s.namespace = p_namespace AND s.minute >= date_trunc('minute', p_since)
     GROUP BY s.queue
     ORDER BY s.queue;
+END
+$$;
+
+-- outcome_series: per queue (or of one queue) and minute, the jobs completed, dead-lettered,
+-- retried and rescued from the start of the minute of p_since on, oldest minute first, for
+-- charts of the last hour or two (the counters are kept two hours). A minute without outcomes
+-- has no row. The queues come from a skip scan of queue_stats' primary key (one probe per
+-- queue with counters), then each queue's minutes from one range scan of it: at most 8 slots
+-- a minute per queue, however long prune has not run.
+CREATE OR REPLACE FUNCTION postkit_queue.outcome_series(
+    p_namespace text, p_since timestamptz, p_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, minute timestamptz, completed bigint, failed bigint, retried bigint,
+               rescued bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, false);
+    IF p_since IS NULL OR NOT isfinite(p_since) THEN
+        RAISE EXCEPTION 'postkit: since must be a finite time, got %',
+            coalesce(p_since::text, 'NULL') USING ERRCODE = 'PKQ05';
+    END IF;
+    RETURN QUERY
+    WITH RECURSIVE counted(queue) AS (
+        -- The first queue (from p_queue on, when one is asked for: then only that one).
+        (SELECT s.queue FROM postkit_queue.queue_stats s
+         WHERE s.namespace = p_namespace AND s.queue >= coalesce(p_queue, '')
+         ORDER BY s.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT s.queue FROM postkit_queue.queue_stats s
+                WHERE s.namespace = p_namespace AND s.queue > c.queue
+                ORDER BY s.queue LIMIT 1)
+        FROM counted c
+        WHERE c.queue IS NOT NULL AND p_queue IS NULL
+    )
+    SELECT c.queue, m.minute, m.completed, m.failed, m.retried, m.rescued
+    FROM counted c
+    CROSS JOIN LATERAL (
+        SELECT s.minute, sum(s.completed)::bigint AS completed, sum(s.dead)::bigint AS failed,
+               sum(s.retried)::bigint AS retried, sum(s.rescued)::bigint AS rescued
+        FROM postkit_queue.queue_stats s
+        WHERE s.namespace = p_namespace AND s.queue = c.queue
+          AND s.minute >= date_trunc('minute', p_since)
+        GROUP BY s.minute) m
+    WHERE c.queue IS NOT NULL AND (p_queue IS NULL OR c.queue = p_queue)
+    ORDER BY c.queue, m.minute;
 END
 $$;
 
@@ -646,6 +908,82 @@ BEGIN
 END
 $$;
 
+-- job_lineage: the redrives a job is part of, in order: the dead letters it was retried from
+-- (each redriven as the next), the job itself, then the jobs it was redriven as, each with
+-- where it is now: 'pending', 'scheduled' or 'running' (live), 'dead' (a dead letter; with
+-- redriven_job_id once retried), 'completed' (archived), or NULL (gone without a trace:
+-- completed in a queue that keeps no archive, cancelled, purged or pruned). No row when the
+-- job is nowhere and no redrive names it. Each step of the chain is one index probe: back
+-- through dead_letters_redriven_idx, on through dead_letters' primary key (each a scalar
+-- subquery, never a join that reads a table); then primary-key lookups of the three tables.
+-- A redrive's new job always has a larger id than the dead letter it came from, so the chain
+-- has no cycle; p_limit bounds how many steps each way it follows.
+CREATE OR REPLACE FUNCTION postkit_queue.job_lineage(
+    p_namespace text, p_job_id bigint, p_limit integer DEFAULT 100)
+RETURNS TABLE (
+    job_id bigint, queue text, state text, attempts integer, created_at timestamptz,
+    failed_at timestamptz, error text, redriven_job_id bigint, redriven_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := postkit_queue.clock();
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_limit(p_limit, 1000);
+    RETURN QUERY
+    WITH RECURSIVE back(id, step) AS (
+        SELECT p_job_id, 0
+        UNION ALL
+        SELECT (SELECT d.job_id FROM postkit_queue.dead_letters d
+                WHERE d.namespace = p_namespace AND d.redriven_job_id = b.id
+                LIMIT 1), b.step - 1
+        FROM back b WHERE b.id IS NOT NULL AND b.step > -p_limit
+    ), ahead(id, step) AS (
+        SELECT p_job_id, 0
+        UNION ALL
+        SELECT (SELECT d.redriven_job_id FROM postkit_queue.dead_letters d
+                WHERE d.namespace = p_namespace AND d.job_id = a.id
+                LIMIT 1), a.step + 1
+        FROM ahead a WHERE a.id IS NOT NULL AND a.step < p_limit
+    ), chain(id, step) AS (
+        SELECT b.id, b.step FROM back b WHERE b.id IS NOT NULL AND b.step < 0
+        UNION ALL
+        SELECT a.id, a.step FROM ahead a WHERE a.id IS NOT NULL
+    )
+    SELECT c.id, coalesce(j.queue, d.queue, f.queue),
+           CASE WHEN j.state = 'running' THEN 'running'
+                WHEN j.state = 'pending' AND j.run_at > v_now THEN 'scheduled'
+                WHEN j.state = 'pending' THEN 'pending'
+                WHEN d.failed_at IS NOT NULL THEN 'dead'
+                WHEN f.completed_at IS NOT NULL THEN 'completed' END,
+           coalesce(j.attempts, d.attempts, f.attempts),
+           coalesce(j.created_at, d.created_at, f.created_at),
+           d.failed_at, coalesce(d.error, j.errors -> -1 ->> 'error'), d.redriven_job_id,
+           d.redriven_at
+    FROM chain c
+    LEFT JOIN LATERAL (
+        SELECT l.queue, l.state, l.run_at, l.attempts, l.created_at, l.errors
+        FROM postkit_queue.jobs l
+        WHERE l.namespace = p_namespace AND l.id = c.id LIMIT 1) j ON true
+    LEFT JOIN LATERAL (
+        SELECT l.queue, l.failed_at, l.attempts, l.created_at, l.error, l.redriven_job_id,
+               l.redriven_at
+        FROM postkit_queue.dead_letters l
+        WHERE l.namespace = p_namespace AND l.job_id = c.id LIMIT 1) d ON true
+    LEFT JOIN LATERAL (
+        SELECT l.queue, l.completed_at, l.attempts, l.created_at
+        FROM postkit_queue.completed_jobs l
+        WHERE l.namespace = p_namespace AND l.job_id = c.id LIMIT 1) f ON true
+    -- A job found nowhere is a step of a chain that names it; alone, it is unknown.
+    WHERE (SELECT count(*) FROM chain) > 1
+       OR j.queue IS NOT NULL OR d.queue IS NOT NULL OR f.queue IS NOT NULL
+    ORDER BY c.step;
+END
+$$;
+
 -- purge_dead_letters: delete the dead letters of a namespace (of one queue) that failed more
 -- than p_older_than ago. Returns how many were deleted. Like cancel and the queue purges, the
 -- dead-letter purges require operator access: an EXECUTE granted by hand is not enough to
@@ -671,8 +1009,8 @@ $$;
 
 -- purge_dead_letters_before: delete the dead letters of a namespace (of one queue) that failed
 -- before p_failed_before, retried or not. Returns how many were deleted. The caller reads the
--- cutoff once (from postkit_queue.clock()), counts with dead_letters(p_failed_before => ...)
--- and deletes with the same cutoff: what it showed is what goes, whatever its own clock says
+-- cutoff once (from postkit_queue.clock()), counts with count_dead_letters(p_failed_before =>
+-- ..., p_include_redriven => true) and deletes with the same cutoff: what it showed is what goes, whatever its own clock says
 -- and however long its confirmation took.
 CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters_before(
     p_namespace text, p_failed_before timestamptz, p_queue text DEFAULT NULL)

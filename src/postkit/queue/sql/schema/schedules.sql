@@ -274,6 +274,51 @@ BEGIN
 END
 $$;
 
+-- schedule_runs: each schedule's last run and what became of its job, by schedule name:
+-- 'pending', 'scheduled' or 'running' while the job is live (attempts so far, the last
+-- attempt's error), 'dead' once it is a dead letter (failed_at as finished_at, the last
+-- error), 'completed' when its queue archives completed jobs (completed_at). NULL when the
+-- schedule never fired, or when its job left without a trace: completed in a queue that keeps
+-- no archive (the usual end), cancelled, purged, or pruned after its retention. Three
+-- primary-key lookups per schedule (jobs, dead_letters, completed_jobs; each LIMIT 1 keeps it
+-- a lookup, never a join that reads a whole table), after a range scan of the schedules'.
+CREATE OR REPLACE FUNCTION postkit_queue.schedule_runs(p_namespace text)
+RETURNS TABLE (
+    name text, last_run_at timestamptz, last_job_id bigint, last_job_state text,
+    attempts integer, finished_at timestamptz, error text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := postkit_queue.clock();
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    RETURN QUERY
+    SELECT s.name, s.last_run_at, s.last_job_id,
+           CASE WHEN j.state = 'running' THEN 'running'
+                WHEN j.state = 'pending' AND j.run_at > v_now THEN 'scheduled'
+                WHEN j.state = 'pending' THEN 'pending'
+                WHEN d.failed_at IS NOT NULL THEN 'dead'
+                WHEN c.completed_at IS NOT NULL THEN 'completed' END,
+           coalesce(j.attempts, d.attempts, c.attempts),
+           coalesce(d.failed_at, c.completed_at),
+           coalesce(d.error, j.errors -> -1 ->> 'error')
+    FROM postkit_queue.schedules s
+    LEFT JOIN LATERAL (
+        SELECT l.state, l.run_at, l.attempts, l.errors FROM postkit_queue.jobs l
+        WHERE l.namespace = s.namespace AND l.id = s.last_job_id LIMIT 1) j ON true
+    LEFT JOIN LATERAL (
+        SELECT l.failed_at, l.attempts, l.error FROM postkit_queue.dead_letters l
+        WHERE l.namespace = s.namespace AND l.job_id = s.last_job_id LIMIT 1) d ON true
+    LEFT JOIN LATERAL (
+        SELECT l.completed_at, l.attempts FROM postkit_queue.completed_jobs l
+        WHERE l.namespace = s.namespace AND l.job_id = s.last_job_id LIMIT 1) c ON true
+    WHERE s.namespace = p_namespace
+    ORDER BY s.name;
+END
+$$;
+
 -- due_schedules: lock and return up to p_limit active schedules whose next run is due; broken
 -- ones wait until they are saved again. The locks last until the caller's transaction ends; a
 -- concurrent ticker skips locked rows (SKIP LOCKED) and, after this one commits, finds them no

@@ -62,6 +62,81 @@ AS $$
     WHERE pg_catalog.pg_has_role(postkit_queue.caller(), r.oid, 'MEMBER')
 $$;
 
+-- namespaces: the namespaces the caller may see, sorted. Under tenant isolation, a caller that
+-- does not see everything gets those assigned to it (my_namespaces), whether or not they hold
+-- anything yet. Anyone else gets every namespace that holds jobs, dead letters, queue
+-- settings, outcome counters, schedules or registered workers, and every one assigned to a
+-- role: a skip scan of each of those tables' primary keys, whose first column is the
+-- namespace (one index probe per namespace, however many rows each holds), so a backlog of
+-- millions costs what an empty one does. No namespace argument: it is what a dashboard asks
+-- before it knows one.
+CREATE OR REPLACE FUNCTION postkit_queue.namespaces()
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_isolated boolean := (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
+                           WHERE c.oid = 'postkit_queue.jobs'::regclass);
+BEGIN
+    -- A skip scan would step, row by row, over the rows the policies hide from such a caller.
+    IF v_isolated AND NOT postkit_queue.caller_sees_all() THEN
+        RETURN QUERY SELECT DISTINCT n FROM unnest(postkit_queue.my_namespaces()) AS n ORDER BY n;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH RECURSIVE in_jobs(namespace) AS (
+        (SELECT t.namespace FROM postkit_queue.jobs t ORDER BY t.namespace LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.namespace FROM postkit_queue.jobs t WHERE t.namespace > n.namespace
+                ORDER BY t.namespace LIMIT 1)
+        FROM in_jobs n WHERE n.namespace IS NOT NULL
+    ), in_dead_letters(namespace) AS (
+        (SELECT t.namespace FROM postkit_queue.dead_letters t ORDER BY t.namespace LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.namespace FROM postkit_queue.dead_letters t
+                WHERE t.namespace > n.namespace ORDER BY t.namespace LIMIT 1)
+        FROM in_dead_letters n WHERE n.namespace IS NOT NULL
+    ), in_settings(namespace) AS (
+        (SELECT t.namespace FROM postkit_queue.queue_settings t ORDER BY t.namespace LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.namespace FROM postkit_queue.queue_settings t
+                WHERE t.namespace > n.namespace ORDER BY t.namespace LIMIT 1)
+        FROM in_settings n WHERE n.namespace IS NOT NULL
+    ), in_stats(namespace) AS (
+        (SELECT t.namespace FROM postkit_queue.queue_stats t ORDER BY t.namespace LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.namespace FROM postkit_queue.queue_stats t
+                WHERE t.namespace > n.namespace ORDER BY t.namespace LIMIT 1)
+        FROM in_stats n WHERE n.namespace IS NOT NULL
+    ), in_schedules(namespace) AS (
+        (SELECT t.namespace FROM postkit_queue.schedules t ORDER BY t.namespace LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.namespace FROM postkit_queue.schedules t
+                WHERE t.namespace > n.namespace ORDER BY t.namespace LIMIT 1)
+        FROM in_schedules n WHERE n.namespace IS NOT NULL
+    ), in_workers(namespace) AS (
+        (SELECT t.namespace FROM postkit_queue.workers t ORDER BY t.namespace LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.namespace FROM postkit_queue.workers t
+                WHERE t.namespace > n.namespace ORDER BY t.namespace LIMIT 1)
+        FROM in_workers n WHERE n.namespace IS NOT NULL
+    )
+    SELECT found.namespace FROM (
+        SELECT namespace FROM in_jobs
+        UNION SELECT namespace FROM in_dead_letters
+        UNION SELECT namespace FROM in_settings
+        UNION SELECT namespace FROM in_stats
+        UNION SELECT namespace FROM in_schedules
+        UNION SELECT namespace FROM in_workers
+        -- One row per assignment: the tenants table is small.
+        UNION SELECT t.namespace FROM postkit_queue.tenants t
+    ) found
+    WHERE found.namespace IS NOT NULL
+    ORDER BY found.namespace;
+END
+$$;
+
 -- assign_namespace: let p_role (and its members) use p_namespace once isolation is on.
 CREATE OR REPLACE FUNCTION postkit_queue.assign_namespace(p_namespace text, p_role name)
 RETURNS void
@@ -373,7 +448,8 @@ WITH listed (name, access) AS (VALUES
     ('next_run_at', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
     ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
     ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),
-    ('dead_letters', 'worker'), ('register_queues', 'worker'),
+    ('dead_letters', 'worker'), ('search_dead_letters', 'worker'),
+    ('count_dead_letters', 'worker'), ('register_queues', 'worker'),
     ('register_worker', 'worker'), ('worker_heartbeat', 'worker'),
     ('deregister_worker', 'worker'), ('prune_workers', 'worker'),
     -- Operators inspect and steer.
@@ -385,7 +461,11 @@ WITH listed (name, access) AS (VALUES
     ('purge_dead_letters', 'operator'), ('purge_dead_letters_before', 'operator'),
     ('save_schedule', 'operator'), ('schedules', 'operator'),
     ('set_schedule_paused', 'operator'), ('delete_schedule', 'operator'),
-    ('workers', 'operator')
+    ('workers', 'operator'),
+    -- The dashboard's reads. namespaces names every tenant's namespace to a caller that sees
+    -- all of them, and serves only the views across namespaces that operators use.
+    ('namespaces', 'operator'), ('outcome_series', 'operator'), ('running_jobs', 'operator'),
+    ('schedule_runs', 'operator'), ('job_lineage', 'operator')
 ), unlisted AS (
     DELETE FROM postkit_queue.api a WHERE NOT EXISTS (SELECT FROM listed l WHERE l.name = a.name)
 )

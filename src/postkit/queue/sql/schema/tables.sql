@@ -104,6 +104,11 @@ CREATE INDEX dead_letters_expires_at_idx ON postkit_queue.dead_letters (namespac
 CREATE INDEX dead_letters_queue_idx ON postkit_queue.dead_letters (namespace, queue, job_id)
     WHERE redriven_job_id IS NULL;
 
+-- Serves job_lineage: the dead letter a redriven job was retried from, one probe per redrive
+-- of a lineage. Partial: a dead letter enters it only when an operator redrives it.
+CREATE INDEX dead_letters_redriven_idx ON postkit_queue.dead_letters (namespace, redriven_job_id)
+    WHERE redriven_job_id IS NOT NULL;
+
 -- A queue's settings: what its jobs get when push and pull do not say (max_attempts, the
 -- visibility timeout of a claim, the base and cap of nack's backoff), whether it is paused, how
 -- long finished jobs are kept, and its largest payload. A job's own push arguments win over its

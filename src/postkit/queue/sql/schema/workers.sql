@@ -118,6 +118,32 @@ BEGIN
 END
 $$;
 
+-- running_jobs: what the namespace's workers run now: each running job's id, queue, worker,
+-- attempt and claim, soonest deadline first, up to p_limit; running_for is how long ago it was
+-- claimed, by the queue's clock. A range scan of jobs_deadline_idx: the running rows alone,
+-- as many as the workers' slots, whatever the backlog. It reads no payload.
+CREATE OR REPLACE FUNCTION postkit_queue.running_jobs(p_namespace text, p_limit integer DEFAULT 1000)
+RETURNS TABLE (
+    id bigint, queue text, worker_id text, attempts integer, max_attempts integer,
+    claimed_at timestamptz, visible_until timestamptz, running_for interval)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := postkit_queue.clock();
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_limit(p_limit, 10000);
+    RETURN QUERY
+    SELECT j.id, j.queue, j.worker_id, j.attempts, j.max_attempts, j.claimed_at,
+           j.visible_until, v_now - j.claimed_at
+    FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.state = 'running'
+    ORDER BY j.visible_until, j.id
+    LIMIT p_limit;
+END
+$$;
+
 -- prune_workers: delete the rows of the namespace's lost workers whose last heartbeat is older
 -- than p_older_than. Never a worker that is not lost, whatever p_older_than: a short retention
 -- (zero, or less than a slow worker's three heartbeat intervals) must not forget workers that
