@@ -19,7 +19,7 @@ from psycopg.pq import TransactionStatus
 from postkit import errors
 from postkit.queue import JobCursor, QueueClient
 from postkit.queue.protocol import JOB_STATES
-from postkit.queue.records import DeadLetter, Job
+from postkit.queue.records import DeadLetter, Job, QueuePolicy
 
 Shift = Callable[[QueueClient, float], None]
 
@@ -494,6 +494,53 @@ def test_purge_dead_letters_deletes_those_that_failed_longer_ago_than_asked(
     assert queue.purge_dead_letters(older_than=timedelta(minutes=30)) == 1
     assert dead_ids(queue.dead_letters()) == [recent]
     assert old not in dead_ids(queue.dead_letters(include_redriven=True))
+
+
+def test_a_purge_narrowed_to_ids_deletes_only_those(queue: QueueClient) -> None:
+    kept, chosen, elsewhere = bury(queue), bury(queue), bury(queue, OTHER)
+    cutoff = db_clock(queue) + timedelta(seconds=1)
+
+    assert queue.purge_dead_letters(failed_before=cutoff, job_ids=[chosen, elsewhere], queue=Q) == 1
+
+    assert dead_ids(queue.dead_letters()) == [elsewhere, kept]
+
+
+def test_a_purge_of_a_window_spares_what_failed_before_it_or_at_its_cutoff(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    before = bury(queue)
+    shift_clock(queue, 60)
+    start = db_clock(queue)
+    inside = bury(queue)
+    shift_clock(queue, 120)
+    cutoff = db_clock(queue)
+    after = bury(queue)
+
+    counted = queue.count_dead_letters(
+        failed_after=start, failed_before=cutoff, include_redriven=True
+    )
+    assert queue.purge_dead_letters(failed_before=cutoff, failed_after=start) == counted == 1
+
+    assert dead_ids(queue.dead_letters()) == [after, before]
+    assert inside not in dead_ids(queue.dead_letters(include_redriven=True))
+
+
+def test_ids_or_a_window_with_older_than_are_refused_before_any_sql(queue: QueueClient) -> None:
+    with pytest.raises(errors.InvalidDurationError, match="need failed_before"):
+        queue.purge_dead_letters(older_than=60, job_ids=[1])
+    with pytest.raises(errors.InvalidDurationError, match="need failed_before"):
+        queue.purge_dead_letters(older_than=60, failed_after=db_clock(queue))
+
+
+def test_queue_policy_reads_the_policy_in_force_and_changes_nothing(queue: QueueClient) -> None:
+    assert queue.queue_policy("never-configured").max_attempts == 20
+    configured = queue.configure_queue(Q, max_attempts=3, visibility_timeout=90)
+    queue.pause_queue(Q)
+
+    policy = queue.queue_policy(Q)
+
+    assert policy == QueuePolicy(**{**configured, "paused": True})
+    assert queue.queues() == [Q]  # reading a policy creates no settings row
 
 
 @pytest.mark.parametrize("delay", [0, 600], ids=["pending", "scheduled"])

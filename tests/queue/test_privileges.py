@@ -690,7 +690,7 @@ def test_an_execute_granted_by_hand_does_not_let_a_worker_purge(
     with psycopg.connect(database, autocommit=True) as admin:
         for function in (
             "purge_dead_letters(text, interval, text)",
-            "purge_dead_letters_before(text, timestamptz, text)",
+            "purge_dead_letters_before(text, timestamptz, text, bigint[], timestamptz)",
             "purge_queue(text, text)",
         ):
             admin.execute(

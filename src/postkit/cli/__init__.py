@@ -23,7 +23,18 @@ import click
 import psycopg
 
 from postkit import __version__
-from postkit.cli import demo, dlq, install, ops, queue, schedule, tick, worker, workers
+from postkit.cli import (
+    dashboard,
+    demo,
+    dlq,
+    install,
+    ops,
+    queue,
+    schedule,
+    tick,
+    worker,
+    workers,
+)
 from postkit.errors import PostkitError, ValidationError
 
 __all__ = ["main"]
@@ -83,6 +94,11 @@ def main() -> None:
                                      delete)
       postkit tick                   reclaim expired claims, fire schedules, prune
       postkit workers                which workers and tickers run, and which were lost
+
+    \b
+    Watching it:
+      postkit dashboard              the web dashboard on http://127.0.0.1:8181 (needs
+                                     pip install 'postkit[dashboard]')
     """
 
 
@@ -99,3 +115,4 @@ main.add_command(queue.queue_group)
 main.add_command(schedule.schedule)
 main.add_command(tick.tick)
 main.add_command(workers.workers)
+main.add_command(dashboard.dashboard)

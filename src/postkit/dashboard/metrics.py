@@ -18,12 +18,17 @@ from every worker (whose own metrics, ``postkit.worker.prometheus``, count what 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from postkit.queue.records import QueueStats
+
+if TYPE_CHECKING:
+    from postkit.dashboard.source import DashboardSource
 
 StatsReader = Callable[[], Iterable[tuple[str, Sequence[QueueStats]]]]
 """Reads the statistics to report: for each namespace, its queues' ``stats()`` rows."""
@@ -93,4 +98,12 @@ class _Families:
         yield from (self.jobs, self.oldest, self.paused, self.capped)
 
 
-__all__ = ["STATES", "QueueCollector", "StatsReader"]
+def render_metrics(source: DashboardSource) -> tuple[bytes, str]:
+    """The dashboard's ``/metrics`` body and its content type: the gauges of every namespace
+    the dashboard shows, read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(source.stats_by_namespace))
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+__all__ = ["STATES", "QueueCollector", "StatsReader", "render_metrics"]

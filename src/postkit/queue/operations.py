@@ -116,7 +116,7 @@ class Operations:
         failed_after: datetime | None = None,
         failed_before: datetime | None = None,
         include_redriven: bool = False,
-        after: DeadLetter | None = None,
+        after: DeadLetterPosition | None = None,
         scan_limit: int = limits.SEARCH_SCAN,
     ) -> DeadLetterSearch:
         """The dead letters whose last error contains ``error_contains`` (case-insensitive),
@@ -226,18 +226,39 @@ class Operations:
         older_than: Duration | None = None,
         failed_before: datetime | None = None,
         queue: str | None = None,
+        job_ids: Sequence[int] | None = None,
+        failed_after: datetime | None = None,
     ) -> int:
         """Delete the dead letters (of one queue, if given), retried or not, that failed more
         than ``older_than`` ago by the queue's clock, or before ``failed_before``; give exactly
-        one. To show what will go before deleting it, read the cutoff once (:meth:`clock`
-        minus the age), count with ``count_dead_letters(failed_before=cutoff,
-        include_redriven=True)`` and purge with the same ``failed_before``: ``older_than``
-        is measured again when the purge runs. Returns how many were deleted."""
+        one. With ``failed_before``, the purge may also be narrowed to ``job_ids`` and to those
+        failed at or after ``failed_after``.
+
+        To show what will go before deleting it, read the cutoff once (:meth:`clock`, minus
+        an age), count with :meth:`count_dead_letters` (the same filters, with
+        ``include_redriven=True``) and purge with the same ``failed_before``: ``older_than``
+        is measured again when the purge runs. Returns how many were deleted.
+
+        Raises:
+            InvalidDurationError: neither or both of ``older_than`` and ``failed_before``, or
+                ``job_ids`` or ``failed_after`` with ``older_than``.
+            PermissionDeniedError: the role lacks operator access.
+        """
         return self._run(
             protocol.purge_dead_letters(
-                self._namespace, older_than=older_than, failed_before=failed_before, queue=queue
+                self._namespace,
+                older_than=older_than,
+                failed_before=failed_before,
+                queue=queue,
+                job_ids=job_ids,
+                failed_after=failed_after,
             )
         )
+
+    def queue_policy(self, queue: str) -> QueuePolicy:
+        """The policy in force for ``queue``: its settings over the built-in defaults, as
+        :meth:`configure_queue` returns it, changing nothing."""
+        return self._run(protocol.get_queue_policy(self._namespace, queue))
 
     def cancel(self, job_id: int) -> bool:
         """Remove a pending or scheduled job.

@@ -296,7 +296,19 @@ SELECT postkit_queue.mark_schedule_broken(
 
 -- name: purge_dead_letters_before
 SELECT postkit_queue.purge_dead_letters_before(
-    %(namespace)s, %(failed_before)s::pg_catalog.timestamptz, %(queue)s) AS purged;
+    %(namespace)s, %(failed_before)s::pg_catalog.timestamptz, %(queue)s, %(job_ids)s::bigint[],
+    %(failed_after)s::pg_catalog.timestamptz) AS purged;
+
+-- name: get_queue_policy
+SELECT p.max_attempts,
+       extract(epoch FROM p.visibility_timeout)::pg_catalog.float8 AS visibility_timeout,
+       extract(epoch FROM p.backoff_base)::pg_catalog.float8 AS backoff_base,
+       extract(epoch FROM p.backoff_cap)::pg_catalog.float8 AS backoff_cap,
+       p.paused,
+       extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
+       extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
+       p.max_payload_bytes
+FROM postkit_queue.get_queue_policy(%(namespace)s, %(queue)s) AS p;
 
 -- name: ack_many
 SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])

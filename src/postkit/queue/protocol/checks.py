@@ -200,6 +200,15 @@ def job_id(value: object) -> int:
     return value
 
 
+def job_ids(value: Sequence[int] | None) -> list[int] | None:
+    """A list of job ids (None: no list), each checked as :func:`job_id` checks one."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        raise errors.InvalidJobIdError("job_ids must be a list of int job ids")
+    return [job_id(item) for item in value]
+
+
 def claim(call: str, job: object, worker_id: object, token: object) -> dict[str, Any]:
     """The parameters that identify a claim: the job id, the worker and the fence (``token``,
     else the Job's own). A bare job id identifies none: the claim token, or at least the

@@ -83,7 +83,7 @@ def search_dead_letters(
     failed_after: datetime | None,
     failed_before: datetime | None,
     include_redriven: bool,
-    after: DeadLetter | None,
+    after: DeadLetterPosition | None,
     scan_limit: int,
 ) -> Call[DeadLetterSearch]:
     needle = check.text("error_contains", error_contains)
@@ -293,12 +293,9 @@ def redrive(
     limit: int,
     dry_run: bool,
 ) -> Call[list[Redriven]]:
-    if isinstance(job_ids, (str, bytes)):
-        raise errors.InvalidJobIdError("job_ids must be a list of int job ids")
-    ids = None if job_ids is None else [check.job_id(job_id) for job_id in job_ids]
     params = check.base(
         namespace,
-        job_ids=ids,
+        job_ids=check.job_ids(job_ids),
         queue=check.name("queue", queue, required=False),
         failed_after=check.time("failed_after", failed_after),
         failed_before=check.time("failed_before", failed_before),
@@ -323,19 +320,35 @@ def purge_dead_letters(
     older_than: Duration | None,
     failed_before: datetime | None = None,
     queue: str | None,
+    job_ids: Sequence[int] | None = None,
+    failed_after: datetime | None = None,
 ) -> Call[int]:
     if (older_than is None) == (failed_before is None):
         raise errors.InvalidDurationError("give exactly one of older_than and failed_before")
     queue_name = check.name("queue", queue, required=False)
     if failed_before is not None:
         params = check.base(
-            namespace, failed_before=check.time("failed_before", failed_before), queue=queue_name
+            namespace,
+            failed_before=check.time("failed_before", failed_before),
+            queue=queue_name,
+            job_ids=check.job_ids(job_ids),
+            failed_after=check.time("failed_after", failed_after),
         )
         return Call("purge_dead_letters_before", params, lambda rows: int(read.scalar(rows)))
+    if job_ids is not None or failed_after is not None:
+        raise errors.InvalidDurationError(
+            "job_ids and failed_after need failed_before: read the cutoff once and pass it, so "
+            "that the count shown and the purge agree"
+        )
     params = check.base(
         namespace, older_than=check.required_duration("older_than", older_than), queue=queue_name
     )
     return Call("purge_dead_letters", params, lambda rows: int(read.scalar(rows)))
+
+
+def get_queue_policy(namespace: str, queue: str) -> Call[QueuePolicy]:
+    params = check.base(namespace, queue=check.name("queue", queue, required=True))
+    return Call("get_queue_policy", params, lambda rows: QueuePolicy(**rows[0]))
 
 
 def cancel(namespace: str, job_id: int) -> Call[bool]:

@@ -1007,13 +1007,19 @@ BEGIN
 END
 $$;
 
--- purge_dead_letters_before: delete the dead letters of a namespace (of one queue) that failed
--- before p_failed_before, retried or not. Returns how many were deleted. The caller reads the
--- cutoff once (from postkit_queue.clock()), counts with count_dead_letters(p_failed_before =>
--- ..., p_include_redriven => true) and deletes with the same cutoff: what it showed is what goes, whatever its own clock says
--- and however long its confirmation took.
+-- purge_dead_letters_before: delete the dead letters of a namespace that failed before
+-- p_failed_before, retried or not: of one queue, among p_job_ids and failed at or after
+-- p_failed_after, where given (count_dead_letters' filters). Returns how many were deleted.
+-- The caller reads the cutoff once (from postkit_queue.clock()), counts with
+-- count_dead_letters(p_failed_before => ..., p_include_redriven => true) and deletes with the
+-- same cutoff: what it showed is what goes, whatever its own clock says and however long its
+-- confirmation took.
 CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters_before(
-    p_namespace text, p_failed_before timestamptz, p_queue text DEFAULT NULL)
+    p_namespace     text,
+    p_failed_before timestamptz,
+    p_queue         text        DEFAULT NULL,
+    p_job_ids       bigint[]    DEFAULT NULL,
+    p_failed_after  timestamptz DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1026,13 +1032,42 @@ BEGIN
     IF p_failed_before IS NULL THEN
         RAISE EXCEPTION 'postkit: failed_before must not be null' USING ERRCODE = 'PKQ05';
     END IF;
+    IF pg_catalog.cardinality(p_job_ids) > 100000 THEN
+        RAISE EXCEPTION 'postkit: at most 100000 job ids at once, got %',
+            pg_catalog.cardinality(p_job_ids) USING ERRCODE = 'PKQ07';
+    END IF;
     PERFORM postkit_queue.require_operator('purge dead letters');
-    -- The same predicate as dead_letters' p_failed_before.
+    -- count_dead_letters' predicates (with p_include_redriven): a range scan of
+    -- dead_letters_failed_at_idx, or primary-key probes with ids.
     DELETE FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND (p_queue IS NULL OR d.queue = p_queue)
-      AND d.failed_at < p_failed_before;
+      AND (p_job_ids IS NULL OR d.job_id = ANY (p_job_ids))
+      AND d.failed_at < p_failed_before
+      AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after);
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
+END
+$$;
+
+-- get_queue_policy: the policy in force for a queue (its settings over the built-in
+-- defaults), as configure_queue returns it, changing nothing. A primary-key probe of
+-- queue_settings (queue_policy).
+CREATE OR REPLACE FUNCTION postkit_queue.get_queue_policy(
+    p_namespace text, p_queue text,
+    OUT max_attempts integer, OUT visibility_timeout interval,
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
+           p.retain_completed, p.retain_dead, p.max_payload_bytes
+    INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
+         retain_completed, retain_dead, max_payload_bytes
+    FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;
 

@@ -465,7 +465,8 @@ WITH listed (name, access) AS (VALUES
     -- The dashboard's reads. namespaces names every tenant's namespace to a caller that sees
     -- all of them, and serves only the views across namespaces that operators use.
     ('namespaces', 'operator'), ('outcome_series', 'operator'), ('running_jobs', 'operator'),
-    ('schedule_runs', 'operator'), ('job_lineage', 'operator')
+    ('schedule_runs', 'operator'), ('job_lineage', 'operator'),
+    ('get_queue_policy', 'operator')
 ), unlisted AS (
     DELETE FROM postkit_queue.api a WHERE NOT EXISTS (SELECT FROM listed l WHERE l.name = a.name)
 )
