@@ -1,0 +1,537 @@
+"""What the dashboard reads and does, through the SDK's operator verbs on a connection pool.
+
+Every method opens one pooled connection, runs its calls as the DSN's role and commits; the SQL
+functions decide what that role may see and do (an action it may not take raises
+PermissionDeniedError, which the API answers with 403). Nothing here reads a table: every read
+is an SDK call whose SQL is index-bounded (stats' capped counts, keyset pages), so no page scans
+the jobs.
+
+Results are plain JSON values (:func:`postkit.queue.records.to_jsonable`): times in ISO 8601,
+durations in seconds. A list shows a short preview of each payload, the job page the whole
+payload; a payload Python cannot decode (``payload_error``) is shown as that error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from postkit import __version__
+from postkit.dashboard.settings import DashboardSettings
+from postkit.errors import PostkitError
+from postkit.queue import QueueClient
+from postkit.queue.records import DeadLetter, Job, JobCursor, QueueStats, to_jsonable
+
+PREVIEW_CHARS = 160
+"""How much of a payload a list shows."""
+
+PAGE_SIZE = 50
+"""Rows per page of a list."""
+
+STATS_CAP = 10_000
+"""Live counts are exact up to here, then shown as "10,000+": each count stops there."""
+
+COUNT_CAP = 10_000
+"""Dead-letter counts (a page's total, a dry run's) stop here."""
+
+SEARCH_SCAN = 2_000
+"""How many dead letters one page of an error-text search reads."""
+
+ACTION_LIMIT = 10_000
+"""The most dead letters one redrive retries; the page says to repeat it for more."""
+
+ALL_NAMESPACES_SHOWN = 50
+"""How many namespaces the view across namespaces reads; it says how many more there are."""
+
+HISTORY = timedelta(hours=1)
+"""How far back the overview's charts go."""
+
+
+class NotFound(LookupError):
+    """No such job, dead letter, queue or namespace for this dashboard."""
+
+
+@dataclass(frozen=True)
+class _DeadLetterPosition:
+    failed_at: datetime
+    job_id: int
+
+
+class DashboardSource:
+    """The dashboard's data: one instance per server, over a pool of ``settings.pool_size``
+    connections opened lazily."""
+
+    def __init__(self, settings: DashboardSettings) -> None:
+        self.settings = settings
+        self.pool = ConnectionPool(
+            settings.dsn,
+            min_size=1,
+            max_size=settings.pool_size,
+            open=False,
+            name="postkit-dashboard",
+            # A page waits at most this long for a connection: a database that is down
+            # answers 503 within seconds, not after psycopg_pool's 30 s default.
+            timeout=5.0,
+            kwargs={"application_name": "postkit dashboard"},
+        )
+
+    def open(self) -> None:
+        self.pool.open(wait=False)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextlib.contextmanager
+    def client(self, namespace: str) -> Iterator[QueueClient]:
+        """A QueueClient on a pooled connection, committed when the block ends without an
+        error and rolled back otherwise."""
+        self.check_namespace(namespace)
+        with self.pool.connection() as connection, connection.cursor() as cursor:
+            yield QueueClient(cursor, namespace=namespace)
+
+    def check_namespace(self, namespace: str) -> None:
+        if self.settings.namespaces and namespace not in self.settings.namespaces:
+            raise NotFound(f"this dashboard does not show namespace {namespace!r}")
+
+    # ---------------------------------------------------------------------------------------
+    # Reads
+    # ---------------------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, Any]:
+        """What the page needs before anything else: the namespaces, whether actions are
+        allowed, the CSRF token for them and the refresh interval."""
+        return {
+            "version": __version__,
+            "namespaces": self.namespaces(),
+            "read_only": self.settings.read_only,
+            "csrf_token": self.settings.csrf_token,
+            "refresh_seconds": self.settings.refresh_seconds,
+        }
+
+    def _visible_namespaces(self) -> list[str]:
+        with self.pool.connection() as connection, connection.cursor() as cursor:
+            return QueueClient(cursor, namespace="default").namespaces()
+
+    def namespaces(self) -> list[str]:
+        """The namespaces shown: those given, else every one the role may see."""
+        return list(self.settings.namespaces) or self._visible_namespaces()
+
+    def stats_by_namespace(self) -> list[tuple[str, list[QueueStats]]]:
+        """Each namespace shown with its queues' stats, for /metrics."""
+        namespaces = self.namespaces()
+        with self.pool.connection() as connection, connection.cursor() as cursor:
+            return [
+                (ns, QueueClient(cursor, namespace=ns).stats(cap=STATS_CAP)) for ns in namespaces
+            ]
+
+    def overview(self, namespace: str) -> dict[str, Any]:
+        """Every queue with its counts and rates, the outcome series of the last hour per
+        queue and minute, and the workers alive and lost."""
+        with self.client(namespace) as q:
+            now = q.clock()
+            stats = q.stats(cap=STATS_CAP)
+            series = q.outcome_series(since=now - HISTORY)
+            workers = q.workers()
+        per_queue: dict[str, list[Any]] = {}
+        for point in series:
+            per_queue.setdefault(point.queue, []).append(
+                [
+                    point.minute.timestamp(),
+                    point.completed,
+                    point.failed,
+                    point.retried,
+                    point.rescued,
+                ]
+            )
+        return {
+            "now": now.isoformat(),
+            "queues": [_stats(row) for row in stats],
+            "series": per_queue,
+            "workers": {
+                "alive": sum(not w.lost for w in workers),
+                "lost": sum(w.lost for w in workers),
+            },
+        }
+
+    def overview_all(self) -> dict[str, Any]:
+        """Every namespace shown (up to :data:`ALL_NAMESPACES_SHOWN`), each with its queues'
+        counts and its workers alive and lost: the view across namespaces, for an operator
+        whose role sees more than one."""
+        namespaces = self.namespaces()
+        shown = namespaces[:ALL_NAMESPACES_SHOWN]
+        rows: list[dict[str, Any]] = []
+        with self.pool.connection() as connection, connection.cursor() as cursor:
+            for namespace in shown:
+                q = QueueClient(cursor, namespace=namespace)
+                workers = q.workers()
+                rows.append(
+                    {
+                        "namespace": namespace,
+                        "queues": [_stats(row) for row in q.stats(cap=STATS_CAP)],
+                        "workers": {
+                            "alive": sum(not w.lost for w in workers),
+                            "lost": sum(w.lost for w in workers),
+                        },
+                    }
+                )
+        return {"namespaces": rows, "more": len(namespaces) - len(shown)}
+
+    def queue(self, namespace: str, queue: str) -> dict[str, Any]:
+        """One queue: its counts and the policy in force."""
+        with self.client(namespace) as q:
+            rows = q.stats(queue, cap=STATS_CAP)
+            policy = q.queue_policy(queue)
+        return {
+            "queue": queue,
+            "stats": _stats(rows[0]) if rows else None,
+            "policy": to_jsonable(policy),
+        }
+
+    def jobs(self, namespace: str, queue: str, state: str, cursor: str | None) -> dict[str, Any]:
+        """A page of the queue's jobs in one state, in the order the state's index keeps
+        them (pull order, claim deadline, or id for dead letters), from ``cursor`` (the
+        previous page's ``next_cursor``)."""
+        after = _job_cursor(cursor)
+        with self.client(namespace) as q:
+            rows = q.jobs(queue, state, limit=PAGE_SIZE + 1, after=after)
+        more = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        return {
+            "jobs": [_job_row(job) for job in rows],
+            "next_cursor": JobCursor.after(rows[-1], state).token if more else None,
+        }
+
+    def job(self, namespace: str, job_id: int) -> dict[str, Any]:
+        """One job, whole: payload, every attempt's error, its claim, and its lineage (the
+        dead letter it was redriven from, the job its dead letter became)."""
+        with self.client(namespace) as q:
+            now = q.clock()
+            job = q.get_job(job_id)
+            lineage = q.job_lineage(job_id)
+        if job is None and not lineage:
+            raise NotFound(f"no job {job_id} in namespace {namespace!r} (completed jobs leave)")
+        return {
+            "now": now.isoformat(),
+            "job": None if job is None else _job_detail(job),
+            "lineage": to_jsonable(lineage),
+        }
+
+    def dead_letters(
+        self,
+        namespace: str,
+        *,
+        queue: str | None,
+        error: str | None,
+        failed_after: datetime | None,
+        failed_before: datetime | None,
+        cursor: str | None,
+    ) -> dict[str, Any]:
+        """A page of dead letters, newest first, filtered; keyset-paged on (failed_at, id).
+
+        No index finds a substring, so a page filtered by error text reads at most
+        ``SEARCH_SCAN`` dead letters (``search_dead_letters``): ``searched_all`` is false when
+        it stopped there, and ``next_cursor`` searches on. ``total`` counts the matches of
+        the other filters, up to ``COUNT_CAP`` (``total_capped``)."""
+        after = _dead_letter_position(cursor)
+        total: int | None = None
+        with self.client(namespace) as q:
+            if error:
+                found = q.search_dead_letters(
+                    error,
+                    queue,
+                    limit=PAGE_SIZE,
+                    failed_after=failed_after,
+                    failed_before=failed_before,
+                    after=after,
+                    scan_limit=SEARCH_SCAN,
+                )
+                rows, last, searched_all = found.letters, found.next_after, not found.cut
+            else:
+                rows = q.dead_letters(
+                    queue,
+                    limit=PAGE_SIZE + 1,
+                    failed_after=failed_after,
+                    failed_before=failed_before,
+                    after=after,
+                )
+                last = rows[PAGE_SIZE - 1] if len(rows) > PAGE_SIZE else None
+                rows, searched_all = rows[:PAGE_SIZE], True
+                total = q.count_dead_letters(
+                    queue, failed_after=failed_after, failed_before=failed_before, cap=COUNT_CAP
+                )
+        return {
+            "dead_letters": [_dead_letter_row(row) for row in rows],
+            "next_cursor": None if last is None else f"{last.failed_at.isoformat()}|{last.job_id}",
+            "searched_all": searched_all,
+            "total": total,
+            "total_capped": total is not None and total >= COUNT_CAP,
+        }
+
+    def schedules(self, namespace: str) -> dict[str, Any]:
+        with self.client(namespace) as q:
+            now = q.clock()
+            rows = q.schedules()
+            runs = {run.name: run for run in q.schedule_runs()}
+        return {
+            "now": now.isoformat(),
+            "schedules": [
+                {
+                    **to_jsonable(row),
+                    "payload": None,
+                    "payload_preview": _preview(row),
+                    "last_job_state": getattr(runs.get(row.name), "last_job_state", None),
+                }
+                for row in rows
+            ],
+        }
+
+    def workers(self, namespace: str) -> dict[str, Any]:
+        """The registry, each worker with the jobs it runs now."""
+        with self.client(namespace) as q:
+            now = q.clock()
+            rows = q.workers()
+            running = q.running_jobs()
+        by_worker: dict[str, list[Any]] = {}
+        for job in running:
+            by_worker.setdefault(job.worker_id or "", []).append(to_jsonable(job))
+        return {
+            "now": now.isoformat(),
+            "workers": [
+                {**to_jsonable(row), "running": by_worker.get(row.worker_id, [])} for row in rows
+            ],
+        }
+
+    # ---------------------------------------------------------------------------------------
+    # Actions
+    # ---------------------------------------------------------------------------------------
+
+    def set_paused(self, namespace: str, queue: str, paused: bool) -> dict[str, Any]:
+        with self.client(namespace) as q:
+            state = q.pause_queue(queue) if paused else q.resume_queue(queue)
+        return {"queue": queue, "paused": state}
+
+    def purge_queue(
+        self, namespace: str, queue: str, *, created_before: datetime | None, dry_run: bool
+    ) -> dict[str, Any]:
+        """Delete the queue's pending and scheduled jobs created before ``created_before``.
+
+        A dry run reads the cutoff (the queue's clock now) and counts from stats, exact up to
+        ``STATS_CAP`` and then "at least" (``capped``): stats' counts stop at the cap, where
+        counting a backlog of millions exactly would read every row. The purge sent with the
+        returned cutoff never deletes a job pushed after the count."""
+        with self.client(namespace) as q:
+            cutoff = created_before or q.clock()
+            if dry_run:
+                rows = q.stats(queue, cap=STATS_CAP)
+                count = rows[0].pending + rows[0].scheduled if rows else 0
+                capped = bool(rows) and rows[0].counts_capped
+            else:
+                count, capped = q.purge_queue(queue, created_before=cutoff), False
+        return {
+            "queue": queue,
+            "count": count,
+            "capped": capped,
+            "dry_run": dry_run,
+            "created_before": cutoff.isoformat(),
+        }
+
+    def cancel(self, namespace: str, job_id: int) -> dict[str, Any]:
+        with self.client(namespace) as q:
+            return {"job_id": job_id, "cancelled": q.cancel(job_id)}
+
+    def redrive(
+        self,
+        namespace: str,
+        *,
+        job_ids: Sequence[int] | None,
+        queue: str | None,
+        error: str | None,
+        failed_after: datetime | None,
+        failed_before: datetime | None,
+        dry_run: bool,
+    ) -> dict[str, Any]:
+        """Retry dead letters as new jobs: the selected ones, or those the filters match, at
+        most ``ACTION_LIMIT`` per call (oldest id first). A dry run counts them; for the
+        filters it counts up to ``COUNT_CAP`` with ``count_dead_letters`` (an index range
+        scan) instead of listing them. An error-text filter needs a selection: matching text
+        reads every dead letter, so the page acts on the matches it shows."""
+        _require_selection(job_ids, error, "retry")
+        with self.client(namespace) as q:
+            if dry_run and job_ids is None:
+                count = q.count_dead_letters(
+                    queue, failed_after=failed_after, failed_before=failed_before, cap=COUNT_CAP
+                )
+                return {"count": count, "capped": count >= COUNT_CAP, "dry_run": True}
+            rows = q.redrive(
+                job_ids,
+                queue=queue,
+                failed_after=failed_after,
+                failed_before=failed_before,
+                dry_run=dry_run,
+                limit=ACTION_LIMIT,
+            )
+        return {
+            "count": len(rows),
+            "capped": False,
+            "dry_run": dry_run,
+            "redriven": to_jsonable(rows[:PAGE_SIZE]),
+        }
+
+    def purge_dead_letters(
+        self,
+        namespace: str,
+        *,
+        job_ids: Sequence[int] | None,
+        queue: str | None,
+        error: str | None,
+        failed_after: datetime | None,
+        failed_before: datetime | None,
+        dry_run: bool,
+    ) -> dict[str, Any]:
+        """Delete dead letters, retried or not: the selected ones, or every one the filters
+        match, that failed before ``failed_before``, else before now by the queue's clock. A
+        dry run counts them (the filters' up to ``COUNT_CAP``) and returns its cutoff as
+        ``failed_before``: a purge sent with it never deletes a dead letter that arrived
+        after the count. An error-text filter needs a selection, as for :meth:`redrive`."""
+        _require_selection(job_ids, error, "delete")
+        with self.client(namespace) as q:
+            cutoff = failed_before or q.clock()
+            if not dry_run:
+                count = q.purge_dead_letters(
+                    failed_before=cutoff, job_ids=job_ids, queue=queue, failed_after=failed_after
+                )
+            elif job_ids is not None:
+                count = len(set(job_ids))
+            else:
+                count = q.count_dead_letters(
+                    queue,
+                    failed_after=failed_after,
+                    failed_before=cutoff,
+                    include_redriven=True,
+                    cap=COUNT_CAP,
+                )
+        return {
+            "count": count,
+            "capped": dry_run and job_ids is None and count >= COUNT_CAP,
+            "dry_run": dry_run,
+            "failed_before": cutoff.isoformat(),
+        }
+
+    def set_schedule_paused(self, namespace: str, name: str, paused: bool) -> dict[str, Any]:
+        with self.client(namespace) as q:
+            found = q.pause_schedule(name) if paused else q.resume_schedule(name)
+        if not found:
+            raise NotFound(f"no schedule {name!r} in namespace {namespace!r}")
+        return {"name": name, "paused": paused}
+
+
+# -------------------------------------------------------------------------------------------
+# Rows as JSON
+# -------------------------------------------------------------------------------------------
+
+
+def _stats(row: QueueStats) -> dict[str, Any]:
+    return dict(to_jsonable(row))
+
+
+def _preview(record: Job | DeadLetter | Any) -> str:
+    if getattr(record, "payload_error", None) is not None:
+        return f"({record.payload_error})"
+    try:
+        text = json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return "(payload too deeply nested to show)"
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "state": job.state,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "run_at": None if job.run_at is None else job.run_at.isoformat(),
+        "created_at": job.created_at.isoformat(),
+        "age_seconds": None if job.age is None else job.age.total_seconds(),
+        "worker_id": job.worker_id,
+        "visible_until": None if job.visible_until is None else job.visible_until.isoformat(),
+        "last_error": _last_error(job.errors),
+        "payload_preview": _preview(job),
+    }
+
+
+def _job_detail(job: Job) -> dict[str, Any]:
+    detail = dict(to_jsonable(job))
+    detail["claim_token"] = None  # the fence stays with the worker that holds the claim
+    detail["payload_json"] = _pretty(job)
+    detail.pop("payload", None)
+    return detail
+
+
+def _dead_letter_row(row: DeadLetter) -> dict[str, Any]:
+    return {
+        "job_id": row.job_id,
+        "queue": row.queue,
+        "reason": row.reason,
+        "error": row.error,
+        "attempts": row.attempts,
+        "worker_id": row.worker_id,
+        "failed_at": row.failed_at.isoformat(),
+        "redriven_job_id": row.redriven_job_id,
+        "payload_preview": _preview(row),
+    }
+
+
+def _pretty(job: Job) -> str | None:
+    if job.payload_error is not None:
+        return None
+    try:
+        return json.dumps(job.payload, ensure_ascii=False, indent=2)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _last_error(errors: Sequence[Any]) -> str | None:
+    if not errors:
+        return None
+    text = str(errors[-1].get("error") or "")
+    return text.splitlines()[0][:300] if text else None
+
+
+def _require_selection(job_ids: Sequence[int] | None, error: str | None, verb: str) -> None:
+    if job_ids is None and error:
+        raise BadRequest(
+            f"select the dead letters to {verb}: with a text filter an action takes the rows "
+            "it shows, never every match (finding text reads every dead letter)"
+        )
+
+
+def _job_cursor(cursor: str | None) -> JobCursor | None:
+    if not cursor:
+        return None
+    try:
+        return JobCursor.parse(cursor)
+    except PostkitError as exc:
+        raise BadRequest(f"not a job page cursor: {exc}") from None
+
+
+def _dead_letter_position(cursor: str | None) -> _DeadLetterPosition | None:
+    if not cursor:
+        return None
+    try:
+        failed_at, job_id = cursor.rsplit("|", 1)
+        return _DeadLetterPosition(datetime.fromisoformat(failed_at), int(job_id))
+    except ValueError:
+        raise BadRequest(f"not a dead-letter page cursor: {cursor!r}") from None
+
+
+class BadRequest(ValueError):
+    """A request the API cannot read (a bad cursor, a bad time, a bad id)."""

@@ -1,0 +1,571 @@
+// The Postkit dashboard: one page, routed by the URL's hash, rendered from the JSON API.
+//
+// Every value from the API reaches the page as a DOM text node (h() below sets textContent and
+// attributes, never innerHTML), so a payload or an error message shows as the text it is,
+// whatever markup it contains. Actions are POSTs that carry the CSRF token from /api/meta.
+"use strict";
+
+const state = { meta: null, namespace: null, timer: null, charts: new Map(), view: null, flash: null };
+
+// ----------------------------------------------------------------------------------------
+// DOM and API helpers
+// ----------------------------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "class") el.className = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+// Replace an element's children; null and false mean nothing (the DOM would write "null").
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+function link(text, hash, attrs) {
+  return h("a", { href: "#" + hash, ...(attrs || {}) }, text);
+}
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+async function api(path, body) {
+  const init = { headers: { Accept: "application/json" }, credentials: "same-origin" };
+  if (body !== undefined) {
+    init.method = "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.headers["X-Postkit-CSRF"] = state.meta ? state.meta.csrf_token : "";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  let data = null;
+  try { data = await response.json(); } catch (e) { data = null; }
+  if (!response.ok) {
+    throw new ApiError(response.status, (data && data.error) || response.statusText);
+  }
+  return data;
+}
+
+function nsPath(suffix) {
+  return "/api/ns/" + encodeURIComponent(state.namespace) + suffix;
+}
+
+function setStatus(text, isError) {
+  const el = document.getElementById("status");
+  el.textContent = text;
+  el.className = isError ? "error" : "";
+}
+
+function confirmDialog(text) {
+  const modal = document.getElementById("modal");
+  document.getElementById("modal-text").textContent = text;
+  modal.hidden = false;
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      modal.hidden = true;
+      okButton.removeEventListener("click", yes);
+      cancelButton.removeEventListener("click", no);
+      resolve(answer);
+    };
+    const okButton = document.getElementById("modal-confirm");
+    const cancelButton = document.getElementById("modal-cancel");
+    const yes = () => done(true);
+    const no = () => done(false);
+    okButton.addEventListener("click", yes);
+    cancelButton.addEventListener("click", no);
+  });
+}
+
+function notice(text, isError) {
+  return h("div", { class: isError ? "notice error" : "notice", role: "status" }, text);
+}
+
+function actionButton(label, run, attrs) {
+  const disabled = state.meta && state.meta.read_only;
+  return h("button", {
+    type: "button",
+    disabled,
+    title: disabled ? "read-only dashboard" : null,
+    ...(attrs || {}),
+    onclick: async (event) => {
+      const button = event.currentTarget;
+      button.disabled = true;
+      try {
+        await run();
+      } catch (error) {
+        showActionError(error);
+      } finally {
+        button.disabled = false;
+      }
+    },
+  }, label);
+}
+
+function showActionError(error) {
+  const holder = document.getElementById("action-result");
+  const message = error instanceof ApiError ? error.message : String(error);
+  state.flash = { text: message, error: true };
+  if (holder) fill(holder, notice(message, true));
+  setStatus(message, true);
+}
+
+function showActionResult(text) {
+  state.flash = { text, error: false };
+  const holder = document.getElementById("action-result");
+  if (holder) fill(holder, notice(text, false));
+}
+
+// Where an action's result shows; it stays through the live updates until the page changes.
+function actionResult() {
+  return h("div", { id: "action-result" }, state.flash ? notice(state.flash.text, state.flash.error) : null);
+}
+
+// ----------------------------------------------------------------------------------------
+// Formatting
+// ----------------------------------------------------------------------------------------
+
+function fmtNumber(n, capped) {
+  if (n === null || n === undefined) return "";
+  return Number(n).toLocaleString("en-US") + (capped ? "+" : "");
+}
+
+function fmtAge(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  const s = Math.max(0, Number(seconds));
+  if (s < 1) return (s * 1000).toFixed(0) + " ms";
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+  if (s < 3600) return Math.floor(s / 60) + " m " + Math.floor(s % 60) + " s";
+  if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " m";
+  return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+}
+
+function fmtTime(iso) {
+  if (!iso) return "";
+  return iso.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", " UTC");
+}
+
+function ago(iso, nowIso) {
+  if (!iso) return "";
+  return fmtAge((Date.parse(nowIso) - Date.parse(iso)) / 1000) + " ago";
+}
+
+function badge(text, kind) {
+  return h("span", { class: "badge " + kind }, text);
+}
+
+function table(headers, rows, attrs) {
+  return h("table", attrs || {},
+    h("thead", {}, h("tr", {}, headers.map((x) =>
+      h("th", { class: x.endsWith("#") ? "num" : null }, x.replace(/#$/, ""))))),
+    h("tbody", {}, rows));
+}
+
+function num(value, capped) {
+  return h("td", { class: "num" }, fmtNumber(value, capped));
+}
+
+// A live count of a queue's stats: one that reached the cap reads "10,000+".
+function count(q, field) {
+  return num(q[field], q.counts_capped && q[field] >= CAP);
+}
+
+// ----------------------------------------------------------------------------------------
+// Views
+// ----------------------------------------------------------------------------------------
+
+const CAP = 10000; // the server's stats cap: a count that reached it reads "10,000+"
+const COLORS = { completed: "#1f8a4c", failed: "#c53030", retried: "#b7791f", rescued: "#6b46c1" };
+
+async function viewOverview(main) {
+  const data = await api(nsPath("/overview"));
+  const rows = data.queues.map((q) => h("tr", { "data-queue": q.queue },
+    h("td", {}, link(q.queue, "/ns/" + state.namespace + "/queue/" + encodeURIComponent(q.queue)),
+      " ", q.paused ? badge("paused", "paused") : null),
+    count(q, "pending"), count(q, "scheduled"), count(q, "running"), count(q, "dead"),
+    h("td", { class: "num" }, fmtAge(q.oldest_ready_age)),
+    num(q.completed_last_minute), num(q.failed_last_minute),
+    num(q.retried_last_hour), num(q.rescued_last_hour)));
+  const workers = h("p", { id: "workers-summary" },
+    link(`${data.workers.alive} workers alive`, "/ns/" + state.namespace + "/workers"),
+    data.workers.lost ? [", ", badge(`${data.workers.lost} lost`, "lost")] : null);
+  const charts = h("div", { class: "grid", id: "charts" });
+  fill(main, 
+    h("h1", {}, "Overview"),
+    workers,
+    data.queues.length
+      ? table(["queue", "pending#", "scheduled#", "running#", "dead#", "oldest ready#",
+        "done/min#", "failed/min#", "retried/h#", "rescued/h#"], rows, { id: "queues" })
+      : notice("No queues in this namespace yet. Push a job, or run `postkit demo` for data."),
+    h("h2", {}, "Outcomes per minute, last hour"),
+    h("div", { class: "legend" }, Object.entries(COLORS).map(([name, color]) =>
+      h("span", {}, swatch(color), name))),
+    charts);
+  drawCharts(charts, data);
+}
+
+function swatch(color) {
+  const el = h("i", {});
+  el.style.background = color; // through the CSSOM: the page's CSP allows no inline style
+  return el;
+}
+
+async function viewAll(main) {
+  const data = await api("/api/overview");
+  const rows = [];
+  for (const ns of data.namespaces) {
+    const nsLink = link(ns.namespace, "/ns/" + encodeURIComponent(ns.namespace));
+    if (!ns.queues.length) {
+      rows.push(h("tr", { "data-namespace": ns.namespace }, h("td", {}, nsLink), h("td", { class: "muted" }, "no queues"),
+        h("td", {}), h("td", {}), h("td", {}), h("td", {}), h("td", {}), h("td", {}, workersCell(ns))));
+    }
+    for (const q of ns.queues) {
+      rows.push(h("tr", { "data-namespace": ns.namespace, "data-queue": q.queue },
+        h("td", {}, nsLink),
+        h("td", {}, link(q.queue, "/ns/" + encodeURIComponent(ns.namespace) + "/queue/" + encodeURIComponent(q.queue)),
+          " ", q.paused ? badge("paused", "paused") : null),
+        count(q, "pending"), count(q, "scheduled"), count(q, "running"), count(q, "dead"),
+        h("td", { class: "num" }, fmtAge(q.oldest_ready_age)), h("td", {}, workersCell(ns))));
+    }
+  }
+  fill(main, 
+    h("h1", {}, "All namespaces"),
+    rows.length
+      ? table(["namespace", "queue", "pending#", "scheduled#", "running#", "dead#", "oldest ready#", "workers"], rows, { id: "all-queues" })
+      : notice("No namespaces hold anything yet. Run `postkit demo` for data."),
+    data.more ? notice(`${data.more} more namespaces are not shown; pick one above.`) : null);
+}
+
+function workersCell(ns) {
+  return [`${ns.workers.alive} alive`, ns.workers.lost ? [" ", badge(`${ns.workers.lost} lost`, "lost")] : null];
+}
+
+function drawCharts(container, data) {
+  state.charts.forEach((chart) => chart.destroy());
+  state.charts.clear();
+  if (typeof uPlot === "undefined") return;
+  const end = Math.floor(Date.parse(data.now) / 60000) * 60;
+  const minutes = [];
+  for (let t = end - 59 * 60; t <= end; t += 60) minutes.push(t);
+  for (const q of data.queues) {
+    const points = new Map((data.series[q.queue] || []).map((p) => [p[0], p]));
+    const columns = [minutes];
+    for (let i = 1; i <= 4; i++) columns.push(minutes.map((t) => (points.get(t) || [0, 0, 0, 0, 0])[i]));
+    const box = h("div", { class: "card chart", "data-queue": q.queue },
+      h("div", { class: "chart-title" }, q.queue));
+    container.append(box);
+    const chart = new uPlot({
+      width: 300, height: 110, legend: { show: false }, cursor: { show: false },
+      axes: [{ show: false }, { size: 36, font: "10px system-ui" }],
+      scales: { x: { time: true } },
+      series: [{}, ...Object.entries(COLORS).map(([label, stroke]) => ({ label, stroke, width: 1.5 }))],
+    }, columns, box);
+    state.charts.set(q.queue, chart);
+  }
+}
+
+async function viewQueue(main, queue, params) {
+  const stateName = params.get("state") || "pending";
+  const cursor = params.get("cursor") || "";
+  const [info, page] = await Promise.all([
+    api(nsPath("/queues/" + encodeURIComponent(queue))),
+    api(nsPath("/queues/" + encodeURIComponent(queue) + "/jobs?state=" + stateName +
+      (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""))),
+  ]);
+  const stats = info.stats || {};
+  const policy = info.policy || {};
+  const base = "/ns/" + state.namespace + "/queue/" + encodeURIComponent(queue);
+  const tabs = h("div", { class: "tabs" }, ["pending", "scheduled", "running", "dead"].map((s) =>
+    link(`${s} (${fmtNumber(stats[s] || 0, stats.counts_capped && stats[s] >= CAP)})`, base + "?state=" + s,
+      { class: s === stateName ? "active" : null, "data-state": s })));
+  const jobRows = page.jobs.map((job) => h("tr", { "data-job": job.id },
+    h("td", { class: "mono" }, link(String(job.id), "/ns/" + state.namespace + "/job/" + job.id)),
+    h("td", { class: "num" }, fmtAge(job.age_seconds)),
+    num(job.attempts), num(job.priority),
+    h("td", {}, fmtTime(job.run_at)), h("td", { class: "mono" }, job.worker_id || ""),
+    h("td", { class: "error-text" }, job.last_error || ""),
+    h("td", { class: "mono preview" }, job.payload_preview)));
+  const paused = policy.paused;
+  fill(main, 
+    h("h1", {}, "Queue ", h("span", { id: "queue-name" }, queue), " ",
+      paused ? badge("paused", "paused") : badge("running", "ok")),
+    h("div", { class: "toolbar" },
+      paused
+        ? actionButton("Resume", async () => { await api(nsPath("/queues/" + encodeURIComponent(queue) + "/resume"), {}); await render(); }, { id: "resume" })
+        : actionButton("Pause", async () => { await api(nsPath("/queues/" + encodeURIComponent(queue) + "/pause"), {}); await render(); }, { id: "pause" }),
+      actionButton("Purge pending and scheduled…", async () => {
+        const dry = await api(nsPath("/queues/" + encodeURIComponent(queue) + "/purge"), { dry_run: true });
+        if (!(await confirmDialog(`Delete ${fmtNumber(dry.count, dry.capped)} pending and scheduled jobs of ${queue} created before ${fmtTime(dry.created_before)}? Running jobs are left to their workers.`))) return;
+        const done = await api(nsPath("/queues/" + encodeURIComponent(queue) + "/purge"), { created_before: dry.created_before });
+        showActionResult(`Deleted ${fmtNumber(done.count)} jobs.`);
+        await render();
+      }, { class: "danger", id: "purge" })),
+    actionResult(),
+    h("h2", {}, "Policy in force"),
+    h("dl", { class: "fields card", id: "policy" }, Object.entries(policy).flatMap(([k, v]) =>
+      [h("dt", {}, k), h("dd", {}, v === null ? "—" : String(v))])),
+    tabs,
+    page.jobs.length
+      ? table(["id", "age#", "attempts#", "priority#", "run at", "worker", "last error", "payload"], jobRows, { id: "jobs" })
+      : notice(`No ${stateName} jobs.`),
+    page.next_cursor
+      ? h("p", {}, link("Next page →", base + "?state=" + stateName + "&cursor=" + encodeURIComponent(page.next_cursor), { id: "next-page" }))
+      : null);
+}
+
+async function viewJob(main, jobId) {
+  const data = await api(nsPath("/jobs/" + jobId));
+  const job = data.job;
+  const fields = [];
+  if (job) {
+    for (const key of ["state", "queue", "attempts", "max_attempts", "priority", "run_at",
+      "created_at", "worker_id", "claimed_at", "visible_until", "failed_at", "unique_key"]) {
+      const value = job[key];
+      if (value === null || value === undefined) continue;
+      fields.push(h("dt", {}, key === "visible_until" ? "claim deadline" : key),
+        h("dd", { "data-field": key }, /_at$|run_at|visible_until/.test(key) ? fmtTime(value) : String(value)));
+    }
+  }
+  const errors = job ? job.errors || [] : [];
+  const lineage = (data.lineage || []).map((step) => h("li", { "data-job": step.job_id },
+    step.job_id === jobId ? h("strong", {}, "#" + step.job_id + " (this job)")
+      : link("#" + step.job_id, "/ns/" + state.namespace + "/job/" + step.job_id),
+    " ", step.state || "finished",
+    step.redriven_job_id ? ` → redriven as #${step.redriven_job_id} at ${fmtTime(step.redriven_at)}` : ""));
+  const buttons = [];
+  if (job && (job.state === "pending" || job.state === "scheduled")) {
+    buttons.push(actionButton("Cancel job", async () => {
+      if (!(await confirmDialog(`Cancel job ${jobId}? It is deleted and never runs.`))) return;
+      const result = await api(nsPath("/jobs/" + jobId + "/cancel"), {});
+      showActionResult(result.cancelled ? "Cancelled." : "Nothing to cancel: the job is gone.");
+    }, { class: "danger", id: "cancel" }));
+  }
+  if (job && job.state === "dead") {
+    buttons.push(actionButton("Retry", async () => {
+      const result = await api(nsPath("/jobs/" + jobId + "/retry"), {});
+      const made = result.redriven[0];
+      showActionResult(made && made.new_job_id ? `Retried as job ${made.new_job_id}.` : "Already retried.");
+      await render();
+    }, { id: "retry" }));
+  }
+  fill(main, 
+    h("h1", {}, "Job ", h("span", { class: "mono" }, String(jobId)), " ",
+      job ? badge(job.state, "state") : badge("finished", "ok")),
+    h("div", { class: "toolbar" }, buttons),
+    actionResult(),
+    job ? h("dl", { class: "fields card" }, fields) : notice("This job finished; only its lineage is left."),
+    job ? h("h2", {}, "Payload") : null,
+    job ? h("pre", { id: "payload" }, job.payload_json !== null ? job.payload_json : `(${job.payload_error || "payload not shown"})`) : null,
+    h("h2", {}, `Errors (${errors.length})`),
+    errors.length
+      ? table(["attempt#", "kind", "error", "worker", "at"], errors.map((e) => h("tr", {},
+        num(e.attempt), h("td", {}, e.kind || ""), h("td", { class: "error-text" }, e.error || ""),
+        h("td", { class: "mono" }, e.worker_id || ""), h("td", {}, fmtTime(e.at)))), { id: "errors" })
+      : h("p", { class: "muted" }, "No failed attempts."),
+    h("h2", {}, "Lineage"),
+    lineage.length ? h("ul", { id: "lineage" }, lineage) : h("p", { class: "muted" }, "Not redriven."));
+}
+
+function deadFilters(params) {
+  return {
+    queue: params.get("queue") || "",
+    error: params.get("error") || "",
+    since: params.get("since") || "",
+    until: params.get("until") || "",
+  };
+}
+
+async function viewDead(main, params) {
+  const filters = deadFilters(params);
+  const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+  if (params.get("cursor")) query.set("cursor", params.get("cursor"));
+  const page = await api(nsPath("/dead-letters?" + query.toString()));
+  const selected = new Set();
+  const form = h("form", { class: "toolbar", id: "dead-filters", onsubmit: (event) => {
+    event.preventDefault();
+    const data = new FormData(event.target);
+    const next = new URLSearchParams();
+    for (const key of ["queue", "error", "since", "until"]) {
+      const value = String(data.get(key) || "").trim();
+      if (value) next.set(key, value);
+    }
+    location.hash = "/ns/" + state.namespace + "/dead?" + next.toString();
+  } },
+  h("input", { name: "queue", placeholder: "queue", value: filters.queue }),
+  h("input", { name: "error", placeholder: "error contains", value: filters.error }),
+  h("input", { name: "since", placeholder: "failed since (ISO, e.g. 2026-01-31T09:00Z)", value: filters.since, size: 30 }),
+  h("input", { name: "until", placeholder: "failed before (ISO)", value: filters.until, size: 22 }),
+  h("button", { type: "submit" }, "Filter"));
+  const body = () => ({
+    job_ids: selected.size ? Array.from(selected) : null,
+    queue: filters.queue || null, error: filters.error || null,
+    since: filters.since || null, until: filters.until || null,
+  });
+  const what = () => (selected.size ? `the ${selected.size} selected dead letters` : "every dead letter matching the filters");
+  const rows = page.dead_letters.map((d) => h("tr", { "data-job": d.job_id },
+    h("td", {}, h("input", { type: "checkbox", class: "select", "data-job": d.job_id,
+      onchange: (event) => { if (event.target.checked) selected.add(d.job_id); else selected.delete(d.job_id); } })),
+    h("td", { class: "mono" }, link(String(d.job_id), "/ns/" + state.namespace + "/job/" + d.job_id)),
+    h("td", {}, d.queue), h("td", {}, d.reason), num(d.attempts),
+    h("td", { class: "error-text" }, d.error || ""), h("td", {}, fmtTime(d.failed_at)),
+    h("td", { class: "mono preview" }, d.payload_preview),
+    h("td", {}, d.redriven_job_id ? link("→ " + d.redriven_job_id, "/ns/" + state.namespace + "/job/" + d.redriven_job_id) : "")));
+  fill(main, 
+    h("h1", {}, "Dead letters"),
+    form,
+    h("div", { class: "toolbar" },
+      actionButton("Redrive…", async () => {
+        const dry = await api(nsPath("/dead-letters/redrive"), { ...body(), dry_run: true });
+        if (!dry.count) { showActionResult("Nothing to redrive."); return; }
+        if (!(await confirmDialog(`Redrive ${fmtNumber(dry.count, dry.capped)} dead letters (${what()}) as new jobs?` +
+          (dry.capped ? " One redrive retries at most 10,000: repeat it for the rest." : "")))) return;
+        const done = await api(nsPath("/dead-letters/redrive"), { ...body(), dry_run: false });
+        showActionResult(`Redrove ${fmtNumber(done.count)} dead letters.`);
+        await render();
+      }, { id: "redrive" }),
+      actionButton("Purge…", async () => {
+        const dry = await api(nsPath("/dead-letters/purge"), { ...body(), dry_run: true });
+        if (!dry.count) { showActionResult("Nothing to purge."); return; }
+        if (!(await confirmDialog(`Delete ${fmtNumber(dry.count, dry.capped)} dead letters (${what()}) that failed before ${fmtTime(dry.failed_before)}, for good?`))) return;
+        const done = await api(nsPath("/dead-letters/purge"), { ...body(), until: dry.failed_before, dry_run: false });
+        showActionResult(`Deleted ${fmtNumber(done.count)} dead letters.`);
+        await render();
+      }, { class: "danger", id: "purge-dead" })),
+    actionResult(),
+    page.total !== null
+      ? h("p", { class: "muted", id: "dead-total" }, `${fmtNumber(page.total, page.total_capped)} dead letters match.`)
+      : null,
+    !page.searched_all
+      ? notice("The text search read its bound of dead letters for this page; use Next page to search older ones. Actions with a text filter take the selected rows.")
+      : null,
+    page.dead_letters.length
+      ? table(["", "job", "queue", "reason", "attempts#", "last error", "failed at", "payload", "redriven"], rows, { id: "dead-letters" })
+      : notice("No dead letters match."),
+    page.next_cursor
+      ? h("p", {}, link("Next page →", "/ns/" + state.namespace + "/dead?" +
+        new URLSearchParams({ ...Object.fromEntries(query), cursor: page.next_cursor }).toString(), { id: "next-page" }))
+      : null);
+}
+
+async function viewSchedules(main) {
+  const data = await api(nsPath("/schedules"));
+  const rows = data.schedules.map((s) => h("tr", { "data-schedule": s.name },
+    h("td", {}, s.name, " ", s.broken_at ? badge("broken", "broken") : null, s.paused ? badge("paused", "paused") : null),
+    h("td", {}, s.queue), h("td", { class: "mono" }, s.cron || `every ${fmtAge(s.every)}`),
+    h("td", {}, s.timezone), h("td", {}, fmtTime(s.next_run_at)),
+    h("td", {}, fmtTime(s.last_run_at)),
+    h("td", {}, s.last_job_id ? [link("#" + s.last_job_id, "/ns/" + state.namespace + "/job/" + s.last_job_id), " ", s.last_job_state || ""] : ""),
+    h("td", { class: "error-text" }, s.broken_reason || ""),
+    h("td", {}, s.paused
+      ? actionButton("Resume", async () => { await api(nsPath("/schedules/" + encodeURIComponent(s.name) + "/resume"), {}); await render(); })
+      : actionButton("Pause", async () => { await api(nsPath("/schedules/" + encodeURIComponent(s.name) + "/pause"), {}); await render(); }))));
+  fill(main, 
+    h("h1", {}, "Schedules"),
+    actionResult(),
+    data.schedules.length
+      ? table(["name", "queue", "when", "time zone", "next run", "last run", "last job", "broken because", ""], rows, { id: "schedules" })
+      : notice("No schedules. Create one with `postkit schedule create`."));
+}
+
+async function viewWorkers(main) {
+  const data = await api(nsPath("/workers"));
+  const rows = data.workers.map((w) => h("tr", { "data-worker": w.worker_id },
+    h("td", { class: "mono" }, w.worker_id), h("td", {}, w.kind), h("td", {}, w.host), num(w.pid),
+    h("td", {}, (w.queues || []).join(", ")), num(w.concurrency), h("td", {}, w.version),
+    h("td", {}, fmtTime(w.started_at)), h("td", {}, ago(w.heartbeat_at, data.now)),
+    h("td", {}, w.lost ? badge("lost", "lost") : badge("alive", "alive")),
+    h("td", {}, (w.running || []).length
+      ? (w.running || []).slice(0, 10).map((job) => [link("#" + job.id, "/ns/" + state.namespace + "/job/" + job.id), " "])
+      : h("span", { class: "muted" }, "idle"),
+    (w.running || []).length > 10 ? ` +${w.running.length - 10}` : null)));
+  fill(main, 
+    h("h1", {}, "Workers"),
+    data.workers.length
+      ? table(["worker", "kind", "host", "pid#", "queues", "concurrency#", "version", "started", "last heartbeat", "status", "running now"], rows, { id: "workers" })
+      : notice("No workers registered. Start one with `postkit worker`."));
+}
+
+// ----------------------------------------------------------------------------------------
+// Router
+// ----------------------------------------------------------------------------------------
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = raw.split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  return { parts, params: new URLSearchParams(query || "") };
+}
+
+const LIVE_VIEWS = new Set(["overview", "all", "queue", "job", "schedules", "workers"]);
+const ALL = "*";
+
+async function render() {
+  const { parts, params } = parseHash();
+  if (parts[0] === "ns" && parts[1]) state.namespace = parts[1];
+  if (!state.namespace) state.namespace = state.meta.namespaces[0] || "default";
+  const view = parts[0] === "ns" ? parts[2] || "overview" : parts[0] === "all" ? "all" : "overview";
+  state.view = view;
+  document.getElementById("namespace").value = view === "all" ? ALL : state.namespace;
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.href = "#/ns/" + encodeURIComponent(state.namespace) + (a.dataset.view === "overview" ? "" : "/" + a.dataset.view);
+    a.classList.toggle("active", a.dataset.view === view);
+  }
+  const main = document.getElementById("view");
+  try {
+    if (view === "queue") await viewQueue(main, parts[3], params);
+    else if (view === "job") await viewJob(main, Number(parts[3]));
+    else if (view === "dead") await viewDead(main, params);
+    else if (view === "schedules") await viewSchedules(main);
+    else if (view === "workers") await viewWorkers(main);
+    else if (view === "all") await viewAll(main);
+    else await viewOverview(main);
+    setStatus("updated " + new Date().toLocaleTimeString(), false);
+  } catch (error) {
+    const message = error instanceof ApiError ? error.message : String(error);
+    setStatus(message, true);
+    if (!main.childElementCount || error.status === 404 || error.status === 403) {
+      fill(main, notice(message, true));
+    }
+  }
+}
+
+function schedule() {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(async () => {
+    const modalOpen = !document.getElementById("modal").hidden;
+    if (LIVE_VIEWS.has(state.view) && !modalOpen && !document.hidden) await render();
+    schedule();
+  }, (state.meta.refresh_seconds || 2) * 1000);
+}
+
+async function start() {
+  try {
+    state.meta = await api("/api/meta");
+  } catch (error) {
+    setStatus(error.message, true);
+    document.getElementById("view").replaceChildren(notice(error.message, true));
+    return;
+  }
+  const select = document.getElementById("namespace");
+  const names = state.meta.namespaces.length ? state.meta.namespaces : ["default"];
+  fill(select, names.map((n) => h("option", { value: n }, n)),
+    names.length > 1 ? h("option", { value: ALL }, "all namespaces") : null);
+  select.addEventListener("change", () => {
+    location.hash = select.value === ALL ? "/all" : "/ns/" + encodeURIComponent(select.value);
+  });
+  if (state.meta.read_only) document.getElementById("mode").textContent = "read-only";
+  window.addEventListener("hashchange", () => { state.flash = null; render(); });
+  await render();
+  schedule();
+}
+
+start();

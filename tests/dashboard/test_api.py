@@ -1,0 +1,416 @@
+"""The dashboard's JSON API against a real PostgreSQL, through a real server: each page's data
+and each action, as the page uses them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from postkit.queue import QueueClient
+from tests.dashboard.conftest import ServeDashboard
+
+Q = "send_otp"
+
+
+@pytest.fixture
+def q(dsn: str, namespace: str) -> Iterator[QueueClient]:
+    """An autocommit client in the test's namespace: what it writes, the dashboard sees."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        yield QueueClient(connection.cursor(), namespace=namespace)
+
+
+@pytest.fixture
+def api(dashboard: httpx.Client, namespace: str) -> httpx.Client:
+    """The dashboard's client, with paths relative to the test's namespace."""
+    dashboard.base_url = dashboard.base_url.join(f"/api/ns/{namespace}/")
+    return dashboard
+
+
+def ok(response: httpx.Response) -> Any:
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def bury(q: QueueClient, *, error: str = "boom", payload: Any = None, queue: str = Q) -> int:
+    job_id = q.push(queue, {"n": 1} if payload is None else payload)
+    job = q.pull(queue, worker_id="w1")
+    assert job is not None and job.id == job_id
+    q.fail(job, error=error)
+    return job_id
+
+
+# -------------------------------------------------------------------------------------------
+# The page's own data
+# -------------------------------------------------------------------------------------------
+
+
+def test_the_page_and_its_script_are_served(dashboard: httpx.Client) -> None:
+    page = dashboard.get("/")
+    assert page.status_code == 200 and '<script src="/static/app.js">' in page.text
+    assert dashboard.get("/static/app.js").status_code == 200
+    assert dashboard.get("/static/vendor/uplot-1.6.32/uPlot.iife.min.js").status_code == 200
+
+
+def test_meta_lists_the_namespaces_the_role_may_see(
+    dashboard: httpx.Client, q: QueueClient, namespace: str
+) -> None:
+    q.push(Q, {"n": 1})
+    meta = ok(dashboard.get("/api/meta"))
+    assert namespace in meta["namespaces"]
+    assert meta["read_only"] is False and len(meta["csrf_token"]) >= 32
+
+
+def test_meta_lists_only_the_namespaces_given(
+    serve_dashboard: ServeDashboard, q: QueueClient, namespace: str
+) -> None:
+    with serve_dashboard(namespaces=(namespace, "billing")) as http:
+        assert ok(http.get("/api/meta"))["namespaces"] == [namespace, "billing"]
+
+
+# -------------------------------------------------------------------------------------------
+# Overview
+# -------------------------------------------------------------------------------------------
+
+
+def test_the_overview_counts_each_queue_by_state(api: httpx.Client, q: QueueClient) -> None:
+    for n in range(3):
+        q.push(Q, {"n": n})
+    q.push(Q, {"n": "later"}, delay=600)
+    running = q.pull(Q, worker_id="w1")
+    bury(q, queue="emails")
+
+    queues = {row["queue"]: row for row in ok(api.get("overview"))["queues"]}
+
+    assert {k: queues[Q][k] for k in ("pending", "scheduled", "running", "dead")} == {
+        "pending": 2,
+        "scheduled": 1,
+        "running": 1,
+        "dead": 0,
+    }
+    assert queues["emails"]["dead"] == 1
+    assert queues[Q]["oldest_ready_age"] >= 0
+    assert running is not None
+
+
+def test_the_overview_charts_each_queues_outcomes_per_minute(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    for n in range(2):
+        q.push(Q, {"n": n})
+    for job in q.pull_batch(Q, limit=2, worker_id="w1"):
+        q.ack(job)
+    bury(q)
+
+    series = ok(api.get("overview"))["series"][Q]
+
+    # [minute (epoch seconds), completed, failed, retried, rescued]
+    assert sum(point[1] for point in series) == 2
+    assert sum(point[2] for point in series) == 1
+    assert all(point[0] % 60 == 0 for point in series)
+
+
+def test_the_overview_counts_workers_alive_and_lost(
+    api: httpx.Client, q: QueueClient, namespace: str
+) -> None:
+    for worker_id in ("alive-1", "lost-1"):
+        q.register_worker(
+            worker_id, host="h", pid=1, queues=[Q], concurrency=1, version="t", heartbeat_interval=5
+        )
+    # lost-1 stopped heartbeating an hour ago (the test session may write the table).
+    q.cursor.execute(
+        "UPDATE postkit_queue.workers SET heartbeat_at = heartbeat_at - interval '1 hour'"
+        " WHERE namespace = %s AND worker_id = 'lost-1'",
+        (namespace,),
+    )
+
+    assert ok(api.get("overview"))["workers"] == {"alive": 1, "lost": 1}
+
+
+# -------------------------------------------------------------------------------------------
+# Queue
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_queue_shows_its_policy_in_force(api: httpx.Client, q: QueueClient) -> None:
+    q.configure_queue(Q, max_attempts=4, visibility_timeout=90)
+
+    data = ok(api.get(f"queues/{Q}"))
+
+    assert data["policy"]["max_attempts"] == 4
+    assert data["policy"]["visibility_timeout"] == 90
+    assert data["policy"]["paused"] is False
+
+
+@pytest.mark.parametrize("state", ["pending", "scheduled", "running", "dead"])
+def test_a_queues_jobs_page_through_each_state_once(
+    api: httpx.Client, q: QueueClient, state: str
+) -> None:
+    ids: set[int] = set()
+    for n in range(120):
+        if state == "dead":
+            ids.add(bury(q, payload={"n": n}))
+        else:
+            ids.add(q.push(Q, {"n": n}, delay=600 if state == "scheduled" else 0))
+    if state == "running":
+        assert len(q.pull_batch(Q, limit=120, worker_id="w1")) == 120
+
+    seen: list[int] = []
+    cursor = None
+    for _ in range(10):
+        params = {"state": state, **({"cursor": cursor} if cursor else {})}
+        page = ok(api.get(f"queues/{Q}/jobs", params=params))
+        seen += [job["id"] for job in page["jobs"]]
+        assert all(job["age_seconds"] >= 0 for job in page["jobs"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+
+    assert sorted(seen) == sorted(ids)
+
+
+def test_pause_and_resume_a_queue(api: httpx.Client, q: QueueClient) -> None:
+    q.push(Q, {"n": 1})
+
+    assert ok(api.post(f"queues/{Q}/pause", json={}))["paused"] is True
+    assert q.queue_policy(Q).paused
+    assert ok(api.post(f"queues/{Q}/resume", json={}))["paused"] is False
+    assert not q.queue_policy(Q).paused
+
+
+def test_a_queue_purge_deletes_at_most_what_its_dry_run_counted(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    for n in range(3):
+        q.push(Q, {"n": n})
+    dry = ok(api.post(f"queues/{Q}/purge", json={"dry_run": True}))
+    assert dry["count"] == 3
+    assert len(q.jobs(Q, "pending")) == 3
+    q.push(Q, {"n": "pushed after the dry run"})
+
+    done = ok(api.post(f"queues/{Q}/purge", json={"created_before": dry["created_before"]}))
+
+    assert done["count"] == 3
+    assert [job.payload for job in q.jobs(Q, "pending")] == [{"n": "pushed after the dry run"}]
+
+
+# -------------------------------------------------------------------------------------------
+# Job
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_job_shows_its_payload_errors_and_claim(api: httpx.Client, q: QueueClient) -> None:
+    job_id = q.push(Q, {"user_id": "42", "nested": {"a": [1, 2]}}, max_attempts=3)
+    job = q.pull(Q, worker_id="w1")
+    assert job is not None
+    q.nack(job, error="provider down", backoff=0)
+    job = q.pull(Q, worker_id="w2")
+    assert job is not None
+
+    data = ok(api.get(f"jobs/{job_id}"))["job"]
+
+    assert data["state"] == "running" and data["attempts"] == 2
+    assert '"user_id": "42"' in data["payload_json"]
+    assert [(e["error"], e["worker_id"]) for e in data["errors"]] == [("provider down", "w1")]
+    assert data["visible_until"] is not None
+    assert data["claim_token"] is None  # the fence stays with the worker
+
+
+def test_a_job_deeper_than_python_can_decode_shows_why_not_a_crash(
+    api: httpx.Client, q: QueueClient, namespace: str
+) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    q.cursor.execute("SELECT postkit_queue.push(%s, %s, %s::jsonb)", (namespace, Q, deep))
+    job_id = q.cursor.fetchone()[0]  # type: ignore[index]
+
+    data = ok(api.get(f"jobs/{job_id}"))["job"]
+    page = ok(api.get(f"queues/{Q}/jobs", params={"state": "pending"}))
+
+    assert data["payload_json"] is None and data["payload_error"]
+    assert page["jobs"][0]["payload_preview"].startswith("(")
+
+
+def test_a_hostile_payload_comes_back_as_the_exact_text(api: httpx.Client, q: QueueClient) -> None:
+    hostile = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
+    job_id = q.push(Q, {"name": hostile})
+
+    data = ok(api.get(f"jobs/{job_id}"))
+    assert hostile in data["job"]["payload_json"]
+
+
+def test_cancel_a_pending_job_and_refuse_a_running_one(api: httpx.Client, q: QueueClient) -> None:
+    q.push(Q, {"n": 1})
+    running = q.pull(Q, worker_id="w1")
+    waiting = q.push(Q, {"n": 2})
+    assert running is not None
+
+    assert ok(api.post(f"jobs/{waiting}/cancel", json={}))["cancelled"] is True
+    refused = api.post(f"jobs/{running.id}/cancel", json={})
+
+    assert q.get_job(waiting) is None
+    assert refused.status_code == 409 and "running" in refused.json()["error"]
+
+
+def test_retry_a_dead_job_and_follow_its_lineage(api: httpx.Client, q: QueueClient) -> None:
+    dead = bury(q)
+
+    new_id = ok(api.post(f"jobs/{dead}/retry", json={}))["redriven"][0]["new_job_id"]
+    lineage = ok(api.get(f"jobs/{new_id}"))["lineage"]
+
+    assert [(step["job_id"], step["state"], step["redriven_job_id"]) for step in lineage] == [
+        (dead, "dead", new_id),
+        (new_id, "pending", None),
+    ]
+
+
+def test_an_unknown_job_is_not_found(api: httpx.Client) -> None:
+    assert api.get("jobs/987654321").status_code == 404
+
+
+# -------------------------------------------------------------------------------------------
+# Dead letters
+# -------------------------------------------------------------------------------------------
+
+
+def test_dead_letters_filter_by_queue_error_and_time(api: httpx.Client, q: QueueClient) -> None:
+    timeout = bury(q, error="Timeout from provider")
+    refused = bury(q, error="card refused")
+    other = bury(q, error="timeout too", queue="emails")
+    since = ok(api.get("dead-letters"))["dead_letters"][0]["failed_at"]
+
+    def ids(**params: str) -> list[int]:
+        return [d["job_id"] for d in ok(api.get("dead-letters", params=params))["dead_letters"]]
+
+    assert ids() == [other, refused, timeout]
+    assert ids(queue=Q) == [refused, timeout]
+    assert ids(error="TIMEOUT") == [other, timeout]
+    assert ids(since=since) == [other]
+    assert ids(until=since) == [refused, timeout]
+    assert api.get("dead-letters", params={"since": "yesterday"}).status_code == 400
+
+
+def test_dead_letters_page_newest_first_through_every_one(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    buried = [bury(q, payload={"n": n}) for n in range(75)]
+    first = ok(api.get("dead-letters"))
+    second = ok(api.get("dead-letters", params={"cursor": first["next_cursor"]}))
+
+    seen = [d["job_id"] for d in first["dead_letters"] + second["dead_letters"]]
+    assert seen == buried[::-1]
+    assert second["next_cursor"] is None
+    assert api.get("dead-letters", params={"cursor": "garbage"}).status_code == 400
+
+
+def test_redrive_the_selected_dead_letters_after_a_dry_run(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    chosen = [bury(q), bury(q)]
+    left = bury(q)
+
+    dry = ok(api.post("dead-letters/redrive", json={"job_ids": chosen, "dry_run": True}))
+    assert dry["count"] == 2 and len(q.dead_letters()) == 3
+    done = ok(api.post("dead-letters/redrive", json={"job_ids": chosen}))
+
+    assert done["count"] == 2
+    assert [d.job_id for d in q.dead_letters()] == [left]
+    assert len(q.jobs(Q, "pending")) == 2
+
+
+def test_redrive_every_dead_letter_the_filters_match(api: httpx.Client, q: QueueClient) -> None:
+    bury(q, queue="emails")
+    bury(q)
+    bury(q)
+
+    dry = ok(api.post("dead-letters/redrive", json={"queue": Q, "dry_run": True}))
+    done = ok(api.post("dead-letters/redrive", json={"queue": Q}))
+
+    assert dry["count"] == done["count"] == 2
+    assert [d.queue for d in q.dead_letters()] == ["emails"]
+
+
+def test_an_action_on_an_error_text_filter_needs_a_selection(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    """Matching text reads every dead letter: an action takes the rows the search showed."""
+    timeout = bury(q, error="timeout")
+    bury(q, error="refused")
+
+    for action in ("redrive", "purge"):
+        refused = api.post(f"dead-letters/{action}", json={"error": "timeout"})
+        assert refused.status_code == 400 and "select" in refused.json()["error"]
+    found = ok(api.get("dead-letters", params={"error": "timeout"}))
+    chosen = [d["job_id"] for d in found["dead_letters"]]
+    assert found["searched_all"] and chosen == [timeout]
+    assert ok(api.post("dead-letters/redrive", json={"job_ids": chosen}))["count"] == 1
+    assert [d.error for d in q.dead_letters()] == ["refused"]
+
+
+def test_purge_dead_letters_after_a_dry_run_spares_newer_ones(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    old = [bury(q), bury(q)]
+    dry = ok(api.post("dead-letters/purge", json={"dry_run": True}))
+    assert dry["count"] == 2
+    newer = bury(q)
+
+    done = ok(api.post("dead-letters/purge", json={"until": dry["failed_before"]}))
+
+    assert done["count"] == 2
+    assert [d.job_id for d in q.dead_letters(include_redriven=True)] == [newer]
+    assert old
+
+
+def test_bad_job_ids_are_refused_with_400(api: httpx.Client) -> None:
+    for body in ({"job_ids": "1,2"}, {"job_ids": [1, "2"]}, {"job_ids": [True]}):
+        assert api.post("dead-letters/redrive", json=body).status_code == 400
+    assert api.post("dead-letters/redrive", content=b"not json").status_code == 400
+
+
+# -------------------------------------------------------------------------------------------
+# Schedules and workers
+# -------------------------------------------------------------------------------------------
+
+
+def test_schedules_show_next_run_and_flag_a_broken_one(
+    api: httpx.Client, q: QueueClient, namespace: str
+) -> None:
+    q.create_schedule("nightly", Q, {"n": 1}, cron="0 3 * * *")
+    q.create_schedule("broken", Q, {"n": 2}, every=60)
+    q.cursor.execute(
+        "SELECT postkit_queue.mark_schedule_broken(%s, 'broken', next_run_at, 'bad cron')"
+        " FROM postkit_queue.schedules(%s) WHERE name = 'broken'",
+        (namespace, namespace),
+    )
+
+    rows = {s["name"]: s for s in ok(api.get("schedules"))["schedules"]}
+
+    assert rows["nightly"]["next_run_at"] and rows["nightly"]["broken_at"] is None
+    assert rows["broken"]["broken_reason"] == "bad cron"
+
+
+def test_pause_and_resume_a_schedule(api: httpx.Client, q: QueueClient) -> None:
+    q.create_schedule("nightly", Q, {"n": 1}, cron="0 3 * * *")
+
+    ok(api.post("schedules/nightly/pause", json={}))
+    assert q.schedules()[0].paused
+    ok(api.post("schedules/nightly/resume", json={}))
+    assert not q.schedules()[0].paused
+    assert api.post("schedules/missing/pause", json={}).status_code == 404
+
+
+def test_workers_show_what_each_one_runs_now(api: httpx.Client, q: QueueClient) -> None:
+    q.register_worker(
+        "w1", host="h", pid=10, queues=[Q], concurrency=2, version="t", heartbeat_interval=5
+    )
+    q.push(Q, {"n": 1})
+    job = q.pull(Q, worker_id="w1")
+    assert job is not None
+
+    (worker,) = ok(api.get("workers"))["workers"]
+
+    assert worker["worker_id"] == "w1" and worker["lost"] is False
+    assert [running["id"] for running in worker["running"]] == [job.id]

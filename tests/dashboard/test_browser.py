@@ -1,0 +1,176 @@
+"""The dashboard in a real browser: Debian's Chromium, driven through its ChromeDriver by
+Selenium, against a real dashboard server over the test database.
+
+One operator's session, as a user would click through it: the overview's counts follow jobs
+being pushed and drained without a reload, a job opens with its payload, a hostile payload and a
+hostile error show as text, a dead letter is redriven after its dry run's count, and a queue is
+paused. Screenshots go to the test's directory, or to $POSTKIT_SCREENSHOTS when set (the README's
+picture comes from there).
+
+Without Chromium the test is skipped, unless $POSTKIT_REQUIRE_BROWSER is set (CI sets it after
+installing the browser), where a missing browser fails it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from postkit.queue import QueueClient
+from tests.dashboard.conftest import ServeDashboard
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+WAIT = 15.0
+HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        if os.environ.get("POSTKIT_REQUIRE_BROWSER"):
+            pytest.fail(f"no Chromium at {CHROMIUM} or no ChromeDriver at {CHROMEDRIVER}")
+        pytest.skip("Debian's chromium and chromium-driver are not installed")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root, where Chromium's sandbox cannot start
+        "--disable-dev-shm-usage",
+        "--window-size=1440,1000",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
+        options.add_argument(argument)
+    try:
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    except WebDriverException as exc:
+        pytest.fail(f"Chromium did not start: {exc.msg}")
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver: Any, tmp_path: Path, name: str) -> None:
+    folder = Path(os.environ.get("POSTKIT_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(folder / f"{name}.png"))
+
+
+def wait_for(driver: Any, condition: Any, what: str) -> Any:
+    """Wait until ``condition`` holds; an element a live update replaced meanwhile (stale)
+    counts as not yet."""
+    return WebDriverWait(
+        driver,
+        WAIT,
+        poll_frequency=0.1,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    ).until(lambda d: condition(d), message=f"waited {WAIT}s for {what}")
+
+
+def cell_text(driver: Any, selector: str, column: int) -> str | None:
+    rows = driver.find_elements(By.CSS_SELECTOR, selector)
+    if not rows:
+        return None
+    cells = rows[0].find_elements(By.TAG_NAME, "td")
+    return str(cells[column].text) if len(cells) > column else None
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click the element, again if a live update replaced it before the click landed."""
+
+    def clicked(d: Any) -> bool:
+        d.find_element(By.CSS_SELECTOR, selector).click()
+        return True
+
+    wait_for(driver, clicked, f"a click on {selector}")
+
+
+def confirm_modal(driver: Any) -> str:
+    """Accept the page's confirmation and return what it asked."""
+    wait_for(driver, lambda d: d.find_element(By.ID, "modal").is_displayed(), "the confirmation")
+    text = str(driver.find_element(By.ID, "modal-text").text)
+    driver.find_element(By.ID, "modal-confirm").click()
+    return text
+
+
+def test_an_operator_watches_inspects_redrives_and_pauses_in_a_real_browser(
+    browser: Any,
+    serve_dashboard: ServeDashboard,
+    dsn: str,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        q = QueueClient(connection.cursor(), namespace=namespace)
+        for n in range(3):
+            q.push("send_otp", {"user_id": str(n), "channel": "whatsapp"})
+        with serve_dashboard(namespaces=(namespace,), refresh_seconds=0.5) as http:
+            base = str(http.base_url).rstrip("/")
+            browser.get(f"{base}/#/ns/{namespace}")
+            row = "#queues tr[data-queue='send_otp']"
+            wait_for(browser, lambda d: cell_text(d, row, 1) == "3", "3 pending on the overview")
+            screenshot(browser, tmp_path, "overview-backlog")
+
+            # Drained by a worker elsewhere: the page follows without a reload.
+            for job in q.pull_batch("send_otp", worker_id="w1", limit=3):
+                q.ack(job)
+            wait_for(browser, lambda d: cell_text(d, row, 1) == "0", "the backlog drained")
+            wait_for(browser, lambda d: cell_text(d, row, 6) == "3", "3 done in the last minute")
+            screenshot(browser, tmp_path, "overview")
+
+            # A hostile payload and a hostile error, shown as the text they are.
+            hostile_id = q.push("send_otp", {"name": HOSTILE})
+            job = q.pull("send_otp", worker_id="w1")
+            assert job is not None and job.id == hostile_id
+            q.fail(job, error=HOSTILE)
+            browser.get(f"{base}/#/ns/{namespace}/job/{hostile_id}")
+            wait_for(browser, lambda d: d.find_elements(By.ID, "payload"), "the job's payload")
+            assert HOSTILE in browser.find_element(By.ID, "payload").text
+            assert HOSTILE in browser.find_element(By.ID, "errors").text
+            assert browser.execute_script("return window.__pwned") is None
+            assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
+            screenshot(browser, tmp_path, "job")
+
+            # Redrive it from the dead letters, after the dry run's count.
+            browser.get(f"{base}/#/ns/{namespace}/dead")
+            checkbox = f"input.select[data-job='{hostile_id}']"
+            click(browser, checkbox)
+            click(browser, "#redrive")
+            question = confirm_modal(browser)
+            assert "Redrive 1 dead letters" in question
+            wait_for(
+                browser,
+                lambda d: "Redrove 1" in d.find_element(By.ID, "action-result").text,
+                "the redrive's result",
+            )
+            assert browser.execute_script("return window.__pwned") is None
+            redriven = q.dead_letters("send_otp", include_redriven=True)
+            assert [d.job_id for d in redriven] == [hostile_id]
+            assert redriven[0].redriven_job_id is not None
+            screenshot(browser, tmp_path, "dead-letters")
+
+            # Pause the queue from its page.
+            browser.get(f"{base}/#/ns/{namespace}/queue/send_otp")
+            click(browser, "#pause")
+            wait_for(browser, lambda d: d.find_elements(By.ID, "resume"), "the queue paused")
+            assert q.stats("send_otp")[0].paused
+            screenshot(browser, tmp_path, "queue")
