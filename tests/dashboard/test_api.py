@@ -12,6 +12,7 @@ import pytest
 
 from postkit.queue import QueueClient
 from tests.dashboard.conftest import ServeDashboard
+from tests.scrape import parse, value, values
 
 Q = "send_otp"
 
@@ -414,3 +415,32 @@ def test_workers_show_what_each_one_runs_now(api: httpx.Client, q: QueueClient) 
 
     assert worker["worker_id"] == "w1" and worker["lost"] is False
     assert [running["id"] for running in worker["running"]] == [job.id]
+
+
+# -------------------------------------------------------------------------------------------
+# Metrics
+# -------------------------------------------------------------------------------------------
+
+
+def test_metrics_serve_the_queue_gauges_of_the_namespaces_shown(
+    serve_dashboard: ServeDashboard, q: QueueClient, namespace: str
+) -> None:
+    for n in range(3):
+        q.push(Q, {"n": n})
+    q.push(Q, {"n": "later"}, delay=600)
+    bury(q, queue="emails")
+    q.pause_queue("emails")
+
+    with serve_dashboard(namespaces=(namespace,)) as http:
+        response = http.get("/metrics")
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = parse(response.text)
+    jobs = values(samples, "postkit_queue_jobs", by="state", namespace=namespace, queue=Q)
+    assert jobs == {"pending": 3, "scheduled": 1, "running": 0, "dead": 0}
+    assert (
+        value(samples, "postkit_queue_jobs", namespace=namespace, queue="emails", state="dead") == 1
+    )
+    assert value(samples, "postkit_queue_paused", namespace=namespace, queue="emails") == 1
+    assert {s.labels["namespace"] for s in samples if "namespace" in s.labels} == {namespace}

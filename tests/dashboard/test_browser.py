@@ -123,6 +123,8 @@ def test_an_operator_watches_inspects_redrives_and_pauses_in_a_real_browser(
         q = QueueClient(connection.cursor(), namespace=namespace)
         for n in range(3):
             q.push("send_otp", {"user_id": str(n), "channel": "whatsapp"})
+        for n in range(4):  # a second queue, so the overview shows more than one
+            q.push("webhooks", {"url": f"https://example.com/hook/{n}"}, delay=300 * (n + 1))
         with serve_dashboard(namespaces=(namespace,), refresh_seconds=0.5) as http:
             base = str(http.base_url).rstrip("/")
             browser.get(f"{base}/#/ns/{namespace}")

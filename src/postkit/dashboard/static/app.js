@@ -538,11 +538,34 @@ async function render() {
   }
 }
 
+// The namespace picker: those the dashboard shows (new ones appear as they are used).
+function showNamespaces() {
+  const names = state.meta.namespaces.length ? state.meta.namespaces : ["default"];
+  const select = document.getElementById("namespace");
+  const options = [...names, ...(names.length > 1 ? [ALL] : [])];
+  if (options.join("\n") === Array.from(select.options, (o) => o.value).join("\n")) return;
+  fill(select, names.map((n) => h("option", { value: n }, n)),
+    names.length > 1 ? h("option", { value: ALL }, "all namespaces") : null);
+  select.value = state.view === "all" ? ALL : state.namespace;
+}
+
+async function refreshNamespaces() {
+  try {
+    state.meta = await api("/api/meta");
+    showNamespaces();
+  } catch (error) {
+    // the view's own request reports the error
+  }
+}
+
 function schedule() {
   clearTimeout(state.timer);
   state.timer = setTimeout(async () => {
     const modalOpen = !document.getElementById("modal").hidden;
-    if (LIVE_VIEWS.has(state.view) && !modalOpen && !document.hidden) await render();
+    if (LIVE_VIEWS.has(state.view) && !modalOpen && !document.hidden) {
+      await refreshNamespaces();
+      await render();
+    }
     schedule();
   }, (state.meta.refresh_seconds || 2) * 1000);
 }
@@ -556,9 +579,7 @@ async function start() {
     return;
   }
   const select = document.getElementById("namespace");
-  const names = state.meta.namespaces.length ? state.meta.namespaces : ["default"];
-  fill(select, names.map((n) => h("option", { value: n }, n)),
-    names.length > 1 ? h("option", { value: ALL }, "all namespaces") : null);
+  showNamespaces();
   select.addEventListener("change", () => {
     location.hash = select.value === ALL ? "/all" : "/ns/" + encodeURIComponent(select.value);
   });
