@@ -19,6 +19,7 @@ request's time goes. That part needs the dashboard extra and httpx (``--no-http`
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -353,7 +354,14 @@ BUDGET_MS = 100.0
 
 
 def report(
-    timings: list[Timing], *, dsn: str, jobs: int, dead: int, calls: int, command: str
+    timings: list[Timing],
+    *,
+    dsn: str,
+    jobs: int,
+    dead: int,
+    calls: int,
+    command: str,
+    load_average: float,
 ) -> str:
     autovacuum = pg.server_settings(dsn).get("autovacuum", "?")
     lines = [
@@ -366,7 +374,8 @@ def report(
         "schedules, 8 workers; vacuumed and analyzed once loaded (the server's autovacuum is",
         f"{autovacuum}). Each read through QueueClient, in a transaction of its own: median of",
         f"{calls} calls (p90, max), after two warm-up calls. Pages hold 100 rows unless the",
-        f"read says otherwise. Command: `{command}`.",
+        f"read says otherwise. The machine's load average was {load_average:.1f} as the",
+        f"benchmark began (other work shares its cores). Command: `{command}`.",
         "",
         "| read | median ms | p90 ms | max ms | rows |",
         "|---|---:|---:|---:|---:|",
@@ -700,19 +709,38 @@ def report_http(timings: list[HttpTiming], *, calls: int, command: str) -> str:
         )
     else:
         lines.append(f"No endpoint takes over {BUDGET_MS:.0f} ms, at the median or at p90.")
+    lines += PROSE_HTTP
     return "\n".join(lines) + "\n"
+
+
+PROSE_HTTP = [
+    "",
+    "The dearest requests are the ones that count or search: the overviews, a queue, /metrics",
+    "and a queue purge's dry run count each queue's live jobs up to the cap (stats), and an",
+    "error-text page reads its window of dead letters. The rest of a request, the difference",
+    "from *source*, is a few milliseconds of HTTP.",
+]
 
 
 def run(server_dsn: str, *, jobs: int, dead: int, calls: int, http: bool, command: str) -> str:
     """Load the backlog into a scratch database on the server, time the SDK reads and (with
     ``http``) the dashboard's endpoints, drop it, and return the report."""
+    load_average = os.getloadavg()[0]
     dsn = pg.recreate_database(server_dsn, DATABASE)
     try:
         with psycopg.connect(dsn) as connection:
             install(connection)
         load(dsn, jobs=jobs, dead=dead)
         timings = measure(dsn, jobs=jobs, dead=dead, calls=calls)
-        text = report(timings, dsn=dsn, jobs=jobs, dead=dead, calls=calls, command=command)
+        text = report(
+            timings,
+            dsn=dsn,
+            jobs=jobs,
+            dead=dead,
+            calls=calls,
+            command=command,
+            load_average=load_average,
+        )
         if http:
             text += report_http(
                 measure_http(dsn, jobs=jobs, dead=dead, calls=calls),
