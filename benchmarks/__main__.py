@@ -2,14 +2,15 @@
 
     python -m benchmarks run [--quick] [--only LIB,...] [--workloads W1,...] [--runs N] [--dsn DSN]
     python -m benchmarks [latency|notify|roundtrip|all] [--dsn DSN] [--runs N]
-    python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N]
+    python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N] [--no-http]
 
 ``run`` compares Postkit with PGQueuer, procrastinate, Chancy and RQ (on Redis) on the same
 server (install them with ``pip install -e '.[bench]'``) and writes comparison.md,
 comparison.png and comparison.json to benchmarks/results/ (``comparison-quick.*`` with
 ``--quick``). ``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks;
 ``dashboard-reads`` times the reads of a dashboard on 1,000,000 jobs and 100,000 dead letters
-in a scratch database of its own (benchmarks/dashboard_reads.py).
+in a scratch database of its own, through the SDK and then (unless ``--no-http``) through the
+dashboard's HTTP endpoints (benchmarks/dashboard_reads.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -249,10 +250,21 @@ def main() -> None:
     dashboard.add_argument(
         "--dead", type=int, default=100_000, help="dead letters (default 100,000)"
     )
+    dashboard.add_argument(
+        "--no-http",
+        dest="http",
+        action="store_false",
+        help="time only the SDK reads, not the dashboard's HTTP endpoints",
+    )
     args = parser.parse_args()
     if args.which == "dashboard-reads":
         text = dashboard_reads.run(
-            resolve_dsn(args.dsn), jobs=args.jobs, dead=args.dead, calls=args.calls
+            resolve_dsn(args.dsn),
+            jobs=args.jobs,
+            dead=args.dead,
+            calls=args.calls,
+            http=args.http,
+            command=suite.command_line(),
         )
         print(text, f"-> {write_result('dashboard_reads', text)}", sep="\n")
         return

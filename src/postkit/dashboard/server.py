@@ -24,7 +24,11 @@ def serve(settings: DashboardSettings) -> None:
 def running(settings: DashboardSettings, *, start_timeout: float = 10.0) -> Iterator[str]:
     """Serve on a thread while the block runs and yield the base URL (``http://host:port``).
     Port 0 picks a free port. Stops the server, and its pool, when the block ends."""
-    listener = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    # IPPROTO_TCP, as the sockets of uvicorn's own listeners have: asyncio sets TCP_NODELAY
+    # only on accepted sockets of that protocol, and without it each response after the first
+    # on a keep-alive connection waits out the client's delayed ACK (40 ms on Linux).
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((settings.host, settings.port))
     port = listener.getsockname()[1]
