@@ -56,21 +56,27 @@ class Signature:
         """The call's arguments bound to the parameters.
 
         Raises:
-            InvalidArgumentsError: they do not fit (missing, unknown, too many, twice); an
-                unknown keyword is named first, with the parameter it may have meant.
+            InvalidArgumentsError: they do not fit (see :meth:`_bind`).
         """
+        bound = self._bind(args, kwargs)
+        if isinstance(bound, str):
+            raise InvalidArgumentsError(f"{self.shown}: {bound}")
+        return bound
+
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> inspect.BoundArguments | str:
+        """The bound arguments, or why they do not fit: a missing, unknown or doubled argument,
+        too many positional ones. An unknown keyword is named first, with the parameter it
+        may have meant."""
         if not self._takes_any_keyword:
             unknown = [name for name in kwargs if name not in self.parameters]
             if unknown:
                 close = difflib.get_close_matches(unknown[0], list(self.parameters), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise InvalidArgumentsError(
-                    f"{self.shown}: got an unexpected keyword argument {unknown[0]!r}{hint}"
-                )
+                return f"got an unexpected keyword argument {unknown[0]!r}{hint}"
         try:
             return self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise InvalidArgumentsError(f"{self.shown}: {exc}") from None
+            return str(exc)
 
     def encode(self, bound: inspect.BoundArguments) -> dict[str, Any]:
         """The payload of a bound call (see the module docstring).
@@ -124,10 +130,9 @@ class Signature:
                 f'the payload of task {self.name} must hold "args" as an array and "kwargs" as '
                 f"an object, got {_shown(payload)}"
             )
-        try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise PermanentError(f"the payload does not fit {self.shown}: {exc}") from None
+        bound = self._bind(args, kwargs)
+        if isinstance(bound, str):
+            raise PermanentError(f"the payload does not fit {self.shown}: {bound}")
         return args, kwargs
 
     def unique_key(self, bound: inspect.BoundArguments, names: Sequence[str]) -> str:
