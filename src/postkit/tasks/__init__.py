@@ -1,5 +1,5 @@
 """Typed tasks on top of queues: a function whose calls become jobs, checked against its
-signature when pushed, and run by a worker with the same arguments::
+signature when pushed, and run by a worker with the same arguments:
 
     from postkit import tasks
 

@@ -22,7 +22,7 @@ logger = logging.getLogger("postkit.tasks")
 
 
 class App:
-    """Typed tasks of one namespace::
+    """Typed tasks of one namespace:
 
         app = App(namespace="my-app")
 
@@ -88,7 +88,9 @@ class App:
             priority: the jobs' priority unless a push says otherwise.
             unique_by: names of the function's parameters whose values key each job: while
                 a job of the queue with the same values is pending or running, another push
-                is a no-op that returns None (see ``Signature.unique_key`` for the key).
+                is a no-op that returns None. The key is those values (defaults included) as a
+                compact JSON array, e.g. ``["42"]``; past 128 characters, ``sha256:`` and the
+                array's digest.
 
         Raises:
             InvalidNameError, InvalidMaxAttemptsError, InvalidDurationError,

@@ -124,8 +124,8 @@ class Task(Generic[P, R]):
                 computes. Not for :meth:`push_many`.
             max_attempts: 1..1000; replaces the task's ``max_attempts`` for these pushes.
 
-        Each option given replaces the one set before (``task.options(priority=1)
-        .options(delay=5)`` has both); the task itself is unchanged.
+        Each option given replaces the one set before, and the others stay: two calls, one
+        with ``priority=1`` and one with ``delay=5``, give both. The task itself is unchanged.
 
         Raises:
             InvalidDurationError, InvalidRunAtError, InvalidPriorityError, InvalidNameError,
@@ -158,7 +158,8 @@ class Task(Generic[P, R]):
         return Task(self.namespace, self.function, self.settings, push_options=merged)
 
     def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
-        """The JSON payload a push of this call queues (see :mod:`postkit.tasks.payload`).
+        """The JSON payload a push of this call queues, ``{"args": [...], "kwargs": {...}}``
+        (see :mod:`postkit.tasks.payload` for the shape).
 
         Raises:
             InvalidArgumentsError: the arguments do not fit the function's signature, or one
@@ -171,6 +172,7 @@ class Task(Generic[P, R]):
         transaction on ``cursor`` (any DB-API cursor, as ``QueueClient`` takes: psycopg 3,
         psycopg2, Django's), in the App's namespace. Like ``QueueClient.push``, it never
         commits: the job exists once the caller commits, and never if it rolls back.
+        ``cursor`` is positional-only, so a task may take an argument called ``cursor``.
 
         Returns:
             the job's id, or None when the unique key matched a pending or running job.
