@@ -44,7 +44,8 @@ class App:
         Raises:
             InvalidNameError: the namespace is not a valid name.
         """
-        self.namespace: str = check.name("namespace", namespace, required=True) or namespace
+        check.name("namespace", namespace, required=True)
+        self.namespace = namespace
         self.handlers = Handlers()
         """The handlers a worker runs: one per task, and any registered on it directly."""
         self.tasks: dict[str, Task[..., Any]] = {}

@@ -48,38 +48,56 @@ class Signature:
             return_annotation=inspect.Signature.empty,
         )
         self.shown = f"{name}{bare}"
-        self._takes_any_keyword = any(
-            parameter.kind is parameter.VAR_KEYWORD for parameter in self.parameters.values()
-        )
+        kinds = {parameter.kind for parameter in self.parameters.values()}
+        self._takes_any_keyword = inspect.Parameter.VAR_KEYWORD in kinds
+        self._all_named = kinds <= {
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        }
+        self._required = [
+            name
+            for name, parameter in self.parameters.items()
+            if parameter.default is parameter.empty
+        ]
 
-    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> inspect.BoundArguments:
-        """The call's arguments bound to the parameters.
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name (a ``*args`` parameter's as a tuple, a
+        ``**kwargs`` one's as a dict), as ``inspect.BoundArguments.arguments`` holds them.
 
         Raises:
             InvalidArgumentsError: they do not fit (see :meth:`_bind`).
         """
-        bound = self._bind(args, kwargs)
-        if isinstance(bound, str):
-            raise InvalidArgumentsError(f"{self.shown}: {bound}")
-        return bound
+        arguments = self._bind(args, kwargs)
+        if isinstance(arguments, str):
+            raise InvalidArgumentsError(f"{self.shown}: {arguments}")
+        return arguments
 
-    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> inspect.BoundArguments | str:
-        """The bound arguments, or why they do not fit: a missing, unknown or doubled argument,
-        too many positional ones. An unknown keyword is named first, with the parameter it
-        may have meant."""
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | str:
+        """The arguments by parameter name, or why they do not fit: a missing, unknown or
+        doubled argument, too many positional ones. An unknown keyword is named first, with
+        the parameter it may have meant.
+
+        A call by keywords alone, to a function whose every parameter may be named and none
+        is variadic, is bound here (a push_many's calls, ``push(cursor, user_id="42")``):
+        ``inspect.Signature.bind`` would take as long as the rest of encoding the call."""
         if not self._takes_any_keyword:
             unknown = [name for name in kwargs if name not in self.parameters]
             if unknown:
                 close = difflib.get_close_matches(unknown[0], list(self.parameters), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 return f"got an unexpected keyword argument {unknown[0]!r}{hint}"
+        if self._all_named and not args:
+            missing = [name for name in self._required if name not in kwargs]
+            if missing:
+                return f"missing a required argument: {missing[0]!r}"
+            return dict(kwargs)
         try:
-            return self.signature.bind(*args, **kwargs)
+            return dict(self.signature.bind(*args, **kwargs).arguments)
         except TypeError as exc:
             return str(exc)
 
-    def encode(self, bound: inspect.BoundArguments) -> dict[str, Any]:
-        """The payload of a bound call (see the module docstring).
+    def encode(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The payload of a call's arguments by parameter name (see the module docstring).
 
         Raises:
             InvalidArgumentsError: an argument holds a value JSON cannot carry exactly.
@@ -87,10 +105,10 @@ class Signature:
         positional: list[Any] = []
         named: dict[str, Any] = {}
         spread = any(
-            parameter.kind is parameter.VAR_POSITIONAL and bound.arguments.get(name)
+            parameter.kind is parameter.VAR_POSITIONAL and arguments.get(name)
             for name, parameter in self.parameters.items()
         )
-        for name, value in bound.arguments.items():
+        for name, value in arguments.items():
             kind = self.parameters[name].kind
             if kind is inspect.Parameter.VAR_POSITIONAL:
                 for index, item in enumerate(value):
@@ -130,21 +148,22 @@ class Signature:
                 f'the payload of task {self.name} must hold "args" as an array and "kwargs" as '
                 f"an object, got {_shown(payload)}"
             )
-        bound = self._bind(args, kwargs)
-        if isinstance(bound, str):
-            raise PermanentError(f"the payload does not fit {self.shown}: {bound}")
+        problem = self._bind(args, kwargs)
+        if isinstance(problem, str):
+            raise PermanentError(f"the payload does not fit {self.shown}: {problem}")
         return args, kwargs
 
-    def unique_key(self, bound: inspect.BoundArguments, names: Sequence[str]) -> str:
+    def unique_key(self, arguments: Mapping[str, Any], names: Sequence[str]) -> str:
         """The unique key of a call: its values of the parameters ``names`` (their defaults
         where the call left them out), as a compact JSON array, e.g. ``["42"]``; when that is
         longer than a name may be (128 characters), ``sha256:`` and the array's hex digest.
         JSON text with ASCII escapes holds no control character and is never blank: it is
         always a valid unique key."""
-        complete = self.signature.bind(*bound.args, **bound.kwargs)
-        complete.apply_defaults()
         key = json.dumps(
-            [complete.arguments[name] for name in names],
+            [
+                arguments[name] if name in arguments else self.parameters[name].default
+                for name in names
+            ],
             ensure_ascii=True,
             sort_keys=True,
             separators=(",", ":"),

@@ -3,6 +3,7 @@ arguments, checked against its signature before any SQL is sent."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
@@ -155,7 +156,9 @@ class Task(Generic[P, R]):
             bounds=limits.MAX_ATTEMPTS,
         )
         check.name("unique_key", merged.unique_key, required=False)
-        return Task(self.namespace, self.function, self.settings, push_options=merged)
+        configured = copy.copy(self)  # shares the signature, read once per task
+        configured.push_options = merged
+        return configured
 
     def payload(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
         """The JSON payload a push of this call queues, ``{"args": [...], "kwargs": {...}}``
@@ -246,12 +249,12 @@ class Task(Generic[P, R]):
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The payload of a call and the push options for ``QueueClient.push``."""
-        bound = self.signature.bind(args, kwargs)
-        payload = self.signature.encode(bound)
+        arguments = self.signature.bind(args, kwargs)
+        payload = self.signature.encode(arguments)
         options = self._batch_options()
         unique_key = self.push_options.unique_key
         if unique_key is None and self.settings.unique_by:
-            unique_key = self.signature.unique_key(bound, self.settings.unique_by)
+            unique_key = self.signature.unique_key(arguments, self.settings.unique_by)
         return payload, {**options, "unique_key": unique_key}
 
     def _prepare_many(
@@ -277,12 +280,12 @@ class Task(Generic[P, R]):
                     "mapping of keyword arguments"
                 )
             try:
-                bound = self.signature.bind((), call)
-                payloads.append(self.signature.encode(bound))
+                arguments = self.signature.bind((), call)
+                payloads.append(self.signature.encode(arguments))
             except InvalidArgumentsError as exc:
                 raise InvalidArgumentsError(f"push_many's call {index}: {exc}") from None
             if self.settings.unique_by:
-                keys.append(self.signature.unique_key(bound, self.settings.unique_by))
+                keys.append(self.signature.unique_key(arguments, self.settings.unique_by))
         return payloads, keys if self.settings.unique_by else None, self._batch_options()
 
     def _batch_options(self) -> dict[str, Any]:
