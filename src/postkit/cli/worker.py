@@ -148,7 +148,11 @@ def load_handlers(spec: str) -> Loaded:
         if len(found) > 1:
             names = sorted(loaded.name.partition(":")[2] for loaded in found.values())
             kinds = {"App" if loaded.app else "Handlers" for loaded in found.values()}
-            what = "Handlers and Apps" if len(kinds) > 1 else kinds.pop().replace("App", "Apps")
+            what = (
+                "Handlers and Apps"
+                if len(kinds) > 1
+                else ("Apps" if "App" in kinds else "Handlers")
+            )
             raise click.ClickException(
                 f"{module_name} defines several {what} ({', '.join(names)}); name one, "
                 f"e.g. {module_name}:{names[0]}"

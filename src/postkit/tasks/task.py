@@ -71,18 +71,17 @@ class Task(Generic[P, R]):
     parameters and nothing else.
     """
 
-    def __init__(
-        self,
-        namespace: str,
-        function: Callable[P, R],
-        settings: TaskSettings,
-        *,
-        push_options: PushOptions | None = None,
-    ) -> None:
+    def __init__(self, namespace: str, function: Callable[P, R], settings: TaskSettings) -> None:
+        """A task of ``function`` in ``namespace``; ``@app.task(...)`` makes them.
+
+        Raises:
+            InvalidArgumentsError: ``settings.unique_by`` names something that is not a named
+                parameter of the function.
+        """
         self.namespace = namespace
         self.function = function
         self.settings = settings
-        self.push_options = push_options or PushOptions()
+        self.push_options = PushOptions()
         """The options each push of this task applies (see :meth:`options`)."""
         # The name as written where it was defined: a function defined in another's body is
         # shown without its "outer.<locals>." prefix.
