@@ -1,5 +1,6 @@
-"""The layers call one way: cli -> dashboard and worker -> queue (the SDK) -> sql; the
-dashboard and the worker, side by side, never import each other.
+"""The layers call one way: cli -> tasks -> dashboard and worker -> queue (the SDK) -> sql;
+the dashboard and the worker, side by side, never import each other. Typed tasks sit above the
+worker: an App's handlers are the worker's Handlers, and its pushes the SDK's.
 
 Read from the source's import statements, so a module that reaches up a layer or across to
 its neighbour fails here before anyone has to find the cycle (docs/architecture.md draws the
@@ -15,7 +16,12 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "postkit"
 
 # The layers from the top, each a list of packages side by side; a module may import its own
 # package and those of the layers below it, never another package of its own layer.
-LAYERS = [["postkit.cli"], ["postkit.dashboard", "postkit.worker"], ["postkit.queue"]]
+LAYERS = [
+    ["postkit.cli"],
+    ["postkit.tasks"],
+    ["postkit.dashboard", "postkit.worker"],
+    ["postkit.queue"],
+]
 
 # postkit.queue.worker names the runtime's classes under the SDK package (the README mentions
 # that path); nothing in postkit imports it.
@@ -79,6 +85,12 @@ def test_the_rule_allows_imports_down_and_refuses_them_up_and_across() -> None:
     assert not may_import("postkit.worker.runtime", "postkit.dashboard")
     assert not may_import("postkit.worker.runtime", "postkit.cli")
     assert not may_import("postkit.queue.client", "postkit.worker")
+    assert may_import("postkit.cli.worker", "postkit.tasks")
+    assert may_import("postkit.tasks.app", "postkit.worker.handlers")
+    assert may_import("postkit.tasks.task", "postkit.queue.client")
+    assert not may_import("postkit.worker.runtime", "postkit.tasks")
+    assert not may_import("postkit.queue.client", "postkit.tasks.task")
+    assert not may_import("postkit.tasks.app", "postkit.cli")
 
 
 def test_nothing_in_postkit_imports_the_documented_alias() -> None:

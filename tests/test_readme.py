@@ -77,6 +77,11 @@ def test_readme_python_blocks_run_as_written(
     output = capsys.readouterr().out
     assert "OTP sent to user 1" in output  # the article's worker, by hand
     assert "OTP sent to user 2" in output  # worker(stop_when_idle=True) ran and returned
+    # The typed tasks' block pushed its jobs in the payload's documented shape.
+    typed = QueueClient(scope["connection"].cursor(), namespace="my-app")  # type: ignore[attr-defined]
+    pushed = typed.get_job(scope["job_id"])  # type: ignore[arg-type]
+    assert pushed is not None and pushed.queue == "send_welcome"
+    assert pushed.payload == {"args": [], "kwargs": {"user_id": "42"}}
     for name in ("connection", "worker_connection"):
         scope[name].close()  # type: ignore[attr-defined]
 

@@ -66,6 +66,17 @@ class InvalidDurationError(ValidationError):
     negative part), zero where not allowed, too long, or not a duration."""
 
 
+class InvalidRunAtError(InvalidDurationError):
+    """A push's ``run_at`` is not a datetime, is naive (without a time zone: which clock it
+    means is unknown), is more than 3650 days ahead, or is given together with ``delay``."""
+
+
+class InvalidArgumentsError(ValidationError, TypeError):
+    """A task's arguments do not fit its function's signature (a missing or unknown argument,
+    too many positional ones), hold a value JSON cannot carry exactly, or a task's options name
+    arguments it does not have."""
+
+
 class InvalidJobIdError(ValidationError):
     """A job id is missing or not an integer (or an array of job ids is malformed)."""
 
@@ -205,6 +216,7 @@ __all__ = [
     "ClientClosedError",
     "ConfigurationError",
     "InvalidAccessError",
+    "InvalidArgumentsError",
     "InvalidClaimTokenError",
     "InvalidDurationError",
     "InvalidJobIdError",
@@ -213,6 +225,7 @@ __all__ = [
     "InvalidNameError",
     "InvalidPayloadError",
     "InvalidPriorityError",
+    "InvalidRunAtError",
     "InvalidScheduleError",
     "InvalidStateError",
     "InvalidTraceContextError",

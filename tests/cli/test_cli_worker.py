@@ -245,7 +245,7 @@ def test_help_teaches_with_an_example_handler_module() -> None:
 @pytest.mark.parametrize(
     ("module_text", "spec", "message"),
     [
-        ("x = 1\n", "tasks", "tasks defines no Handlers; create one with `handlers = Handlers()`"),
+        ("x = 1\n", "tasks", "tasks defines no Handlers or App; create one with `handlers = "),
         (
             "from postkit.worker import Handlers\na = Handlers()\nb = Handlers()\n",
             "tasks",
@@ -256,11 +256,30 @@ def test_help_teaches_with_an_example_handler_module() -> None:
             "handlers = 1\n",
             "tasks:handlers",
             "tasks:handlers is not a Handlers object (from postkit.worker import "
-            "Handlers) but of type int",
+            "Handlers) or a tasks App (from postkit.tasks import App) but of type int",
+        ),
+        (
+            "from postkit.tasks import App\nfrom postkit.worker import Handlers\n"
+            "app = App()\nhandlers = Handlers()\n",
+            "tasks",
+            "tasks defines several Handlers and Apps (app, handlers); name one, e.g. tasks:app",
+        ),
+        (
+            "from postkit.tasks import App\napp = App()\n",
+            "tasks",
+            "tasks:app registers no handlers; add one with @app.task(queue='queue_name')",
         ),
         ("x = 1\n", "nosuch.tasks", "cannot import nosuch.tasks: no module named 'nosuch'"),
     ],
-    ids=["no-handlers", "several-handlers", "missing-attribute", "not-handlers", "missing-module"],
+    ids=[
+        "no-handlers",
+        "several-handlers",
+        "missing-attribute",
+        "not-handlers",
+        "handlers-and-app",
+        "empty-app",
+        "missing-module",
+    ],
 )
 def test_a_module_without_one_handlers_is_a_one_line_error(
     tmp_path: Path, dsn: str, module_text: str, spec: str, message: str
@@ -613,3 +632,91 @@ def test_with_processes_each_serves_its_metrics_on_the_port_plus_its_index(
     assert supervisor.terminate() == 0, supervisor.output()
     (started,) = [line for line in supervisor.output().splitlines() if "worker started" in line]
     assert started.endswith(f", metrics on http://127.0.0.1:{port}-{port + 1}/metrics")
+
+
+# -------------------------------------------------------------------------------------------
+# A tasks App
+# -------------------------------------------------------------------------------------------
+
+APP_TASKS = """
+import os
+from pathlib import Path
+
+from postkit.tasks import App
+
+with open(Path(__file__).with_name("pids.txt"), "a") as pids:
+    pids.write(f"{{os.getpid()}}\\n")
+
+app = App(namespace={namespace!r})
+
+
+@app.task(queue="send_otp", max_attempts=3, backoff_base=2)
+def send_otp(user_id, *, channel="whatsapp"):
+    with open(Path(__file__).with_name("calls.txt"), "a") as calls:
+        calls.write(f"{{user_id}} {{channel}}\\n")
+"""
+
+
+def app_dir(tmp_path: Path, namespace: str) -> Path:
+    (tmp_path / "tasks.py").write_text(APP_TASKS.format(namespace=namespace))
+    return tmp_path
+
+
+def calls_made(directory: Path) -> list[str]:
+    path = directory / "calls.txt"
+    return sorted(path.read_text().splitlines()) if path.exists() else []
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_postkit_worker_runs_an_app_in_its_namespace_and_applies_its_policies_once(
+    tmp_path: Path,
+    dsn: str,
+    namespace: str,
+    make_client: Callable[[], QueueClient],
+    processes: int,
+) -> None:
+    directory = app_dir(tmp_path, namespace)
+    client = make_client()
+    client.push("send_otp", {"args": ["1"]})
+    client.push("send_otp", {"kwargs": {"user_id": "2", "channel": "sms"}})
+    client.cursor.connection.commit()
+    worker = WorkerProcess(
+        ["tasks", "--dsn", dsn, "--processes", str(processes), "--poll-interval", "0.5"],
+        cwd=directory,
+        log_path=directory / "worker.log",
+    )
+    try:
+        wait_until(lambda: calls_made(directory) == ["1 whatsapp", "2 sms"], "both tasks to run")
+        assert worker.terminate() == 0, worker.output()
+    finally:
+        worker.close()
+        for pid in import_pids(directory):
+            if is_our_worker(pid, namespace):
+                os.kill(pid, signal.SIGKILL)
+
+    output = worker.output()
+    applied = [line for line in output.splitlines() if "applied the policy" in line]
+    assert len(applied) == 1, output
+    assert applied[0].endswith(
+        "INFO postkit.tasks: queue send_otp: applied the policy of task send_otp "
+        "(max_attempts 3, backoff_base 2); in force: max attempts 3, visibility timeout 30s, "
+        "backoff 2s doubling up to 3600s"
+    ), applied[0]
+    assert f"worker started: namespace {namespace!r}, queues send_otp, " in output
+    policy = client.queue_policy("send_otp")
+    assert (policy.max_attempts, policy.backoff_base) == (3, 2)
+
+
+def test_postkit_worker_refuses_a_namespace_other_than_the_apps(
+    tmp_path: Path, dsn: str, namespace: str
+) -> None:
+    directory = app_dir(tmp_path, namespace)
+
+    result = run_cli(directory, "tasks", "--namespace", "other", "--dsn", dsn)
+
+    assert result.returncode == 2
+    assert (
+        f"Invalid value for '--namespace': tasks:app is an App of namespace {namespace!r}, "
+        f"where its tasks push; leave --namespace out, or make it {namespace!r}"
+    ) in result.stderr
+    assert "Traceback" not in result.stderr

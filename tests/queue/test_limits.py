@@ -20,6 +20,7 @@ from postkit.queue import limits, protocol
 US = timedelta(microseconds=1)
 NONE: dict[str, Any] = {
     "delay": None,
+    "run_at": None,
     "priority": 0,
     "max_attempts": None,
     "unique_key": None,
@@ -158,6 +159,7 @@ LIMIT_CASES: dict[str, Limit] = {
             "q",
             [1],
             delay=None,
+            run_at=None,
             priority=v,
             max_attempts=None,
             unique_keys=None,
@@ -187,6 +189,7 @@ LIMIT_CASES: dict[str, Limit] = {
             "q",
             [0] * v,
             delay=None,
+            run_at=None,
             priority=0,
             max_attempts=None,
             unique_keys=None,

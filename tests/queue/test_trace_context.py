@@ -212,6 +212,7 @@ def test_the_sdk_refuses_a_bad_trace_context_before_sending_anything(context: An
             Q,
             {},
             delay=None,
+            run_at=None,
             priority=0,
             max_attempts=None,
             unique_key=None,

@@ -223,7 +223,7 @@ def _render_errors() -> list[str]:
 
 
 def render_sdk() -> str:
-    from postkit import embedded
+    from postkit import embedded, tasks
     from postkit.queue import (
         AsyncQueueClient,
         QueueClient,
@@ -232,6 +232,7 @@ def render_sdk() -> str:
         records,
         schema,
     )
+    from postkit.tasks import payload
     from postkit.worker import Handlers, Worker
     from postkit.worker import runtime as worker_module
 
@@ -264,6 +265,7 @@ def render_sdk() -> str:
         "  operate the queue",
         "- [WorkListener](#worklistener) (and AsyncWorkListener): wait for work with LISTEN/NOTIFY",
         "- [Handlers](#handlers) and [Worker](#worker): the worker runtime",
+        "- [App](#app) and [Task](#task): typed tasks on top of queues",
         "- [Installing the schema](#installing-the-schema) and [administration](#administration)",
         "- [What the SDK returns](#what-the-sdk-returns): jobs, dead letters, stats, schedules",
         "- [Errors](#errors): the exception hierarchy, with each SQLSTATE",
@@ -273,6 +275,10 @@ def render_sdk() -> str:
     out += _render_class(Handlers, module="postkit.worker")
     out += _render_class(
         Worker, note=markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
+    )
+    out += _render_class(tasks.App, module="postkit.tasks")
+    out += _render_class(
+        tasks.Task, note=markdown_doc(inspect.getdoc(payload)), module="postkit.tasks"
     )
     out += [
         "",

@@ -1,8 +1,10 @@
 """Logging for ``postkit worker``: plain text or one JSON object per line, and the periodic
 throughput line.
 
-Quiet by default: warnings and errors, plus the throughput line. Verbose adds the INFO records
-of the ``postkit`` loggers, one per job event. Records keep the fields a caller passes in
+Quiet by default: warnings and errors, plus the throughput line and the queue policies an App
+writes as the worker starts (the ``postkit.tasks`` logger's INFO records: a change to shared
+state is shown). Verbose adds the INFO records of the other ``postkit`` loggers, one per job
+event. Records keep the fields a caller passes in
 ``extra`` (``event``, ``job_id``, ``queue``, ``attempt``, ``duration_ms``, ...); the JSON format
 writes them out next to ``ts``, ``level``, ``logger`` and ``message``.
 """
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
 
 REPORT_LOGGER = "postkit.report"
 """The logger of the throughput line; it logs at INFO and is shown even when not verbose."""
+
+TASKS_LOGGER = "postkit.tasks"
+"""The logger of typed tasks (postkit.tasks); it logs at INFO only the queue policies an App
+applies as a worker starts, and is shown even when not verbose."""
 
 # Every attribute a LogRecord has before ``extra`` is applied; anything else came from ``extra``.
 _STANDARD_ATTRIBUTES = frozenset(
@@ -70,8 +76,9 @@ class TextFormatter(logging.Formatter):
 def configure_logging(verbose: bool, fmt: str) -> None:
     """Send every log record to stderr, as ``fmt`` ("text" or "json") says.
 
-    Warnings and errors of any logger are shown, and the throughput line; with ``verbose``,
-    the INFO records of the ``postkit`` loggers too (a line per job event).
+    Warnings and errors of any logger are shown, the throughput line and the queue policies
+    an App applies (``postkit.tasks``); with ``verbose``, the INFO records of the other
+    ``postkit`` loggers too (a line per job event).
     """
     if fmt not in ("text", "json"):
         raise ValueError(f"unknown log format {fmt!r}: use 'text' or 'json'")
@@ -84,6 +91,7 @@ def configure_logging(verbose: bool, fmt: str) -> None:
     root.setLevel(logging.WARNING)
     logging.getLogger("postkit").setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger(REPORT_LOGGER).setLevel(logging.INFO)
+    logging.getLogger(TASKS_LOGGER).setLevel(logging.INFO)
     logging.captureWarnings(True)
 
 

@@ -10,6 +10,7 @@ import socket
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -20,14 +21,18 @@ from postkit.cli.output import first_line, mask_password, plural
 from postkit.embedded import resolve_dsn
 
 if TYPE_CHECKING:
+    from postkit.tasks import App
     from postkit.worker import Handlers
 
 _WORKER_HELP = """Run the job handlers of MODULE: claim jobs, run them, then ack, retry or
 dead-letter each one.
 
 MODULE is a dotted module path, importable from the current directory (e.g. tasks, or
-myapp.tasks), that defines one Handlers instance; when it defines several, name one as
-module:attribute. The worker serves every queue the Handlers registers, or the --queue ones.
+myapp.tasks), that defines one Handlers instance or one tasks App (postkit.tasks.App); when it
+defines several, name one as module:attribute. The worker serves every queue the Handlers (or
+the App's tasks) registers, or the --queue ones. An App's worker works in the App's namespace
+and, as it starts, writes its tasks' queue policies (max attempts, backoff, visibility
+timeout), and logs them.
 
 \b
 Example: tasks.py
@@ -69,14 +74,27 @@ signals on.
 """
 
 
-def load_handlers(spec: str) -> tuple[Handlers, str]:
+@dataclass(frozen=True)
+class Loaded:
+    """What ``postkit worker MODULE`` runs: the Handlers, a name for them (``module:attribute``)
+    and, when MODULE defines a tasks App, the App (whose namespace and queue policies the
+    worker takes)."""
+
+    handlers: Handlers
+    name: str
+    app: App | None = None
+
+
+def load_handlers(spec: str) -> Loaded:
     """Import ``module`` or ``module:attribute`` (the current directory first on sys.path) and
-    return its :class:`~postkit.worker.Handlers` and a name for it.
+    find its :class:`~postkit.worker.Handlers` or its :class:`~postkit.tasks.App` (whose
+    handlers are a Handlers). A module-level Handlers that is an App's own counts as that App.
 
     Raises:
         click.ClickException: the module cannot be found, or does not define exactly one
-            Handlers (or the named attribute is not one).
+            Handlers or App (or the named attribute is neither).
     """
+    from postkit.tasks import App
     from postkit.worker import Handlers
 
     module_name, _, attribute = spec.partition(":")
@@ -102,35 +120,66 @@ def load_handlers(spec: str) -> tuple[Handlers, str]:
         if not hasattr(module, attribute):
             raise click.ClickException(f"{module_name} has no attribute {attribute!r}")
         value = getattr(module, attribute)
-        if not isinstance(value, Handlers):
+        if isinstance(value, App):
+            loaded = Loaded(value.handlers, spec, value)
+        elif isinstance(value, Handlers):
+            loaded = Loaded(value, spec)
+        else:
             raise click.ClickException(
                 f"{spec} is not a Handlers object (from postkit.worker import Handlers) "
-                f"but of type {type(value).__name__}"
+                f"or a tasks App (from postkit.tasks import App) but of type "
+                f"{type(value).__name__}"
             )
-        handlers, name = value, spec
     else:
-        found: dict[int, tuple[str, Handlers]] = {}
+        # By the Handlers each value runs: an App and its own handlers are one.
+        found: dict[int, Loaded] = {}
         for key, value in vars(module).items():
-            if isinstance(value, Handlers):
-                found.setdefault(id(value), (key, value))
+            if isinstance(value, App):
+                found[id(value.handlers)] = Loaded(value.handlers, f"{module_name}:{key}", value)
+            elif isinstance(value, Handlers):
+                found.setdefault(id(value), Loaded(value, f"{module_name}:{key}"))
         if not found:
             raise click.ClickException(
-                f"{module_name} defines no Handlers; create one with `handlers = Handlers()` "
-                "(from postkit.worker import Handlers) and register functions on it"
+                f"{module_name} defines no Handlers or App; create one with `handlers = "
+                "Handlers()` (from postkit.worker import Handlers) and register functions on "
+                "it, or with `app = App(namespace=...)` (from postkit.tasks import App) and "
+                "decorate them with @app.task"
             )
         if len(found) > 1:
-            names = sorted(key for key, _ in found.values())
+            names = sorted(loaded.name.partition(":")[2] for loaded in found.values())
+            kinds = {"App" if loaded.app else "Handlers" for loaded in found.values()}
+            what = (
+                "Handlers and Apps"
+                if len(kinds) > 1
+                else ("Apps" if "App" in kinds else "Handlers")
+            )
             raise click.ClickException(
-                f"{module_name} defines several Handlers ({', '.join(names)}); name one, "
+                f"{module_name} defines several {what} ({', '.join(names)}); name one, "
                 f"e.g. {module_name}:{names[0]}"
             )
-        ((key, handlers),) = found.values()
-        name = f"{module_name}:{key}"
-    if not handlers:
-        raise click.ClickException(
-            f"{name} registers no handlers; add one with @handlers.register('queue_name')"
+        (loaded,) = found.values()
+    if not loaded.handlers:
+        how = "@app.task(queue='queue_name')" if loaded.app else "@handlers.register('queue_name')"
+        raise click.ClickException(f"{loaded.name} registers no handlers; add one with {how}")
+    return loaded
+
+
+def _app_namespace(ctx: click.Context, app: App, namespace: str, name: str) -> str:
+    """The namespace a worker of ``app`` works in: the App's, where its tasks push. A
+    --namespace naming another is refused; the children under a supervisor get the App's
+    namespace on their command line."""
+    given = ctx.get_parameter_source("namespace") not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+    )
+    if given and namespace != app.namespace:
+        raise click.BadParameter(
+            f"{name} is an App of namespace {app.namespace!r}, where its tasks push; leave "
+            f"--namespace out, or make it {app.namespace!r}",
+            param_hint="'--namespace'",
         )
-    return handlers, name
+    ctx.params["namespace"] = app.namespace
+    return app.namespace
 
 
 def _where(filename: str | None, line: int | None) -> str:
@@ -404,7 +453,10 @@ def worker(
     from postkit.worker import Worker
     from postkit.worker.supervisor import Supervisor
 
-    handlers, name = load_handlers(module)
+    loaded = load_handlers(module)
+    handlers, name = loaded.handlers, loaded.name
+    if loaded.app is not None:
+        namespace = _app_namespace(ctx, loaded.app, namespace, name)
     queues = tuple(dict.fromkeys(queues))
     unknown = [queue for queue in queues if queue not in handlers]
     if unknown:
@@ -426,6 +478,9 @@ def worker(
     configure_logging(verbose, log_format)
     resolved = resolve_dsn(dsn)
     require_schema(resolved)
+    if loaded.app is not None and not supervised:
+        # Once per `postkit worker`, before any process claims: not once per child.
+        loaded.app.configure_queues(resolved, queues=queues or None)
     if not supervised:
         _log_start(
             namespace,

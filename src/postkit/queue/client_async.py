@@ -94,6 +94,7 @@ class AsyncQueueClient(AsyncOperations):
         payload: Any,
         *,
         delay: Duration | None = None,
+        run_at: datetime | None = None,
         priority: int = 0,
         max_attempts: int | None = None,
         unique_key: str | None = None,
@@ -105,6 +106,11 @@ class AsyncQueueClient(AsyncOperations):
         Args:
             payload: any JSON-serializable value; the worker gets it back as ``job["payload"]``.
             delay: run no earlier than this long after the push (a timedelta or seconds).
+            run_at: run no earlier than this time: a timezone-aware datetime, instead of
+                ``delay``. It becomes the delay from the queue's clock (the database's, not
+                this machine's) in the push's own statement, so the job's ``run_at`` is exactly
+                this time; a time already past makes the job ready now. At most 3650 days
+                ahead, like ``delay``.
             priority: -32768..32767; higher runs first among ready jobs of the queue.
             max_attempts: 1..1000 claims before the job is dead-lettered; default: the queue's
                 setting, else 20.
@@ -121,6 +127,8 @@ class AsyncQueueClient(AsyncOperations):
         Raises:
             InvalidPayloadError, InvalidNameError, InvalidPriorityError,
             InvalidMaxAttemptsError, InvalidDurationError: bad arguments; nothing is written.
+            InvalidRunAtError (an InvalidDurationError): ``run_at`` is naive, not a datetime,
+                more than 3650 days ahead, or given with ``delay``; nothing is written.
         """
         return await self._run(
             protocol.push(
@@ -128,6 +136,7 @@ class AsyncQueueClient(AsyncOperations):
                 queue,
                 payload,
                 delay=delay,
+                run_at=run_at,
                 priority=priority,
                 max_attempts=max_attempts,
                 unique_key=unique_key,
@@ -380,13 +389,15 @@ class AsyncQueueClient(AsyncOperations):
         payloads: Sequence[Any],
         *,
         delay: Duration | None = None,
+        run_at: datetime | None = None,
         priority: int = 0,
         max_attempts: int | None = None,
         unique_keys: Sequence[str | None] | None = None,
     ) -> list[int | None]:
         """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
-        transaction; listeners get one notification. Each job records the current span's trace
-        context, as :meth:`push` does.
+        transaction; listeners get one notification. ``delay`` or ``run_at`` (at most one),
+        ``priority`` and ``max_attempts`` apply to every job, as :meth:`push` applies them.
+        Each job records the current span's trace context, as :meth:`push` does.
 
         Returns:
             one entry per payload, in order: the new job's id, or None when its unique key
@@ -398,6 +409,7 @@ class AsyncQueueClient(AsyncOperations):
                 queue,
                 payloads,
                 delay=delay,
+                run_at=run_at,
                 priority=priority,
                 max_attempts=max_attempts,
                 unique_keys=unique_keys,

@@ -15,10 +15,23 @@
 -- (integer, bigint, boolean, interval, coalesce, CASE, extract) are bound to pg_catalog by the
 -- grammar itself.
 
+-- A push's delay is a duration (`delay`) or an absolute time (`run_at`, a timestamptz), at most
+-- one of them. A run_at becomes the delay from the queue's clock, taken in this statement: the
+-- function's own clock() reads the same statement_timestamp(), so the job's run_at is exactly
+-- the one given (a time already past: a delay of zero, ready now). The delay travels as
+-- microseconds, never as days: a day added across a daylight-saving change in the session's
+-- time zone is 23 or 25 hours. With neither, the delay is NULL, the push's fast path.
+
 -- name: push
 SELECT postkit_queue.push(
     %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
-    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    coalesce(%(delay)s::bigint,
+             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
+                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
+                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
+                        OPERATOR(pg_catalog.*) 1000000)::bigint
+                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
+        OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(priority)s::integer,
     %(max_attempts)s::integer,
     %(unique_key)s,
@@ -31,7 +44,13 @@ SELECT postkit_queue.push(
 -- a database whose upgrade is still to come.
 SELECT postkit_queue.push(
     %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
-    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    coalesce(%(delay)s::bigint,
+             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
+                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
+                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
+                        OPERATOR(pg_catalog.*) 1000000)::bigint
+                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
+        OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(priority)s::integer,
     %(max_attempts)s::integer,
     %(unique_key)s,
@@ -189,7 +208,13 @@ FROM postkit_queue.pull_any(
 -- name: push_batch
 SELECT b.id FROM postkit_queue.push_batch(
     %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
-    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    coalesce(%(delay)s::bigint,
+             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
+                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
+                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
+                        OPERATOR(pg_catalog.*) 1000000)::bigint
+                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
+        OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[]) AS b
 ORDER BY b.ordinality;
 
@@ -197,7 +222,13 @@ ORDER BY b.ordinality;
 -- push_batch, with one trace context per payload (as push_traced is to push).
 SELECT b.id FROM postkit_queue.push_batch(
     %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
-    %(delay)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    coalesce(%(delay)s::bigint,
+             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
+                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
+                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
+                        OPERATOR(pg_catalog.*) 1000000)::bigint
+                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
+        OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[],
     %(trace_contexts)s::pg_catalog.jsonb) AS b
 ORDER BY b.ordinality;

@@ -12,7 +12,7 @@ import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from postkit import errors
@@ -125,6 +125,30 @@ def time(what: str, value: object) -> datetime | None:
         return None
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise errors.InvalidDurationError(f"{what} must be a timezone-aware datetime")
+    return value
+
+
+def run_at(value: object, *, delay: object) -> datetime | None:
+    """A push's absolute time: a timezone-aware datetime, given instead of a ``delay``. The
+    statement turns it into the delay from the queue's clock (queries.sql), which the SQL
+    module checks against the longest delay again; this check uses the machine's clock, so a
+    run_at within a clock skew of that limit may pass here and be refused there."""
+    if value is None:
+        return None
+    if delay is not None:
+        raise errors.InvalidRunAtError("give delay or run_at, not both")
+    if not isinstance(value, datetime):
+        raise errors.InvalidRunAtError(f"run_at must be a datetime, got {type(value).__name__}")
+    if value.utcoffset() is None:
+        raise errors.InvalidRunAtError(
+            f"run_at must be timezone-aware, got the naive {value.isoformat()}: which clock it "
+            "means is unknown (e.g. datetime.now(timezone.utc) + timedelta(hours=1))"
+        )
+    longest = limits.DURATIONS["delay"].maximum
+    if value - datetime.now(timezone.utc) > longest:
+        raise errors.InvalidRunAtError(
+            f"run_at {value.isoformat()} is more than {longest.days} days ahead"
+        )
     return value
 
 

@@ -20,6 +20,7 @@ def push(
     payload: object,
     *,
     delay: Duration | None,
+    run_at: datetime | None,
     priority: int,
     max_attempts: int | None,
     unique_key: str | None,
@@ -32,6 +33,7 @@ def push(
         queue=check.name("queue", queue, required=True),
         payload=check.payload(payload),
         delay=check.duration("delay", delay),
+        run_at=check.run_at(run_at, delay=delay),
         priority=check.integer(
             "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
         ),
@@ -190,6 +192,7 @@ def push_batch(
     payloads: Sequence[object],
     *,
     delay: Duration | None,
+    run_at: datetime | None,
     priority: int,
     max_attempts: int | None,
     unique_keys: Sequence[str | None] | None,
@@ -215,6 +218,7 @@ def push_batch(
         queue=check.name("queue", queue, required=True),
         payloads=check.payload(list(payloads)),
         delay=check.duration("delay", delay),
+        run_at=check.run_at(run_at, delay=delay),
         priority=check.integer(
             "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
         ),

@@ -1,0 +1,25 @@
+"""Typed tasks on top of queues: a function whose calls become jobs, checked against its
+signature when pushed, and run by a worker with the same arguments:
+
+    from postkit import tasks
+
+    app = tasks.App(namespace="my-app")
+
+    @app.task(queue="send_otp", max_attempts=5, timeout=30)
+    def send_otp(user_id: str, *, channel: str = "whatsapp") -> None: ...
+
+    send_otp.push(cursor, user_id="42")                  # in the caller's transaction
+    send_otp.options(delay=10).push(cursor, "42")        # push options beside the arguments
+    send_otp.push_many(cursor, [{"user_id": "1"}, {"user_id": "2"}])   # one round trip
+
+``postkit worker myapp.tasks`` (or ``app.worker(dsn).run()``) runs them. The layers: this
+package builds on the SDK (``postkit.queue``: every push is a ``QueueClient`` push) and on the
+worker runtime (``postkit.worker``: an App's handlers are a ``Handlers``), and adds no queue
+semantics of its own. ``payload.py`` is the payload's shape, ``task.py`` a task and its pushes,
+``app.py`` the App and the queue policies it applies.
+"""
+
+from postkit.tasks.app import App
+from postkit.tasks.task import PushOptions, Task, TaskSettings
+
+__all__ = ["App", "PushOptions", "Task", "TaskSettings"]

@@ -1,0 +1,225 @@
+"""An App: typed tasks in one namespace, and the Handlers a worker runs for them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+import psycopg
+
+from postkit import errors
+from postkit.queue import QueueClient, QueuePolicy, limits
+from postkit.queue.protocol import Duration
+from postkit.queue.protocol import checks as check
+from postkit.tasks.task import Task, TaskSettings
+from postkit.worker import Handlers, Worker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+logger = logging.getLogger("postkit.tasks")
+
+
+class App:
+    """Typed tasks of one namespace:
+
+        app = App(namespace="my-app")
+
+        @app.task(queue="send_otp", max_attempts=5, timeout=30)
+        def send_otp(user_id: str, *, channel: str = "whatsapp") -> None: ...
+
+        send_otp.push(cursor, user_id="42")   # a job in the caller's transaction
+
+    and the worker side: :attr:`handlers` holds one handler per task (it decodes the job's
+    payload into the call), so ``postkit worker myapp.tasks`` runs an App as it runs a
+    ``Handlers``; :meth:`worker` does it from Python. Plain handlers may join the tasks'
+    (``@app.handlers.register("queue")``).
+    """
+
+    def __init__(self, namespace: str = "default") -> None:
+        """``namespace``: where the tasks' jobs are pushed and where a worker of this App
+        claims them.
+
+        Raises:
+            InvalidNameError: the namespace is not a valid name.
+        """
+        check.name("namespace", namespace, required=True)
+        self.namespace = namespace
+        self.handlers = Handlers()
+        """The handlers a worker runs: one per task, and any registered on it directly."""
+        self.tasks: dict[str, Task[..., Any]] = {}
+        """The tasks by queue."""
+
+    def __repr__(self) -> str:
+        return f"<App {self.namespace!r}: {', '.join(self.tasks) or 'no tasks'}>"
+
+    def task(
+        self,
+        *,
+        queue: str,
+        max_attempts: int | None = None,
+        backoff_base: Duration | None = None,
+        backoff_cap: Duration | None = None,
+        visibility_timeout: Duration | None = None,
+        timeout: float | None = None,
+        priority: int = 0,
+        unique_by: Sequence[str] = (),
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Decorate a function to make it a :class:`Task` whose jobs go to ``queue``.
+
+        Each option has one home, and the first that says something wins: a push's own
+        (:meth:`Task.options`), then the task's, then the queue's policy, then the built-in
+        default (max_attempts 20; visibility timeout 30 s; backoff from 1 s doubling up to
+        1 h; handler timeout the worker's, an hour).
+
+        Args:
+            queue: the queue of the task's jobs; one task per queue.
+            max_attempts: 1..1000 claims before a job is dead-lettered. Every push of the task
+                carries it, and the worker writes it to the queue's policy when it starts,
+                for jobs pushed another way (by hand, by SQL, by a schedule).
+            backoff_base, backoff_cap: the retry backoff; visibility_timeout: how long a
+                claim lasts between heartbeats. Queue policies: the worker writes them to the
+                queue's policy when it starts (``update_queue_settings``, logged), and every
+                job of the queue follows them (a worker's own ``visibility_timeout`` still
+                overrides the claim's length). A setting the task leaves out stays the
+                operator's (``postkit queue configure``); one it declares is the code's, and
+                each worker start writes it again over an operator's change.
+            timeout: the handler's maximum run time in seconds (``Handlers.add(timeout=)``).
+            priority: the jobs' priority unless a push says otherwise.
+            unique_by: names of the function's parameters whose values key each job: while
+                a job of the queue with the same values is pending or running, another push
+                is a no-op that returns None. The key is those values (defaults included) as a
+                compact JSON array, e.g. ``["42"]``; past 128 characters, ``sha256:`` and the
+                array's digest.
+
+        Raises:
+            InvalidNameError, InvalidMaxAttemptsError, InvalidDurationError,
+            InvalidPriorityError: an option is out of range, as the queue checks it.
+            InvalidArgumentsError: ``unique_by`` names something that is not a named
+                parameter of the function (when decorating), or is a str.
+            ValueError: the queue already has a task or handler, or ``timeout`` is not
+                positive (when decorating, from :meth:`Handlers.add`).
+        """
+        check.name("queue", queue, required=True)
+        check.integer(
+            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
+        )
+        for what, duration in (
+            ("backoff_base", backoff_base),
+            ("backoff_cap", backoff_cap),
+            ("visibility_timeout", visibility_timeout),
+        ):
+            check.duration(what, duration)
+        check.required_integer(
+            "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
+        )
+        if isinstance(unique_by, str):
+            raise errors.InvalidArgumentsError(
+                f"unique_by takes a sequence of parameter names, e.g. ({unique_by!r},), not a str"
+            )
+        settings = TaskSettings(
+            queue=queue,
+            max_attempts=max_attempts,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            visibility_timeout=visibility_timeout,
+            timeout=timeout,
+            priority=priority,
+            unique_by=tuple(unique_by),
+        )
+
+        def decorate(function: Callable[P, R]) -> Task[P, R]:
+            task = Task(self.namespace, function, settings)
+            self.handlers.add(queue, task.handler(), timeout=timeout)
+            self.tasks[queue] = task
+            return task
+
+        return decorate
+
+    def apply_policies(
+        self, cursor: Any, *, queues: Collection[str] | None = None
+    ) -> dict[str, QueuePolicy]:
+        """Write each task's queue policy settings (max_attempts, backoff_base, backoff_cap,
+        visibility_timeout: those it declares) to its queue with ``update_queue_settings``,
+        in the caller's transaction on ``cursor``; the caller commits. Logs each queue's
+        change on the ``postkit.tasks`` logger.
+
+        ``queues``: only these queues' tasks (default: every task's).
+
+        Returns:
+            the policy now in force, by queue, for each queue it wrote to.
+
+        Raises:
+            PermissionDeniedError: the role lacks operator access; the transaction is
+                aborted.
+        """
+        client = QueueClient(cursor, self.namespace)
+        applied: dict[str, QueuePolicy] = {}
+        for queue, task in self.tasks.items():
+            settings: dict[str, Any] = task.settings.queue_policy()
+            if not settings or (queues is not None and queue not in queues):
+                continue
+            policy = client.update_queue_settings(queue, **settings)
+            applied[queue] = policy
+            logger.info(
+                "queue %s: applied the policy of task %s (%s); in force: max attempts %d, "
+                "visibility timeout %gs, backoff %gs doubling up to %gs",
+                queue,
+                task.signature.name,
+                _shown(settings),
+                policy.max_attempts,
+                policy.visibility_timeout,
+                policy.backoff_base,
+                policy.backoff_cap,
+                extra={"event": "policy_applied", "queue": queue, "settings": settings},
+            )
+        return applied
+
+    def configure_queues(
+        self, dsn: str, *, queues: Collection[str] | None = None
+    ) -> dict[str, QueuePolicy]:
+        """What a worker of this App does as it starts: :meth:`apply_policies` on a
+        connection of its own, committed. A role without operator access changes nothing: it
+        logs a warning naming what it could not apply and returns an empty dict, and the
+        queues keep the policies they have. No task with a queue policy: no connection.
+
+        Returns:
+            the policy now in force, by queue, for each queue it wrote to.
+        """
+        wanted = {
+            queue: settings
+            for queue, task in self.tasks.items()
+            if (settings := task.settings.queue_policy()) and (queues is None or queue in queues)
+        }
+        if not wanted:
+            return {}
+        with psycopg.connect(dsn, prepare_threshold=None) as connection:
+            try:
+                return self.apply_policies(connection.cursor(), queues=queues)
+            except errors.PermissionDeniedError as exc:
+                connection.rollback()
+                logger.warning(
+                    "could not apply the tasks' queue policies (%s): %s; the queues keep the "
+                    "policies they have (an operator sets them: postkit queue configure)",
+                    "; ".join(f"{queue}: {_shown(settings)}" for queue, settings in wanted.items()),
+                    exc,
+                    extra={"event": "policy_not_applied", "queues": list(wanted)},
+                )
+                return {}
+
+    def worker(self, dsn: str, **options: Any) -> Worker:
+        """A :class:`~postkit.worker.Worker` for this App's handlers in its namespace, after
+        :meth:`configure_queues` (for the queues it will serve): ``app.worker(dsn,
+        concurrency=8).run()``. ``options`` are the Worker's, but ``namespace``.
+        """
+        self.configure_queues(dsn, queues=options.get("queues"))
+        return Worker(dsn, self.handlers, namespace=self.namespace, **options)
+
+
+def _shown(settings: dict[str, Any]) -> str:
+    """``max_attempts 5, backoff_base 2``: queue settings as a log line shows them."""
+    return ", ".join(f"{name} {value}" for name, value in settings.items())
+
+
+__all__ = ["App"]

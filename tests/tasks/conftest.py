@@ -1,0 +1,66 @@
+"""Fixtures for typed tasks: an App in the test's namespace, a client to look at its jobs, and
+workers of an App run in-process (``App.worker(...).run()`` on a thread, stopped after the
+test)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from postkit.queue import Job, QueueClient
+from postkit.tasks import App
+from postkit.worker import Worker
+
+StartWorker = Callable[..., Worker]
+
+
+@pytest.fixture
+def app(namespace: str) -> App:
+    return App(namespace=namespace)
+
+
+@pytest.fixture
+def client(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> QueueClient:
+    """An autocommit client in the test's namespace: reads see the latest state."""
+    return QueueClient(connect(autocommit=True).cursor(), namespace=namespace)
+
+
+@pytest.fixture
+def job_of(client: QueueClient) -> Callable[[int | None], Job]:
+    """The job of an id a push returned."""
+
+    def _job(job_id: int | None) -> Job:
+        assert job_id is not None, "the push was deduplicated"
+        job = client.get_job(job_id)
+        assert job is not None, f"job {job_id} is gone"
+        return job
+
+    return _job
+
+
+@pytest.fixture
+def start_worker(dsn: str, namespace: str) -> Iterator[StartWorker]:
+    """Start a worker of an App on a thread (``app.worker(dsn, **options)``); each is
+    stopped and must have shut down after the test. The fallback poll and the tick are far
+    longer than any wait here, so a job that runs promptly was claimed on a notification."""
+    running: list[tuple[Worker, threading.Thread]] = []
+    worker_dsn = psycopg.conninfo.make_conninfo(dsn, application_name=f"pk-{namespace}")
+
+    def _start(app: App, **options: Any) -> Worker:
+        options = {"poll_interval": 30.0, "tick_interval": 60.0, "grace_period": 2.0, **options}
+        worker = app.worker(worker_dsn, **options)
+        thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
+        thread.start()
+        running.append((worker, thread))
+        return worker
+
+    yield _start
+    for worker, _ in running:
+        worker.stop()
+    for _, thread in running:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the worker did not shut down within 30 s of stop()"
