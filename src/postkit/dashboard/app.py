@@ -62,6 +62,9 @@ logger = logging.getLogger("postkit.dashboard")
 
 _STATIC = resources.files("postkit.dashboard") / "static"
 
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body an action reads: a selection of 100,000 job ids fits."""
+
 Handler = Callable[[Request, dict[str, Any]], dict[str, Any]]
 """An endpoint's work, run on a thread: the request and its JSON body (empty for a GET)."""
 
@@ -227,7 +230,7 @@ def _queue_action(
             namespace,
             queue,
             created_before=_time(body.get("created_before")),
-            dry_run=bool(body.get("dry_run", False)),
+            dry_run=_dry_run(body),
         )
     return source.set_paused(namespace, queue, _pause_verb(verb))
 
@@ -250,8 +253,17 @@ def _dead_letter_filters(body: dict[str, Any]) -> dict[str, Any]:
         "error": body.get("error") or None,
         "failed_after": _time(body.get("since")),
         "failed_before": _time(body.get("until")),
-        "dry_run": bool(body.get("dry_run", False)),
+        "dry_run": _dry_run(body),
     }
+
+
+def _dry_run(body: dict[str, Any]) -> bool:
+    """The body's ``dry_run``: absent is false, anything but true or false is refused (a
+    ``null`` is a client's unset value, not a request to delete)."""
+    value = body.get("dry_run", False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"dry_run must be true or false, got {json.dumps(value)}")
+    return value
 
 
 def _time(value: Any) -> datetime | None:
@@ -267,16 +279,31 @@ def _time(value: Any) -> datetime | None:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+    """The body as a JSON object, read up to :data:`MAX_BODY_BYTES`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw:
         return {}
     try:
         body = json.loads(raw)
-    except ValueError:
-        raise BadRequest("the request body is not JSON") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python reads
+        raise BadRequest("the request body is not JSON (or nested too deep)") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
+
+
+class TooLarge(BadRequest):
+    """A request body over :data:`MAX_BODY_BYTES`."""
 
 
 _HTTP_ERRORS = (
@@ -291,7 +318,9 @@ _HTTP_ERRORS = (
 def _error(exc: BaseException) -> JSONResponse:
     """An exception as the API's error response, its message on one line."""
     status = 500
-    if isinstance(exc, (BadRequest, ValidationError)):
+    if isinstance(exc, TooLarge):
+        status = 413
+    elif isinstance(exc, (BadRequest, ValidationError)):
         status = 400
     elif isinstance(exc, NotFound):
         status = 404

@@ -528,9 +528,12 @@ def _dead_letter_position(cursor: str | None) -> _DeadLetterPosition | None:
         return None
     try:
         failed_at, job_id = cursor.rsplit("|", 1)
-        return _DeadLetterPosition(datetime.fromisoformat(failed_at), int(job_id))
+        position = _DeadLetterPosition(datetime.fromisoformat(failed_at), int(job_id))
     except ValueError:
-        raise BadRequest(f"not a dead-letter page cursor: {cursor!r}") from None
+        position = None
+    if position is None or not -(2**63) <= position.job_id < 2**63:  # a bigint
+        raise BadRequest(f"not a dead-letter page cursor: {cursor!r}")
+    return position
 
 
 class BadRequest(ValueError):

@@ -1,0 +1,152 @@
+"""The dashboard under attack, and under the values a real deployment throws at it: hostile or
+malformed requests, names the queue accepts that a URL mangles, tokens and cookies as people
+and other servers write them, values the owner wrote by hand, a database that goes away, and a
+namespace with a thousand queues. Each answer is a readable refusal or the right page, never a
+500, and never a change the request did not ask for."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from postkit.queue import QueueClient
+
+Q = "emails"
+TOKEN = "a-token-long-enough-1234"
+
+
+@pytest.fixture
+def q(dsn: str, namespace: str) -> Iterator[QueueClient]:
+    """An autocommit client in the test's namespace, as the database's owner."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        yield QueueClient(connection.cursor(), namespace=namespace)
+
+
+@pytest.fixture
+def api(dashboard: httpx.Client, namespace: str) -> httpx.Client:
+    dashboard.base_url = dashboard.base_url.join(f"/api/ns/{namespace}/")
+    return dashboard
+
+
+def bury(q: QueueClient, queue: str = Q) -> int:
+    job_id = q.push(queue, {"n": 1})
+    job = q.pull(queue, worker_id="w1")
+    assert job is not None and job.id == job_id
+    q.fail(job, error="boom")
+    return job_id
+
+
+def raw_request(base_url: str, request: bytes) -> bytes:
+    """Send ``request`` as it is (no client normalises its path) and return the status line."""
+    url = httpx.URL(base_url)
+    with socket.create_connection((url.host, url.port or 80), timeout=10) as connection:
+        connection.sendall(request)
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = connection.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+# -------------------------------------------------------------------------------------------
+# Requests
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_json_body_nested_past_pythons_recursion_limit_is_refused_with_400(
+    api: httpx.Client,
+) -> None:
+    deep = b'{"job_ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+    response = api.post("dead-letters/redrive", content=deep)
+
+    assert response.status_code == 400, response.text
+    assert "JSON" in response.json()["error"]
+
+
+def test_a_request_body_over_the_limit_is_refused_with_413_and_changes_nothing(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    dead = bury(q)
+    body = json.dumps({"job_ids": [dead, *range(10**12, 10**12 + 200_000)]})
+
+    response = api.post("dead-letters/purge", content=body)
+
+    assert response.status_code == 413, response.text
+    assert [d.job_id for d in q.dead_letters(Q)] == [dead]
+
+
+@pytest.mark.parametrize("flag", [None, 0, "yes", []])
+def test_a_dry_run_flag_that_is_not_true_or_false_is_refused_and_deletes_nothing(
+    api: httpx.Client, q: QueueClient, flag: Any
+) -> None:
+    """``{"dry_run": null}`` (a client's unset variable) is not a purge."""
+    q.push(Q, {"n": 1})
+    dead = bury(q, "other")
+
+    answers = [
+        api.post(f"queues/{Q}/purge", json={"dry_run": flag}),
+        api.post("dead-letters/purge", json={"dry_run": flag}),
+        api.post("dead-letters/redrive", json={"dry_run": flag}),
+    ]
+
+    assert [r.status_code for r in answers] == [400, 400, 400], [r.text for r in answers]
+    assert len(q.jobs(Q, "pending")) == 1
+    assert [(d.job_id, d.redriven_job_id) for d in q.dead_letters("other")] == [(dead, None)]
+
+
+def test_a_dead_letter_cursor_with_an_id_out_of_range_is_refused_with_400(
+    api: httpx.Client,
+) -> None:
+    cursor = "2026-01-01T00:00:00+00:00|99999999999999999999"
+
+    response = api.get("dead-letters", params={"cursor": cursor})
+
+    assert response.status_code == 400, response.text
+
+
+def test_an_action_route_answers_head_and_options_with_405_and_changes_nothing(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    q.push(Q, {"n": 1})
+
+    answers = [api.request(method, f"queues/{Q}/purge") for method in ("HEAD", "OPTIONS")]
+
+    assert [r.status_code for r in answers] == [405, 405]
+    assert len(q.jobs(Q, "pending")) == 1
+
+
+def test_an_action_from_an_opaque_origin_is_refused_even_with_the_csrf_token(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    """A sandboxed frame or a data: page sends ``Origin: null``."""
+    q.push(Q, {"n": 1})
+
+    response = api.post(f"queues/{Q}/pause", json={}, headers={"origin": "null"})
+
+    assert response.status_code == 403
+    assert not q.queue_policy(Q).paused
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        b"/static/../app.py",
+        b"/static/%2e%2e/app.py",
+        b"/static/..%2fapp.py",
+        b"/static/vendor/../../settings.py",
+        b"/static/%2e%2e/%2e%2e/%2e%2e/pyproject.toml",
+    ],
+)
+def test_no_file_outside_the_static_folder_is_served(dashboard: httpx.Client, path: bytes) -> None:
+    request = b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+    assert raw_request(str(dashboard.base_url), request) == b"HTTP/1.1 404 Not Found"
