@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient
+from tests.dashboard.conftest import ServeDashboard
 
 Q = "emails"
 TOKEN = "a-token-long-enough-1234"
@@ -150,3 +151,37 @@ def test_no_file_outside_the_static_folder_is_served(dashboard: httpx.Client, pa
     request = b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 
     assert raw_request(str(dashboard.base_url), request) == b"HTTP/1.1 404 Not Found"
+
+
+# -------------------------------------------------------------------------------------------
+# Names the queue accepts
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_queue_whose_name_holds_a_slash_has_its_own_page_and_actions(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    q.push("emails/high", {"n": 1})
+    q.push("emails", {"n": 2})
+
+    page = api.get("queues/emails%2Fhigh")
+    jobs = api.get("queues/emails%2Fhigh/jobs", params={"state": "pending"})
+    paused = api.post("queues/emails%2Fhigh/pause", json={})
+
+    assert page.status_code == 200 and page.json()["queue"] == "emails/high", page.text
+    assert [job["payload_preview"] for job in jobs.json()["jobs"]] == ['{"n":1}']
+    assert paused.status_code == 200 and q.queue_policy("emails/high").paused
+    assert not q.queue_policy("emails").paused
+
+
+def test_a_namespace_whose_name_holds_a_slash_has_its_pages(
+    serve_dashboard: ServeDashboard, dsn: str, namespace: str
+) -> None:
+    name = f"{namespace}/billing"
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        QueueClient(connection.cursor(), namespace=name).push(Q, {"n": 1})
+    with serve_dashboard() as http:
+        overview = http.get(f"/api/ns/{namespace}%2Fbilling/overview")
+
+    assert overview.status_code == 200, overview.text
+    assert [row["queue"] for row in overview.json()["queues"]] == [Q]

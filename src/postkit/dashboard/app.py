@@ -30,8 +30,10 @@ POST     /api/ns/{ns}/dead-letters/purge              the same
 POST     /api/ns/{ns}/schedules/{name}/pause|resume
 =======  ===========================================  =========================================
 
-Errors are ``{"error": message}`` with 400 (a value the SDK or SQL refused), 403 (the role may
-not, or read-only), 404, 409 (a job that is running) or 503 (the database is unreachable).
+Names in a path are percent-encoded, each one path segment: ``emails%2Fhigh`` is the queue
+``emails/high``. Errors are ``{"error": message}`` with 400 (a value the SDK or SQL refused), 403
+(the role may not, or read-only), 404, 409 (a job that is running), 413 (a body over
+:data:`MAX_BODY_BYTES`) or 503 (the database is unreachable).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import psycopg
 import psycopg_pool
@@ -52,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from postkit.dashboard.security import Guard
 from postkit.dashboard.settings import DashboardSettings
@@ -95,7 +99,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
         return run
 
     def ns(request: Request) -> str:
-        return str(request.path_params["ns"])
+        return _name(request, "ns")
 
     reads = [
         Route("/api/meta", endpoint(lambda r, b: source.meta())),
@@ -103,14 +107,14 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/api/ns/{ns}/overview", endpoint(lambda r, b: source.overview(ns(r)))),
         Route(
             "/api/ns/{ns}/queues/{queue}",
-            endpoint(lambda r, b: source.queue(ns(r), r.path_params["queue"])),
+            endpoint(lambda r, b: source.queue(ns(r), _name(r, "queue"))),
         ),
         Route(
             "/api/ns/{ns}/queues/{queue}/jobs",
             endpoint(
                 lambda r, b: source.jobs(
                     ns(r),
-                    r.path_params["queue"],
+                    _name(r, "queue"),
                     r.query_params.get("state", "pending"),
                     r.query_params.get("cursor") or None,
                 )
@@ -140,7 +144,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
     actions = [
         Route(
             "/api/ns/{ns}/queues/{queue}/{verb:str}",
-            endpoint(lambda r, b: _queue_action(source, ns(r), r.path_params["queue"], r, b)),
+            endpoint(lambda r, b: _queue_action(source, ns(r), _name(r, "queue"), r, b)),
             methods=post,
         ),
         Route(
@@ -177,7 +181,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
             "/api/ns/{ns}/schedules/{name}/{verb:str}",
             endpoint(
                 lambda r, b: source.set_schedule_paused(
-                    ns(r), r.path_params["name"], _pause_verb(r.path_params["verb"])
+                    ns(r), _name(r, "name"), _pause_verb(r.path_params["verb"])
                 )
             ),
             methods=post,
@@ -192,7 +196,31 @@ def create_app(settings: DashboardSettings) -> Starlette:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.source = source
-    return Guard(app, settings)  # type: ignore[return-value]
+    return Guard(_RawApiPaths(app), settings)  # type: ignore[return-value]
+
+
+class _RawApiPaths:
+    """Routes ``/api/`` on the path as sent, still percent-encoded: a name holding a ``/``
+    (``%2F``) stays one segment, where the decoded path would split it. :func:`_name`
+    decodes each name."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if scope["type"] == "http" and raw and scope["path"].startswith("/api/"):
+            scope = {**scope, "path": raw.decode("latin-1")}
+        await self.app(scope, receive, send)
+
+
+def _name(request: Request, param: str) -> str:
+    """A name from the path, percent-decoded as UTF-8."""
+    value = str(request.path_params[param])
+    try:
+        return unquote_to_bytes(value.encode("latin-1")).decode("utf-8")
+    except UnicodeError:
+        raise BadRequest(f"{param} is not percent-encoded UTF-8: {value!r}") from None
 
 
 async def _page(request: Request) -> Response:

@@ -56,8 +56,14 @@ async function api(path, body) {
   return data;
 }
 
+// Names go into paths percent-encoded, each one segment ("emails/high" is emails%2Fhigh).
 function nsPath(suffix) {
   return "/api/ns/" + encodeURIComponent(state.namespace) + suffix;
+}
+
+// A route of the page, in the namespace shown.
+function nsHash(suffix) {
+  return "/ns/" + encodeURIComponent(state.namespace) + (suffix || "");
 }
 
 function setStatus(text, isError) {
@@ -189,14 +195,14 @@ const COLORS = { completed: "#1f8a4c", failed: "#c53030", retried: "#b7791f", re
 async function viewOverview(main) {
   const data = await api(nsPath("/overview"));
   const rows = data.queues.map((q) => h("tr", { "data-queue": q.queue },
-    h("td", {}, link(q.queue, "/ns/" + state.namespace + "/queue/" + encodeURIComponent(q.queue)),
+    h("td", {}, link(q.queue, nsHash("/queue/" + encodeURIComponent(q.queue))),
       " ", q.paused ? badge("paused", "paused") : null),
     count(q, "pending"), count(q, "scheduled"), count(q, "running"), count(q, "dead"),
     h("td", { class: "num" }, fmtAge(q.oldest_ready_age)),
     num(q.completed_last_minute), num(q.failed_last_minute),
     num(q.retried_last_hour), num(q.rescued_last_hour)));
   const workers = h("p", { id: "workers-summary" },
-    link(`${data.workers.alive} workers alive`, "/ns/" + state.namespace + "/workers"),
+    link(`${data.workers.alive} workers alive`, nsHash("/workers")),
     data.workers.lost ? [", ", badge(`${data.workers.lost} lost`, "lost")] : null);
   const charts = h("div", { class: "grid", id: "charts" });
   fill(main, 
@@ -283,12 +289,12 @@ async function viewQueue(main, queue, params) {
   ]);
   const stats = info.stats || {};
   const policy = info.policy || {};
-  const base = "/ns/" + state.namespace + "/queue/" + encodeURIComponent(queue);
+  const base = nsHash("/queue/" + encodeURIComponent(queue));
   const tabs = h("div", { class: "tabs" }, ["pending", "scheduled", "running", "dead"].map((s) =>
     link(`${s} (${fmtNumber(stats[s] || 0, stats.counts_capped && stats[s] >= CAP)})`, base + "?state=" + s,
       { class: s === stateName ? "active" : null, "data-state": s })));
   const jobRows = page.jobs.map((job) => h("tr", { "data-job": job.id },
-    h("td", { class: "mono" }, link(String(job.id), "/ns/" + state.namespace + "/job/" + job.id)),
+    h("td", { class: "mono" }, link(String(job.id), nsHash("/job/" + job.id))),
     h("td", { class: "num" }, fmtAge(job.age_seconds)),
     num(job.attempts), num(job.priority),
     h("td", {}, fmtTime(job.run_at)), h("td", { class: "mono" }, job.worker_id || ""),
@@ -338,7 +344,7 @@ async function viewJob(main, jobId) {
   const errors = job ? job.errors || [] : [];
   const lineage = (data.lineage || []).map((step) => h("li", { "data-job": step.job_id },
     step.job_id === jobId ? h("strong", {}, "#" + step.job_id + " (this job)")
-      : link("#" + step.job_id, "/ns/" + state.namespace + "/job/" + step.job_id),
+      : link("#" + step.job_id, nsHash("/job/" + step.job_id)),
     " ", step.state || "finished",
     step.redriven_job_id ? ` → redriven as #${step.redriven_job_id} at ${fmtTime(step.redriven_at)}` : ""));
   const buttons = [];
@@ -398,7 +404,7 @@ async function viewDead(main, params) {
       const value = String(data.get(key) || "").trim();
       if (value) next.set(key, value);
     }
-    location.hash = "/ns/" + state.namespace + "/dead?" + next.toString();
+    location.hash = nsHash("/dead?" + next.toString());
   } },
   h("input", { name: "queue", placeholder: "queue", value: filters.queue }),
   h("input", { name: "error", placeholder: "error contains", value: filters.error }),
@@ -414,11 +420,11 @@ async function viewDead(main, params) {
   const rows = page.dead_letters.map((d) => h("tr", { "data-job": d.job_id },
     h("td", {}, h("input", { type: "checkbox", class: "select", "data-job": d.job_id,
       onchange: (event) => { if (event.target.checked) selected.add(d.job_id); else selected.delete(d.job_id); } })),
-    h("td", { class: "mono" }, link(String(d.job_id), "/ns/" + state.namespace + "/job/" + d.job_id)),
+    h("td", { class: "mono" }, link(String(d.job_id), nsHash("/job/" + d.job_id))),
     h("td", {}, d.queue), h("td", {}, d.reason), num(d.attempts),
     h("td", { class: "error-text" }, d.error || ""), h("td", {}, fmtTime(d.failed_at)),
     h("td", { class: "mono preview" }, d.payload_preview),
-    h("td", {}, d.redriven_job_id ? link("→ " + d.redriven_job_id, "/ns/" + state.namespace + "/job/" + d.redriven_job_id) : "")));
+    h("td", {}, d.redriven_job_id ? link("→ " + d.redriven_job_id, nsHash("/job/" + d.redriven_job_id)) : "")));
   fill(main, 
     h("h1", {}, "Dead letters"),
     form,
@@ -451,8 +457,8 @@ async function viewDead(main, params) {
       ? table(["", "job", "queue", "reason", "attempts#", "last error", "failed at", "payload", "redriven"], rows, { id: "dead-letters" })
       : notice("No dead letters match."),
     page.next_cursor
-      ? h("p", {}, link("Next page →", "/ns/" + state.namespace + "/dead?" +
-        new URLSearchParams({ ...Object.fromEntries(query), cursor: page.next_cursor }).toString(), { id: "next-page" }))
+      ? h("p", {}, link("Next page →", nsHash("/dead?" +
+        new URLSearchParams({ ...Object.fromEntries(query), cursor: page.next_cursor }).toString()), { id: "next-page" }))
       : null);
 }
 
@@ -463,7 +469,7 @@ async function viewSchedules(main) {
     h("td", {}, s.queue), h("td", { class: "mono" }, s.cron || `every ${fmtAge(s.every)}`),
     h("td", {}, s.timezone), h("td", {}, fmtTime(s.next_run_at)),
     h("td", {}, fmtTime(s.last_run_at)),
-    h("td", {}, s.last_job_id ? [link("#" + s.last_job_id, "/ns/" + state.namespace + "/job/" + s.last_job_id), " ", s.last_job_state || ""] : ""),
+    h("td", {}, s.last_job_id ? [link("#" + s.last_job_id, nsHash("/job/" + s.last_job_id)), " ", s.last_job_state || ""] : ""),
     h("td", { class: "error-text" }, s.broken_reason || ""),
     h("td", {}, s.paused
       ? actionButton("Resume", async () => { await api(nsPath("/schedules/" + encodeURIComponent(s.name) + "/resume"), {}); await render(); })
@@ -484,7 +490,7 @@ async function viewWorkers(main) {
     h("td", {}, fmtTime(w.started_at)), h("td", {}, ago(w.heartbeat_at, data.now)),
     h("td", {}, w.lost ? badge("lost", "lost") : badge("alive", "alive")),
     h("td", {}, (w.running || []).length
-      ? (w.running || []).slice(0, 10).map((job) => [link("#" + job.id, "/ns/" + state.namespace + "/job/" + job.id), " "])
+      ? (w.running || []).slice(0, 10).map((job) => [link("#" + job.id, nsHash("/job/" + job.id)), " "])
       : h("span", { class: "muted" }, "idle"),
     (w.running || []).length > 10 ? ` +${w.running.length - 10}` : null)));
   fill(main, 
@@ -516,7 +522,7 @@ async function render() {
   state.view = view;
   document.getElementById("namespace").value = view === "all" ? ALL : state.namespace;
   for (const a of document.querySelectorAll("#nav a")) {
-    a.href = "#/ns/" + encodeURIComponent(state.namespace) + (a.dataset.view === "overview" ? "" : "/" + a.dataset.view);
+    a.href = "#" + nsHash(a.dataset.view === "overview" ? "" : "/" + a.dataset.view);
     a.classList.toggle("active", a.dataset.view === view);
   }
   const main = document.getElementById("view");

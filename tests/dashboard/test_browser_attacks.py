@@ -1,0 +1,96 @@
+"""The page under attack in a real browser (Debian's Chromium, see ``browser`` in conftest):
+markup and script in every value that reaches it stay text on every view, names that a URL
+would mangle open their own pages, and a mangled link does not stop the live updates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+from postkit.queue import QueueClient
+from tests.dashboard.conftest import ServeDashboard, wait_for
+
+pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By
+
+pytestmark = pytest.mark.slow
+
+# Each sets window.__pwned if the page ever runs it, as markup, as a handler or as a URL.
+IMG = "<img src=x onerror=window.__pwned='img'>"
+SVG = "<svg/onload=window.__pwned='svg'>"
+SCRIPT = "<script>window.__pwned='script'</script>"
+FRAME = "<iframe src=javascript:window.__pwned='frame'>"
+Q = "emails"
+JS_URL = "javascript:window.__pwned='href'//"
+
+INJECTED = "main img, main script, main svg, main iframe, select img, select script"
+HANDLERS = "[onerror], [onload], [onclick], [onmouseover]"
+
+
+@pytest.fixture
+def owner(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        yield connection
+
+
+def page_text(driver: Any, selector: str) -> str:
+    return str(
+        driver.execute_script(
+            "const el = document.querySelector(arguments[0]); return el ? el.innerText : '';",
+            selector,
+        )
+    )
+
+
+def showing(selector: str, text: str) -> Callable[[Any], bool]:
+    return lambda driver: text in page_text(driver, selector)
+
+
+def assert_nothing_ran(driver: Any, where: str) -> None:
+    assert driver.execute_script("return window.__pwned") is None, where
+    assert not driver.find_elements(By.CSS_SELECTOR, INJECTED), where
+    assert not driver.find_elements(By.CSS_SELECTOR, HANDLERS), where
+    hrefs = driver.execute_script(
+        "return Array.from(document.querySelectorAll('a')).map((a) => a.getAttribute('href'))"
+    )
+    assert [h for h in hrefs if not str(h).startswith("#")] == [], where
+
+
+def pending_on_overview(driver: Any, queue: str) -> str | None:
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "const row = Array.from(document.querySelectorAll('#queues tr[data-queue]'))"
+        ".find((r) => r.dataset.queue === arguments[0]);"
+        "return row ? row.cells[1].innerText : null;",
+        queue,
+    )
+
+
+def test_a_namespace_and_a_queue_named_with_slashes_open_and_act_from_the_page(
+    browser: Any, serve_dashboard: ServeDashboard, owner: psycopg.Connection[Any], namespace: str
+) -> None:
+    ns, queue = f"{namespace}/billing", "emails/high"
+    q = QueueClient(owner.cursor(), namespace=ns)
+    q.push(queue, {"n": 1})
+    q.push("emails", {"n": 2})
+    with serve_dashboard(namespaces=(ns,), refresh_seconds=0.5) as http:
+        base = str(http.base_url).rstrip("/")
+        browser.get(f"{base}/#/ns/{quote(ns, safe='')}")
+        wait_for(browser, lambda d: pending_on_overview(d, queue) == "1", "the queue's row")
+        browser.execute_script(
+            "Array.from(document.querySelectorAll('#queues tr[data-queue]'))"
+            ".find((r) => r.dataset.queue === arguments[0]).querySelector('a').click()",
+            queue,
+        )
+        wait_for(browser, lambda d: page_text(d, "#queue-name") == queue, "the queue's page")
+        wait_for(browser, lambda d: '{"n":1}' in page_text(d, "#jobs"), "its job")
+        browser.find_element(By.ID, "pause").click()
+        wait_for(browser, lambda d: d.find_elements(By.ID, "resume"), "the queue paused")
+        browser.find_element(By.CSS_SELECTOR, "#nav a[data-view='workers']").click()
+        wait_for(browser, lambda d: "No workers" in page_text(d, "main"), "its workers' page")
+
+    assert q.queue_policy(queue).paused
+    assert not q.queue_policy("emails").paused
