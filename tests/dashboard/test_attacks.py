@@ -185,3 +185,58 @@ def test_a_namespace_whose_name_holds_a_slash_has_its_pages(
 
     assert overview.status_code == 200, overview.text
     assert [row["queue"] for row in overview.json()["queues"]] == [Q]
+
+
+# -------------------------------------------------------------------------------------------
+# The token and its cookie
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_typed_token_with_spaces_plus_slash_and_equals_opens_the_dashboard(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    """As `openssl rand -base64` makes it, or a passphrase, typed into the address bar (which
+    sends a space as %20 and keeps + as it is)."""
+    token = "correct horse+battery/staple=="
+    with serve_dashboard(namespaces=(namespace,), token=token) as http:
+        login = http.get("/login?token=correct%20horse+battery/staple==")
+        meta = http.get("/api/meta")
+
+    assert login.status_code == 303, login.text
+    assert meta.status_code == 200, meta.text
+
+
+def test_a_token_of_any_text_makes_a_cookie_that_opens_the_dashboard(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    token = 'semi;colon "quoted" back\\slash,comma'
+    with serve_dashboard(namespaces=(namespace,), token=token) as http:
+        login = http.get("/login", params={"token": token})
+        meta = http.get("/api/meta")
+
+    assert login.status_code == 303, login.text
+    assert meta.status_code == 200, meta.text
+
+
+def test_the_login_cookie_never_holds_the_token(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
+        cookie = http.get("/login", params={"token": TOKEN}).headers["set-cookie"]
+
+    assert TOKEN not in cookie
+
+
+def test_the_login_cookie_counts_among_cookies_other_servers_of_the_host_set(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    """A browser sends a host's cookies to every port of it: a notebook or a dev server on
+    127.0.0.1 adds its own, in whatever form it likes."""
+    with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
+        http.get("/login", params={"token": TOKEN})
+        ours = http.cookies["postkit_dashboard"]
+        http.cookies.clear()
+        theirs = 'prefs={"theme": "dark"}; session=a b'
+        meta = http.get("/api/meta", headers={"cookie": f"{theirs}; postkit_dashboard={ours}"})
+
+    assert meta.status_code == 200, meta.text
