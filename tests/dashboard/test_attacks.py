@@ -188,6 +188,26 @@ def test_a_namespace_whose_name_holds_a_slash_has_its_pages(
 
 
 # -------------------------------------------------------------------------------------------
+# Dry runs count what the action does
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_purge_dry_run_of_a_selection_counts_only_the_dead_letters_it_would_delete(
+    api: httpx.Client, q: QueueClient, dsn: str
+) -> None:
+    dead = bury(q)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        elsewhere = bury(QueueClient(connection.cursor(), namespace="someone-else"))
+    selection = [dead, elsewhere, 10**15]  # one here, one of another namespace, one gone
+
+    dry = api.post("dead-letters/purge", json={"job_ids": selection, "dry_run": True})
+
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["count"] == 1
+    assert [d.job_id for d in q.dead_letters(Q)] == [dead]  # the count deleted nothing
+
+
+# -------------------------------------------------------------------------------------------
 # The token and its cookie
 # -------------------------------------------------------------------------------------------
 

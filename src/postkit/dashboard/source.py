@@ -396,9 +396,11 @@ class DashboardSource:
     ) -> dict[str, Any]:
         """Delete dead letters, retried or not: the selected ones, or every one the filters
         match, that failed before ``failed_before``, else before now by the queue's clock. A
-        dry run counts them (the filters' up to ``COUNT_CAP``) and returns its cutoff as
-        ``failed_before``: a purge sent with it never deletes a dead letter that arrived
-        after the count. An error-text filter needs a selection, as for :meth:`redrive`."""
+        dry run counts them, the filters' up to ``COUNT_CAP`` and a selection's exactly (by
+        purging it and rolling that back: ids may be gone, too new, or of another namespace),
+        and returns its cutoff as ``failed_before``: a purge sent with it never deletes a dead
+        letter that arrived after the count. An error-text filter needs a selection, as for
+        :meth:`redrive`."""
         _require_selection(job_ids, error, "delete")
         with self.client(namespace) as q:
             cutoff = failed_before or q.clock()
@@ -407,7 +409,13 @@ class DashboardSource:
                     failed_before=cutoff, job_ids=job_ids, queue=queue, failed_after=failed_after
                 )
             elif job_ids is not None:
-                count = len(set(job_ids))
+                with q.cursor.connection.transaction(force_rollback=True):
+                    count = q.purge_dead_letters(
+                        failed_before=cutoff,
+                        job_ids=job_ids,
+                        queue=queue,
+                        failed_after=failed_after,
+                    )
             else:
                 count = q.count_dead_letters(
                     queue,
