@@ -208,6 +208,28 @@ def test_a_purge_dry_run_of_a_selection_counts_only_the_dead_letters_it_would_de
 
 
 # -------------------------------------------------------------------------------------------
+# Values the owner wrote by hand
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_job_whose_error_history_holds_entries_that_are_not_objects_is_still_listed(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    dead = bury(q)
+    q.cursor.execute(
+        """UPDATE postkit_queue.dead_letters SET errors = '["oops", 5, null]' WHERE job_id = %s""",
+        (dead,),
+    )
+
+    page = api.get(f"queues/{Q}/jobs", params={"state": "dead"})
+    job = api.get(f"jobs/{dead}")
+
+    assert page.status_code == 200, page.text
+    assert [row["id"] for row in page.json()["jobs"]] == [dead]
+    assert job.status_code == 200, job.text
+
+
+# -------------------------------------------------------------------------------------------
 # The token and its cookie
 # -------------------------------------------------------------------------------------------
 

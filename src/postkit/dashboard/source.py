@@ -508,9 +508,12 @@ def _pretty(job: Job) -> str | None:
 
 
 def _last_error(errors: Sequence[Any]) -> str | None:
+    """The first line of the last attempt's error. An entry that is not an object (written by
+    hand) shows as its text."""
     if not errors:
         return None
-    text = str(errors[-1].get("error") or "")
+    last = errors[-1]
+    text = str((last.get("error") if isinstance(last, dict) else last) or "")
     return text.splitlines()[0][:300] if text else None
 
 

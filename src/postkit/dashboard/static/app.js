@@ -341,7 +341,8 @@ async function viewJob(main, jobId) {
         h("dd", { "data-field": key }, /_at$|run_at|visible_until/.test(key) ? fmtTime(value) : String(value)));
     }
   }
-  const errors = job ? job.errors || [] : [];
+  // An entry that is not an object (written by hand) shows as its text.
+  const errors = (job ? job.errors || [] : []).map((e) => (e && typeof e === "object" ? e : { error: String(e) }));
   const lineage = (data.lineage || []).map((step) => h("li", { "data-job": step.job_id },
     step.job_id === jobId ? h("strong", {}, "#" + step.job_id + " (this job)")
       : link("#" + step.job_id, nsHash("/job/" + step.job_id)),
