@@ -15,7 +15,10 @@ import httpx
 import psycopg
 import pytest
 
-from postkit.queue import QueueClient
+from postkit.dashboard import DashboardSettings
+from postkit.dashboard.server import running
+from postkit.embedded import EmbeddedServer
+from postkit.queue import QueueClient, install
 from tests.dashboard.conftest import ServeDashboard
 
 Q = "emails"
@@ -282,3 +285,45 @@ def test_the_login_cookie_counts_among_cookies_other_servers_of_the_host_set(
         meta = http.get("/api/meta", headers={"cookie": f"{theirs}; postkit_dashboard={ours}"})
 
     assert meta.status_code == 200, meta.text
+
+
+# -------------------------------------------------------------------------------------------
+# The database going away
+# -------------------------------------------------------------------------------------------
+
+
+def test_a_connection_the_server_cut_is_replaced_before_a_page_uses_it(
+    dashboard: httpx.Client, dsn: str, namespace: str
+) -> None:
+    """A restart, a failover or an idle timeout ends the pooled sessions; the next page gets
+    a new one, not a 503."""
+    assert dashboard.get(f"/api/ns/{namespace}/overview").status_code == 200
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        (cut,) = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'postkit dashboard' AND datname = current_database()"
+        ).fetchone()  # type: ignore[misc]
+    assert cut >= 1
+
+    response = dashboard.get(f"/api/ns/{namespace}/overview")
+
+    assert response.status_code == 200, response.text
+
+
+def test_the_pages_answer_503_while_the_database_is_down_and_recover_when_it_is_back(
+    own_server: EmbeddedServer,
+) -> None:
+    with psycopg.connect(own_server.dsn) as connection:
+        install(connection)
+    settings = DashboardSettings(dsn=own_server.dsn, namespaces=("default",), port=0)
+    with running(settings) as base_url, httpx.Client(base_url=base_url, timeout=60) as http:
+        assert http.get("/api/ns/default/overview").status_code == 200
+        own_server.stop()
+        down = [http.get("/api/ns/default/overview") for _ in range(2)]
+        page = http.get("/")
+        assert own_server.restart() == settings.dsn
+        back = http.get("/api/ns/default/overview")
+
+    assert [r.status_code for r in down] == [503, 503], [r.text for r in down]
+    assert page.status_code == 200
+    assert back.status_code == 200, back.text

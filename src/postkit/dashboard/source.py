@@ -78,6 +78,13 @@ class DashboardSource:
             # A page waits at most this long for a connection: a database that is down
             # answers 503 within seconds, not after psycopg_pool's 30 s default.
             timeout=5.0,
+            # psycopg_pool retries a failed connection with a doubling delay for 5 minutes:
+            # after an outage of a minute its next try comes a minute after the database is
+            # back. Giving up after 5 s lets the next page's wait start a new try at once.
+            reconnect_timeout=5.0,
+            # Each connection is tested as it is handed out: one the server cut (a restart,
+            # a failover, an idle timeout) is replaced instead of failing a page with 503.
+            check=ConnectionPool.check_connection,
             kwargs={"application_name": "postkit dashboard"},
         )
 
