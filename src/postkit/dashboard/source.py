@@ -52,6 +52,10 @@ ALL_NAMESPACES_SHOWN = 50
 HISTORY = timedelta(hours=1)
 """How far back the overview's charts go."""
 
+CHARTED_QUEUES = 12
+"""How many queues the overview charts: the busiest of the last hour. A chart for each queue of
+a namespace with a thousand queues would redraw a thousand canvases at every refresh."""
+
 
 class NotFound(LookupError):
     """No such job, dead letter, queue or namespace for this dashboard."""
@@ -139,7 +143,8 @@ class DashboardSource:
 
     def overview(self, namespace: str) -> dict[str, Any]:
         """Every queue with its counts and rates, the outcome series of the last hour per
-        queue and minute, and the workers alive and lost."""
+        minute of the :data:`CHARTED_QUEUES` busiest queues (``charted``, busiest first), and
+        the workers alive and lost."""
         with self.client(namespace) as q:
             now = q.clock()
             stats = q.stats(cap=STATS_CAP)
@@ -156,10 +161,13 @@ class DashboardSource:
                     point.rescued,
                 ]
             )
+        outcomes = {name: sum(sum(p[1:]) for p in points) for name, points in per_queue.items()}
+        charted = sorted(outcomes, key=lambda name: (-outcomes[name], name))[:CHARTED_QUEUES]
         return {
             "now": now.isoformat(),
             "queues": [_stats(row) for row in stats],
-            "series": per_queue,
+            "charted": charted,
+            "series": {name: per_queue[name] for name in charted},
             "workers": {
                 "alive": sum(not w.lost for w in workers),
                 "lost": sum(w.lost for w in workers),

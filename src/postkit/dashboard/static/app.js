@@ -212,7 +212,7 @@ async function viewOverview(main) {
       ? table(["queue", "pending#", "scheduled#", "running#", "dead#", "oldest ready#",
         "done/min#", "failed/min#", "retried/h#", "rescued/h#"], rows, { id: "queues" })
       : notice("No queues in this namespace yet. Push a job, or run `postkit demo` for data."),
-    h("h2", {}, "Outcomes per minute, last hour"),
+    h("h2", {}, "Outcomes per minute, last hour, of the busiest queues"),
     h("div", { class: "legend" }, Object.entries(COLORS).map(([name, color]) =>
       h("span", {}, swatch(color), name))),
     charts);
@@ -262,12 +262,12 @@ function drawCharts(container, data) {
   const end = Math.floor(Date.parse(data.now) / 60000) * 60;
   const minutes = [];
   for (let t = end - 59 * 60; t <= end; t += 60) minutes.push(t);
-  for (const q of data.queues) {
-    const points = new Map((data.series[q.queue] || []).map((p) => [p[0], p]));
+  for (const name of data.charted || []) {
+    const points = new Map((data.series[name] || []).map((p) => [p[0], p]));
     const columns = [minutes];
     for (let i = 1; i <= 4; i++) columns.push(minutes.map((t) => (points.get(t) || [0, 0, 0, 0, 0])[i]));
-    const box = h("div", { class: "card chart", "data-queue": q.queue },
-      h("div", { class: "chart-title" }, q.queue));
+    const box = h("div", { class: "card chart", "data-queue": name },
+      h("div", { class: "chart-title" }, name));
     container.append(box);
     const chart = new uPlot({
       width: 300, height: 110, legend: { show: false }, cursor: { show: false },
@@ -275,7 +275,7 @@ function drawCharts(container, data) {
       scales: { x: { time: true } },
       series: [{}, ...Object.entries(COLORS).map(([label, stroke]) => ({ label, stroke, width: 1.5 }))],
     }, columns, box);
-    state.charts.set(q.queue, chart);
+    state.charts.set(name, chart);
   }
 }
 
