@@ -69,6 +69,68 @@ def pending_on_overview(driver: Any, queue: str) -> str | None:
     )
 
 
+def test_markup_and_script_in_every_value_stay_text_on_every_view(
+    browser: Any, serve_dashboard: ServeDashboard, owner: psycopg.Connection[Any], namespace: str
+) -> None:
+    ns = f"{namespace}{IMG}"
+    queue = f"{SVG}/q"
+    worker = f"{JS_URL}{SCRIPT}"
+    schedule = f"{JS_URL}{IMG}"
+    q = QueueClient(owner.cursor(), namespace=ns)
+    q.register_worker(
+        worker,
+        host=FRAME,
+        pid=1,
+        queues=[queue, IMG],
+        concurrency=1,
+        version=SCRIPT,
+        heartbeat_interval=60,
+    )
+    dead = q.push(queue, {"html": IMG, JS_URL: SCRIPT}, unique_key=SVG)
+    job = q.pull(queue, worker_id=worker)
+    assert job is not None and job.id == dead
+    q.fail(job, error=f"{SCRIPT}\n{IMG}")
+    run = q.push(queue, {"html": FRAME})
+    assert q.pull(queue, worker_id=worker) is not None
+    q.create_schedule(schedule, queue, {"html": SVG}, cron="0 3 * * *")
+    owner.execute(
+        "UPDATE postkit_queue.schedules SET cron = %s, timezone = %s"
+        " WHERE namespace = %s AND name = %s",
+        (f"{IMG} * * * *", SVG, ns, schedule),
+    )
+    owner.execute(
+        "SELECT postkit_queue.mark_schedule_broken(%s, %s, next_run_at, %s)"
+        " FROM postkit_queue.schedules(%s) WHERE name = %s",
+        (ns, schedule, FRAME, ns, schedule),
+    )
+    at = "#/ns/" + quote(ns, safe="")
+    views = {
+        "#/all": ("#all-queues", ns),
+        at: ("#queues", queue),
+        f"{at}/queue/{quote(queue, safe='')}?state=running": ("#jobs", worker),
+        f"{at}/queue/{quote(queue, safe='')}?state=dead": ("#jobs", SCRIPT),
+        f"{at}/queue/{quote(queue, safe='')}?state={quote(IMG)}": ("#status", "state must"),
+        f"{at}/job/{dead}": ("#errors", IMG),
+        f"{at}/job/{run}": ("#payload", FRAME),
+        f"{at}/job/1{quote(IMG)}": ("main", "Not Found"),
+        f"{at}/dead": ("#dead-letters", SCRIPT),
+        f"{at}/schedules": ("#schedules", FRAME),
+        f"{at}/workers": ("#workers", FRAME),
+    }
+    with serve_dashboard(namespaces=(ns, namespace), refresh_seconds=0.5) as http:
+        base = str(http.base_url).rstrip("/")
+        for view, (selector, text) in views.items():
+            browser.get(f"{base}/{view}")
+            wait_for(browser, showing(selector, text), f"{text!r} on {view}")
+            assert_nothing_ran(browser, view)
+        options = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#namespace option'))"
+            ".map((o) => o.textContent)"
+        )
+
+    assert ns in options
+
+
 def test_a_namespace_and_a_queue_named_with_slashes_open_and_act_from_the_page(
     browser: Any, serve_dashboard: ServeDashboard, owner: psycopg.Connection[Any], namespace: str
 ) -> None:
