@@ -131,6 +131,23 @@ def test_markup_and_script_in_every_value_stay_text_on_every_view(
     assert ns in options
 
 
+def test_a_mangled_link_does_not_stop_the_live_updates(
+    browser: Any, serve_dashboard: ServeDashboard, owner: psycopg.Connection[Any], namespace: str
+) -> None:
+    """A link cut in the middle of a percent escape, opened first: the page still renders
+    what it can, and keeps following the queues once the operator moves on."""
+    q = QueueClient(owner.cursor(), namespace=namespace)
+    q.push(Q, {"n": 1})
+    with serve_dashboard(namespaces=(namespace,), refresh_seconds=0.5) as http:
+        base = str(http.base_url).rstrip("/")
+        browser.get(f"{base}/#/ns/{namespace}/queue/%E0%A4%A")
+        wait_for(browser, lambda d: page_text(d, "#queue-name") == "%E0%A4%A", "the queue view")
+        browser.execute_script("location.hash = arguments[0]", f"#/ns/{namespace}")
+        wait_for(browser, lambda d: pending_on_overview(d, Q) == "1", "1 pending")
+        q.push(Q, {"n": 2})
+        wait_for(browser, lambda d: pending_on_overview(d, Q) == "2", "2 pending, live")
+
+
 def test_a_namespace_and_a_queue_named_with_slashes_open_and_act_from_the_page(
     browser: Any, serve_dashboard: ServeDashboard, owner: psycopg.Connection[Any], namespace: str
 ) -> None:

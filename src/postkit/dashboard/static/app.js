@@ -284,7 +284,7 @@ async function viewQueue(main, queue, params) {
   const cursor = params.get("cursor") || "";
   const [info, page] = await Promise.all([
     api(nsPath("/queues/" + encodeURIComponent(queue))),
-    api(nsPath("/queues/" + encodeURIComponent(queue) + "/jobs?state=" + stateName +
+    api(nsPath("/queues/" + encodeURIComponent(queue) + "/jobs?state=" + encodeURIComponent(stateName) +
       (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""))),
   ]);
   const stats = info.stats || {};
@@ -324,7 +324,7 @@ async function viewQueue(main, queue, params) {
       ? table(["id", "age#", "attempts#", "priority#", "run at", "worker", "last error", "payload"], jobRows, { id: "jobs" })
       : notice(`No ${stateName} jobs.`),
     page.next_cursor
-      ? h("p", {}, link("Next page →", base + "?state=" + stateName + "&cursor=" + encodeURIComponent(page.next_cursor), { id: "next-page" }))
+      ? h("p", {}, link("Next page →", base + "?state=" + encodeURIComponent(stateName) + "&cursor=" + encodeURIComponent(page.next_cursor), { id: "next-page" }))
       : null);
 }
 
@@ -508,7 +508,11 @@ async function viewWorkers(main) {
 function parseHash() {
   const raw = location.hash.replace(/^#/, "") || "/";
   const [path, query] = raw.split("?");
-  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  // A malformed escape (a mangled link) stays as typed: decodeURIComponent would throw, and
+  // the page would stop rendering and updating.
+  const parts = path.split("/").filter(Boolean).map((part) => {
+    try { return decodeURIComponent(part); } catch (e) { return part; }
+  });
   return { parts, params: new URLSearchParams(query || "") };
 }
 
