@@ -14,8 +14,6 @@ installing the browser), where a missing browser fails it.
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,67 +21,20 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient
-from tests.dashboard.conftest import ServeDashboard
+from tests.dashboard.conftest import ServeDashboard, wait_for
 
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import (  # noqa: E402
-    NoSuchElementException,
-    StaleElementReferenceException,
-    WebDriverException,
-)
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-WAIT = 15.0
 HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        if os.environ.get("POSTKIT_REQUIRE_BROWSER"):
-            pytest.fail(f"no Chromium at {CHROMIUM} or no ChromeDriver at {CHROMEDRIVER}")
-        pytest.skip("Debian's chromium and chromium-driver are not installed")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # CI runs as root, where Chromium's sandbox cannot start
-        "--disable-dev-shm-usage",
-        "--window-size=1440,1000",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        options.add_argument(argument)
-    try:
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    except WebDriverException as exc:
-        pytest.fail(f"Chromium did not start: {exc.msg}")
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def screenshot(driver: Any, tmp_path: Path, name: str) -> None:
     folder = Path(os.environ.get("POSTKIT_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(folder / f"{name}.png"))
-
-
-def wait_for(driver: Any, condition: Any, what: str) -> Any:
-    """Wait until ``condition`` holds; an element a live update replaced meanwhile (stale)
-    counts as not yet."""
-    return WebDriverWait(
-        driver,
-        WAIT,
-        poll_frequency=0.1,
-        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
-    ).until(lambda d: condition(d), message=f"waited {WAIT}s for {what}")
 
 
 def cell_text(driver: Any, selector: str, column: int) -> str | None:

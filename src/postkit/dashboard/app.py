@@ -30,8 +30,10 @@ POST     /api/ns/{ns}/dead-letters/purge              the same
 POST     /api/ns/{ns}/schedules/{name}/pause|resume
 =======  ===========================================  =========================================
 
-Errors are ``{"error": message}`` with 400 (a value the SDK or SQL refused), 403 (the role may
-not, or read-only), 404, 409 (a job that is running) or 503 (the database is unreachable).
+Names in a path are percent-encoded, each one path segment: ``emails%2Fhigh`` is the queue
+``emails/high``. Errors are ``{"error": message}`` with 400 (a value the SDK or SQL refused), 403
+(the role may not, or read-only), 404, 409 (a job that is running), 413 (a body over
+:data:`MAX_BODY_BYTES`) or 503 (the database is unreachable).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import psycopg
 import psycopg_pool
@@ -52,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from postkit.dashboard.security import Guard
 from postkit.dashboard.settings import DashboardSettings
@@ -61,6 +65,9 @@ from postkit.errors import JobRunningError, PermissionDeniedError, PostkitError,
 logger = logging.getLogger("postkit.dashboard")
 
 _STATIC = resources.files("postkit.dashboard") / "static"
+
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body an action reads: a selection of 100,000 job ids fits."""
 
 Handler = Callable[[Request, dict[str, Any]], dict[str, Any]]
 """An endpoint's work, run on a thread: the request and its JSON body (empty for a GET)."""
@@ -92,7 +99,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
         return run
 
     def ns(request: Request) -> str:
-        return str(request.path_params["ns"])
+        return _name(request, "ns")
 
     reads = [
         Route("/api/meta", endpoint(lambda r, b: source.meta())),
@@ -100,14 +107,14 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/api/ns/{ns}/overview", endpoint(lambda r, b: source.overview(ns(r)))),
         Route(
             "/api/ns/{ns}/queues/{queue}",
-            endpoint(lambda r, b: source.queue(ns(r), r.path_params["queue"])),
+            endpoint(lambda r, b: source.queue(ns(r), _name(r, "queue"))),
         ),
         Route(
             "/api/ns/{ns}/queues/{queue}/jobs",
             endpoint(
                 lambda r, b: source.jobs(
                     ns(r),
-                    r.path_params["queue"],
+                    _name(r, "queue"),
                     r.query_params.get("state", "pending"),
                     r.query_params.get("cursor") or None,
                 )
@@ -137,7 +144,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
     actions = [
         Route(
             "/api/ns/{ns}/queues/{queue}/{verb:str}",
-            endpoint(lambda r, b: _queue_action(source, ns(r), r.path_params["queue"], r, b)),
+            endpoint(lambda r, b: _queue_action(source, ns(r), _name(r, "queue"), r, b)),
             methods=post,
         ),
         Route(
@@ -174,7 +181,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
             "/api/ns/{ns}/schedules/{name}/{verb:str}",
             endpoint(
                 lambda r, b: source.set_schedule_paused(
-                    ns(r), r.path_params["name"], _pause_verb(r.path_params["verb"])
+                    ns(r), _name(r, "name"), _pause_verb(r.path_params["verb"])
                 )
             ),
             methods=post,
@@ -189,7 +196,31 @@ def create_app(settings: DashboardSettings) -> Starlette:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.source = source
-    return Guard(app, settings)  # type: ignore[return-value]
+    return Guard(_RawApiPaths(app), settings)  # type: ignore[return-value]
+
+
+class _RawApiPaths:
+    """Routes ``/api/`` on the path as sent, still percent-encoded: a name holding a ``/``
+    (``%2F``) stays one segment, where the decoded path would split it. :func:`_name`
+    decodes each name."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if scope["type"] == "http" and raw and scope["path"].startswith("/api/"):
+            scope = {**scope, "path": raw.decode("latin-1")}
+        await self.app(scope, receive, send)
+
+
+def _name(request: Request, param: str) -> str:
+    """A name from the path, percent-decoded as UTF-8."""
+    value = str(request.path_params[param])
+    try:
+        return unquote_to_bytes(value.encode("latin-1")).decode("utf-8")
+    except UnicodeError:
+        raise BadRequest(f"{param} is not percent-encoded UTF-8: {value!r}") from None
 
 
 async def _page(request: Request) -> Response:
@@ -227,7 +258,7 @@ def _queue_action(
             namespace,
             queue,
             created_before=_time(body.get("created_before")),
-            dry_run=bool(body.get("dry_run", False)),
+            dry_run=_dry_run(body),
         )
     return source.set_paused(namespace, queue, _pause_verb(verb))
 
@@ -250,8 +281,17 @@ def _dead_letter_filters(body: dict[str, Any]) -> dict[str, Any]:
         "error": body.get("error") or None,
         "failed_after": _time(body.get("since")),
         "failed_before": _time(body.get("until")),
-        "dry_run": bool(body.get("dry_run", False)),
+        "dry_run": _dry_run(body),
     }
+
+
+def _dry_run(body: dict[str, Any]) -> bool:
+    """The body's ``dry_run``: absent is false, anything but true or false is refused (a
+    ``null`` is a client's unset value, not a request to delete)."""
+    value = body.get("dry_run", False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"dry_run must be true or false, got {json.dumps(value)}")
+    return value
 
 
 def _time(value: Any) -> datetime | None:
@@ -267,16 +307,31 @@ def _time(value: Any) -> datetime | None:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+    """The body as a JSON object, read up to :data:`MAX_BODY_BYTES`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise TooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw:
         return {}
     try:
         body = json.loads(raw)
-    except ValueError:
-        raise BadRequest("the request body is not JSON") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python reads
+        raise BadRequest("the request body is not JSON (or nested too deep)") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
+
+
+class TooLarge(BadRequest):
+    """A request body over :data:`MAX_BODY_BYTES`."""
 
 
 _HTTP_ERRORS = (
@@ -291,7 +346,9 @@ _HTTP_ERRORS = (
 def _error(exc: BaseException) -> JSONResponse:
     """An exception as the API's error response, its message on one line."""
     status = 500
-    if isinstance(exc, (BadRequest, ValidationError)):
+    if isinstance(exc, TooLarge):
+        status = 413
+    elif isinstance(exc, (BadRequest, ValidationError)):
         status = 400
     elif isinstance(exc, NotFound):
         status = 404

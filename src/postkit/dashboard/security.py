@@ -7,7 +7,9 @@ In order, for every request:
    127.0.0.1 (DNS rebinding) gets 421, never the data.
 2. **Token.** With a token, every request carries it, as ``Authorization: Bearer <token>``
    (scripts, Prometheus) or as the HttpOnly, SameSite=Strict cookie that ``/login?token=...``
-   sets for a browser. Compared in constant time.
+   sets for a browser (a digest of the token, so that any token text makes a valid cookie),
+   found among whatever cookies other servers on the host set (a browser sends a host's
+   cookies to every port of it). Compared in constant time.
 3. **Actions.** Every change is a POST. Under ``--read-only`` each is refused (403). Otherwise
    it must carry the CSRF token of this process (``X-Postkit-CSRF``, which the page reads from
    ``/api/meta``; another site can neither read it nor send a custom header without a CORS
@@ -18,12 +20,13 @@ In order, for every request:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
-from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
+from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from postkit.dashboard.settings import DashboardSettings, is_loopback
@@ -108,22 +111,39 @@ class Guard:
             bearer[7:].strip().encode(), expected
         ):
             return True
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header is no credential
-            return False
-        morsel = cookie.get(COOKIE)
-        return morsel is not None and hmac.compare_digest(morsel.value.encode(), expected)
+        # Parsed as browsers write it: http.cookies drops every cookie of a header when one
+        # of them (another server's JSON value, say) is not to its grammar.
+        value = cookie_parser(headers.get("cookie", "")).get(COOKIE)
+        return value is not None and hmac.compare_digest(
+            value.encode(), self._cookie_value().encode()
+        )
+
+    def _cookie_value(self) -> str:
+        """What the login cookie holds: a digest of the token, cookie-safe whatever the
+        token's characters."""
+        assert self.settings.token is not None
+        return hashlib.sha256(
+            b"postkit-dashboard-cookie:" + self.settings.token.encode()
+        ).hexdigest()
 
     def _login(self, scope: Scope) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
         assert self.settings.token is not None
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        given = (query.get("token") or [""])[0]
-        if not hmac.compare_digest(given.encode(), self.settings.token.encode()):
+        expected = self.settings.token.encode()
+        typed = _query_value(scope.get("query_string", b"").decode("latin-1"), "token")
+        if not any(hmac.compare_digest(given.encode(), expected) for given in typed):
             return 401, {"error": "wrong token"}, []
-        cookie = f"{COOKIE}={self.settings.token}; Path=/; HttpOnly; SameSite=Strict"
+        cookie = f"{COOKIE}={self._cookie_value()}; Path=/; HttpOnly; SameSite=Strict"
         return 303, {"ok": True}, [(b"location", b"/"), (b"set-cookie", cookie.encode())]
+
+
+def _query_value(query: str, name: str) -> tuple[str, str]:
+    """A query parameter read both ways a ``+`` is meant: as typed into an address bar, which
+    keeps it (a base64 token's ``+``), and as a form encoder writes a space."""
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key == name:
+            return unquote(value), unquote_plus(value)
+    return "", ""
 
 
 def _headers(scope: Scope) -> dict[str, str]:

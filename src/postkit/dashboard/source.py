@@ -52,6 +52,10 @@ ALL_NAMESPACES_SHOWN = 50
 HISTORY = timedelta(hours=1)
 """How far back the overview's charts go."""
 
+CHARTED_QUEUES = 12
+"""How many queues the overview charts: the busiest of the last hour. A chart for each queue of
+a namespace with a thousand queues would redraw a thousand canvases at every refresh."""
+
 
 class NotFound(LookupError):
     """No such job, dead letter, queue or namespace for this dashboard."""
@@ -78,6 +82,13 @@ class DashboardSource:
             # A page waits at most this long for a connection: a database that is down
             # answers 503 within seconds, not after psycopg_pool's 30 s default.
             timeout=5.0,
+            # psycopg_pool retries a failed connection with a doubling delay for 5 minutes:
+            # after an outage of a minute its next try comes a minute after the database is
+            # back. Giving up after 5 s lets the next page's wait start a new try at once.
+            reconnect_timeout=5.0,
+            # Each connection is tested as it is handed out: one the server cut (a restart,
+            # a failover, an idle timeout) is replaced instead of failing a page with 503.
+            check=ConnectionPool.check_connection,
             kwargs={"application_name": "postkit dashboard"},
         )
 
@@ -132,7 +143,8 @@ class DashboardSource:
 
     def overview(self, namespace: str) -> dict[str, Any]:
         """Every queue with its counts and rates, the outcome series of the last hour per
-        queue and minute, and the workers alive and lost."""
+        minute of the :data:`CHARTED_QUEUES` busiest queues (``charted``, busiest first), and
+        the workers alive and lost."""
         with self.client(namespace) as q:
             now = q.clock()
             stats = q.stats(cap=STATS_CAP)
@@ -149,10 +161,13 @@ class DashboardSource:
                     point.rescued,
                 ]
             )
+        outcomes = {name: sum(sum(p[1:]) for p in points) for name, points in per_queue.items()}
+        charted = sorted(outcomes, key=lambda name: (-outcomes[name], name))[:CHARTED_QUEUES]
         return {
             "now": now.isoformat(),
             "queues": [_stats(row) for row in stats],
-            "series": per_queue,
+            "charted": charted,
+            "series": {name: per_queue[name] for name in charted},
             "workers": {
                 "alive": sum(not w.lost for w in workers),
                 "lost": sum(w.lost for w in workers),
@@ -396,9 +411,11 @@ class DashboardSource:
     ) -> dict[str, Any]:
         """Delete dead letters, retried or not: the selected ones, or every one the filters
         match, that failed before ``failed_before``, else before now by the queue's clock. A
-        dry run counts them (the filters' up to ``COUNT_CAP``) and returns its cutoff as
-        ``failed_before``: a purge sent with it never deletes a dead letter that arrived
-        after the count. An error-text filter needs a selection, as for :meth:`redrive`."""
+        dry run counts them, the filters' up to ``COUNT_CAP`` and a selection's exactly (by
+        purging it and rolling that back: ids may be gone, too new, or of another namespace),
+        and returns its cutoff as ``failed_before``: a purge sent with it never deletes a dead
+        letter that arrived after the count. An error-text filter needs a selection, as for
+        :meth:`redrive`."""
         _require_selection(job_ids, error, "delete")
         with self.client(namespace) as q:
             cutoff = failed_before or q.clock()
@@ -407,7 +424,13 @@ class DashboardSource:
                     failed_before=cutoff, job_ids=job_ids, queue=queue, failed_after=failed_after
                 )
             elif job_ids is not None:
-                count = len(set(job_ids))
+                with q.cursor.connection.transaction(force_rollback=True):
+                    count = q.purge_dead_letters(
+                        failed_before=cutoff,
+                        job_ids=job_ids,
+                        queue=queue,
+                        failed_after=failed_after,
+                    )
             else:
                 count = q.count_dead_letters(
                     queue,
@@ -500,9 +523,12 @@ def _pretty(job: Job) -> str | None:
 
 
 def _last_error(errors: Sequence[Any]) -> str | None:
+    """The first line of the last attempt's error. An entry that is not an object (written by
+    hand) shows as its text."""
     if not errors:
         return None
-    text = str(errors[-1].get("error") or "")
+    last = errors[-1]
+    text = str((last.get("error") if isinstance(last, dict) else last) or "")
     return text.splitlines()[0][:300] if text else None
 
 
@@ -528,9 +554,12 @@ def _dead_letter_position(cursor: str | None) -> _DeadLetterPosition | None:
         return None
     try:
         failed_at, job_id = cursor.rsplit("|", 1)
-        return _DeadLetterPosition(datetime.fromisoformat(failed_at), int(job_id))
+        position = _DeadLetterPosition(datetime.fromisoformat(failed_at), int(job_id))
     except ValueError:
-        raise BadRequest(f"not a dead-letter page cursor: {cursor!r}") from None
+        position = None
+    if position is None or not -(2**63) <= position.job_id < 2**63:  # a bigint
+        raise BadRequest(f"not a dead-letter page cursor: {cursor!r}")
+    return position
 
 
 class BadRequest(ValueError):

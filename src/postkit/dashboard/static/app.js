@@ -56,8 +56,14 @@ async function api(path, body) {
   return data;
 }
 
+// Names go into paths percent-encoded, each one segment ("emails/high" is emails%2Fhigh).
 function nsPath(suffix) {
   return "/api/ns/" + encodeURIComponent(state.namespace) + suffix;
+}
+
+// A route of the page, in the namespace shown.
+function nsHash(suffix) {
+  return "/ns/" + encodeURIComponent(state.namespace) + (suffix || "");
 }
 
 function setStatus(text, isError) {
@@ -189,14 +195,14 @@ const COLORS = { completed: "#1f8a4c", failed: "#c53030", retried: "#b7791f", re
 async function viewOverview(main) {
   const data = await api(nsPath("/overview"));
   const rows = data.queues.map((q) => h("tr", { "data-queue": q.queue },
-    h("td", {}, link(q.queue, "/ns/" + state.namespace + "/queue/" + encodeURIComponent(q.queue)),
+    h("td", {}, link(q.queue, nsHash("/queue/" + encodeURIComponent(q.queue))),
       " ", q.paused ? badge("paused", "paused") : null),
     count(q, "pending"), count(q, "scheduled"), count(q, "running"), count(q, "dead"),
     h("td", { class: "num" }, fmtAge(q.oldest_ready_age)),
     num(q.completed_last_minute), num(q.failed_last_minute),
     num(q.retried_last_hour), num(q.rescued_last_hour)));
   const workers = h("p", { id: "workers-summary" },
-    link(`${data.workers.alive} workers alive`, "/ns/" + state.namespace + "/workers"),
+    link(`${data.workers.alive} workers alive`, nsHash("/workers")),
     data.workers.lost ? [", ", badge(`${data.workers.lost} lost`, "lost")] : null);
   const charts = h("div", { class: "grid", id: "charts" });
   fill(main, 
@@ -206,7 +212,7 @@ async function viewOverview(main) {
       ? table(["queue", "pending#", "scheduled#", "running#", "dead#", "oldest ready#",
         "done/min#", "failed/min#", "retried/h#", "rescued/h#"], rows, { id: "queues" })
       : notice("No queues in this namespace yet. Push a job, or run `postkit demo` for data."),
-    h("h2", {}, "Outcomes per minute, last hour"),
+    h("h2", {}, "Outcomes per minute, last hour, of the busiest queues"),
     h("div", { class: "legend" }, Object.entries(COLORS).map(([name, color]) =>
       h("span", {}, swatch(color), name))),
     charts);
@@ -256,12 +262,12 @@ function drawCharts(container, data) {
   const end = Math.floor(Date.parse(data.now) / 60000) * 60;
   const minutes = [];
   for (let t = end - 59 * 60; t <= end; t += 60) minutes.push(t);
-  for (const q of data.queues) {
-    const points = new Map((data.series[q.queue] || []).map((p) => [p[0], p]));
+  for (const name of data.charted || []) {
+    const points = new Map((data.series[name] || []).map((p) => [p[0], p]));
     const columns = [minutes];
     for (let i = 1; i <= 4; i++) columns.push(minutes.map((t) => (points.get(t) || [0, 0, 0, 0, 0])[i]));
-    const box = h("div", { class: "card chart", "data-queue": q.queue },
-      h("div", { class: "chart-title" }, q.queue));
+    const box = h("div", { class: "card chart", "data-queue": name },
+      h("div", { class: "chart-title" }, name));
     container.append(box);
     const chart = new uPlot({
       width: 300, height: 110, legend: { show: false }, cursor: { show: false },
@@ -269,7 +275,7 @@ function drawCharts(container, data) {
       scales: { x: { time: true } },
       series: [{}, ...Object.entries(COLORS).map(([label, stroke]) => ({ label, stroke, width: 1.5 }))],
     }, columns, box);
-    state.charts.set(q.queue, chart);
+    state.charts.set(name, chart);
   }
 }
 
@@ -278,17 +284,17 @@ async function viewQueue(main, queue, params) {
   const cursor = params.get("cursor") || "";
   const [info, page] = await Promise.all([
     api(nsPath("/queues/" + encodeURIComponent(queue))),
-    api(nsPath("/queues/" + encodeURIComponent(queue) + "/jobs?state=" + stateName +
+    api(nsPath("/queues/" + encodeURIComponent(queue) + "/jobs?state=" + encodeURIComponent(stateName) +
       (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""))),
   ]);
   const stats = info.stats || {};
   const policy = info.policy || {};
-  const base = "/ns/" + state.namespace + "/queue/" + encodeURIComponent(queue);
+  const base = nsHash("/queue/" + encodeURIComponent(queue));
   const tabs = h("div", { class: "tabs" }, ["pending", "scheduled", "running", "dead"].map((s) =>
     link(`${s} (${fmtNumber(stats[s] || 0, stats.counts_capped && stats[s] >= CAP)})`, base + "?state=" + s,
       { class: s === stateName ? "active" : null, "data-state": s })));
   const jobRows = page.jobs.map((job) => h("tr", { "data-job": job.id },
-    h("td", { class: "mono" }, link(String(job.id), "/ns/" + state.namespace + "/job/" + job.id)),
+    h("td", { class: "mono" }, link(String(job.id), nsHash("/job/" + job.id))),
     h("td", { class: "num" }, fmtAge(job.age_seconds)),
     num(job.attempts), num(job.priority),
     h("td", {}, fmtTime(job.run_at)), h("td", { class: "mono" }, job.worker_id || ""),
@@ -318,7 +324,7 @@ async function viewQueue(main, queue, params) {
       ? table(["id", "age#", "attempts#", "priority#", "run at", "worker", "last error", "payload"], jobRows, { id: "jobs" })
       : notice(`No ${stateName} jobs.`),
     page.next_cursor
-      ? h("p", {}, link("Next page →", base + "?state=" + stateName + "&cursor=" + encodeURIComponent(page.next_cursor), { id: "next-page" }))
+      ? h("p", {}, link("Next page →", base + "?state=" + encodeURIComponent(stateName) + "&cursor=" + encodeURIComponent(page.next_cursor), { id: "next-page" }))
       : null);
 }
 
@@ -335,10 +341,11 @@ async function viewJob(main, jobId) {
         h("dd", { "data-field": key }, /_at$|run_at|visible_until/.test(key) ? fmtTime(value) : String(value)));
     }
   }
-  const errors = job ? job.errors || [] : [];
+  // An entry that is not an object (written by hand) shows as its text.
+  const errors = (job ? job.errors || [] : []).map((e) => (e && typeof e === "object" ? e : { error: String(e) }));
   const lineage = (data.lineage || []).map((step) => h("li", { "data-job": step.job_id },
     step.job_id === jobId ? h("strong", {}, "#" + step.job_id + " (this job)")
-      : link("#" + step.job_id, "/ns/" + state.namespace + "/job/" + step.job_id),
+      : link("#" + step.job_id, nsHash("/job/" + step.job_id)),
     " ", step.state || "finished",
     step.redriven_job_id ? ` → redriven as #${step.redriven_job_id} at ${fmtTime(step.redriven_at)}` : ""));
   const buttons = [];
@@ -398,7 +405,7 @@ async function viewDead(main, params) {
       const value = String(data.get(key) || "").trim();
       if (value) next.set(key, value);
     }
-    location.hash = "/ns/" + state.namespace + "/dead?" + next.toString();
+    location.hash = nsHash("/dead?" + next.toString());
   } },
   h("input", { name: "queue", placeholder: "queue", value: filters.queue }),
   h("input", { name: "error", placeholder: "error contains", value: filters.error }),
@@ -414,11 +421,11 @@ async function viewDead(main, params) {
   const rows = page.dead_letters.map((d) => h("tr", { "data-job": d.job_id },
     h("td", {}, h("input", { type: "checkbox", class: "select", "data-job": d.job_id,
       onchange: (event) => { if (event.target.checked) selected.add(d.job_id); else selected.delete(d.job_id); } })),
-    h("td", { class: "mono" }, link(String(d.job_id), "/ns/" + state.namespace + "/job/" + d.job_id)),
+    h("td", { class: "mono" }, link(String(d.job_id), nsHash("/job/" + d.job_id))),
     h("td", {}, d.queue), h("td", {}, d.reason), num(d.attempts),
     h("td", { class: "error-text" }, d.error || ""), h("td", {}, fmtTime(d.failed_at)),
     h("td", { class: "mono preview" }, d.payload_preview),
-    h("td", {}, d.redriven_job_id ? link("→ " + d.redriven_job_id, "/ns/" + state.namespace + "/job/" + d.redriven_job_id) : "")));
+    h("td", {}, d.redriven_job_id ? link("→ " + d.redriven_job_id, nsHash("/job/" + d.redriven_job_id)) : "")));
   fill(main, 
     h("h1", {}, "Dead letters"),
     form,
@@ -451,8 +458,8 @@ async function viewDead(main, params) {
       ? table(["", "job", "queue", "reason", "attempts#", "last error", "failed at", "payload", "redriven"], rows, { id: "dead-letters" })
       : notice("No dead letters match."),
     page.next_cursor
-      ? h("p", {}, link("Next page →", "/ns/" + state.namespace + "/dead?" +
-        new URLSearchParams({ ...Object.fromEntries(query), cursor: page.next_cursor }).toString(), { id: "next-page" }))
+      ? h("p", {}, link("Next page →", nsHash("/dead?" +
+        new URLSearchParams({ ...Object.fromEntries(query), cursor: page.next_cursor }).toString()), { id: "next-page" }))
       : null);
 }
 
@@ -463,7 +470,7 @@ async function viewSchedules(main) {
     h("td", {}, s.queue), h("td", { class: "mono" }, s.cron || `every ${fmtAge(s.every)}`),
     h("td", {}, s.timezone), h("td", {}, fmtTime(s.next_run_at)),
     h("td", {}, fmtTime(s.last_run_at)),
-    h("td", {}, s.last_job_id ? [link("#" + s.last_job_id, "/ns/" + state.namespace + "/job/" + s.last_job_id), " ", s.last_job_state || ""] : ""),
+    h("td", {}, s.last_job_id ? [link("#" + s.last_job_id, nsHash("/job/" + s.last_job_id)), " ", s.last_job_state || ""] : ""),
     h("td", { class: "error-text" }, s.broken_reason || ""),
     h("td", {}, s.paused
       ? actionButton("Resume", async () => { await api(nsPath("/schedules/" + encodeURIComponent(s.name) + "/resume"), {}); await render(); })
@@ -484,7 +491,7 @@ async function viewWorkers(main) {
     h("td", {}, fmtTime(w.started_at)), h("td", {}, ago(w.heartbeat_at, data.now)),
     h("td", {}, w.lost ? badge("lost", "lost") : badge("alive", "alive")),
     h("td", {}, (w.running || []).length
-      ? (w.running || []).slice(0, 10).map((job) => [link("#" + job.id, "/ns/" + state.namespace + "/job/" + job.id), " "])
+      ? (w.running || []).slice(0, 10).map((job) => [link("#" + job.id, nsHash("/job/" + job.id)), " "])
       : h("span", { class: "muted" }, "idle"),
     (w.running || []).length > 10 ? ` +${w.running.length - 10}` : null)));
   fill(main, 
@@ -501,7 +508,11 @@ async function viewWorkers(main) {
 function parseHash() {
   const raw = location.hash.replace(/^#/, "") || "/";
   const [path, query] = raw.split("?");
-  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  // A malformed escape (a mangled link) stays as typed: decodeURIComponent would throw, and
+  // the page would stop rendering and updating.
+  const parts = path.split("/").filter(Boolean).map((part) => {
+    try { return decodeURIComponent(part); } catch (e) { return part; }
+  });
   return { parts, params: new URLSearchParams(query || "") };
 }
 
@@ -516,7 +527,7 @@ async function render() {
   state.view = view;
   document.getElementById("namespace").value = view === "all" ? ALL : state.namespace;
   for (const a of document.querySelectorAll("#nav a")) {
-    a.href = "#/ns/" + encodeURIComponent(state.namespace) + (a.dataset.view === "overview" ? "" : "/" + a.dataset.view);
+    a.href = "#" + nsHash(a.dataset.view === "overview" ? "" : "/" + a.dataset.view);
     a.classList.toggle("active", a.dataset.view === view);
   }
   const main = document.getElementById("view");
