@@ -95,3 +95,13 @@ def wait_for(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
         poll_frequency=0.1,
         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
     ).until(lambda d: condition(d), message=f"waited {WAIT}s for {what}")
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click the element, again if a live update replaced it before the click landed."""
+
+    def clicked(d: Any) -> bool:
+        d.find_element("css selector", selector).click()
+        return True
+
+    wait_for(driver, clicked, f"a click on {selector}")

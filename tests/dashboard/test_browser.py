@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient
-from tests.dashboard.conftest import ServeDashboard, wait_for
+from tests.dashboard.conftest import ServeDashboard, click, wait_for
 
 pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By
@@ -43,16 +43,6 @@ def cell_text(driver: Any, selector: str, column: int) -> str | None:
         return None
     cells = rows[0].find_elements(By.TAG_NAME, "td")
     return str(cells[column].text) if len(cells) > column else None
-
-
-def click(driver: Any, selector: str) -> None:
-    """Click the element, again if a live update replaced it before the click landed."""
-
-    def clicked(d: Any) -> bool:
-        d.find_element(By.CSS_SELECTOR, selector).click()
-        return True
-
-    wait_for(driver, clicked, f"a click on {selector}")
 
 
 def confirm_modal(driver: Any) -> str:
@@ -96,9 +86,17 @@ def test_an_operator_watches_inspects_redrives_and_pauses_in_a_real_browser(
             assert job is not None and job.id == hostile_id
             q.fail(job, error=HOSTILE)
             browser.get(f"{base}/#/ns/{namespace}/job/{hostile_id}")
-            wait_for(browser, lambda d: d.find_elements(By.ID, "payload"), "the job's payload")
-            assert HOSTILE in browser.find_element(By.ID, "payload").text
-            assert HOSTILE in browser.find_element(By.ID, "errors").text
+            # The job page updates live: each read waits out a redraw that replaced it.
+            wait_for(
+                browser,
+                lambda d: HOSTILE in d.find_element(By.ID, "payload").text,
+                "the hostile payload shown as text",
+            )
+            wait_for(
+                browser,
+                lambda d: HOSTILE in d.find_element(By.ID, "errors").text,
+                "the hostile error shown as text",
+            )
             assert browser.execute_script("return window.__pwned") is None
             assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
             screenshot(browser, tmp_path, "job")

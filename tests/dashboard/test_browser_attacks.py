@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient
-from tests.dashboard.conftest import ServeDashboard, wait_for
+from tests.dashboard.conftest import ServeDashboard, click, wait_for
 
 pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By
@@ -166,9 +166,9 @@ def test_a_namespace_and_a_queue_named_with_slashes_open_and_act_from_the_page(
         )
         wait_for(browser, lambda d: page_text(d, "#queue-name") == queue, "the queue's page")
         wait_for(browser, lambda d: '{"n":1}' in page_text(d, "#jobs"), "its job")
-        browser.find_element(By.ID, "pause").click()
+        click(browser, "#pause")
         wait_for(browser, lambda d: d.find_elements(By.ID, "resume"), "the queue paused")
-        browser.find_element(By.CSS_SELECTOR, "#nav a[data-view='workers']").click()
+        click(browser, "#nav a[data-view='workers']")
         wait_for(browser, lambda d: "No workers" in page_text(d, "main"), "its workers' page")
 
     assert q.queue_policy(queue).paused
