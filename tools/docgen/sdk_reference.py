@@ -227,6 +227,7 @@ def render_sdk() -> str:
     from postkit.queue import (
         AsyncQueueClient,
         QueueClient,
+        ResultListener,
         WorkListener,
         admin,
         records,
@@ -250,6 +251,10 @@ def render_sdk() -> str:
         "**AsyncWorkListener** (`postkit.queue.AsyncWorkListener`) has the same methods as "
         "coroutines, on a psycopg 3 async connection."
     )
+    result_listener_note = (
+        "**AsyncResultListener** (`postkit.queue.AsyncResultListener`) has the same methods as "
+        "coroutines, on a psycopg 3 async connection."
+    )
     out = [
         GENERATED,
         "",
@@ -263,6 +268,7 @@ def render_sdk() -> str:
         "- [QueueClient](#queueclient) (and AsyncQueueClient): push, pull and settle jobs;",
         "  operate the queue",
         "- [WorkListener](#worklistener) (and AsyncWorkListener): wait for work with LISTEN/NOTIFY",
+        "- [ResultListener](#resultlistener) (and AsyncResultListener): wait for a job's result",
         "- [Handlers](#handlers) and [Worker](#worker): the worker runtime",
         "- [Installing the schema](#installing-the-schema) and [administration](#administration)",
         "- [What the SDK returns](#what-the-sdk-returns): jobs, dead letters, stats, schedules",
@@ -270,6 +276,7 @@ def render_sdk() -> str:
     ]
     out += _render_class(QueueClient, note=client_note)
     out += _render_class(WorkListener, note=listener_note)
+    out += _render_class(ResultListener, note=result_listener_note)
     out += _render_class(Handlers, module="postkit.worker")
     out += _render_class(
         Worker, note=markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
@@ -307,6 +314,7 @@ def render_sdk() -> str:
     for name in (
         "Job",
         "JobCursor",
+        "JobResult",
         "DeadLetter",
         "DeadLetterSearch",
         "QueueStats",

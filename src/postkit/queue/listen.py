@@ -123,7 +123,9 @@ class WorkListener:
 
 
 class ResultListener:
-    """Waits for the results of jobs of one namespace (see the module docstring).
+    """Waits for the results of jobs of one namespace: it LISTENs on the namespace's results
+    channel, where each job of a queue that keeps results is announced as it completes or is
+    dead-lettered, and reads the job's result (``QueueClient.result``) when one names it.
 
     Use :meth:`connect` to open a dedicated connection, or pass an open autocommit connection;
     one listener serves any number of waits, one after the other. Close it with :meth:`close`
