@@ -334,7 +334,8 @@ LIMIT_CASES: dict[str, Limit] = {
     ),
     "batch-result-bytes": Limit(
         lambda ns, v: protocol.ack_many(ns, [JOB], [json.loads(v)]),
-        f"SELECT postkit_queue.ack_many(%(ns)s, '{{1}}', '{{{TOKEN}}}', ('[' || %(v)s || ']')::jsonb)",
+        f"SELECT postkit_queue.ack_many(%(ns)s, '{{1}}', '{{{TOKEN}}}',"
+        " ('[' || %(v)s || ']')::jsonb)",
         tuple(result_text(size) for size in (limits.RESULT_BYTES, limits.RESULT_BYTES + 1)),
     ),
     "name-length": Limit(
