@@ -567,11 +567,15 @@ class WorkerInfo(_RecordMapping):
     (a clean stop deregisters)."""
 
 
+_DECODED_FIELDS = ("payload", "value")
+"""The fields of records that hold decoded JSON (a job's payload, a result's value)."""
+
+
 def to_jsonable(value: Any) -> Any:
     """SDK records (dataclasses, mappings), times and durations as plain JSON values: times in
-    ISO 8601, durations in seconds. A record's payload is decoded JSON already and passes as it
-    is: walking it would exhaust the recursion limit on a payload nested a few hundred deep,
-    which json.dumps still writes."""
+    ISO 8601, durations in seconds. A record's payload, and a result's value, is decoded JSON
+    already and passes as it is: walking it would exhaust the recursion limit on a value nested
+    a few hundred deep, which json.dumps still writes."""
     if isinstance(value, enum.Enum):
         return to_jsonable(value.value)
     if isinstance(value, (str, int, float, bool)) or value is None:
@@ -585,7 +589,7 @@ def to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             field.name: getattr(value, field.name)
-            if field.name == "payload"
+            if field.name in _DECODED_FIELDS
             else to_jsonable(getattr(value, field.name))
             for field in dataclasses.fields(value)
         }
