@@ -556,3 +556,21 @@ def test_prune_deletes_expired_results_in_bounded_batches(
 
     assert [client.result(job_id).state for job_id in ids] == ["unknown"] * 3
     assert client.result(kept).value == "kept"
+
+
+def test_a_result_python_cannot_decode_reads_with_why(client: QueueClient) -> None:
+    """Another client may keep a result nested deeper than Python's recursion limit: reading
+    it never raises."""
+    job_id = pushed(client)
+    job = client.pull(Q)
+    assert job is not None
+    deep = "[" * 3000 + "]" * 3000
+    client.cursor.execute(
+        "SELECT postkit_queue.ack(%s, %s, NULL, %s::uuid, %s::jsonb)",
+        (client.namespace, job_id, job.claim_token, deep),
+    )
+
+    result = client.result(job_id)
+
+    assert (result.state, result.value) == ("completed", None)
+    assert result.value_error is not None and "result could not be decoded" in result.value_error
