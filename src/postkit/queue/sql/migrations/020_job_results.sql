@@ -31,4 +31,4 @@ CREATE TABLE postkit_queue.job_results (
     PRIMARY KEY (namespace, job_id)
 );
 CREATE INDEX job_results_expires_at_idx ON postkit_queue.job_results (namespace, expires_at);
--- schema: deace96a518eacc9
+-- schema: 329da3e486f38fa7

@@ -615,8 +615,8 @@ $$;
 --
 -- The archive and the results join queue_settings directly: retain_completed and
 -- retain_results have no built-in default (NULL, not kept), so only a queue with a settings
--- row keeps either, and a batch of a queue without one costs a single probe per job, for both,
--- instead of a queue_policy call per job. p_results holds what the acks were given: a JSON
+-- row keeps either, and a batch of queues that keep neither costs one probe per job and no
+-- write, instead of a queue_policy call per job. p_results holds what the acks were given: a JSON
 -- object of each job's result by its id (as text), a job missing from it (or NULL) has none;
 -- a completed job of a queue that keeps results gets its row either way, so that its result
 -- reads as completed, and waiters are told (notify_results).
@@ -649,8 +649,14 @@ BEGIN
         dead = s.dead + EXCLUDED.dead,
         completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
 
-    IF p_outcome = 'completed' THEN
-        -- One statement: the settings are probed once per job (by primary key) for both.
+    -- A probe first (by primary key, per job), so that a batch of queues that keep neither
+    -- pays for no write: a writing statement opens its tables and their indexes even when it
+    -- writes no row. Then one statement writes both, probing the settings once more.
+    IF p_outcome = 'completed' AND EXISTS (
+        SELECT FROM unnest(p_jobs) AS j
+        JOIN postkit_queue.queue_settings s ON s.namespace = j.namespace AND s.queue = j.queue
+        WHERE s.retain_completed IS NOT NULL OR s.retain_results IS NOT NULL)
+    THEN
         WITH kept AS (
             SELECT j.namespace, j.id, j.queue, j.payload, j.priority, j.attempts, j.worker_id,
                    j.errors, j.created_at, j.trace_context, s.retain_completed,
