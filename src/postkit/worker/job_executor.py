@@ -215,12 +215,12 @@ class JobExecutor:
         if spec.transactional:
             self.claims.finish(job)
         elif self.claims.claim_outcome(job):
-            self.claims.complete(job, started, self.result_of(job, value))
+            self.claims.complete(job, started, self._result_of(job, value))
         else:
             return self._drop_late_outcome(job)
         return True
 
-    def result_of(self, job: Job, value: object) -> CheckedResult | None:
+    def _result_of(self, job: Job, value: object) -> CheckedResult | None:
         """What ``job``'s handler returned, as the result its ack sends: None for None, and
         for a value that cannot be a result (logged; see the module docstring)."""
         if value is None:
@@ -260,7 +260,7 @@ class JobExecutor:
                     if not self.claims.claim_outcome(job):
                         raise psycopg.Rollback(tx)
                     acked = QueueClient(cursor, namespace=self.namespace).ack(
-                        job, result=self.result_of(job, value)
+                        job, result=self._result_of(job, value)
                     )
                     if not acked:
                         raise psycopg.Rollback(tx)
@@ -324,7 +324,7 @@ class JobExecutor:
                 self.claims.finish(job)
         else:
             if self.claims.claim_outcome(job):
-                self.claims.complete(job, started, self.result_of(job, value))
+                self.claims.complete(job, started, self._result_of(job, value))
             else:
                 self._drop_late_outcome(job)
 
