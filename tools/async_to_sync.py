@@ -38,6 +38,7 @@ PAIRS = {
 NAMES = {
     "AsyncQueueClient": "QueueClient",
     "AsyncWorkListener": "WorkListener",
+    "AsyncResultListener": "ResultListener",
     "AsyncOperations": "Operations",
     "AsyncConnection": "Connection",
     "__aenter__": "__enter__",

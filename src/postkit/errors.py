@@ -101,6 +101,40 @@ class InvalidTraceContextError(ValidationError):
     contexts are not one per payload."""
 
 
+class InvalidResultError(ValidationError):
+    """A job's result (what its handler returned, given to ack) is not JSON-serializable, holds
+    text PostgreSQL cannot store, or is over 1 MiB as JSON text (``limits.RESULT_BYTES``); or
+    the results of a batch of acks are not one per job."""
+
+
+class ResultTimeoutError(PostkitError, TimeoutError):
+    """``wait_for_result`` waited its whole timeout and the job has not finished: it is still
+    pending, scheduled or running. ``result`` is what ``result`` said last (a ``JobResult``);
+    the job goes on, and a later wait may still see it finish. Also a built-in TimeoutError."""
+
+    def __init__(self, message: str, result: object) -> None:
+        # One argument: OSError (TimeoutError's base) reads two as an errno and a message.
+        super().__init__(message)
+        self.result = result
+
+
+class ListenUnavailableError(PostkitError):
+    """``wait_for_result`` cannot wait on the client's connection: waiting takes LISTEN, which
+    needs a psycopg 3 connection in autocommit mode (inside a transaction LISTEN takes effect
+    only at commit, and the client never commits the caller's). Use a ``ResultListener``, whose
+    connection is its own, or a client on an autocommit connection."""
+
+    def __init__(
+        self,
+        message: str = (
+            "wait_for_result waits on the client's connection with LISTEN, which needs a "
+            "psycopg 3 connection in autocommit mode: use a ResultListener (a connection of "
+            "its own), or a client on such a connection"
+        ),
+    ) -> None:
+        super().__init__(message)
+
+
 class JobRunningError(PostkitError):
     """The job is running: its worker holds the claim, so it cannot be cancelled."""
 
@@ -168,6 +202,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ13": InvalidClaimTokenError,
     "PKQ14": InvalidWorkerError,
     "PKQ15": InvalidTraceContextError,
+    "PKQ16": InvalidResultError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -225,16 +260,19 @@ __all__ = [
     "InvalidNameError",
     "InvalidPayloadError",
     "InvalidPriorityError",
+    "InvalidResultError",
     "InvalidRunAtError",
     "InvalidScheduleError",
     "InvalidStateError",
     "InvalidTraceContextError",
     "InvalidWorkerError",
     "JobRunningError",
+    "ListenUnavailableError",
     "MetricsUnavailableError",
     "PermanentError",
     "PermissionDeniedError",
     "PostkitError",
+    "ResultTimeoutError",
     "RetryLater",
     "SchemaMismatchError",
     "SchemaNotInstalledError",

@@ -121,6 +121,7 @@ def live_job_ids(client: QueueClient, queue: str) -> list[int]:
 COMMANDS = [
     ["stats"],
     ["jobs"],
+    ["job"],
     ["push"],
     ["cancel"],
     ["dlq"],
@@ -155,7 +156,7 @@ def test_every_command_has_help_with_an_example(command: list[str]) -> None:
 def test_the_main_help_lists_the_operating_commands() -> None:
     output = ok(CliRunner().invoke(main, ["--help"])).output
 
-    for command in ("stats", "jobs", "push", "cancel", "dlq", "queue", "schedule", "tick"):
+    for command in ("stats", "jobs", "job", "push", "cancel", "dlq", "queue", "schedule", "tick"):
         assert f"postkit {command}" in output
     assert "(and schedule create, pause, resume, delete)" in " ".join(output.split())
 
@@ -199,7 +200,14 @@ def test_every_namespace_option_is_the_same_option() -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["cancel", "abc"], ["cancel", "0"], ["dlq", "show", "4.5"], ["dlq", "retry", "1x"]]
+    "args",
+    [
+        ["cancel", "abc"],
+        ["cancel", "0"],
+        ["dlq", "show", "4.5"],
+        ["dlq", "retry", "1x"],
+        ["job", "-"],
+    ],
 )
 def test_a_job_id_that_is_not_a_positive_integer_is_named_as_such(
     run: Run, args: list[str]
@@ -591,10 +599,25 @@ def test_queue_configure_changes_only_the_settings_given(run: Run, client: Queue
         "retain_completed": 3600.0,
         "retain_dead": 7 * 86400.0,
         "max_payload_bytes": 2048,
+        "retain_results": None,
     }
     job = client.get_job(client.push("send_otp", {}) or 0)
     commit(client)
     assert job is not None and job.max_attempts == 5
+
+
+def test_queue_configure_keeps_results_and_says_so(run: Run, client: QueueClient) -> None:
+    client.push("reports", {})
+    commit(client)
+
+    text = ok(run("queue", "configure", "reports", "--retain-results", "1d")).output
+    kept = as_json(run("queue", "configure", "reports", "--retain-completed", "1h", "--json"))
+    reset = as_json(run("queue", "configure", "reports", "--retain-results", "default", "--json"))
+
+    fields = dict(line.strip().split("  ", 1) for line in text.splitlines()[1:])
+    assert fields["job results"].strip() == "kept 1d"
+    assert kept["retain_results"] == 86400.0
+    assert reset["retain_results"] is None and reset["retain_completed"] == 3600.0
 
 
 def test_queue_configure_default_restores_the_built_in_value(run: Run, client: QueueClient) -> None:
@@ -612,6 +635,97 @@ def test_queue_configure_default_restores_the_built_in_value(run: Run, client: Q
     assert fields["max attempts"].strip() == "20"
     assert fields["completed jobs"].strip() == "deleted at once"
     assert fields["backoff"].strip() == "1s doubling, up to 1h"
+
+
+# -------------------------------------------------------------------------------------------
+# job
+# -------------------------------------------------------------------------------------------
+
+
+def finish(client: QueueClient, queue: str, result: Any) -> int:
+    """Push a job to ``queue``, claim it and ack it with ``result``."""
+    job_id = client.push(queue, {"report": "weekly"})
+    job = client.pull(queue)
+    assert job is not None and job.id == job_id
+    assert client.ack(job, result=result)
+    commit(client)
+    return job.id
+
+
+def test_job_shows_a_completed_jobs_result(run: Run, client: QueueClient) -> None:
+    client.configure_queue("reports", retain_results=86400)
+    job_id = finish(client, "reports", {"rows": 3, "note": "line\nbreak"})
+
+    text = ok(run("job", str(job_id))).output
+    shown = as_json(run("job", str(job_id), "--json"))
+
+    lines = text.splitlines()
+    assert lines[0] == f"Job {job_id} of queue reports: completed after 1 attempt"
+    fields = dict(line.strip().split("  ", 1) for line in lines[1:])
+    assert fields["result"].strip() == '{"note": "line\\nbreak", "rows": 3}'  # jsonb's key order
+    assert "(the queue's retention)" in fields["kept until"]
+    assert shown["state"] == "completed" and shown["job"] is None
+    assert shown["value"] == {"rows": 3, "note": "line\nbreak"}
+    assert shown["attempts"] == 1 and shown["expires_at"] is not None
+
+
+def test_job_shows_a_dead_letters_error_and_where_to_see_every_attempt(
+    run: Run, client: QueueClient, dead: dict[str, int], namespace: str
+) -> None:
+    text = ok(run("job", str(dead["whatsapp"]))).output
+    shown = as_json(run("job", str(dead["whatsapp"]), "--json"))
+
+    lines = text.splitlines()
+    assert lines[0] == f"Job {dead['whatsapp']} of queue send_otp: dead (failed) after 1 attempt"
+    fields = dict(line.strip().split("  ", 1) for line in lines[1:])
+    assert "not registered on WhatsApp" in fields["error"]
+    assert fields["payload"].strip() == '{"user_id": "4"}'
+    assert fields["all errors"].strip() == (
+        f"postkit dlq show {dead['whatsapp']} --namespace {namespace}"
+    )
+    assert (shown["state"], shown["reason"]) == ("dead", "failed")
+    assert shown["job"]["payload"] == {"user_id": "4"}
+
+
+def test_job_shows_a_live_job_and_its_attempts(run: Run, client: QueueClient) -> None:
+    waiting = client.push("reports", {"n": 1}, delay=3600)
+    running = client.push("emails", {"n": 2})
+    assert client.pull("emails", worker_id="server-a") is not None
+    commit(client)
+
+    scheduled = ok(run("job", str(waiting))).output.splitlines()
+    claimed = ok(run("job", str(running))).output.splitlines()
+
+    assert scheduled[0] == f"Job {waiting} of queue reports: scheduled (0 of 20 attempts made)"
+    assert any(line.strip().startswith("runs at") for line in scheduled)
+    assert claimed[0] == f"Job {running} of queue emails: running (attempt 1 of 20)"
+    assert any(line.split() == ["worker", "server-a"] for line in claimed)
+    assert as_json(run("job", str(running), "--json"))["job"]["worker_id"] == "server-a"
+
+
+def test_job_of_a_job_nothing_is_known_of_is_one_error_line(run: Run, client: QueueClient) -> None:
+    job_id = finish(client, "plain", {"kept": False})  # its queue keeps no results
+
+    output = fails_cleanly(run("job", str(job_id)), code=1)
+
+    assert f"no job {job_id} in namespace" in output
+    assert "--retain-results" in output
+
+
+def test_tick_reports_the_job_results_it_pruned(
+    run: Run, client: QueueClient, connect: Callable[..., psycopg.Connection], namespace: str
+) -> None:
+    client.configure_queue("reports", retain_results=60)
+    finish(client, "reports", 1)
+    connect(autocommit=True).execute(
+        "UPDATE postkit_queue.job_results SET expires_at = now() - interval '1 minute'"
+        " WHERE namespace = %s",
+        (namespace,),
+    )
+
+    text = ok(run("tick", "--once")).output
+
+    assert "retention deleted 0 archived jobs, 0 dead letters and 1 job result" in text
 
 
 # -------------------------------------------------------------------------------------------

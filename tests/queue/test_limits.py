@@ -8,16 +8,35 @@ import json
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 import pytest
 
 from postkit import errors
-from postkit.queue import limits, protocol
+from postkit.queue import Job, limits, protocol
 
 US = timedelta(microseconds=1)
+TOKEN = "00000000-0000-0000-0000-000000000000"
+JOB = Job(
+    id=1,
+    queue="q",
+    payload=None,
+    attempts=1,
+    max_attempts=1,
+    worker_id="w",
+    claim_token=TOKEN,
+    visible_until=None,
+    state="running",
+    priority=0,
+    run_at=None,
+    namespace="ns",
+    unique_key=None,
+    claimed_at=None,
+    errors=(),
+    created_at=datetime.now(timezone.utc),
+)
 NONE: dict[str, Any] = {
     "delay": None,
     "run_at": None,
@@ -42,6 +61,7 @@ POLICY: dict[str, Any] = {
     "retain_completed": None,
     "retain_dead": None,
     "max_payload_bytes": None,
+    "retain_results": None,
 }
 
 
@@ -74,6 +94,18 @@ def carrier_text(size: int) -> str:
     return json.dumps(carrier)
 
 
+def result_text(size: int) -> str:
+    """A job result of ``size`` bytes as the SQL module measures it, as JSON text: floats in
+    exponent notation and a negative zero (which PostgreSQL writes otherwise than json.dumps),
+    escaped and two-byte characters, nesting, so that the SDK's measure has to agree with the
+    jsonb text's."""
+    value: dict[str, Any] = {"numbers": [1e-07, 1e16, -0.0, 2.5], "text": 'é\n"', "pad": ""}
+    value["pad"] = "x" * (size - limits.result_bytes(value, json.dumps(value)))
+    text = json.dumps(value, ensure_ascii=False)
+    assert limits.result_bytes(value, text) == size
+    return text
+
+
 def duration(what: str) -> Callable[[str, Any], object]:
     """The SDK's call that takes the duration ``what``, given in microseconds."""
     value = lambda v: v * US  # noqa: E731
@@ -94,6 +126,9 @@ def duration(what: str) -> Callable[[str, Any], object]:
         ),
         "retain_dead": lambda ns, v: protocol.configure_queue(
             ns, "q", **{**POLICY, "retain_dead": value(v)}
+        ),
+        "retain_results": lambda ns, v: protocol.configure_queue(
+            ns, "q", **{**POLICY, "retain_results": value(v)}
         ),
         "older_than": lambda ns, v: protocol.purge_dead_letters(
             ns, older_than=value(v), queue=None
@@ -116,6 +151,9 @@ DURATION_SQL = {
         f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_completed => {V})"
     ),
     "retain_dead": f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_dead => {V})",
+    "retain_results": (
+        f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_results => {V})"
+    ),
     "older_than": f"SELECT postkit_queue.purge_dead_letters(%(ns)s, {V})",
     "heartbeat_interval": (
         f"SELECT postkit_queue.register_worker(%(ns)s, 'w', 'worker', 'h', 1, '{{}}', 1, 'v', {V})"
@@ -291,6 +329,17 @@ LIMIT_CASES: dict[str, Limit] = {
             carrier_text(size)
             for size in (limits.TRACE_CONTEXT_BYTES, limits.TRACE_CONTEXT_BYTES + 1)
         ),
+    ),
+    "result-bytes": Limit(
+        lambda ns, v: protocol.ack(ns, 1, worker_id="w", claim_token=None, result=json.loads(v)),
+        "SELECT postkit_queue.ack(%(ns)s, 1, 'w', NULL, %(v)s::jsonb)",
+        tuple(result_text(size) for size in (limits.RESULT_BYTES, limits.RESULT_BYTES + 1)),
+    ),
+    "batch-result-bytes": Limit(
+        lambda ns, v: protocol.ack_many(ns, [JOB], [json.loads(v)]),
+        f"SELECT postkit_queue.ack_many(%(ns)s, '{{1}}', '{{{TOKEN}}}',"
+        " ('[' || %(v)s || ']')::jsonb)",
+        tuple(result_text(size) for size in (limits.RESULT_BYTES, limits.RESULT_BYTES + 1)),
     ),
     "name-length": Limit(
         lambda ns, v: protocol.push(ns, "x" * v, 1, **NONE),

@@ -25,7 +25,7 @@ import pytest
 from psycopg import sql
 
 from postkit import errors
-from postkit.queue import AsyncWorkListener, QueueClient, WorkListener, install
+from postkit.queue import AsyncWorkListener, QueueClient, ResultListener, WorkListener, install
 from postkit.queue.admin import (
     OWNER_QUERIES,
     assign_namespace,
@@ -566,6 +566,51 @@ def test_a_tenant_cannot_learn_another_tenants_notification_channel(
         intruder.execute("SELECT postkit_queue.channel('tenant-b', 'emails')")
     assert channel != guessable
     assert intruder.execute("SELECT postkit_queue.channel('tenant-a', 'emails')").fetchone()
+
+
+def test_a_tenant_can_neither_read_nor_wait_for_another_tenants_results(
+    database: str, make_login: MakeLogin, isolated: None
+) -> None:
+    owner = client(make_login("worker", ("tenant-b",)), "tenant-b")
+    with psycopg.connect(database, autocommit=True) as admin:
+        QueueClient(admin.cursor(), namespace="tenant-b").configure_queue(
+            "reports", retain_results=3600
+        )
+    job_id = owner.push("reports", {})
+    job = owner.pull("reports")
+    assert job_id is not None and job is not None
+    assert owner.ack(job, result={"secret": "b"})
+    intruder_dsn = make_login("producer", ("tenant-a",))
+    intruder = client(intruder_dsn, "tenant-b")
+
+    assert intruder.result(job_id).state == "unknown"
+    with (
+        psycopg.connect(intruder_dsn, autocommit=True) as connection,
+        pytest.raises(errors.PermissionDeniedError, match="tenant-b"),
+    ):
+        ResultListener(connection, "tenant-b").wait_for_result(job_id, timeout=0)
+    assert client(make_login("producer", ("tenant-b",)), "tenant-b").result(job_id).value == {
+        "secret": "b"
+    }
+
+
+def test_a_producer_may_wait_for_the_result_of_a_job_it_pushed(
+    database: str, make_login: MakeLogin
+) -> None:
+    with psycopg.connect(database, autocommit=True) as admin:
+        QueueClient(admin.cursor(), namespace="shop").configure_queue(
+            "receipts", retain_results=3600
+        )
+    producer_dsn = make_login("producer")
+    producer = client(producer_dsn, "shop")
+    worker = client(make_login("worker"), "shop")
+    job_id = producer.push("receipts", {"order": 7})
+    job = worker.pull("receipts")
+    assert job_id is not None and job is not None
+    assert worker.ack(job, result={"receipt": "r-7"})
+
+    with ResultListener.connect(producer_dsn, "shop") as listener:
+        assert listener.wait_for_result(job_id, timeout=5).value == {"receipt": "r-7"}
 
 
 def test_a_role_holding_the_install_lock_does_not_block_an_upgrade(

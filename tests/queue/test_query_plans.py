@@ -141,7 +141,7 @@ GUARDED = {
     "pull, from the head": (PULL, PULL_HEAD),
     "pull, the claim": (PULL, PULL_CLAIM),
     "tick_timeouts": ("tick_timeouts(text,integer)", TICK),
-    "ack": ("ack(text,bigint,text,uuid)", ACK),
+    "ack": ("ack(text,bigint,text,uuid,jsonb)", ACK),
     "push": ("push(text,text,jsonb,interval,integer,integer,text,interval,interval,jsonb)", PUSH),
 }
 
@@ -411,6 +411,16 @@ PRUNE_COMPLETED = """
 """
 PRUNE_COMPLETED_PARAMS = {"p_namespace": "text", "v_now": "timestamptz", "p_limit": "integer"}
 
+# The third batch of postkit_queue.prune: job results whose retention ran out.
+PRUNE_RESULTS = """
+    DELETE FROM postkit_queue.job_results r
+    WHERE (r.namespace, r.job_id) IN (
+        SELECT e.namespace, e.job_id FROM postkit_queue.job_results e
+        WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
+        LIMIT p_limit FOR UPDATE SKIP LOCKED)
+"""
+
 # The dead-letter count of postkit_queue.stats, which must stop at the cap.
 STATS_DEAD = """
             SELECT 1 FROM postkit_queue.dead_letters d
@@ -421,16 +431,19 @@ STATS_DEAD = """
 STATS_DEAD_PARAMS = {"p_namespace": "text", "v_queue": "text", "p_cap": "integer"}
 
 OPERATIONS_GUARDED = {
-    "due_schedules(text,integer)": DUE_SCHEDULES,
-    "dead_letters(text,text,integer,timestamptz,timestamptz,text,boolean,timestamptz,bigint)": (
-        DEAD_LETTERS
+    "due_schedules": ("due_schedules(text,integer)", DUE_SCHEDULES),
+    "dead_letters": (
+        "dead_letters(text,text,integer,timestamptz,timestamptz,text,boolean,timestamptz,bigint)",
+        DEAD_LETTERS,
     ),
-    "prune(text,integer)": PRUNE_COMPLETED,
-    "stats(text,text,integer)": STATS_DEAD,
+    "prune, archived jobs": ("prune(text,integer)", PRUNE_COMPLETED),
+    "prune, job results": ("prune(text,integer)", PRUNE_RESULTS),
+    "stats": ("stats(text,text,integer)", STATS_DEAD),
 }
 
 DEAD_PER_NAMESPACE = 3000
 ARCHIVED_PER_NAMESPACE = 3000
+RESULTS_PER_NAMESPACE = 3000
 SCHEDULES_PER_NAMESPACE = 1000
 
 
@@ -471,6 +484,18 @@ def operated(planned: psycopg.Connection) -> psycopg.Connection:
         """,
         {"namespaces": list(NAMESPACES), "queues": list(QUEUES), "count": ARCHIVED_PER_NAMESPACE},
     )
+    # Job results of jobs completed over the last day, kept a day: the oldest tenth expired.
+    planned.execute(
+        """
+        INSERT INTO postkit_queue.job_results (
+            namespace, job_id, queue, result, attempts, completed_at, expires_at)
+        SELECT n, 3000000 + g, (%(queues)s::text[])[1 + g %% 4], '{"total": 1}', 1,
+               now() - g * (interval '1 day' / %(count)s) * 1.1,
+               now() - g * (interval '1 day' / %(count)s) * 1.1 + interval '1 day'
+        FROM unnest(%(namespaces)s::text[]) AS n, generate_series(1, %(count)s) AS g
+        """,
+        {"namespaces": list(NAMESPACES), "queues": list(QUEUES), "count": RESULTS_PER_NAMESPACE},
+    )
     # Schedules spread over the next day (a few already due), one in ten paused.
     planned.execute(
         """
@@ -483,24 +508,27 @@ def operated(planned: psycopg.Connection) -> psycopg.Connection:
         {"namespaces": list(NAMESPACES), "count": SCHEDULES_PER_NAMESPACE},
     )
     planned.execute(
-        "ANALYZE postkit_queue.dead_letters, postkit_queue.completed_jobs, postkit_queue.schedules"
+        "ANALYZE postkit_queue.dead_letters, postkit_queue.completed_jobs,"
+        " postkit_queue.job_results, postkit_queue.schedules"
     )
     prepare(planned, "due_schedules_stmt", DUE_SCHEDULES, DUE_SCHEDULES_PARAMS)
     prepare(planned, "dead_letters_stmt", DEAD_LETTERS, DEAD_LETTERS_PARAMS)
     prepare(planned, "prune_completed_stmt", PRUNE_COMPLETED, PRUNE_COMPLETED_PARAMS)
+    prepare(planned, "prune_results_stmt", PRUNE_RESULTS, PRUNE_COMPLETED_PARAMS)
     prepare(planned, "stats_dead_stmt", STATS_DEAD, STATS_DEAD_PARAMS)
     return planned
 
 
-@pytest.mark.parametrize("function", sorted(OPERATIONS_GUARDED))
+@pytest.mark.parametrize("statement", sorted(OPERATIONS_GUARDED))
 def test_the_guarded_operations_statements_are_the_ones_the_functions_run(
-    operated: psycopg.Connection, function: str
+    operated: psycopg.Connection, statement: str
 ) -> None:
+    function, guarded = OPERATIONS_GUARDED[statement]
     row = operated.execute(
         "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (f"postkit_queue.{function}",)
     ).fetchone()
     assert row is not None
-    assert normalized(OPERATIONS_GUARDED[function]) in normalized(row[0]), (
+    assert normalized(guarded) in normalized(row[0]), (
         f"postkit_queue.{function} no longer runs the statement this file guards; "
         "update the copy here and check its plan"
     )
@@ -549,21 +577,29 @@ def test_the_dead_letter_listing_walks_the_failed_at_index(
     assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], describe(nodes)
 
 
+PRUNE_BATCHES = {
+    "archived jobs": ("prune_completed_stmt", "completed_jobs_expires_at_idx"),
+    "job results": ("prune_results_stmt", "job_results_expires_at_idx"),
+}
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_prune_takes_its_archive_batch_from_the_expiry_index(
-    operated: psycopg.Connection, mode: str
+@pytest.mark.parametrize("batch_of", sorted(PRUNE_BATCHES))
+def test_prune_takes_each_batch_from_its_expiry_index(
+    operated: psycopg.Connection, mode: str, batch_of: str
 ) -> None:
-    nodes = explain(operated, mode, "EXECUTE prune_completed_stmt('plan-a', now(), 1000)")
+    statement, index_name = PRUNE_BATCHES[batch_of]
+    nodes = explain(operated, mode, f"EXECUTE {statement}('plan-a', now(), 1000)")
 
     # The batch is the LIMIT's subtree; how the DELETE then finds those rows again (a hash
     # join or primary-key probes) is the planner's call for the table's size.
     (limit,) = [n for n in nodes if n["Node Type"] == "Limit"]
     batch = scans(list(plan_nodes(limit)))
     assert batch, describe(nodes)
-    assert {index for _, index in batch} <= {"completed_jobs_expires_at_idx", None}, describe(nodes)
-    assert ("Index Scan", "completed_jobs_expires_at_idx") in batch or (
+    assert {index for _, index in batch} <= {index_name, None}, describe(nodes)
+    assert ("Index Scan", index_name) in batch or (
         "Bitmap Index Scan",
-        "completed_jobs_expires_at_idx",
+        index_name,
     ) in batch, describe(nodes)
     assert not [n for n in plan_nodes(limit) if n["Node Type"] == "Seq Scan"], describe(nodes)
 

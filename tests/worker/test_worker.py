@@ -27,7 +27,7 @@ import pytest
 from psycopg import sql
 
 from postkit.errors import InvalidDurationError, PermanentError, RetryLater
-from postkit.queue import Job, QueueClient
+from postkit.queue import Job, QueueClient, ResultListener, limits
 from postkit.worker import Handlers, Worker, error_summary
 from tests.signals import wait_for, wait_until
 
@@ -442,6 +442,101 @@ def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> N
     thread.join(timeout=10)
 
     assert not thread.is_alive(), "stop() did not wake the worker before its 60 s poll"
+
+
+# ---------------------------------------------------------------------------------------------
+# Results: what a handler returns.
+# ---------------------------------------------------------------------------------------------
+
+
+def doubled(job: Job) -> dict[str, Any]:
+    return {"doubled": job.payload["n"] * 2, "by": "sync"}
+
+
+async def doubled_async(job: Job) -> dict[str, Any]:
+    return {"doubled": job.payload["n"] * 2, "by": "async"}
+
+
+def doubled_in_transaction(job: Job, cursor: Any) -> dict[str, Any]:
+    cursor.execute("SELECT 1")
+    return {"doubled": job.payload["n"] * 2, "by": "transactional"}
+
+
+@pytest.mark.parametrize(
+    ("handler", "transactional", "by"),
+    [
+        (doubled, False, "sync"),
+        (doubled_async, False, "async"),
+        (doubled_in_transaction, True, "transactional"),
+    ],
+    ids=["sync", "async", "transactional"],
+)
+def test_a_worker_keeps_what_its_handler_returns_in_a_queue_that_keeps_results(
+    start_worker: StartWorker,
+    client: QueueClient,
+    worker_dsn: str,
+    namespace: str,
+    handler: Callable[..., Any],
+    transactional: bool,
+    by: str,
+) -> None:
+    client.configure_queue(Q, retain_results=3600)
+    handlers = Handlers()
+    handlers.add(Q, handler, transactional=transactional)
+    with ResultListener.connect(worker_dsn, namespace) as listener:
+        start_worker(handlers)
+        ids = [pushed(client, {"n": n}) for n in (1, 2, 3)]
+        results = [listener.wait_for_result(job_id, timeout=15) for job_id in ids]
+
+    assert [(r.state, r.value) for r in results] == [
+        ("completed", {"doubled": 2 * n, "by": by}) for n in (1, 2, 3)
+    ]
+
+
+def test_a_worker_in_a_queue_that_keeps_no_results_acks_as_before(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    start_worker({Q: doubled})
+    job_id = pushed(client, {"n": 1})
+    wait_until(gone(client, job_id), "the job to be acked")
+
+    assert client.result(job_id).state == "unknown"
+
+
+def test_a_value_that_cannot_be_a_result_acks_the_job_without_one_and_warns_once_per_queue(
+    start_worker: StartWorker,
+    client: QueueClient,
+    worker_dsn: str,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client.configure_queue(Q, retain_results=3600)
+    returns: dict[int, Any] = {1: {"not", "json"}, 2: "x" * (limits.RESULT_BYTES + 1), 3: [3]}
+
+    def handler(job: Job) -> Any:
+        return returns[job.payload["n"]]
+
+    with (
+        caplog.at_level("DEBUG", logger="postkit.worker"),
+        ResultListener.connect(worker_dsn, namespace) as listener,
+    ):
+        worker = start_worker({Q: handler}, concurrency=1)
+        ids = [pushed(client, {"n": n}) for n in (1, 2, 3)]
+        results = [listener.wait_for_result(job_id, timeout=15) for job_id in ids]
+
+    assert [(r.state, r.value) for r in results] == [
+        ("completed", None),
+        ("completed", None),
+        ("completed", [3]),
+    ]
+    assert worker.stats.acked == 3
+    dropped = [r for r in caplog.records if getattr(r, "event", None) == "result_dropped"]
+    assert [(r.levelname, r.job_id) for r in dropped] == [  # type: ignore[attr-defined]
+        ("WARNING", ids[0]),
+        ("DEBUG", ids[1]),
+    ]
+    assert "not JSON-serializable" in dropped[0].getMessage()
+    assert "bytes as JSON text" in dropped[1].getMessage()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -227,6 +227,7 @@ def render_sdk() -> str:
     from postkit.queue import (
         AsyncQueueClient,
         QueueClient,
+        ResultListener,
         WorkListener,
         admin,
         records,
@@ -251,6 +252,10 @@ def render_sdk() -> str:
         "**AsyncWorkListener** (`postkit.queue.AsyncWorkListener`) has the same methods as "
         "coroutines, on a psycopg 3 async connection."
     )
+    result_listener_note = (
+        "**AsyncResultListener** (`postkit.queue.AsyncResultListener`) has the same methods as "
+        "coroutines, on a psycopg 3 async connection."
+    )
     out = [
         GENERATED,
         "",
@@ -264,6 +269,7 @@ def render_sdk() -> str:
         "- [QueueClient](#queueclient) (and AsyncQueueClient): push, pull and settle jobs;",
         "  operate the queue",
         "- [WorkListener](#worklistener) (and AsyncWorkListener): wait for work with LISTEN/NOTIFY",
+        "- [ResultListener](#resultlistener) (and AsyncResultListener): wait for a job's result",
         "- [Handlers](#handlers) and [Worker](#worker): the worker runtime",
         "- [App](#app) and [Task](#task): typed tasks on top of queues",
         "- [Installing the schema](#installing-the-schema) and [administration](#administration)",
@@ -272,6 +278,7 @@ def render_sdk() -> str:
     ]
     out += _render_class(QueueClient, note=client_note)
     out += _render_class(WorkListener, note=listener_note)
+    out += _render_class(ResultListener, note=result_listener_note)
     out += _render_class(Handlers, module="postkit.worker")
     out += _render_class(
         Worker, note=markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
@@ -313,6 +320,7 @@ def render_sdk() -> str:
     for name in (
         "Job",
         "JobCursor",
+        "JobResult",
         "DeadLetter",
         "DeadLetterSearch",
         "QueueStats",

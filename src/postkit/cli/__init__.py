@@ -6,7 +6,7 @@ Every command that talks to a database takes ``--dsn``; without it, ``POSTKIT_DS
 a usage mistake) and never show a traceback; the exit code is 2 for a bad argument, 1 otherwise.
 
 Besides install, sql (:mod:`~postkit.cli.install`), demo (:mod:`~postkit.cli.demo`) and worker
-(:mod:`~postkit.cli.worker`), the operating commands (stats, jobs, push, cancel in
+(:mod:`~postkit.cli.worker`), the operating commands (stats, jobs, job, push, cancel in
 :mod:`~postkit.cli.ops`; dlq, queue, schedule and tick, a module each) take ``--namespace`` and
 ``--json``; those that delete or retry ask first unless ``--yes``. A queue name the namespace
 has never seen is refused with the known queues (see
@@ -86,6 +86,7 @@ def main() -> None:
     Operating the queue (each takes --namespace, --dsn and --json):
       postkit stats                  every queue at a glance (--watch: live, with rates)
       postkit jobs send_otp          a queue's jobs, a page at a time
+      postkit job 42                 one job and what became of it (its result)
       postkit push send_otp '{}'     push a job (and postkit cancel JOB_ID)
       postkit dlq list               the dead-letter queue (and dlq show, retry, purge)
       postkit queue pause send_otp   stop handing out a queue's jobs (and resume, configure,
@@ -108,6 +109,7 @@ main.add_command(demo.demo)
 main.add_command(worker.worker)
 main.add_command(ops.stats)
 main.add_command(ops.jobs)
+main.add_command(ops.job)
 main.add_command(ops.push)
 main.add_command(ops.cancel)
 main.add_command(dlq.dlq)

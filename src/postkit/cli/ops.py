@@ -1,6 +1,6 @@
-"""``postkit stats``, ``jobs``, ``push`` and ``cancel``: a namespace's queues at a glance
-(once, or live with --watch), a queue's jobs a page at a time, and pushing or cancelling one
-job."""
+"""``postkit stats``, ``jobs``, ``job``, ``push`` and ``cancel``: a namespace's queues at a
+glance (once, or live with --watch), a queue's jobs a page at a time, one job and what became of
+it (its result), and pushing or cancelling one job."""
 
 from __future__ import annotations
 
@@ -29,13 +29,16 @@ from postkit.cli.output import (
     SECONDS,
     compact_json,
     echo_json,
+    first_line,
     format_duration,
     format_time,
+    plural,
+    render_fields,
     render_table,
     shorten,
 )
 from postkit.errors import InvalidStateError
-from postkit.queue import Job, JobCursor, QueueClient, limits
+from postkit.queue import Job, JobCursor, JobResult, QueueClient, limits
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
 from postkit.queue.records import Outcomes, QueueStats, to_jsonable
 
@@ -271,7 +274,7 @@ def jobs(
 
     A full page ends with the command for the next one (its --after cursor); --json gives the
     cursor as next_after (null on the last page). Each page reads only its own jobs, however
-    deep and however long the queue.
+    deep and however long the queue. One job, finished or not, and its result: `postkit job ID`.
 
     \b
     Example:
@@ -330,6 +333,85 @@ def jobs(
             f"\nNext page: postkit jobs {queue}{state_option}{limit_option}"
             f" --after {next_after}{namespace_argument(namespace)}"
         )
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@operation
+def job(job_id: int, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """One job and what became of it: a live job (pending, scheduled or running) with its
+    payload and attempts; a completed one with its result (what its handler returned), kept
+    while its queue keeps results (`postkit queue configure QUEUE --retain-results 1d`); a
+    dead letter with its error.
+
+    --json prints what `QueueClient.result` returns (state, value, error, ...) and, for a live
+    or dead job, the job itself under "job". A job nothing is known of (never pushed, in
+    another namespace, or completed in a queue that keeps no results) is an error.
+
+    \b
+    Example:
+      postkit job 42
+      postkit job 42 --json
+    """
+    with connect(dsn, namespace) as (_, client):
+        result = client.result(job_id)
+        found = None if result.state in ("completed", "unknown") else client.get_job(job_id)
+    if result.state == "unknown":
+        raise click.ClickException(
+            f"no job {job_id} in namespace {namespace!r}: never pushed, in another namespace, "
+            "or completed in a queue that keeps no results (keep them: postkit queue "
+            "configure QUEUE --retain-results 1d)"
+        )
+    if as_json:
+        echo_json({**to_jsonable(result), "job": found})
+        return
+    click.echo(f"Job {job_id} of queue {result.queue}: {_job_state(result, found)}")
+    click.echo(render_fields(_job_fields(result, found, namespace)))
+
+
+def _job_state(result: JobResult, found: Job | None) -> str:
+    """The headline of `postkit job`: the state, and the attempts."""
+    if found is not None and result.state == "running":
+        return f"running (attempt {found.attempts} of {found.max_attempts})"
+    if found is not None and result.state != "dead":
+        return f"{result.state} ({found.attempts} of {plural(found.max_attempts, 'attempt')} made)"
+    attempts = "" if result.attempts is None else f" after {plural(result.attempts, 'attempt')}"
+    if result.state == "dead":
+        return f"dead ({result.reason}){attempts}"
+    return f"{result.state}{attempts}"
+
+
+def _job_fields(result: JobResult, found: Job | None, namespace: str) -> list[tuple[str, object]]:
+    """The lines of `postkit job` under its headline."""
+    if result.state == "completed":
+        return [
+            ("result", payload_text(result.value, result.value_error)),
+            ("completed", f"{format_time(result.finished_at)} UTC"),
+            ("kept until", f"{format_time(result.expires_at)} UTC (the queue's retention)"),
+        ]
+    fields: list[tuple[str, object]] = []
+    if result.state == "dead":
+        fields.append(("error", first_line(result.error) or None))
+        fields.append(("failed", f"{format_time(result.finished_at)} UTC"))
+    if found is not None:
+        fields.append(("payload", payload_text(found.payload, found.payload_error)))
+        fields.append(("priority", found.priority))
+        fields.append(("pushed", f"{format_time(found.created_at)} UTC"))
+    if found is not None and result.state in ("pending", "scheduled"):
+        when = "runs at" if result.state == "scheduled" else "ready since"
+        fields.append((when, f"{format_time(found.run_at)} UTC"))
+    if found is not None and result.state == "running":
+        fields.append(("worker", found.worker_id))
+        fields.append(("claim ends", f"{format_time(found.visible_until)} UTC"))
+    if found is not None and result.state != "dead" and found.errors:
+        fields.append(("last error", last_error(found.errors)))
+    if result.state == "dead":
+        if result.redriven_job_id is not None:
+            fields.append(("redriven", f"as job {result.redriven_job_id}"))
+        fields.append(
+            ("all errors", f"postkit dlq show {result.job_id}{namespace_argument(namespace)}")
+        )
+    return fields
 
 
 def _payload_argument(text: str) -> Any:

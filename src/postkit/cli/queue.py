@@ -115,6 +115,12 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
         ),
         ("completed jobs", "deleted at once" if kept is None else f"kept {format_duration(kept)}"),
         ("dead letters", f"kept {format_duration(policy.retain_dead)}"),
+        (
+            "job results",
+            "not kept"
+            if policy.retain_results is None
+            else f"kept {format_duration(policy.retain_results)}",
+        ),
         ("max payload", f"{policy.max_payload_bytes:,} bytes"),
     ]
 
@@ -163,6 +169,13 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
     type=OrDefault(DURATION),
     help="Keep dead letters this long (built-in: 30d).",
 )
+@click.option(
+    "--retain-results",
+    metavar="DURATION|default",
+    type=OrDefault(DURATION),
+    help="Keep the result of each completed job (what its handler returned) this long, for "
+    "`postkit job` and wait_for_result: 1h, 7d (built-in: not kept).",
+)
 @create_option
 @operation
 def queue_configure(
@@ -174,6 +187,7 @@ def queue_configure(
     max_payload_bytes: int | str | None,
     retain_completed: timedelta | str | None,
     retain_dead: timedelta | str | None,
+    retain_results: timedelta | str | None,
     create: bool,
     namespace: str,
     dsn: str | None,
@@ -187,6 +201,7 @@ def queue_configure(
     Example:
       postkit queue configure send_otp --max-attempts 5 --backoff-base 2s --backoff-cap 10m
       postkit queue configure send_otp --retain-dead 7d --retain-completed 1h
+      postkit queue configure reports --retain-results 1d
       postkit queue configure send_otp --max-attempts default     back to the built-in 20
       postkit queue configure reports --visibility-timeout 5m --create
     """
@@ -198,6 +213,7 @@ def queue_configure(
         "max_payload_bytes": max_payload_bytes,
         "retain_completed": retain_completed,
         "retain_dead": retain_dead,
+        "retain_results": retain_results,
     }
     if all(value is None for value in given.values()):
         raise click.UsageError(

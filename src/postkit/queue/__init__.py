@@ -4,18 +4,20 @@ from postkit.queue import QueueClient, install
 
 install(connection)                       # once; idempotent, upgrades in place
 queue = QueueClient(cursor, namespace="my-app")
-queue.push("send_otp", {"user_id": "42"})
+job_id = queue.push("send_otp", {"user_id": "42"})
+queue.result(job_id)                      # what became of it (its result, if its queue keeps them)
 """
 
 from postkit.queue.client import QueueClient
 from postkit.queue.client_async import AsyncQueueClient
-from postkit.queue.listen import WorkListener
-from postkit.queue.listen_async import AsyncWorkListener
+from postkit.queue.listen import ResultListener, WorkListener
+from postkit.queue.listen_async import AsyncResultListener, AsyncWorkListener
 from postkit.queue.records import (
     DeadLetter,
     DeadLetterSearch,
     Job,
     JobCursor,
+    JobResult,
     JobState,
     NackOutcome,
     Outcome,
@@ -33,17 +35,20 @@ from postkit.queue.schema import (
 
 __all__ = [
     "AsyncQueueClient",
+    "AsyncResultListener",
     "AsyncWorkListener",
     "DeadLetter",
     "DeadLetterSearch",
     "InstallResult",
     "Job",
     "JobCursor",
+    "JobResult",
     "JobState",
     "NackOutcome",
     "Outcome",
     "QueueClient",
     "QueuePolicy",
+    "ResultListener",
     "WorkListener",
     "WorkerInfo",
     "install",

@@ -16,10 +16,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
+from postkit import errors
 from postkit.queue import protocol
+from postkit.queue.listen import ResultListener
 from postkit.queue.operations import Operations
 from postkit.queue.protocol import Duration, JobRef
-from postkit.queue.records import Job, NackOutcome
+from postkit.queue.records import Job, JobResult, NackOutcome
 from postkit.queue.tracing import current_trace_context
 
 REMEMBERED_CLAIMS = 10_000
@@ -202,7 +206,14 @@ class QueueClient(Operations):
         )
         return self._remember(jobs)
 
-    def ack(self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None) -> bool:
+    def ack(
+        self,
+        job: JobRef,
+        *,
+        worker_id: str | None = None,
+        claim_token: Any = None,
+        result: Any = None,
+    ) -> bool:
         """The job succeeded: remove it from the queue.
 
         ``job`` is a :class:`Job` (whose claim token is then the fence), or a job id: this
@@ -210,14 +221,25 @@ class QueueClient(Operations):
         ``claim_token``, or the ``worker_id`` the job was claimed under (which cannot tell two
         claims of that worker apart).
 
+        ``result`` is the job's result (any JSON value, at most 1 MiB as JSON text; None:
+        none). The SQL module keeps it, in the ack's transaction, when the job's queue keeps
+        results (``configure_queue(retain_results=...)``), and drops it otherwise; a stale ack
+        keeps none. See :meth:`result`.
+
         Returns:
             True if the job was acknowledged; False, with nothing changed, when the caller no
             longer holds the claim (the job was reclaimed, settled or is unknown). A claim
             whose deadline passed still holds until :meth:`tick_timeouts` reclaims it.
+
+        Raises:
+            InvalidResultError: ``result`` is not JSON-serializable or is too big; nothing is
+                sent.
         """
         token = self._token(job, claim_token)
         acked = self._run(
-            protocol.ack(self._namespace, job, worker_id=worker_id, claim_token=token)
+            protocol.ack(
+                self._namespace, job, worker_id=worker_id, claim_token=token, result=result
+            )
         )
         self._forget([job])
         return acked
@@ -351,6 +373,48 @@ class QueueClient(Operations):
         """
         return self._run(protocol.tick_timeouts(self._namespace, limit=limit))
 
+    def result(self, job_id: int) -> JobResult:
+        """What became of job ``job_id`` of this namespace, read now: not finished yet
+        (``state`` 'pending', 'scheduled' or 'running'), 'completed' with the ``value`` its ack
+        kept (its queue keeps results: ``configure_queue(retain_results=...)``), 'dead' with
+        the dead letter's ``error``, or 'unknown' when nothing is known of it (never pushed,
+        or completed in a queue that keeps no results). A few primary-key lookups, whatever
+        the backlog."""
+        return self._run(protocol.job_result(self._namespace, job_id))
+
+    def wait_for_result(self, job_id: int, *, timeout: float) -> JobResult:
+        """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return
+        :meth:`result` then: completed, dead, or unknown. It waits for the notification its
+        queue sends when the job completes or is dead-lettered, not by polling; the queue must
+        keep results (``configure_queue(retain_results=...)``), or only the read at the end of
+        the timeout sees the job finished.
+
+        It waits on the client's own connection, which must be a psycopg 3 connection in
+        autocommit mode: LISTEN takes effect only outside a transaction, and the client never
+        commits the caller's (it stops listening when the wait ends). For many waits, or
+        from a connection that runs transactions, use a ResultListener (AsyncResultListener
+        with asyncio), which has a connection of its own.
+
+        Raises:
+            ResultTimeoutError: the job has not finished when the timeout ends (also a
+                built-in TimeoutError); its ``result`` attribute is the last read.
+            ListenUnavailableError: the client's connection cannot LISTEN (not psycopg 3, or
+                not in autocommit mode); nothing is sent.
+        """
+        connection = getattr(self._cursor, "connection", None)
+        if not isinstance(connection, psycopg.Connection) or not connection.autocommit:
+            raise errors.ListenUnavailableError()
+        if connection.closed:
+            raise errors.ClientClosedError(
+                "the cursor (or its connection) given to QueueClient is closed"
+            )
+        listener = ResultListener(connection, self._namespace)
+        try:
+            return listener.wait_for_result(job_id, timeout=timeout)
+        finally:
+            if not connection.closed:
+                listener.unlisten()
+
     def get_job(self, job_id: int) -> Job | None:
         """One job of this namespace: pending, running, or dead (in the dead-letter queue).
 
@@ -416,13 +480,16 @@ class QueueClient(Operations):
             )
         )
 
-    def ack_many(self, jobs: Sequence[Job]) -> list[int]:
+    def ack_many(self, jobs: Sequence[Job], *, results: Sequence[Any] | None = None) -> list[int]:
         """Acknowledge many claimed jobs in one round trip, each fenced on its own claim.
+        ``results``, if given, holds one result per job (None: none), each as :meth:`ack`
+        takes it.
 
         Returns:
-            the ids acknowledged; a job whose claim went stale is skipped, not an error.
+            the ids acknowledged; a job whose claim went stale is skipped, not an error (and
+            its result is not kept).
         """
-        acked = self._run(protocol.ack_many(self._namespace, jobs))
+        acked = self._run(protocol.ack_many(self._namespace, jobs, results))
         self._forget(jobs)
         return acked
 
@@ -432,11 +499,13 @@ class QueueClient(Operations):
         acks: Sequence[Job],
         *,
         limit: int,
+        results: Sequence[Any] | None = None,
         worker_id: str | None = None,
         visibility_timeout: Duration | None = None,
     ) -> tuple[list[int], list[Job]]:
-        """A worker's round trip: acknowledge ``acks`` (as :meth:`ack_many`) and claim up to
-        ``limit`` jobs of ``queue`` (as :meth:`pull_batch`), in one statement.
+        """A worker's round trip: acknowledge ``acks`` (as :meth:`ack_many`, with their
+        ``results``) and claim up to ``limit`` jobs of ``queue`` (as :meth:`pull_batch`), in
+        one statement.
 
         Returns:
             the ids acknowledged, and the jobs claimed.
@@ -446,6 +515,7 @@ class QueueClient(Operations):
                 self._namespace,
                 queue,
                 acks,
+                results=results,
                 worker_id=worker_id,
                 visibility_timeout=visibility_timeout,
                 limit=limit,

@@ -8,7 +8,9 @@ boundary and just beyond it are accepted or refused alike by the SQL function an
 and the name rule agrees on every Unicode code point.
 
 The one check the SDK cannot make is a payload's size against its queue's
-``max_payload_bytes``: the limit is a setting of the queue, stored in the database.
+``max_payload_bytes``: the limit is a setting of the queue, stored in the database. A job's
+result has a fixed limit instead (:data:`RESULT_BYTES`), which the SDK checks: a worker can
+then keep what fits and drop what does not before a batch of acks is sent.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
+from typing import Any
 
 # --------------------------------------------------------------------------------------------
 # Names: namespaces, queues, worker ids, unique keys, schedule names.
@@ -171,6 +175,76 @@ def trace_context_bytes(carrier: Mapping[str, str]) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# Job results.
+# --------------------------------------------------------------------------------------------
+
+RESULT_BYTES = 1_048_576
+"""A job's result is at most this many bytes (1 MiB) as JSON text, as PostgreSQL writes the
+jsonb value (the SQL module's is_result): ``", "`` and ``": "`` between the parts, numbers in
+plain notation (``1e-07`` is ``0.0000001``)."""
+
+RESULT_SEPARATORS = (", ", ": ")
+"""The separators PostgreSQL writes a jsonb value with, which the SDK sends a result with, so
+that the text it measures is the text the SQL module measures."""
+
+# Where the text json.dumps writes and PostgreSQL's differ in length: a float json.dumps writes
+# with an exponent (PostgreSQL writes every digit) or a negative zero (PostgreSQL has none). The
+# pattern may also match inside a string; that costs only the exact count.
+_NOT_PLAIN = re.compile(r"[0-9][eE]|-0\.0(?![0-9])")
+
+
+def result_bytes(value: Any, text: str) -> int:
+    """The size of the result ``value`` as the SQL module measures it: the bytes of its jsonb
+    value's text. ``text`` is ``value`` as json.dumps writes it with :data:`RESULT_SEPARATORS`
+    and without ``ensure_ascii``, which escapes strings as PostgreSQL does: the same bytes,
+    unless it holds a float in exponent notation or a negative zero, which are counted as
+    PostgreSQL writes them. A dict whose keys json.dumps writes alike (``1`` and ``"1"``)
+    counts each, where PostgreSQL keeps the last: never less than the SQL module measures.
+
+    Raises:
+        UnicodeEncodeError: ``text`` holds a lone surrogate, which no text column stores.
+    """
+    size = len(text.encode("utf-8"))
+    if _NOT_PLAIN.search(text) is None:
+        return size
+    return _json_bytes(value)
+
+
+def _json_bytes(value: Any) -> int:
+    """The bytes of ``value`` as PostgreSQL writes it as jsonb text (see :func:`result_bytes`);
+    ``value`` is one json.dumps wrote."""
+    if value is None or value is True:
+        return 4
+    if value is False:
+        return 5
+    if isinstance(value, str):
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    if isinstance(value, int):
+        return len(int.__repr__(value))
+    if isinstance(value, float):
+        plain = format(Decimal(float.__repr__(value)), "f")
+        return len(plain) - (plain.startswith("-") and Decimal(plain) == 0)
+    if isinstance(value, Mapping):
+        parts = [_key_bytes(key) + 2 + _json_bytes(item) for key, item in value.items()]
+    else:
+        parts = [_json_bytes(item) for item in value]
+    return 2 + sum(parts) + 2 * max(len(parts) - 1, 0)
+
+
+def _key_bytes(key: Any) -> int:
+    """The bytes of a dict key as json.dumps writes it: a string, whatever its Python type."""
+    if isinstance(key, str):
+        text = key
+    elif key is True or key is False or key is None:
+        text = json.dumps(key)
+    elif isinstance(key, float):
+        text = float.__repr__(key)
+    else:
+        text = int.__repr__(key)
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+
+
+# --------------------------------------------------------------------------------------------
 # Durations.
 # --------------------------------------------------------------------------------------------
 
@@ -199,6 +273,7 @@ DURATIONS: dict[str, DurationRule] = {
     "backoff_cap": DurationRule(False, timedelta(days=30)),
     "retain_completed": DurationRule(False, timedelta(days=3650)),
     "retain_dead": DurationRule(False, timedelta(days=3650)),
+    "retain_results": DurationRule(False, timedelta(days=3650)),
     "older_than": DurationRule(True, timedelta(days=3650)),
     "heartbeat_interval": DurationRule(False, timedelta(days=1)),
 }

@@ -1,11 +1,16 @@
 # Generated from listen_async.py by tools/async_to_sync.py: edit that file, not this one.
-"""Waiting for work without polling: LISTEN/NOTIFY on a dedicated connection.
+"""Waiting without polling: for work, and for a job's result, with LISTEN/NOTIFY.
 
 Every push (and every retry, rescue or release) notifies its queue's channel when its
-transaction commits. A listener holds one autocommit connection that LISTENs on the channels of
-its queues, and the listener's ``wait_for_work`` blocks until a notification arrives, the
-earliest delayed job falls due, or the timeout passes. The timeout is only a fallback poll: a
-missed notification costs latency, never a job.
+transaction commits. A work listener holds one autocommit connection that LISTENs on the
+channels of its queues, and the listener's ``wait_for_work`` blocks until a notification
+arrives, the earliest delayed job falls due, or the timeout passes. The timeout is only a
+fallback poll: a missed notification costs latency, never a job.
+
+In a queue that keeps results (``retain_results``), every completed or dead-lettered job is
+announced on its namespace's results channel, the job ids as payload. A result listener LISTENs
+there, and its ``wait_for_result`` reads the job's result, then waits for a notification that
+names the job and reads it again, until the job has finished or the timeout passes.
 
 listen_async.py is the source of both listeners: the synchronous one in listen.py is generated
 from it by tools/async_to_sync.py.
@@ -13,12 +18,16 @@ from it by tools/async_to_sync.py.
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
 
+from postkit import errors
 from postkit.queue import executor, protocol
+from postkit.queue.protocol import checks as check
+from postkit.queue.records import UNFINISHED_STATES, JobResult
 
 T = TypeVar("T")
 
@@ -101,6 +110,123 @@ class WorkListener:
         self._connection.close()
 
     def __enter__(self) -> WorkListener:
+        self.listen()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ResultListener:
+    """Waits for the results of jobs of one namespace: it LISTENs on the namespace's results
+    channel, where each job of a queue that keeps results is announced as it completes or is
+    dead-lettered, and reads the job's result (``QueueClient.result``) when one names it.
+
+    Use :meth:`connect` to open a dedicated connection, or pass an open autocommit connection;
+    one listener serves any number of waits, one after the other. Close it with :meth:`close`
+    or ``with``. Its role needs producer access (job_result, results_channel).
+    """
+
+    def __init__(self, connection: psycopg.Connection[Any], namespace: str):
+        self._connection = connection
+        self._namespace = namespace
+        self._channel: str | None = None
+
+    @classmethod
+    def connect(cls, dsn: str, namespace: str) -> ResultListener:
+        """Open a dedicated autocommit connection to ``dsn`` and LISTEN on the results channel
+        of ``namespace``."""
+        connection = psycopg.Connection.connect(dsn, autocommit=True)
+        listener = cls(connection, namespace)
+        listener.listen()
+        return listener
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        return self._connection
+
+    def _run(self, call: protocol.Call[T]) -> T:
+        return executor.run(self._connection, call, given_to=None)
+
+    def listen(self) -> None:
+        """LISTEN on the namespace's results channel. Results announced from now on are not
+        missed."""
+        if self._channel is not None:
+            return
+        channel = self._run(protocol.results_channel(self._namespace))
+        self._run(protocol.listen(channel))
+        self._channel = channel
+
+    def unlisten(self) -> None:
+        """Stop listening (a connection that goes on serving other work stops collecting the
+        namespace's notifications)."""
+        if self._channel is None:
+            return
+        channel, self._channel = (self._channel, None)
+        self._run(protocol.unlisten(channel))
+
+    def result(self, job_id: int) -> JobResult:
+        """What became of job ``job_id`` now (see ``QueueClient.result``)."""
+        return self._run(protocol.job_result(self._namespace, job_id))
+
+    def wait_for_result(self, job_id: int, *, timeout: float) -> JobResult:
+        """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return what
+        became of it: completed (with its result), dead (with the dead letter's error), or
+        unknown (see ``QueueClient.result``).
+
+        It LISTENs first and reads the result next, so a job that finished before the wait
+        began is found at once; then each notification that names the job makes it read the
+        result again. The job's queue must keep results (``retain_results``): only its settles
+        are announced. Any other job is read once more when the timeout ends, which also
+        covers a notification that never came (a session that turned them off).
+
+        Raises:
+            ResultTimeoutError: the job has not finished when the timeout ends; its
+                ``result`` attribute holds the last read (pending, scheduled or running).
+            InvalidJobIdError, InvalidDurationError: bad arguments.
+        """
+        check.job_id(job_id)
+        seconds = check.seconds("timeout", timeout)
+        if seconds is None or seconds < 0:
+            raise errors.InvalidDurationError(f"timeout must be zero or positive, got {timeout}")
+        deadline = time.monotonic() + seconds
+        self.listen()
+        while True:
+            result = self.result(job_id)
+            if result.state not in UNFINISHED_STATES:
+                return result
+            if time.monotonic() >= deadline:
+                raise errors.ResultTimeoutError(
+                    f"job {job_id} has not finished after {seconds:g} s: it is {result.state}",
+                    result,
+                )
+            self._named(job_id, deadline)
+
+    def _named(self, job_id: int, deadline: float) -> None:
+        """Return once a notification on the results channel names ``job_id``, or once
+        ``deadline`` (time.monotonic()) passes. Other notifications are read and let go; one
+        with an empty payload names every job."""
+        wanted = str(job_id)
+        named = False
+        while not named and time.monotonic() < deadline:
+            wait = deadline - time.monotonic()
+            # stop_after=1 ends the iteration after the first batch the server sent, so the
+            # generator always runs to its end (and gives the connection back).
+            for notify in self._connection.notifies(timeout=max(wait, 0.0), stop_after=1):
+                if notify.channel == self._channel and (
+                    not notify.payload or wanted in notify.payload.split(",")
+                ):
+                    named = True
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> ResultListener:
         self.listen()
         return self
 

@@ -416,11 +416,15 @@ class AsyncOperations:
         retain_completed: Duration | None = None,
         retain_dead: Duration | None = None,
         max_payload_bytes: int | None = None,
+        retain_results: Duration | None = None,
     ) -> QueuePolicy:
         """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept; None
         restores the built-in default (max_attempts 20, visibility timeout 30 s, backoff from
         1 s doubling up to 1 h, completed jobs deleted at once, dead letters kept 30 days,
-        payloads up to 1 MiB).
+        payloads up to 1 MiB, results not kept).
+        ``retain_results`` keeps the result of each job completed from then on (what its
+        handler returned: ``ack(job, result=...)``) that long, for :meth:`result` and
+        :meth:`wait_for_result`; at most 3650 days.
         Pausing is separate: :meth:`pause_queue`.
 
         Returns:
@@ -437,6 +441,7 @@ class AsyncOperations:
                 retain_completed=retain_completed,
                 retain_dead=retain_dead,
                 max_payload_bytes=max_payload_bytes,
+                retain_results=retain_results,
             )
         )
 
@@ -451,6 +456,7 @@ class AsyncOperations:
         retain_completed: Duration | None = None,
         retain_dead: Duration | None = None,
         max_payload_bytes: int | None = None,
+        retain_results: Duration | None = None,
         reset: Sequence[str] = (),
     ) -> QueuePolicy:
         """Change some settings of ``queue`` and keep the others, unlike
@@ -476,14 +482,15 @@ class AsyncOperations:
                 retain_completed=retain_completed,
                 retain_dead=retain_dead,
                 max_payload_bytes=max_payload_bytes,
+                retain_results=retain_results,
                 reset=reset,
             )
         )
 
     async def prune(self, *, limit: int = 1000) -> Pruned:
-        """Apply retention once: delete up to ``limit`` expired archived jobs and dead letters
-        and old outcome counters. The worker runtime's prune service and ``postkit tick``
-        call this."""
+        """Apply retention once: delete up to ``limit`` expired archived jobs, up to ``limit``
+        dead letters and up to ``limit`` job results, and old outcome counters. The worker
+        runtime's prune service and ``postkit tick`` call this."""
         return await self._run(protocol.prune(self._namespace, limit=limit))
 
     async def create_schedule(

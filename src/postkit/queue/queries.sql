@@ -71,6 +71,21 @@ FROM postkit_queue.pull(
 -- name: ack
 SELECT postkit_queue.ack(%(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
+-- name: ack_result
+-- ack, with the job's result. An ack without one is the statement above, which every version of
+-- the SQL module takes (as push is to push_traced).
+SELECT postkit_queue.ack(
+    %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid,
+    %(result)s::pg_catalog.jsonb);
+
+-- name: job_result
+SELECT r.job_id, r.queue, r.state, r.result::pg_catalog.text AS result, r.error, r.reason,
+       r.attempts, r.finished_at, r.expires_at, r.redriven_job_id
+FROM postkit_queue.job_result(%(namespace)s, %(job_id)s::bigint) AS r;
+
+-- name: results_channel
+SELECT postkit_queue.results_channel(%(namespace)s) AS channel;
+
 -- name: nack
 SELECT postkit_queue.nack(
     %(namespace)s, %(job_id)s::bigint, %(error)s, %(worker_id)s, %(claim_token)s::pg_catalog.uuid,
@@ -113,7 +128,8 @@ SELECT p.max_attempts,
        p.paused,
        extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
        extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
-       p.max_payload_bytes
+       p.max_payload_bytes,
+       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results
 FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -121,7 +137,8 @@ FROM postkit_queue.configure_queue(
     %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(retain_completed)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(retain_dead)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(max_payload_bytes)s::integer) AS p;
+    %(max_payload_bytes)s::integer,
+    %(retain_results)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS p;
 
 -- name: update_queue_settings
 SELECT p.max_attempts,
@@ -131,7 +148,8 @@ SELECT p.max_attempts,
        p.paused,
        extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
        extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
-       p.max_payload_bytes
+       p.max_payload_bytes,
+       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results
 FROM postkit_queue.update_queue_settings(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -139,7 +157,8 @@ FROM postkit_queue.update_queue_settings(
     %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(retain_completed)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(retain_dead)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(max_payload_bytes)s::integer, %(reset)s::pg_catalog.text[]) AS p;
+    %(max_payload_bytes)s::integer, %(reset)s::pg_catalog.text[],
+    %(retain_results)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS p;
 
 -- name: queues
 SELECT q AS queue FROM postkit_queue.queues(%(namespace)s) AS q ORDER BY q;
@@ -191,6 +210,9 @@ SELECT postkit_queue.channel(%(namespace)s, q) AS channel FROM pg_catalog.unnest
 -- LISTEN takes its channel as a name, not a parameter: protocol.Call writes it in as a quoted
 -- identifier.
 LISTEN {channel};
+
+-- name: unlisten
+UNLISTEN {channel};
 
 -- name: clock
 SELECT postkit_queue.clock() AS now;
@@ -282,7 +304,7 @@ SELECT postkit_queue.resume_queue(%(namespace)s, %(queue)s);
 SELECT postkit_queue.purge_queue(%(namespace)s, %(queue)s) AS purged;
 
 -- name: prune
-SELECT p.completed_jobs, p.dead_letters, p.stats_rows
+SELECT p.completed_jobs, p.dead_letters, p.stats_rows, p.results
 FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
 
 -- name: save_schedule
@@ -338,12 +360,19 @@ SELECT p.max_attempts,
        p.paused,
        extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
        extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
-       p.max_payload_bytes
+       p.max_payload_bytes,
+       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results
 FROM postkit_queue.get_queue_policy(%(namespace)s, %(queue)s) AS p;
 
 -- name: ack_many
 SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
        AS acked;
+
+-- name: ack_many_results
+-- ack_many, with the jobs' results (as ack_result is to ack).
+SELECT postkit_queue.ack_many(
+    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[],
+    %(results)s::pg_catalog.jsonb) AS acked;
 
 -- name: ack_and_pull
 -- A worker's round trip: acknowledge what finished and claim the next batch, in one statement
@@ -359,6 +388,23 @@ SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked
        j.trace_context::pg_catalog.text AS trace_context
 FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
      AS a(acked)
+LEFT JOIN LATERAL postkit_queue.pull(
+    %(namespace)s, %(queue)s, %(worker_id)s,
+    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond', %(limit)s::integer)
+    WITH ORDINALITY AS j ON true;
+
+-- name: ack_and_pull_results
+-- ack_and_pull, with the acknowledged jobs' results (as ack_result is to ack).
+SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked END AS acked,
+       j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state,
+       j.payload::pg_catalog.text AS payload, j.priority,
+       j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
+       j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
+       j.errors::pg_catalog.text AS errors, j.created_at,
+       j.trace_context::pg_catalog.text AS trace_context
+FROM postkit_queue.ack_many(
+    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[],
+    %(results)s::pg_catalog.jsonb) AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond', %(limit)s::integer)

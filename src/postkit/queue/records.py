@@ -1,10 +1,10 @@
-"""What the SDK returns (jobs and the cursors of their listings, dead letters and their searches,
-queue policies, statistics and outcomes per minute, schedules, their last runs and what a tick
-fired, registered workers and the jobs they run), each a read-only mapping with a typed
-attribute view (``job["payload"]`` and ``job.payload`` are the same value); and the two
-vocabularies they use, the job states and the outcomes, each defined once here and kept in step
-with the SQL module's enum types (``postkit_queue.job_state``, ``postkit_queue.outcome``) by a
-test."""
+"""What the SDK returns (jobs and the cursors of their listings, what became of a job (its
+result), dead letters and their searches, queue policies, statistics and outcomes per minute,
+schedules, their last runs and what a tick fired, registered workers and the jobs they run),
+each a read-only mapping with a typed attribute view (``job["payload"]`` and ``job.payload``
+are the same value); and the two vocabularies they use, the job states and the outcomes, each
+defined once here and kept in step with the SQL module's enum types
+(``postkit_queue.job_state``, ``postkit_queue.outcome``) by a test."""
 
 from __future__ import annotations
 
@@ -114,6 +114,54 @@ class Job(_RecordMapping):
     age: timedelta | None = None
     """How long ago the job was created, by the queue's clock when ``jobs`` listed it (so
     ``created_at + age`` is that moment); None from the other calls."""
+
+
+UNFINISHED_STATES = (JobState.PENDING.value, JobState.SCHEDULED.value, JobState.RUNNING.value)
+"""The states of a :class:`JobResult` whose job has not finished."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class JobResult(_RecordMapping):
+    """What became of a job (``QueueClient.result``): its result once it completed, the dead
+    letter's error once it was dead-lettered, or that it has not finished yet.
+
+    ``state`` is one of:
+
+    - 'pending', 'scheduled', 'running': not finished (``finished`` is False);
+    - 'completed': ``value`` is what its handler returned (None when it returned None, or when
+      its queue keeps completed jobs but no results, or the value could not be kept);
+    - 'dead': dead-lettered, with the dead letter's ``error`` and ``reason``;
+    - 'unknown': nothing is known: never pushed (or in another namespace), completed in a queue
+      that keeps neither results nor completed jobs, cancelled, purged, or its record pruned.
+    """
+
+    job_id: int
+    state: str
+    queue: str | None = None
+    """None when the state is 'unknown'."""
+    value: Any = None
+    """The result of a completed job; None in every other state."""
+    error: str | None = None
+    """The dead letter's last error."""
+    reason: str | None = None
+    """Why it was dead-lettered: 'failed', 'attempts_exhausted' or 'timed_out'."""
+    attempts: int | None = None
+    """Claims so far (live), or the claims it took (completed, dead)."""
+    finished_at: datetime | None = None
+    """When it completed or was dead-lettered."""
+    expires_at: datetime | None = None
+    """When retention prunes the result, or the dead letter."""
+    redriven_job_id: int | None = None
+    """The job a dead letter was retried as: its result is that job's."""
+    value_error: str | None = None
+    """None when ``value`` was decoded; else why Python could not decode the stored result
+    (``value`` is then None)."""
+
+    @property
+    def finished(self) -> bool:
+        """The job completed or was dead-lettered: its result will not change (but for a
+        redrive, whose new job has a result of its own)."""
+        return self.state in ("completed", JobState.DEAD.value)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -289,6 +337,9 @@ class QueuePolicy(_RecordMapping):
     max_payload_bytes: int
     """The largest payload a push accepts (its stored size); larger ones raise
     InvalidPayloadError."""
+    retain_results: float | None = None
+    """Seconds the result of each completed job (what its handler returned) is kept for
+    ``result`` and ``wait_for_result``; None: results are not kept."""
 
 
 class NackOutcome(str, enum.Enum):
@@ -419,6 +470,8 @@ class Pruned(_RecordMapping):
     completed_jobs: int
     dead_letters: int
     stats_rows: int
+    results: int = 0
+    """Job results whose retention (the queue's retain_results) ran out."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -514,11 +567,15 @@ class WorkerInfo(_RecordMapping):
     (a clean stop deregisters)."""
 
 
+_DECODED_FIELDS = ("payload", "value")
+"""The fields of records that hold decoded JSON (a job's payload, a result's value)."""
+
+
 def to_jsonable(value: Any) -> Any:
     """SDK records (dataclasses, mappings), times and durations as plain JSON values: times in
-    ISO 8601, durations in seconds. A record's payload is decoded JSON already and passes as it
-    is: walking it would exhaust the recursion limit on a payload nested a few hundred deep,
-    which json.dumps still writes."""
+    ISO 8601, durations in seconds. A record's payload, and a result's value, is decoded JSON
+    already and passes as it is: walking it would exhaust the recursion limit on a value nested
+    a few hundred deep, which json.dumps still writes."""
     if isinstance(value, enum.Enum):
         return to_jsonable(value.value)
     if isinstance(value, (str, int, float, bool)) or value is None:
@@ -532,7 +589,7 @@ def to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             field.name: getattr(value, field.name)
-            if field.name == "payload"
+            if field.name in _DECODED_FIELDS
             else to_jsonable(getattr(value, field.name))
             for field in dataclasses.fields(value)
         }

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from postkit.queue import Job
+from postkit.queue.protocol import CheckedResult
 
 if TYPE_CHECKING:
     from postkit.worker.metrics import Recorder
@@ -58,6 +59,9 @@ class Claims:
         self.finished: list[tuple[Job, float]] = []
         """Jobs whose handler succeeded, waiting for the next batched ack, with their start
         time."""
+        self.results: dict[int, CheckedResult] = {}
+        """What the handlers of finished jobs returned, checked, by job id: sent with their
+        batched ack, and forgotten once it went through."""
 
     def add(self, job: Job) -> None:
         """``job`` was just claimed: it holds a slot, and its first heartbeat is due a third
@@ -108,12 +112,31 @@ class Claims:
         with self.lock:
             self.settling.add(job.id)
 
-    def complete(self, job: Job, started: float) -> None:
-        """The handler succeeded: free the slot and queue the job for the next batched ack."""
+    def complete(self, job: Job, started: float, result: CheckedResult | None = None) -> None:
+        """The handler succeeded: free the slot and queue the job, with its ``result`` (None:
+        none), for the next batched ack."""
         with self.lock:
             self._forget(job)
             self.finished.append((job, started))
+            if result is not None:
+                self.results[job.id] = result
             self.lock.notify_all()
+
+    def results_of(self, acks: list[tuple[Job, float]]) -> list[CheckedResult | None] | None:
+        """The results to send with the batched ack of ``acks``, one per job; None when none
+        of them has one."""
+        with self.lock:
+            if not self.results:
+                return None
+            found = [self.results.get(job.id) for job, _ in acks]
+        return found if any(result is not None for result in found) else None
+
+    def forget_results(self, acks: list[tuple[Job, float]]) -> None:
+        """The batched ack of ``acks`` went through (each job acked, or its claim stale)."""
+        with self.lock:
+            if self.results:
+                for job, _ in acks:
+                    self.results.pop(job.id, None)
 
     def finish(self, job: Job) -> None:
         """The job was settled (or given up on) by its own thread: free its slot and wake the

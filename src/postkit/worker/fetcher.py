@@ -1,7 +1,8 @@
 """Fetching work: settle-and-claim round trips, woken by notifications.
 
 Jobs that succeed are acknowledged in batches: each round trip acknowledges every job that
-finished since the last one and claims as many new jobs as there are free slots, in one
+finished since the last one (with the values their handlers returned, which the SQL module keeps
+for queues that keep results) and claims as many new jobs as there are free slots, in one
 statement and one transaction (with several queues, a queue that comes up short is followed by a
 pull from the next). When the queues run dry the fetcher waits: for a notification
 (a listener thread on a connection of its own, see ``postkit.queue.listen``), for a slot to
@@ -25,6 +26,7 @@ import psycopg_pool
 from postkit import errors
 from postkit.queue import Job, QueueClient, WorkListener, protocol
 from postkit.queue.executor import run as run_call
+from postkit.queue.protocol import CheckedResult
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.job_executor import JobExecutor
@@ -182,17 +184,24 @@ class Fetcher:
         tried is a pull of its own. Returns how many jobs it claimed."""
         first = self._next_queue
         self._next_queue = (self._next_queue + 1) % len(self.queues)
+        results = self.claims.results_of(acks)
         sent = time.monotonic()
         try:
             acked, jobs = (run or self.pool.run)(
                 functools.partial(
-                    self._ack_and_pull, acks=[job for job, _ in acks], limit=limit, first=first
+                    self._ack_and_pull,
+                    acks=[job for job, _ in acks],
+                    results=results,
+                    limit=limit,
+                    first=first,
                 )
             )
         except BaseException:
             # Nothing was acknowledged (the statement rolled back): try these again next time.
             self.claims.return_finished(acks)
             raise
+        if results is not None:
+            self.claims.forget_results(acks)
         self.metrics.round_trip(sent, len(jobs) if limit > 0 else None)
         self.outcomes.record_acks(acks, set(acked))
         for job in jobs:
@@ -200,15 +209,22 @@ class Fetcher:
         return len(jobs)
 
     def _ack_and_pull(
-        self, client: QueueClient, *, acks: list[Job], limit: int, first: int
+        self,
+        client: QueueClient,
+        *,
+        acks: list[Job],
+        results: list[CheckedResult | None] | None,
+        limit: int,
+        first: int,
     ) -> tuple[list[int], list[Job]]:
         if limit <= 0:
-            return client.ack_many(acks), []
+            return client.ack_many(acks, results=results), []
         count = len(self.queues)
         order = [self.queues[(first + offset) % count] for offset in range(count)]
         acked, jobs = client.ack_and_pull(
             order[0],
             acks,
+            results=results,
             limit=limit,
             worker_id=self.worker_id,
             visibility_timeout=self.visibility_timeout,

@@ -6,6 +6,13 @@ transactional). :class:`~postkit.errors.PermanentError` fails it into the dead-l
 :class:`~postkit.errors.RetryLater` retries it after the delay it names, and any other
 exception nacks it with the error and a traceback summary. A job whose payload Python cannot
 decode never reaches its handler: it is failed with that error.
+
+What a handler returns, unless None, goes with its ack as the job's result, checked and written
+as JSON on the handler's own thread; the SQL module keeps it when the job's queue keeps results
+(``retain_results``) and drops it otherwise. A value that cannot be a result (not
+JSON-serializable, over 1 MiB as JSON text) does not fail the job, whose work is done: it is
+acked without a result (its result reads as None) and the worker logs why, at WARNING the first
+time for each queue and at DEBUG after that.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import psycopg_pool
 from postkit.errors import PermanentError, RetryLater
 from postkit.queue import Job, Outcome, QueueClient, protocol
 from postkit.queue.executor import run as run_call
+from postkit.queue.protocol import CheckedResult
 from postkit.worker import tracing
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
@@ -76,6 +84,9 @@ class JobExecutor:
             stdlib_queue.SimpleQueue()
         )
         self._settle_backoff = Backoff.housekeeping(jitter=0.0)
+        # The queues whose handlers returned a value that cannot be kept, logged at WARNING once.
+        self._unkept_queues: set[str] = set()
+        self._unkept_lock = threading.Lock()
 
     def start(self, pool: WorkerPool, *, with_event_loop: bool) -> None:
         """Start the handler threads, and the event loop for ``async def`` handlers."""
@@ -186,12 +197,13 @@ class JobExecutor:
             return self._run_sync_handler(job, spec, started)
 
     def _run_sync_handler(self, job: Job, spec: HandlerSpec, started: float) -> bool:
+        value = None
         try:
             if spec.transactional:
                 if not self._run_transactional(job, spec):
                     return self._drop_late_outcome(job)
             else:
-                spec.function(job)
+                value = spec.function(job)
         except BaseException as error:
             if not self.claims.claim_outcome(job):
                 return self._drop_late_outcome(job)
@@ -203,10 +215,32 @@ class JobExecutor:
         if spec.transactional:
             self.claims.finish(job)
         elif self.claims.claim_outcome(job):
-            self.claims.complete(job, started)
+            self.claims.complete(job, started, self._result_of(job, value))
         else:
             return self._drop_late_outcome(job)
         return True
+
+    def _result_of(self, job: Job, value: object) -> CheckedResult | None:
+        """What ``job``'s handler returned, as the result its ack sends: None for None, and
+        for a value that cannot be a result (logged; see the module docstring)."""
+        if value is None:
+            return None
+        try:
+            return protocol.checked_result(value)
+        except Exception as exc:  # an InvalidResultError, or whatever a strange value raises
+            with self._unkept_lock:
+                first = job.queue not in self._unkept_queues
+                self._unkept_queues.add(job.queue)
+            logger.log(
+                logging.WARNING if first else logging.DEBUG,
+                "job %d returned a value that cannot be its result (%s): it is acked without "
+                "one; return None or a JSON value of at most 1 MiB%s",
+                job.id,
+                exc,
+                " (further ones of this queue are logged at debug level)" if first else "",
+                extra=job_fields(job, "result_dropped"),
+            )
+            return None
 
     def _run_transactional(self, job: Job, spec: HandlerSpec) -> bool:
         """The handler's writes and the ack share one transaction: both commit, or neither.
@@ -222,10 +256,12 @@ class JobExecutor:
                     # The handler's writes are the application's: they commit durably.
                     run_call(cursor, protocol.durable_commit(), given_to=None)
                     handler_ran = True
-                    spec.function(job, cursor)
+                    value = spec.function(job, cursor)
                     if not self.claims.claim_outcome(job):
                         raise psycopg.Rollback(tx)
-                    acked = QueueClient(cursor, namespace=self.namespace).ack(job)
+                    acked = QueueClient(cursor, namespace=self.namespace).ack(
+                        job, result=self._result_of(job, value)
+                    )
                     if not acked:
                         raise psycopg.Rollback(tx)
                 break
@@ -275,7 +311,7 @@ class JobExecutor:
 
     async def _run_async_handler(self, job: Job, spec: HandlerSpec, started: float) -> None:
         try:
-            await spec.function(job)
+            value = await spec.function(job)
         except BaseException as error:
             if not self.claims.claim_outcome(job):
                 self._drop_late_outcome(job)
@@ -288,7 +324,7 @@ class JobExecutor:
                 self.claims.finish(job)
         else:
             if self.claims.claim_outcome(job):
-                self.claims.complete(job, started)
+                self.claims.complete(job, started, self._result_of(job, value))
             else:
                 self._drop_late_outcome(job)
 

@@ -462,11 +462,12 @@ class Worker:
                 fired.next_run_at.isoformat(),
                 extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
             )
-        if done.pruned.completed_jobs or done.pruned.dead_letters:
+        if done.pruned.completed_jobs or done.pruned.dead_letters or done.pruned.results:
             logger.info(
-                "retention pruned %d archived job(s) and %d dead letter(s)",
+                "retention pruned %d archived job(s), %d dead letter(s) and %d job result(s)",
                 done.pruned.completed_jobs,
                 done.pruned.dead_letters,
+                done.pruned.results,
                 extra={"event": "pruned"},
             )
 

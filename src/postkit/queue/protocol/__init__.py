@@ -17,6 +17,8 @@ leaves the caller's transaction as it was, while a refusal by the SQL module abo
 from __future__ import annotations
 
 from postkit.queue.protocol.call import Call, Duration, JobRef, Rows, queries
+from postkit.queue.protocol.checks import CheckedResult
+from postkit.queue.protocol.checks import result as checked_result
 from postkit.queue.protocol.cron import check_cron, cron_problem, next_run_after
 from postkit.queue.protocol.lifecycle import (
     ack,
@@ -28,6 +30,7 @@ from postkit.queue.protocol.lifecycle import (
     extend_visibility,
     fail,
     get_job,
+    job_result,
     listen,
     nack,
     next_run_at,
@@ -37,7 +40,9 @@ from postkit.queue.protocol.lifecycle import (
     push,
     push_batch,
     release,
+    results_channel,
     tick_timeouts,
+    unlisten,
     wake,
 )
 from postkit.queue.protocol.operations import (
@@ -103,6 +108,7 @@ __all__ = [
     "JOB_STATES",
     "QUEUE_SETTINGS",
     "Call",
+    "CheckedResult",
     "DueRun",
     "Duration",
     "JobRef",
@@ -118,6 +124,7 @@ __all__ = [
     "cancel",
     "channels",
     "check_cron",
+    "checked_result",
     "clock",
     "configure_queue",
     "count_dead_letters",
@@ -133,6 +140,7 @@ __all__ = [
     "get_job",
     "get_queue_policy",
     "job_lineage",
+    "job_result",
     "jobs",
     "known_queues",
     "listen",
@@ -159,6 +167,7 @@ __all__ = [
     "register_queues",
     "register_worker",
     "release",
+    "results_channel",
     "running_jobs",
     "save_schedule",
     "schedule_runs",
@@ -170,6 +179,7 @@ __all__ = [
     "set_schedule_paused",
     "stats",
     "tick_timeouts",
+    "unlisten",
     "update_queue_settings",
     "vacuum_jobs",
     "vacuum_lock",

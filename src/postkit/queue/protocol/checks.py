@@ -12,6 +12,7 @@ import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -161,6 +162,59 @@ def payload(value: object) -> str:
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise errors.InvalidPayloadError("payload must not contain a NUL character (\\u0000)")
     return text
+
+
+@dataclass(frozen=True)
+class CheckedResult:
+    """A job's result, checked by :func:`result` and written as the JSON text it is sent as.
+    An ack given one sends that text as it is, without checking it again: the worker checks
+    each handler's return value on the handler's own thread, and keeps what fits."""
+
+    text: str
+
+
+def result(value: object) -> CheckedResult | None:
+    """A job's result (what its handler returned): None for None (no result), else the value as
+    JSON text, by the rule of limits.RESULT_BYTES (the SQL module's check_result).
+
+    Raises:
+        InvalidResultError: not JSON-serializable (or nested past the recursion limit), holds a
+            NUL character or a lone surrogate, or over the size limit.
+    """
+    if value is None or isinstance(value, CheckedResult):
+        return value
+    try:
+        text = json.dumps(
+            value, ensure_ascii=False, allow_nan=False, separators=limits.RESULT_SEPARATORS
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise errors.InvalidResultError(f"result is not JSON-serializable: {exc}") from exc
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise errors.InvalidResultError("result must not contain a NUL character (\\u0000)")
+    try:
+        size = limits.result_bytes(value, text)
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidResultError("result must not contain lone surrogates") from exc
+    if size > limits.RESULT_BYTES:
+        raise errors.InvalidResultError(
+            f"result is {size} bytes as JSON text; the limit is {limits.RESULT_BYTES} (1 MiB)"
+        )
+    return CheckedResult(text)
+
+
+def results(values: object, jobs: int) -> str | None:
+    """The results of a batch of ``jobs`` acks as one JSON array (an entry per job: its result,
+    or null for none), or None when there is none at all."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise errors.InvalidResultError("results must be a list of one result (or None) per job")
+    if len(values) != jobs:
+        raise errors.InvalidResultError(f"{len(values)} results for {jobs} jobs")
+    checked = [result(value) for value in values]
+    if all(entry is None for entry in checked):
+        return None
+    return "[" + ", ".join("null" if entry is None else entry.text for entry in checked) + "]"
 
 
 def trace_context(value: object) -> str | None:

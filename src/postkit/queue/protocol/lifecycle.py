@@ -1,4 +1,5 @@
-"""The calls of a job's life: push, claim, settle, reclaim, and waiting for due work."""
+"""The calls of a job's life: push, claim, settle, reclaim, waiting for due work, and what
+became of a job (its result)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from postkit.queue.protocol import checks as check
 from postkit.queue.protocol import readers as read
 from postkit.queue.protocol.call import Call, Duration, JobRef, Rows
 from postkit.queue.protocol.readers import NextDue
-from postkit.queue.records import Job, NackOutcome
+from postkit.queue.records import Job, JobResult, NackOutcome
 
 
 def push(
@@ -70,10 +71,31 @@ def pull(
     return Call("pull", params, lambda rows: [read.job(row) for row in rows])
 
 
-def ack(namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object) -> Call[bool]:
-    return Call(
-        "ack", check.base(namespace, **check.claim("ack", job, worker_id, claim_token)), read.scalar
-    )
+def ack(
+    namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object, result: object
+) -> Call[bool]:
+    """Ack ``job``, with its ``result`` (None: none; a :class:`check.CheckedResult` as it
+    is)."""
+    params = check.base(namespace, **check.claim("ack", job, worker_id, claim_token))
+    checked = check.result(result)
+    if checked is None:
+        return Call("ack", params, read.scalar)
+    return Call("ack_result", {**params, "result": checked.text}, read.scalar)
+
+
+def job_result(namespace: str, job_id: int) -> Call[JobResult]:
+    params = check.base(namespace, job_id=check.job_id(job_id))
+    return Call("job_result", params, read.job_result)
+
+
+def results_channel(namespace: str) -> Call[str]:
+    """The LISTEN channel of the namespace's results (the SQL module names it)."""
+    return Call("results_channel", check.base(namespace), read.scalar)
+
+
+def unlisten(channel: str) -> Call[None]:
+    """UNLISTEN ``channel``."""
+    return Call("unlisten", {}, lambda rows: None, identifiers={"channel": channel})
 
 
 def nack(
@@ -243,11 +265,17 @@ def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> 
     return Call("ack_batch", params, read.scalar)
 
 
-def ack_many(namespace: str, jobs: Sequence[Job]) -> Call[list[int]]:
+def ack_many(
+    namespace: str, jobs: Sequence[Job], results: Sequence[object] | None
+) -> Call[list[int]]:
+    """Ack ``jobs``, with their ``results`` (None, or one entry per job, each as ack takes
+    it)."""
+    params = check.base(namespace, **check.claims("ack_many", jobs))
+    texts = check.results(results, len(jobs))
+    if texts is None:
+        return Call("ack_many", params, lambda rows: list(read.scalar(rows)))
     return Call(
-        "ack_many",
-        check.base(namespace, **check.claims("ack_many", jobs)),
-        lambda rows: list(read.scalar(rows)),
+        "ack_many_results", {**params, "results": texts}, lambda rows: list(read.scalar(rows))
     )
 
 
@@ -256,6 +284,7 @@ def ack_and_pull(
     queue: str,
     acks: Sequence[Job],
     *,
+    results: Sequence[object] | None,
     worker_id: str | None,
     visibility_timeout: Duration | None,
     limit: int,
@@ -268,9 +297,12 @@ def ack_and_pull(
         visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
         limit=check.limit("pull", limit),
     )
+    texts = check.results(results, len(acks))
 
     def parse(rows: Rows) -> tuple[list[int], list[Job]]:
         acked = list(rows[0]["acked"]) if rows else []
         return acked, [read.job(row) for row in rows if row["id"] is not None]
 
-    return Call("ack_and_pull", params, parse)
+    if texts is None:
+        return Call("ack_and_pull", params, parse)
+    return Call("ack_and_pull_results", {**params, "results": texts}, parse)

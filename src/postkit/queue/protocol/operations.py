@@ -124,6 +124,7 @@ def configure_queue(
     retain_completed: Duration | None,
     retain_dead: Duration | None,
     max_payload_bytes: int | None,
+    retain_results: Duration | None,
 ) -> Call[QueuePolicy]:
     params = check.base(
         namespace,
@@ -142,6 +143,7 @@ def configure_queue(
             errors.InvalidPayloadError,
             bounds=limits.MAX_PAYLOAD_BYTES,
         ),
+        retain_results=check.duration("retain_results", retain_results),
     )
     return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
 
@@ -154,6 +156,7 @@ QUEUE_SETTINGS = (
     "retain_completed",
     "retain_dead",
     "max_payload_bytes",
+    "retain_results",
 )
 """The settings of a queue that configure_queue and update_queue_settings write."""
 
@@ -169,6 +172,7 @@ def update_queue_settings(
     retain_completed: Duration | None,
     retain_dead: Duration | None,
     max_payload_bytes: int | None,
+    retain_results: Duration | None,
     reset: Sequence[str],
 ) -> Call[QueuePolicy]:
     if isinstance(reset, str) or not all(isinstance(name, str) for name in reset):
@@ -188,6 +192,7 @@ def update_queue_settings(
         retain_completed=retain_completed,
         retain_dead=retain_dead,
         max_payload_bytes=max_payload_bytes,
+        retain_results=retain_results,
     )
     both = [name for name in reset if call.params[name] is not None]
     if both:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postkit.queue.protocol.call import Rows
-from postkit.queue.records import DeadLetter, Job, Schedule
+from postkit.queue.records import DeadLetter, Job, JobResult, Schedule
 
 # A run of digits long enough to hold a fraction past the largest float (about 1.8e308).
 _LONG_DIGITS = re.compile(r"[0-9]{309}")
@@ -113,6 +113,24 @@ def dead_letter(row: dict[str, Any]) -> DeadLetter:
         redriven_at=row["redriven_at"],
         payload_error=payload_error,
         trace_context=_trace_context(row["trace_context"]),
+    )
+
+
+def job_result(rows: Rows) -> JobResult:
+    row = rows[0]
+    value, value_error = (None, None) if row["result"] is None else decode(row["result"], "result")
+    return JobResult(
+        job_id=row["job_id"],
+        state=row["state"],
+        queue=row["queue"],
+        value=value,
+        error=row["error"],
+        reason=row["reason"],
+        attempts=row["attempts"],
+        finished_at=row["finished_at"],
+        expires_at=row["expires_at"],
+        redriven_job_id=row["redriven_job_id"],
+        value_error=value_error,
     )
 
 

@@ -1,6 +1,6 @@
-"""Prune: apply retention (``prune``): delete archived jobs and dead letters whose retention
-ran out, and outcome counters older than two hours, in bounded batches; and forget the workers
-lost for a day (``prune_workers``)."""
+"""Prune: apply retention (``prune``): delete archived jobs, dead letters and job results whose
+retention ran out, and outcome counters older than two hours, in bounded batches; and forget the
+workers lost for a day (``prune_workers``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from postkit.worker.maintenance.service import Service
 
 
 class Prune(Service):
-    """Deletes up to ``limit`` archived jobs and ``limit`` dead letters per run; a full batch
-    runs again at once."""
+    """Deletes up to ``limit`` archived jobs, ``limit`` dead letters and ``limit`` job results
+    per run; a full batch runs again at once."""
 
     def __init__(self, *, interval: float, jitter: float = 0.0, limit: int = 1000) -> None:
         super().__init__(interval=interval, jitter=jitter)
@@ -32,7 +32,7 @@ class Prune(Service):
         pruned = client.prune(limit=self.limit)
         report.pruned = pruned
         client.prune_workers()  # a day after a lost worker's last heartbeat
-        full = max(pruned.completed_jobs, pruned.dead_letters) >= self.limit
+        full = max(pruned.completed_jobs, pruned.dead_letters, pruned.results) >= self.limit
         return 0.0 if full else self.next_wait()
 
 

@@ -25,7 +25,7 @@ class RoundReport:
     """Schedule runs fired (:class:`~postkit.worker.maintenance.schedules.Schedules`)."""
     broken: list[BrokenSchedule] = field(default_factory=list)
     """Due schedules marked broken instead of firing."""
-    pruned: Pruned = field(default_factory=lambda: Pruned(0, 0, 0))
+    pruned: Pruned = field(default_factory=lambda: Pruned(0, 0, 0, 0))
     """What retention deleted (:class:`~postkit.worker.maintenance.prune.Prune`)."""
 
     @property
@@ -37,6 +37,7 @@ class RoundReport:
             or self.broken
             or self.pruned.completed_jobs
             or self.pruned.dead_letters
+            or self.pruned.results
         )
 
 

@@ -54,13 +54,15 @@ $$;
 
 -- A queue's policy: its settings row (queue_settings) over the built-in defaults: max_attempts
 -- 20, visibility timeout 30 s, backoff from 1 s to 1 h, not paused, completed jobs deleted at
--- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB. Every
--- function asks here, so the defaults live in one place.
+-- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB, results not
+-- kept (retain_results NULL). Every function asks here, so the defaults live in one place
+-- (record_outcomes reads the two retentions without a default off queue_settings itself).
 CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
+    OUT retain_results interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -68,9 +70,9 @@ AS $$
 BEGIN
     -- A primary-key probe of queue_settings; a queue without a row gets every default.
     SELECT s.max_attempts, s.visibility_timeout, s.backoff_base, s.backoff_cap, s.paused,
-           s.retain_completed, s.retain_dead, s.max_payload_bytes
+           s.retain_completed, s.retain_dead, s.max_payload_bytes, s.retain_results
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-         retain_completed, retain_dead, max_payload_bytes
+         retain_completed, retain_dead, max_payload_bytes, retain_results
     FROM postkit_queue.queue_settings s
     WHERE s.namespace = p_namespace AND s.queue = p_queue;
     max_attempts := coalesce(max_attempts, 20);
@@ -193,6 +195,61 @@ BEGIN
         RETURN pg_column_size(p_payload);
     END IF;
     RETURN pg_column_size(p_payload::text::jsonb);
+END
+$$;
+
+-- A job's result (what its handler returned, given to ack): any JSON value, at most 1 MiB as
+-- JSON text, measured as PostgreSQL writes the jsonb value (", " and ": " between the parts,
+-- numbers in plain notation), which the SDK computes before it sends one
+-- (postkit/queue/limits.py, result_bytes). The text, not the stored size: a client that knows
+-- the rule can tell from the value alone whether it fits. The rule, once, for the fast paths
+-- (inlined, as is_name); NULL for NULL.
+CREATE OR REPLACE FUNCTION postkit_queue.is_result(p_value jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+RETURN octet_length(p_value::text) <= 1048576;
+
+-- The result rule, with the precise error: NULL (no result) or is_result.
+CREATE OR REPLACE FUNCTION postkit_queue.check_result(p_what text, p_value jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR postkit_queue.is_result(p_value) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'postkit: % is % bytes as JSON text; the limit is 1048576 (1 MiB)',
+        p_what, octet_length(p_value::text) USING ERRCODE = 'PKQ16';
+END
+$$;
+
+-- The results of a batch of acks: NULL (none), or a JSON array of one entry per job id, each
+-- the job's result or null (none), each entry as check_result takes it.
+CREATE OR REPLACE FUNCTION postkit_queue.check_results(p_results jsonb, p_jobs integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_results IS NULL THEN
+        RETURN;
+    END IF;
+    IF jsonb_typeof(p_results) <> 'array' OR jsonb_array_length(p_results) <> p_jobs THEN
+        RAISE EXCEPTION 'postkit: results must be a JSON array of one entry (a result or null) '
+                        'per job id, got a JSON % for % job ids',
+            CASE jsonb_typeof(p_results)
+                WHEN 'array' THEN 'array of ' || jsonb_array_length(p_results)
+                ELSE jsonb_typeof(p_results) END,
+            p_jobs USING ERRCODE = 'PKQ16';
+    END IF;
+    -- One pass over the entries; check_result names the first one too big.
+    IF EXISTS (SELECT FROM jsonb_array_elements(p_results) AS e
+               WHERE NOT postkit_queue.is_result(e.value)) THEN
+        PERFORM postkit_queue.check_result(format('results[%s]', e.ordinality), e.value)
+        FROM jsonb_array_elements(p_results) WITH ORDINALITY AS e
+        ORDER BY e.ordinality;
+    END IF;
 END
 $$;
 
@@ -513,22 +570,66 @@ BEGIN
 END
 $$;
 
--- Called by every state change that ends attempts, with the jobs and their outcome (the
--- outcome type: completed, retried, rescued, dead_lettered): adds them to the queue's counters and
--- archives completed jobs of queues that keep them, without touching the state machine. It
--- takes an array so that a batch of acks costs one call. The upsert takes its rows in
+-- The channel of a namespace's results (internal: notify_results uses it; callers ask
+-- results_channel()). The md5 of the key and the namespace alone: no name holds chr(31)
+-- (check_name), so it is never a queue's channel.
+CREATE OR REPLACE FUNCTION postkit_queue.results_channel_name(p_namespace text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 'postkit_results_' || md5((SELECT k.key FROM postkit_queue.channel_key k)
+                                     || chr(31) || p_namespace);
+END
+$$;
+
+-- Tell those who wait for results (wait_for_result) that these jobs settled, when the
+-- current transaction commits: a job of a queue that keeps results completed (its result is
+-- kept) or was dead-lettered. The payload is the job ids, comma-separated, at most 300 of them
+-- per notification (each id is at most 20 characters: well within PostgreSQL's 8000-byte
+-- payload), so that a waiter wakes only for its own job. postkit_queue.notify = off silences
+-- these too; a waiter then finds its result when its timeout ends.
+CREATE OR REPLACE FUNCTION postkit_queue.notify_results(p_namespace text, p_job_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off' THEN
+        PERFORM pg_notify(postkit_queue.results_channel_name(p_namespace),
+                          string_agg(c.id::text, ',' ORDER BY c.n))
+        FROM unnest(p_job_ids) WITH ORDINALITY AS c(id, n)
+        GROUP BY (c.n - 1) / 300;
+    END IF;
+END
+$$;
+
+-- Called by every state change that ends attempts, with the jobs (of one namespace) and their
+-- outcome (the outcome type: completed, retried, rescued, dead_lettered): adds them to the
+-- queue's counters, archives completed jobs of queues that keep them and keeps the results of
+-- completed jobs of queues that keep results, without touching the state machine. It takes an
+-- array so that a batch of acks costs one call. The upsert takes its rows in
 -- (namespace, queue) order: two workers that share a counter slot and settle batches spanning
 -- the same queues lock those rows in the same order, so they queue up instead of deadlocking.
--- The archive joins queue_settings directly: retain_completed has no built-in default (NULL,
--- not archived), so only a queue with a settings row can keep completed jobs, and a batch of
--- a queue without one costs a single probe instead of a queue_policy call per job.
+--
+-- The archive and the results join queue_settings directly: retain_completed and
+-- retain_results have no built-in default (NULL, not kept), so only a queue with a settings
+-- row keeps either, and a batch of queues that keep neither costs one probe per job and no
+-- write, instead of a queue_policy call per job. p_results holds what the acks were given: a JSON
+-- object of each job's result by its id (as text), a job missing from it (or NULL) has none;
+-- a completed job of a queue that keeps results gets its row either way, so that its result
+-- reads as completed, and waiters are told (notify_results).
 CREATE OR REPLACE FUNCTION postkit_queue.record_outcomes(
-    p_jobs postkit_queue.jobs[], p_outcome postkit_queue.outcome, p_at timestamptz)
+    p_jobs postkit_queue.jobs[], p_outcome postkit_queue.outcome, p_at timestamptz,
+    p_results jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+    v_kept bigint[];
 BEGIN
     INSERT INTO postkit_queue.queue_stats AS s (
         namespace, queue, minute, slot, completed, retried, rescued, dead, completed_attempts)
@@ -548,27 +649,58 @@ BEGIN
         dead = s.dead + EXCLUDED.dead,
         completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
 
-    IF p_outcome = 'completed' THEN
-        INSERT INTO postkit_queue.completed_jobs (
-            namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
-            created_at, completed_at, expires_at, trace_context)
-        SELECT j.namespace, j.id, j.queue, j.payload, j.priority, j.attempts, j.worker_id,
-               j.errors, j.created_at, p_at, p_at + s.retain_completed, j.trace_context
-        FROM unnest(p_jobs) AS j
-        JOIN postkit_queue.queue_settings s
-          ON s.namespace = j.namespace AND s.queue = j.queue
-        WHERE s.retain_completed IS NOT NULL;
+    -- A probe first (by primary key, per job), so that a batch of queues that keep neither
+    -- pays for no write: a writing statement opens its tables and their indexes even when it
+    -- writes no row. Then one statement writes both, probing the settings once more.
+    IF p_outcome = 'completed' AND EXISTS (
+        SELECT FROM unnest(p_jobs) AS j
+        JOIN postkit_queue.queue_settings s ON s.namespace = j.namespace AND s.queue = j.queue
+        WHERE s.retain_completed IS NOT NULL OR s.retain_results IS NOT NULL)
+    THEN
+        WITH kept AS (
+            SELECT j.namespace, j.id, j.queue, j.payload, j.priority, j.attempts, j.worker_id,
+                   j.errors, j.created_at, j.trace_context, s.retain_completed,
+                   s.retain_results
+            FROM unnest(p_jobs) AS j
+            JOIN postkit_queue.queue_settings s
+              ON s.namespace = j.namespace AND s.queue = j.queue
+            WHERE s.retain_completed IS NOT NULL OR s.retain_results IS NOT NULL
+        ), archived AS (
+            INSERT INTO postkit_queue.completed_jobs (
+                namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
+                created_at, completed_at, expires_at, trace_context)
+            SELECT k.namespace, k.id, k.queue, k.payload, k.priority, k.attempts, k.worker_id,
+                   k.errors, k.created_at, p_at, p_at + k.retain_completed, k.trace_context
+            FROM kept k
+            WHERE k.retain_completed IS NOT NULL
+        ), stored AS (
+            INSERT INTO postkit_queue.job_results (
+                namespace, job_id, queue, result, attempts, completed_at, expires_at)
+            SELECT k.namespace, k.id, k.queue, nullif(p_results -> k.id::text, 'null'),
+                   k.attempts, p_at, p_at + k.retain_results
+            FROM kept k
+            WHERE k.retain_results IS NOT NULL
+            RETURNING job_id
+        )
+        SELECT array_agg(stored.job_id) INTO v_kept FROM stored;
+        IF v_kept IS NOT NULL THEN
+            PERFORM postkit_queue.notify_results((p_jobs[1]).namespace, v_kept);
+        END IF;
     END IF;
 END
 $$;
 
--- Move a claimed job, already locked by the caller, to the dead-letter queue.
+-- Move a claimed job, already locked by the caller, to the dead-letter queue. Waiters for the
+-- results of its queue, if it keeps them, are told (notify_results): the dead letter's error is
+-- the job's result.
 CREATE OR REPLACE FUNCTION postkit_queue.bury(
     p_job postkit_queue.jobs, p_reason text, p_errors jsonb, p_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_policy record := postkit_queue.queue_policy(p_job.namespace, p_job.queue);
 BEGIN
     DELETE FROM postkit_queue.jobs WHERE namespace = p_job.namespace AND id = p_job.id;
     INSERT INTO postkit_queue.dead_letters (
@@ -578,8 +710,10 @@ BEGIN
         p_job.namespace, p_job.id, p_job.queue, p_job.payload, p_job.priority, p_job.attempts,
         p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
         p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
-        p_at + (postkit_queue.queue_policy(p_job.namespace, p_job.queue)).retain_dead,
-        p_job.trace_context);
+        p_at + v_policy.retain_dead, p_job.trace_context);
     PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead_lettered', p_at);
+    IF v_policy.retain_results IS NOT NULL THEN
+        PERFORM postkit_queue.notify_results(p_job.namespace, ARRAY[p_job.id]);
+    END IF;
 END
 $$;

@@ -238,11 +238,15 @@ $$;
 -- ack: the job succeeded; it leaves the queue. Returns false, and changes nothing, when the
 -- caller no longer holds the claim. A claim whose deadline passed still holds until
 -- tick_timeouts reclaims it: the work is done and nobody else has the job, so the ack counts.
+-- p_result is the job's result (what its handler returned; NULL or the JSON null: none, checked
+-- by check_result), kept when the job's queue keeps results (record_outcomes); a stale ack
+-- keeps none.
 CREATE OR REPLACE FUNCTION postkit_queue.ack(
     p_namespace   text,
     p_job_id      bigint,
-    p_worker_id   text DEFAULT NULL,
-    p_claim_token uuid DEFAULT NULL)
+    p_worker_id   text  DEFAULT NULL,
+    p_claim_token uuid  DEFAULT NULL,
+    p_result      jsonb DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -253,11 +257,13 @@ DECLARE
 BEGIN
     IF NOT coalesce(postkit_queue.is_name(p_namespace) AND p_job_id IS NOT NULL
                     AND (p_worker_id IS NULL OR postkit_queue.is_name(p_worker_id))
-                    AND (p_claim_token IS NOT NULL OR p_worker_id IS NOT NULL), false) THEN
+                    AND (p_claim_token IS NOT NULL OR p_worker_id IS NOT NULL)
+                    AND (p_result IS NULL OR postkit_queue.is_result(p_result)), false) THEN
         PERFORM postkit_queue.check_name('namespace', p_namespace, true);
         PERFORM postkit_queue.check_job_id(p_job_id);
         PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
         PERFORM postkit_queue.check_claim('ack', p_worker_id, p_claim_token);
+        PERFORM postkit_queue.check_result('result', p_result);
     END IF;
     -- The DELETE locks the row by primary key. If a ticker or another settle holds it, we wait,
     -- then re-check the fence against the row as they left it.
@@ -268,7 +274,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM postkit_queue.record_outcomes(ARRAY[v_job], 'completed', postkit_queue.clock());
+    PERFORM postkit_queue.record_outcomes(
+        ARRAY[v_job], 'completed', postkit_queue.clock(),
+        CASE WHEN p_result IS NOT NULL THEN jsonb_build_object(p_job_id::text, p_result) END);
     RETURN true;
 END
 $$;
@@ -277,9 +285,11 @@ $$;
 -- own claim token; the ones the caller no longer holds are skipped, not an error. Returns the
 -- ids acknowledged. A row a ticker or another settle holds is waited for and re-checked, as in
 -- ack. Workers batch their acks through this (or ack_and_pull, in queries.sql), which turns a
--- commit per job into a commit per batch.
+-- commit per job into a commit per batch. p_results, if given, is a JSON array of one entry
+-- per job id: its result, or null (none), each as ack's p_result (check_results); a skipped
+-- job's result is not kept.
 CREATE OR REPLACE FUNCTION postkit_queue.ack_many(
-    p_namespace text, p_job_ids bigint[], p_claim_tokens uuid[])
+    p_namespace text, p_job_ids bigint[], p_claim_tokens uuid[], p_results jsonb DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -295,6 +305,9 @@ BEGIN
        OR cardinality(p_job_ids) <> cardinality(p_claim_tokens) THEN
         RAISE EXCEPTION 'postkit: ack_many needs one claim token per job id'
             USING ERRCODE = 'PKQ06';
+    END IF;
+    IF p_results IS NOT NULL THEN
+        PERFORM postkit_queue.check_results(p_results, cardinality(p_job_ids));
     END IF;
     IF cardinality(p_job_ids) = 0 THEN
         RETURN '{}';
@@ -319,7 +332,14 @@ BEGIN
     IF v_done IS NULL THEN
         RETURN '{}';
     END IF;
-    PERFORM postkit_queue.record_outcomes(v_done, 'completed', postkit_queue.clock());
+    -- The results by job id: the ids and the entries pair up by position.
+    PERFORM postkit_queue.record_outcomes(
+        v_done, 'completed', postkit_queue.clock(),
+        CASE WHEN p_results IS NOT NULL THEN
+            (SELECT jsonb_object_agg(i.id::text, r.value)
+             FROM unnest(p_job_ids) WITH ORDINALITY AS i(id, n)
+             JOIN jsonb_array_elements(p_results) WITH ORDINALITY AS r(value, n) USING (n)
+             WHERE jsonb_typeof(r.value) <> 'null') END);
     RETURN ARRAY(SELECT (unnest(v_done)).id);
 END
 $$;
@@ -581,5 +601,70 @@ BEGIN
            d.failed_at, d.trace_context
     FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
+END
+$$;
+
+-- job_result: what became of a job, for whoever waits on it: one row, always. Its state is
+-- 'pending', 'scheduled' or 'running' while it is live (not finished); 'completed', with the
+-- result its ack kept (NULL: none was given), while its queue keeps results (retain_results),
+-- or without one while it keeps completed jobs (retain_completed); 'dead' as a dead letter,
+-- with its last error and why it was dead-lettered; 'unknown' when nothing is known: never
+-- pushed (or in another namespace), completed in a queue that keeps neither, cancelled,
+-- purged, or pruned. finished_at is when it completed or was dead-lettered, expires_at when
+-- retention prunes that record. At most four primary-key probes, in the order a waiter's job
+-- moves: the live jobs, the results, the archive of completed jobs, the dead letters (a job
+-- that is live or dead is in no other of them).
+CREATE OR REPLACE FUNCTION postkit_queue.job_result(p_namespace text, p_job_id bigint)
+RETURNS TABLE (
+    job_id bigint, queue text, state text, result jsonb, error text, reason text,
+    attempts integer, finished_at timestamptz, expires_at timestamptz, redriven_job_id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT coalesce(postkit_queue.is_name(p_namespace) AND p_job_id IS NOT NULL, false) THEN
+        PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+        PERFORM postkit_queue.check_job_id(p_job_id);
+    END IF;
+    job_id := p_job_id;
+    SELECT j.queue,
+           CASE WHEN j.state = 'running' THEN 'running'
+                WHEN j.run_at > postkit_queue.clock() THEN 'scheduled'
+                ELSE 'pending' END,
+           j.attempts
+    INTO queue, state, attempts
+    FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_job_id;
+    IF FOUND THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT r.queue, 'completed', r.result, r.attempts, r.completed_at, r.expires_at
+    INTO queue, state, result, attempts, finished_at, expires_at
+    FROM postkit_queue.job_results r
+    WHERE r.namespace = p_namespace AND r.job_id = p_job_id;
+    IF FOUND THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT c.queue, 'completed', c.attempts, c.completed_at, c.expires_at
+    INTO queue, state, attempts, finished_at, expires_at
+    FROM postkit_queue.completed_jobs c
+    WHERE c.namespace = p_namespace AND c.job_id = p_job_id;
+    IF FOUND THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT d.queue, 'dead', d.error, d.reason, d.attempts, d.failed_at, d.expires_at,
+           d.redriven_job_id
+    INTO queue, state, error, reason, attempts, finished_at, expires_at, redriven_job_id
+    FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
+    IF NOT FOUND THEN
+        state := 'unknown';
+    END IF;
+    RETURN NEXT;
 END
 $$;

@@ -585,8 +585,10 @@ $$;
 
 -- configure_queue: set a queue's defaults and retention. NULL puts a setting back to the
 -- built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to 1 h;
--- completed jobs deleted at once; dead letters kept 30 days; payloads up to 1 MiB). Pausing is
--- separate (pause_queue). Returns the policy now in force.
+-- completed jobs deleted at once; dead letters kept 30 days; payloads up to 1 MiB; results not
+-- kept). p_retain_results keeps the result of each job completed from now on (what its handler
+-- returned, given to ack) that long, for job_result. Pausing is separate (pause_queue).
+-- Returns the policy now in force.
 CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
     p_queue              text,
@@ -597,9 +599,11 @@ CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_retain_completed   interval DEFAULT NULL,
     p_retain_dead        interval DEFAULT NULL,
     p_max_payload_bytes  integer  DEFAULT NULL,
+    p_retain_results     interval DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
+    OUT retain_results interval)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -614,6 +618,8 @@ BEGIN
     PERFORM postkit_queue.check_duration(
         'retain_completed', p_retain_completed, false, interval '3650 days');
     PERFORM postkit_queue.check_duration('retain_dead', p_retain_dead, false, interval '3650 days');
+    PERFORM postkit_queue.check_duration(
+        'retain_results', p_retain_results, false, interval '3650 days');
     IF p_max_payload_bytes IS NOT NULL AND p_max_payload_bytes NOT BETWEEN 1 AND 104857600 THEN
         RAISE EXCEPTION 'postkit: max_payload_bytes must be between 1 and 104857600 (100 MiB), '
                         'got %', p_max_payload_bytes USING ERRCODE = 'PKQ02';
@@ -621,10 +627,10 @@ BEGIN
 
     INSERT INTO postkit_queue.queue_settings AS s (
         namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
-        retain_completed, retain_dead, max_payload_bytes, updated_at)
+        retain_completed, retain_dead, max_payload_bytes, updated_at, retain_results)
     VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
             p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
-            postkit_queue.clock())
+            postkit_queue.clock(), p_retain_results)
     ON CONFLICT (namespace, queue) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts,
         visibility_timeout = EXCLUDED.visibility_timeout,
@@ -633,10 +639,11 @@ BEGIN
         retain_completed = EXCLUDED.retain_completed,
         retain_dead = EXCLUDED.retain_dead,
         max_payload_bytes = EXCLUDED.max_payload_bytes,
-        updated_at = EXCLUDED.updated_at;
+        updated_at = EXCLUDED.updated_at,
+        retain_results = EXCLUDED.retain_results;
 
     SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-                  retain_completed, retain_dead, max_payload_bytes
+                  retain_completed, retain_dead, max_payload_bytes, retain_results
     FROM postkit_queue.queue_policy(p_namespace, p_queue);
 END
 $$;
@@ -655,15 +662,17 @@ CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
     p_retain_dead        interval DEFAULT NULL,
     p_max_payload_bytes  integer  DEFAULT NULL,
     p_reset              text[]   DEFAULT '{}',
+    p_retain_results     interval DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
+    OUT retain_results interval)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_settings CONSTANT text[] := ARRAY['max_attempts', 'visibility_timeout', 'backoff_base',
-        'backoff_cap', 'retain_completed', 'retain_dead', 'max_payload_bytes'];
+        'backoff_cap', 'retain_completed', 'retain_dead', 'max_payload_bytes', 'retain_results'];
     v_unknown  text;
     v_current  postkit_queue.queue_settings;
 BEGIN
@@ -686,7 +695,7 @@ BEGIN
 
     -- configure_queue checks every value and writes the row (under the lock held above).
     SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-                  retain_completed, retain_dead, max_payload_bytes
+                  retain_completed, retain_dead, max_payload_bytes, retain_results
     FROM postkit_queue.configure_queue(
         p_namespace, p_queue,
         CASE WHEN 'max_attempts' = ANY (p_reset) THEN NULL
@@ -702,7 +711,9 @@ BEGIN
         CASE WHEN 'retain_dead' = ANY (p_reset) THEN NULL
              ELSE coalesce(p_retain_dead, v_current.retain_dead) END,
         CASE WHEN 'max_payload_bytes' = ANY (p_reset) THEN NULL
-             ELSE coalesce(p_max_payload_bytes, v_current.max_payload_bytes) END);
+             ELSE coalesce(p_max_payload_bytes, v_current.max_payload_bytes) END,
+        CASE WHEN 'retain_results' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_retain_results, v_current.retain_results) END);
 END
 $$;
 
@@ -1056,7 +1067,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.get_queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer)
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
+    OUT retain_results interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1064,19 +1076,19 @@ BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
     SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
-           p.retain_completed, p.retain_dead, p.max_payload_bytes
+           p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-         retain_completed, retain_dead, max_payload_bytes
+         retain_completed, retain_dead, max_payload_bytes, retain_results
     FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;
 
 -- prune: retention, in bounded batches so no single call holds locks for long. Deletes up to
--- p_limit archived completed jobs and up to p_limit dead letters whose retention ran out, and
--- outcome counters older than two hours. The worker runtime's prune service and postkit tick
--- call it. Returns how many rows of each kind it deleted.
+-- p_limit archived completed jobs, up to p_limit dead letters and up to p_limit job results
+-- whose retention ran out, and outcome counters older than two hours. The worker runtime's
+-- prune service and postkit tick call it. Returns how many rows of each kind it deleted.
 CREATE OR REPLACE FUNCTION postkit_queue.prune(p_namespace text, p_limit integer DEFAULT 1000)
-RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint)
+RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint, results bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1103,6 +1115,13 @@ BEGIN
         ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS dead_letters = ROW_COUNT;
+    DELETE FROM postkit_queue.job_results r
+    WHERE (r.namespace, r.job_id) IN (
+        SELECT e.namespace, e.job_id FROM postkit_queue.job_results e
+        WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
+        LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS results = ROW_COUNT;
     DELETE FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute < v_now - interval '2 hours';
     GET DIAGNOSTICS stats_rows = ROW_COUNT;

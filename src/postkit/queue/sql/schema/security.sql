@@ -196,6 +196,28 @@ BEGIN
 END
 $$;
 
+-- results_channel: the LISTEN channel of a namespace's results ('postkit_results_' and an
+-- md5), on which each settle that a waiter for a result may want is announced, with the job
+-- ids as payload (notify_results). Under tenant isolation only a caller that may use the
+-- namespace learns it, as with channel().
+CREATE OR REPLACE FUNCTION postkit_queue.results_channel(p_namespace text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
+        WHERE c.oid = 'postkit_queue.jobs'::regclass)
+       AND NOT postkit_queue.caller_sees_all()
+       AND NOT p_namespace = ANY (postkit_queue.my_namespaces()) THEN
+        RAISE EXCEPTION 'postkit: permission denied for namespace %', p_namespace
+            USING ERRCODE = '42501';
+    END IF;
+    RETURN postkit_queue.results_channel_name(p_namespace);
+END
+$$;
+
 -- The schema's version, for callers that may not read the migrations table.
 CREATE OR REPLACE FUNCTION postkit_queue.schema_version()
 RETURNS integer
@@ -414,8 +436,8 @@ AS $$
 DECLARE
     v_table text;
 BEGIN
-    FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'queue_stats',
-                                   'queue_settings', 'schedules', 'workers'] LOOP
+    FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
+                                   'queue_stats', 'queue_settings', 'schedules', 'workers'] LOOP
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);
@@ -438,9 +460,10 @@ $$;
 -- it. A function added to the API gets its row here; apply_privileges grants by this list, and
 -- every install that changes the schema makes the table hold exactly these rows.
 WITH listed (name, access) AS (VALUES
-    -- Producers push and follow their jobs.
+    -- Producers push and follow their jobs, and wait for their results.
     ('push', 'producer'), ('push_batch', 'producer'), ('get_job', 'producer'),
     ('clock', 'producer'), ('schema_version', 'producer'), ('known_queues', 'producer'),
+    ('job_result', 'producer'), ('results_channel', 'producer'),
     -- Workers claim, settle and keep the queue moving (timeouts, schedules, retention).
     ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
     ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),

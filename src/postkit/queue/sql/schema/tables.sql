@@ -111,8 +111,9 @@ CREATE INDEX dead_letters_redriven_idx ON postkit_queue.dead_letters (namespace,
 
 -- A queue's settings: what its jobs get when push and pull do not say (max_attempts, the
 -- visibility timeout of a claim, the base and cap of nack's backoff), whether it is paused, how
--- long finished jobs are kept, and its largest payload. A job's own push arguments win over its
--- queue's settings, which win over the built-in defaults (queue_policy).
+-- long finished jobs and their results are kept, and its largest payload. A job's own push
+-- arguments win over its queue's settings, which win over the built-in defaults
+-- (queue_policy).
 CREATE TABLE postkit_queue.queue_settings (
     namespace          text        NOT NULL,
     queue              text        NOT NULL,
@@ -125,6 +126,9 @@ CREATE TABLE postkit_queue.queue_settings (
     retain_dead        interval,
     max_payload_bytes  integer     CHECK (max_payload_bytes BETWEEN 1 AND 104857600),
     updated_at         timestamptz NOT NULL,
+    -- How long the results of completed jobs are kept (job_results); NULL: not kept. Last in
+    -- the row, where version 20 added it.
+    retain_results     interval,
     -- Serves queue_policy: one primary-key lookup per push, pull or nack that uses a default.
     PRIMARY KEY (namespace, queue)
 );
@@ -148,6 +152,25 @@ CREATE TABLE postkit_queue.completed_jobs (
 
 -- Serves prune(): the archived jobs of a namespace whose retention ran out.
 CREATE INDEX completed_jobs_expires_at_idx ON postkit_queue.completed_jobs (namespace, expires_at);
+
+-- The results of the completed jobs of queues whose retain_results is set: what each job's
+-- handler returned (NULL: no value), written by the ack that completed it (record_outcomes),
+-- read back by job_result, pruned when expires_at passes. Beside the jobs table, not in it, so
+-- that the table the workers scan never carries them.
+CREATE TABLE postkit_queue.job_results (
+    namespace    text        NOT NULL,
+    job_id       bigint      NOT NULL,
+    queue        text        NOT NULL,
+    result       jsonb,
+    attempts     integer     NOT NULL,  -- the attempt that completed it
+    completed_at timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    -- Serves job_result: one primary-key probe per read.
+    PRIMARY KEY (namespace, job_id)
+);
+
+-- Serves prune(): the results of a namespace whose retention ran out.
+CREATE INDEX job_results_expires_at_idx ON postkit_queue.job_results (namespace, expires_at);
 
 -- Outcome counters per queue and minute (the outcome type's labels, one column each). Each
 -- settling transaction adds to one row of one of eight slots (chosen by backend pid), so
@@ -240,8 +263,9 @@ CREATE TABLE postkit_queue.grants (
 );
 
 -- This install's secret, which only the owner reads: notification channel names are the md5 of
--- it with the namespace and queue, so a session learns a queue's channel only from channel(),
--- which checks the caller may use the namespace.
+-- it with the namespace and queue (or the namespace alone, for its results), so a session
+-- learns a channel only from channel() or results_channel(), which check the caller may use the
+-- namespace.
 CREATE TABLE postkit_queue.channel_key (
     key text NOT NULL
 );
