@@ -444,3 +444,16 @@ def test_metrics_serve_the_queue_gauges_of_the_namespaces_shown(
     )
     assert value(samples, "postkit_queue_paused", namespace=namespace, queue="emails") == 1
     assert {s.labels["namespace"] for s in samples if "namespace" in s.labels} == {namespace}
+
+
+def test_a_completed_job_shows_the_result_its_queue_kept(api: httpx.Client, q: QueueClient) -> None:
+    q.configure_queue(Q, retain_results=3600)
+    job_id = q.push(Q, {"n": 1})
+    job = q.pull(Q, worker_id="w1")
+    assert job is not None and q.ack(job, result={"sent": True, "html": "<b>x</b>"})
+
+    data = ok(api.get(f"jobs/{job_id}"))
+
+    assert data["job"] is None  # acknowledged jobs leave the queue
+    assert data["result"]["state"] == "completed"
+    assert '"html": "<b>x</b>"' in data["result"]["value_json"]

@@ -223,18 +223,27 @@ class DashboardSource:
         }
 
     def job(self, namespace: str, job_id: int) -> dict[str, Any]:
-        """One job, whole: payload, every attempt's error, its claim, and its lineage (the
-        dead letter it was redriven from, the job its dead letter became)."""
+        """One job, whole: payload, every attempt's error, its claim, its lineage (the dead
+        letter it was redriven from, the job its dead letter became), and what became of it
+        (``result``: a completed job's kept value, when its queue keeps results)."""
         with self.client(namespace) as q:
             now = q.clock()
             job = q.get_job(job_id)
             lineage = q.job_lineage(job_id)
-        if job is None and not lineage:
-            raise NotFound(f"no job {job_id} in namespace {namespace!r} (completed jobs leave)")
+            result = q.result(job_id)
+        if job is None and not lineage and result.state == "unknown":
+            raise NotFound(
+                f"no job {job_id} in namespace {namespace!r} (a completed job leaves unless its "
+                "queue keeps results or completed jobs)"
+            )
+        outcome = dict(to_jsonable(result))
+        outcome["value"] = None
+        outcome["value_json"] = _pretty_value(result.value) if result.state == "completed" else None
         return {
             "now": now.isoformat(),
             "job": None if job is None else _job_detail(job),
             "lineage": to_jsonable(lineage),
+            "result": outcome,
         }
 
     def dead_letters(
@@ -514,10 +523,13 @@ def _dead_letter_row(row: DeadLetter) -> dict[str, Any]:
 
 
 def _pretty(job: Job) -> str | None:
-    if job.payload_error is not None:
-        return None
+    return None if job.payload_error is not None else _pretty_value(job.payload)
+
+
+def _pretty_value(value: Any) -> str | None:
+    """A decoded JSON value as indented text; None when it is too deep to write."""
     try:
-        return json.dumps(job.payload, ensure_ascii=False, indent=2)
+        return json.dumps(value, ensure_ascii=False, indent=2)
     except (ValueError, RecursionError):
         return None
 

@@ -366,12 +366,18 @@ async function viewJob(main, jobId) {
   }
   fill(main, 
     h("h1", {}, "Job ", h("span", { class: "mono" }, String(jobId)), " ",
-      job ? badge(job.state, "state") : badge("finished", "ok")),
+      job ? badge(job.state, "state") : badge(data.result && data.result.state !== "unknown" ? data.result.state : "finished", "ok")),
     h("div", { class: "toolbar" }, buttons),
     actionResult(),
-    job ? h("dl", { class: "fields card" }, fields) : notice("This job finished; only its lineage is left."),
+    job ? h("dl", { class: "fields card" }, fields) : notice("This job finished and left the queue; what is kept of it is below."),
     job ? h("h2", {}, "Payload") : null,
     job ? h("pre", { id: "payload" }, job.payload_json !== null ? job.payload_json : `(${job.payload_error || "payload not shown"})`) : null,
+    data.result && data.result.state === "completed" ? [
+      h("h2", {}, "Result"),
+      data.result.value_json !== null
+        ? h("pre", { id: "result" }, data.result.value_json)
+        : h("p", { class: "muted" }, "Completed; no result kept (its queue keeps results with retain_results)."),
+    ] : null,
     h("h2", {}, `Errors (${errors.length})`),
     errors.length
       ? table(["attempt#", "kind", "error", "worker", "at"], errors.map((e) => h("tr", {},
