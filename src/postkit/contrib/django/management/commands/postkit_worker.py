@@ -9,6 +9,8 @@ use the ORM. ``--processes`` stays 1: a child process would start without Django
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -41,14 +43,18 @@ class Command(BaseCommand):
 
     def run_from_argv(self, argv: list[str]) -> None:
         """The arguments after ``postkit_worker`` go to ``postkit worker`` untouched."""
-        self._run(argv[2:])
+        try:
+            self._run(argv[2:])
+        except CommandError as error:
+            self.stderr.write(f"CommandError: {error}")
+            sys.exit(error.returncode)
 
     def handle(self, *args: Any, **options: Any) -> None:
         """For ``call_command("postkit_worker", "MODULE", "--queue", "q", ...)``."""
         self._run([str(arg) for arg in args])
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("args", nargs="*")
+        parser.add_argument("args", nargs=argparse.REMAINDER)
 
     def _run(self, arguments: list[str]) -> None:
         from postkit.cli.worker import worker
