@@ -81,8 +81,7 @@ def start_worker(django_dsn: str) -> Iterator[StartWorker]:
 
 def pending(observer: QueueClient, queue: str) -> list[Any]:
     observer.cursor.execute(
-        "SELECT payload FROM postkit_queue.jobs WHERE namespace = %s AND queue = %s "
-        "ORDER BY id",
+        "SELECT payload FROM postkit_queue.jobs WHERE namespace = %s AND queue = %s ORDER BY id",
         (observer.namespace, queue),
     )
     return [row[0] for row in observer.cursor.fetchall()]
@@ -131,9 +130,11 @@ def test_a_postkit_setting_it_does_not_know_is_refused(django_db: None) -> None:
 
     from postkit.contrib import django as postkit_django
 
-    with override_settings(POSTKIT={"NAMESPACE": "shop", "DATABSE": "default"}):
-        with pytest.raises(ImproperlyConfigured, match="unknown keys 'DATABSE'"):
-            postkit_django.queue()
+    with (
+        override_settings(POSTKIT={"NAMESPACE": "shop", "DATABSE": "default"}),
+        pytest.raises(ImproperlyConfigured, match="unknown keys 'DATABSE'"),
+    ):
+        postkit_django.queue()
 
 
 # ---------------------------------------------------------------------------------------------
