@@ -1,7 +1,8 @@
 """The layers call one way: contrib -> cli -> tasks -> dashboard and worker -> queue (the SDK)
 -> sql; the dashboard and the worker, side by side, never import each other. Typed tasks sit
-above the worker: an App's handlers are the worker's Handlers, and its pushes the SDK's. The framework
-integrations (postkit.contrib) sit on top: Django's postkit_worker runs the CLI's command.
+above the worker: an App's handlers are the worker's Handlers, and its pushes the SDK's. The
+framework integrations (postkit.contrib) sit on top: Django's postkit_worker runs the CLI's
+command.
 
 Read from the source's import statements, so a module that reaches up a layer or across to
 its neighbour fails here before anyone has to find the cycle (docs/architecture.md draws the
