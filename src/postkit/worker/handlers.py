@@ -29,6 +29,12 @@ class HandlerSpec:
     """Where a transactional handler's transaction runs; None: on a connection of the worker's
     pool."""
 
+    @property
+    def holds_pool_connection(self) -> bool:
+        """Whether the handler runs on a connection of the worker's pool while it runs (a
+        transactional handler without a ``transaction`` of its own)."""
+        return self.transactional and self.transaction is None
+
 
 class Handlers(Mapping[str, HandlerSpec]):
     """Handlers by queue name. A module registers its handlers here; ``postkit worker`` finds

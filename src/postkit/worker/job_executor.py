@@ -300,7 +300,7 @@ class JobExecutor:
         assert self._pool is not None
         self.claims.drop_late_outcome(job)
         tracing.failed("the handler ran past its timeout: its outcome is dropped")
-        if self.handlers[job.queue].transactional:
+        if self.handlers[job.queue].holds_pool_connection:
             self._pool.resize(-1)  # its connection is back in the pool
         logger.warning(
             "the handler of job %d ended after its timeout: its outcome is dropped (the "
