@@ -8,6 +8,7 @@ poll the database with a bounded deadline and a message that says what never hap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue as stdlib_queue
 import signal
@@ -121,6 +122,16 @@ def test_handlers_reject_a_second_handler_and_async_transactional_ones() -> None
     with pytest.raises(ValueError, match="synchronous"):
         handlers.add("other", handler, transactional=True)
     assert list(handlers) == [Q] and len(handlers) == 1
+
+
+def test_handlers_give_a_transaction_of_its_own_only_to_a_transactional_handler() -> None:
+    handlers = Handlers()
+    with pytest.raises(ValueError, match="only a transactional handler"):
+        handlers.add(Q, lambda job: None, transaction=contextlib.nullcontext)
+    handlers.add(
+        Q, lambda job, cursor: None, transactional=True, transaction=contextlib.nullcontext
+    )
+    assert not handlers[Q].holds_pool_connection
 
 
 def test_a_worker_needs_a_handler_for_each_queue(dsn: str) -> None:

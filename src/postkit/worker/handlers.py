@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+Transaction = Callable[[], AbstractContextManager[Any]]
+"""A factory of the transaction a transactional handler's writes and its ack share: entering
+the context begins it and yields a DB-API cursor in it; leaving it normally commits, and
+leaving it by an exception rolls it back."""
 
 
 @dataclass(frozen=True)
@@ -19,6 +25,15 @@ class HandlerSpec:
     is_async: bool
     timeout: float | None = None
     """The handler's maximum run time in seconds; None: the worker's ``handler_timeout``."""
+    transaction: Transaction | None = None
+    """Where a transactional handler's transaction runs; None: on a connection of the worker's
+    pool."""
+
+    @property
+    def holds_pool_connection(self) -> bool:
+        """Whether the handler runs on a connection of the worker's pool while it runs (a
+        transactional handler without a ``transaction`` of its own)."""
+        return self.transactional and self.transaction is None
 
 
 class Handlers(Mapping[str, HandlerSpec]):
@@ -37,6 +52,7 @@ class Handlers(Mapping[str, HandlerSpec]):
         *,
         transactional: bool = False,
         timeout: float | None = None,
+        transaction: Transaction | None = None,
     ) -> None:
         """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
         ``transactional``).
@@ -50,10 +66,17 @@ class Handlers(Mapping[str, HandlerSpec]):
         writes roll back (its ack is not sent), and the worker's pool grows by a connection
         while it holds its own. Another thread takes its slot.
 
+        ``transaction`` (transactional handlers only) is where the handler's writes and the ack
+        run: a factory of a context that begins a transaction and yields a cursor in it
+        (committing on a normal exit, rolling back on an exception), such as one on the
+        application's own connection (``postkit.contrib.django.transaction``). By default the
+        transaction runs on a connection of the worker's pool.
+
         Raises:
             ValueError: the queue already has a handler, an ``async def`` handler is
                 transactional (the ack's transaction lives on a synchronous connection), or
-                ``timeout`` is not positive.
+                ``timeout`` is not positive, or ``transaction`` is given to a handler that is
+                not transactional.
         """
         if queue in self._specs:
             raise ValueError(f"queue {queue!r} already has a handler")
@@ -62,15 +85,28 @@ class Handlers(Mapping[str, HandlerSpec]):
             raise ValueError("transactional handlers must be synchronous functions")
         if timeout is not None and not timeout > 0:
             raise ValueError("a handler's timeout must be positive")
-        self._specs[queue] = HandlerSpec(function, transactional, is_async, timeout)
+        if transaction is not None and not transactional:
+            raise ValueError("only a transactional handler runs in a given transaction")
+        self._specs[queue] = HandlerSpec(function, transactional, is_async, timeout, transaction)
 
     def register(
-        self, queue: str, *, transactional: bool = False, timeout: float | None = None
+        self,
+        queue: str,
+        *,
+        transactional: bool = False,
+        timeout: float | None = None,
+        transaction: Transaction | None = None,
     ) -> Callable[[F], F]:
         """Decorator form of :meth:`add`."""
 
         def decorate(function: F) -> F:
-            self.add(queue, function, transactional=transactional, timeout=timeout)
+            self.add(
+                queue,
+                function,
+                transactional=transactional,
+                timeout=timeout,
+                transaction=transaction,
+            )
             return function
 
         return decorate
@@ -85,4 +121,4 @@ class Handlers(Mapping[str, HandlerSpec]):
         return len(self._specs)
 
 
-__all__ = ["HandlerSpec", "Handlers"]
+__all__ = ["HandlerSpec", "Handlers", "Transaction"]

@@ -130,7 +130,7 @@ class Heartbeat:
             )
             if not spec.is_async:
                 self.executor.start_handler_thread()
-            if spec.transactional:
+            if spec.holds_pool_connection:
                 # The late handler keeps its pooled connection, in its open transaction, until
                 # it returns: the pool grows by one meanwhile, so its slot's new handler and the
                 # worker's own calls still get connections.

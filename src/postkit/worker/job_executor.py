@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -51,6 +52,11 @@ logger = logging.getLogger("postkit.worker")
 
 _SETTLE_TRIES = 5
 _TRANSACTION_TRIES = 3
+
+
+class _RolledBack(Exception):
+    """Raised inside a transactional handler's transaction to roll it back: its claim went
+    stale or its timeout passed, so its writes must not commit."""
 
 
 class JobExecutor:
@@ -245,25 +251,25 @@ class JobExecutor:
     def _run_transactional(self, job: Job, spec: HandlerSpec) -> bool:
         """The handler's writes and the ack share one transaction: both commit, or neither.
         Returns False, with the writes rolled back, when the handler ran past its timeout."""
-        assert self._pool is not None
         started = time.monotonic()
         acked = False
         for attempt in range(_TRANSACTION_TRIES):
             handler_ran = False
             try:
-                with self._pool.connection() as connection, connection.transaction() as tx:
-                    cursor = connection.cursor()
+                with self._transaction(spec) as cursor:
                     # The handler's writes are the application's: they commit durably.
                     run_call(cursor, protocol.durable_commit(), given_to=None)
                     handler_ran = True
                     value = spec.function(job, cursor)
                     if not self.claims.claim_outcome(job):
-                        raise psycopg.Rollback(tx)
+                        raise _RolledBack
                     acked = QueueClient(cursor, namespace=self.namespace).ack(
                         job, result=self._result_of(job, value)
                     )
                     if not acked:
-                        raise psycopg.Rollback(tx)
+                        raise _RolledBack
+                break
+            except _RolledBack:
                 break
             except psycopg.OperationalError:
                 # A pooled connection that died while idle fails before the handler runs:
@@ -278,11 +284,23 @@ class JobExecutor:
         tracing.settled(outcome)
         return True
 
+    @contextlib.contextmanager
+    def _transaction(self, spec: HandlerSpec) -> Iterator[Any]:
+        """The transaction of a transactional handler: the handler's own (``transaction=``),
+        else one on a connection of the pool; an exception leaving it rolls it back."""
+        if spec.transaction is not None:
+            with spec.transaction() as cursor:
+                yield cursor
+            return
+        assert self._pool is not None
+        with self._pool.connection() as connection, connection.transaction():
+            yield connection.cursor()
+
     def _drop_late_outcome(self, job: Job) -> bool:
         assert self._pool is not None
         self.claims.drop_late_outcome(job)
         tracing.failed("the handler ran past its timeout: its outcome is dropped")
-        if self.handlers[job.queue].transactional:
+        if self.handlers[job.queue].holds_pool_connection:
             self._pool.resize(-1)  # its connection is back in the pool
         logger.warning(
             "the handler of job %d ended after its timeout: its outcome is dropped (the "

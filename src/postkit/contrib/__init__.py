@@ -1,0 +1,1 @@
+"""Integrations of Postkit with the frameworks applications run on (``postkit.contrib.django``)."""
