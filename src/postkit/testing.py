@@ -281,7 +281,7 @@ def postkit_server_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _admin(server_dsn: str, statement: sql.Composable) -> None:
+def _admin(server_dsn: str, statement: sql.Composed) -> None:
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(statement)
 

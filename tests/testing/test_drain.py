@@ -165,7 +165,7 @@ def test_assert_pushed_finds_jobs_by_payload_and_count_and_says_what_is_queued(
 
     assert len(assert_pushed(queue, "mail", {"to": "ada"}, count=2)) == 2
     assert_pushed(queue, "mail")
-    with pytest.raises(AssertionError, match="found 1; queued payloads: .*'bob'"):
+    with pytest.raises(AssertionError, match=r"found 1; queued payloads: .*'bob'"):
         assert_pushed(queue, "mail", {"to": "bob"}, count=2)
     with pytest.raises(AssertionError, match="expected a job in queue 'sms'"):
         assert_pushed(queue, "sms")

@@ -17,7 +17,7 @@ import postkit
 
 SRC = Path(postkit.__file__).resolve().parents[1]
 
-USER_TESTS = '''
+USER_TESTS = """
 import psycopg
 import pytest
 
@@ -65,9 +65,9 @@ def test_the_database_starts_empty_whatever_the_last_test_left(postkit_client):
 def test_a_fresh_database(postkit_database, n):
     with psycopg.connect(postkit_database) as connection:
         assert connection.execute("SELECT count(*) FROM postkit_queue.jobs").fetchone() == (0,)
-'''
+"""
 
-RECORDER = '''
+RECORDER = """
 import json
 import os
 
@@ -85,7 +85,7 @@ def pytest_fixture_post_finalizer(fixturedef, request):
         dsn = fixturedef.cached_result[0]
         with open(os.environ["DATABASES"], "a") as out:
             out.write(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"] + "\\n")
-'''
+"""
 
 
 def test_a_users_suite_runs_with_the_plugin_on_a_fresh_database_per_test_then_drops_them(
