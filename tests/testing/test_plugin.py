@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 import postkit
 
@@ -128,6 +129,55 @@ def test_a_users_suite_runs_with_the_plugin_on_a_fresh_database_per_test_then_dr
             (names,),
         ).fetchall()
     assert left == []
+
+
+SMALL_SUITE = """
+import psycopg
+
+
+def test_a_database(postkit_database):
+    with psycopg.connect(postkit_database) as connection:
+        info = connection.info
+        print("SERVER", info.host, info.port)
+        assert connection.execute("SELECT count(*) FROM postkit_queue.jobs").fetchone() == (0,)
+"""
+
+
+def run_small_suite(tmp_path: Path, *options: str, env: dict[str, str]) -> str:
+    (tmp_path / "test_small.py").write_text(SMALL_SUITE, encoding="utf-8")
+    pytest_run = [sys.executable, "-m", "pytest", "-p", "postkit.testing", "-p", "no:cacheprovider"]
+    run = subprocess.run(
+        [*pytest_run, "-q", "-s", *options],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def test_the_dsn_option_names_the_server_over_the_environment(
+    server_dsn: str, tmp_path: Path
+) -> None:
+    unreachable = "postgresql://nobody@127.0.0.1:1/none"
+    env = {**os.environ, "POSTKIT_TEST_DSN": unreachable}
+
+    output = run_small_suite(tmp_path, f"--postkit-dsn={server_dsn}", env=env)
+
+    assert "1 passed" in output
+
+
+@pytest.mark.slow
+def test_without_a_named_server_the_fixtures_start_an_embedded_one(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "POSTKIT_TEST_DSN"}
+
+    output = run_small_suite(tmp_path, env=env)
+
+    assert "1 passed" in output
+    (server,) = [line for line in output.splitlines() if line.startswith("SERVER")]
+    assert server.split()[1].startswith("/")  # the embedded server's Unix socket directory
 
 
 def test_the_plugin_is_not_loaded_unless_asked_for(tmp_path: Path) -> None:
