@@ -6,9 +6,10 @@ Load it in a test suite's top-level ``conftest.py`` with ``pytest_plugins = ["po
 - the fixture ``postkit_database``: the DSN of a database with the queue schema installed,
   fresh for each test and dropped after it. The schema is installed once per test session into
   a template database, and each test's database is a copy of it (``CREATE DATABASE ...
-  TEMPLATE``), which costs tens of milliseconds instead of an install. The server is the one
-  ``--postkit-dsn`` or ``POSTKIT_TEST_DSN`` names (a DSN whose role may create databases),
-  else an embedded PostgreSQL started for the session in a temporary directory;
+  TEMPLATE``), made while the previous test runs and dropped in the background after it. The
+  server is the one ``--postkit-dsn`` or ``POSTKIT_TEST_DSN`` names (a DSN whose role may
+  create databases), else an embedded PostgreSQL started for the session in a temporary
+  directory;
 - the fixture ``postkit_client``: a ``QueueClient`` on a connection (not autocommit) to that
   database, in the namespace of the fixture ``postkit_namespace`` ("default"; override that
   fixture to change it);
@@ -28,6 +29,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Collection, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,6 +288,55 @@ def _admin(server_dsn: str, statement: sql.Composed) -> None:
         admin.execute(statement)
 
 
+class _Databases:
+    """Copies of the template, one made ahead: while a test runs, a thread creates the next
+    test's database, and another drops the databases of tests that ended, so a test waits for
+    neither (a DROP DATABASE costs more than the copy)."""
+
+    def __init__(self, server_dsn: str, template: str) -> None:
+        self.server_dsn = server_dsn
+        self.template = template
+        self._creating = ThreadPoolExecutor(1, thread_name_prefix="postkit-create-database")
+        self._dropping = ThreadPoolExecutor(1, thread_name_prefix="postkit-drop-database")
+        self._next: Future[str] | None = None
+        self._drops: list[Future[None]] = []
+
+    def _create(self) -> str:
+        name = f"postkit_test_{uuid.uuid4().hex[:12]}"
+        _admin(
+            self.server_dsn,
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(self.template)
+            ),
+        )
+        return name
+
+    def _drop(self, name: str) -> None:
+        statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+        _admin(self.server_dsn, statement.format(sql.Identifier(name)))
+
+    def take(self) -> str:
+        """A new database's name; the next one starts being made."""
+        made = self._next or self._creating.submit(self._create)
+        self._next = self._creating.submit(self._create)
+        return made.result()
+
+    def drop(self, name: str) -> None:
+        """Drop ``name`` in the background."""
+        self._drops.append(self._dropping.submit(self._drop, name))
+
+    def close(self) -> None:
+        """Drop the database made ahead and wait for every drop; raise the first drop's
+        error, if one failed."""
+        if self._next is not None:
+            with contextlib.suppress(Exception):
+                self.drop(self._next.result())
+        self._creating.shutdown()
+        self._dropping.shutdown()
+        for dropped in self._drops:
+            dropped.result()
+
+
 @pytest.fixture(scope="session")
 def postkit_template(postkit_server_dsn: str) -> Iterator[str]:
     """The name of this session's template database: the queue schema, installed once."""
@@ -302,24 +353,25 @@ def postkit_template(postkit_server_dsn: str) -> Iterator[str]:
         )
 
 
-@pytest.fixture
-def postkit_database(postkit_server_dsn: str, postkit_template: str) -> Iterator[str]:
-    """The DSN of a database of this test's own, with the queue schema installed (a copy of
-    the session's template); dropped after the test, with any connections left open."""
-    name = f"postkit_test_{uuid.uuid4().hex[:12]}"
-    _admin(
-        postkit_server_dsn,
-        sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(postkit_template)
-        ),
-    )
+@pytest.fixture(scope="session")
+def _postkit_databases(postkit_server_dsn: str, postkit_template: str) -> Iterator[_Databases]:
+    databases = _Databases(postkit_server_dsn, postkit_template)
     try:
-        yield psycopg.conninfo.make_conninfo(postkit_server_dsn, dbname=name)
+        yield databases
     finally:
-        _admin(
-            postkit_server_dsn,
-            sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)),
-        )
+        databases.close()
+
+
+@pytest.fixture
+def postkit_database(_postkit_databases: _Databases) -> Iterator[str]:
+    """The DSN of a database of this test's own, with the queue schema installed (a copy of
+    the session's template, made while the previous test ran); dropped after the test, with
+    any connections left open, in the background (all are dropped by the session's end)."""
+    name = _postkit_databases.take()
+    try:
+        yield psycopg.conninfo.make_conninfo(_postkit_databases.server_dsn, dbname=name)
+    finally:
+        _postkit_databases.drop(name)
 
 
 @pytest.fixture
