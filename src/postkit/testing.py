@@ -66,7 +66,8 @@ class DrainedJob:
     queue: str
     payload: Any
     state: str = "running"
-    """'done' (acked), 'dead' (dead-lettered), or 'stale' (its claim was lost meanwhile)."""
+    """'done' (acked), 'dead' (dead-lettered), or 'stale' (its claim was lost meanwhile);
+    'running' only in :class:`DrainLimitError`'s ``jobs``: drain stopped before it ended."""
     attempts: int = 0
     """Runs of its handler in this drain."""
     retries: int = 0
@@ -113,6 +114,7 @@ def drain(
     Raises:
         DrainLimitError: ``max_jobs`` claims were made and jobs were still left.
         KeyError: ``queue`` names a queue without a handler.
+        RuntimeError: an ``async def`` handler is to run and an event loop is running here.
     """
     if isinstance(app_or_handlers, App):
         handlers = app_or_handlers.handlers
@@ -123,6 +125,8 @@ def drain(
         handlers = app_or_handlers
     queues = list(handlers) if queue is None else [queue] if isinstance(queue, str) else list(queue)
     specs = {name: handlers[name] for name in queues}
+    if any(spec.is_async for spec in specs.values()) and _in_event_loop():
+        raise RuntimeError("drain runs async def handlers with asyncio.run: call it outside a loop")
     cursor = client.cursor
     cursor.execute("SELECT current_setting('postkit_queue.clock_offset', true)")
     (clock_offset,) = cursor.fetchone()
@@ -148,6 +152,14 @@ def drain(
         cursor.execute(
             "SELECT set_config('postkit_queue.clock_offset', %s, false)", (clock_offset or "",)
         )
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _run(client: QueueClient, job: Job, spec: Any, record: DrainedJob) -> None:

@@ -4,6 +4,7 @@ pushed_jobs read what is queued."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -109,7 +110,7 @@ def test_a_transactional_handlers_writes_roll_back_when_it_raises_and_stay_when_
     assert conn.execute("SELECT n FROM sent").fetchall() == [(2,)]
 
 
-def test_drain_runs_an_apps_tasks_with_their_arguments_in_the_apps_namespace(
+def test_drain_runs_an_apps_tasks_in_its_namespace_under_its_queue_policies(
     conn: psycopg.Connection[Any], namespace: str
 ) -> None:
     app = App(namespace=f"{namespace}-app")
@@ -133,6 +134,7 @@ def test_drain_runs_an_apps_tasks_with_their_arguments_in_the_apps_namespace(
     assert calls == [("42", "sms")]
     assert async_id is not None and drained[async_id].result == "hello 7"
     assert {record.state for record in drained.values()} == {"done"}
+    assert QueueClient(cursor, app.namespace).queue_policy("welcome").max_attempts == 2
 
 
 def test_drain_of_one_queue_leaves_the_others_alone(queue: QueueClient) -> None:
@@ -169,3 +171,17 @@ def test_assert_pushed_finds_jobs_by_payload_and_count_and_says_what_is_queued(
         assert_pushed(queue, "mail", {"to": "bob"}, count=2)
     with pytest.raises(AssertionError, match="expected a job in queue 'sms'"):
         assert_pushed(queue, "sms")
+
+
+def test_drain_refuses_async_handlers_inside_a_running_event_loop(queue: QueueClient) -> None:
+    async def handler(job: Job) -> None:
+        return None
+
+    job_id = queue.push("mail", {})
+
+    async def from_a_loop() -> None:
+        drain(queue, Handlers({"mail": handler}))
+
+    with pytest.raises(RuntimeError, match="outside a loop"):
+        asyncio.run(from_a_loop())
+    assert [job.id for job in pushed_jobs(queue, "mail")] == [job_id]
