@@ -1,8 +1,9 @@
-"""The layers call one way: contrib -> cli -> tasks -> dashboard and worker -> queue (the SDK)
--> sql; the dashboard and the worker, side by side, never import each other. Typed tasks sit
-above the worker: an App's handlers are the worker's Handlers, and its pushes the SDK's. The
-framework integrations (postkit.contrib) sit on top: Django's postkit_worker runs the CLI's
-command.
+"""The layers call one way: contrib -> cli and testing -> tasks -> dashboard and worker ->
+queue (the SDK) -> sql; the dashboard and the worker, side by side, never import each other, nor
+do the cli and the testing plugin. Typed tasks sit above the worker: an App's handlers are the
+worker's Handlers, and its pushes the SDK's. The testing plugin (postkit.testing) drains an App or
+a Handlers with the worker's outcome rule, so it sits beside the cli. The framework integrations
+(postkit.contrib) sit on top: Django's postkit_worker runs the CLI's command.
 
 Read from the source's import statements, so a module that reaches up a layer or across to
 its neighbour fails here before anyone has to find the cycle (docs/architecture.md draws the
@@ -20,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "postkit"
 # package and those of the layers below it, never another package of its own layer.
 LAYERS = [
     ["postkit.contrib"],
-    ["postkit.cli"],
+    ["postkit.cli", "postkit.testing"],
     ["postkit.tasks"],
     ["postkit.dashboard", "postkit.worker"],
     ["postkit.queue"],
@@ -97,6 +98,10 @@ def test_the_rule_allows_imports_down_and_refuses_them_up_and_across() -> None:
     assert may_import("postkit.contrib.django.management.commands.postkit_worker", "postkit.cli")
     assert not may_import("postkit.cli.worker", "postkit.contrib.django")
     assert not may_import("postkit.worker.runtime", "postkit.contrib")
+    assert may_import("postkit.testing", "postkit.tasks.app")
+    assert may_import("postkit.testing", "postkit.worker.outcomes")
+    assert not may_import("postkit.testing", "postkit.cli.worker")
+    assert not may_import("postkit.worker.outcomes", "postkit.testing")
 
 
 def test_nothing_in_postkit_imports_the_documented_alias() -> None:

@@ -27,15 +27,26 @@ def blocks(language: str) -> list[str]:
 
 MODULE_MARK = "# tasks.py\n"
 """The first line of the README's one Python block that is a module to save, not a step."""
+TESTS_MARK = "# test_tasks.py\n"
+"""The first line of the README's test file for that module (under "Testing your tasks")."""
 
 
 def python_blocks() -> list[str]:
-    """The Python blocks that run in order as one script: all but the module to save."""
-    return [block for block in blocks("python") if not block.startswith(MODULE_MARK)]
+    """The Python blocks that run in order as one script: all but the files to save."""
+    return [
+        block
+        for block in blocks("python")
+        if not block.startswith(MODULE_MARK) and not block.startswith(TESTS_MARK)
+    ]
 
 
 def tasks_module() -> str:
     (module,) = [block for block in blocks("python") if block.startswith(MODULE_MARK)]
+    return module
+
+
+def readme_test_file() -> str:
+    (module,) = [block for block in blocks("python") if block.startswith(TESTS_MARK)]
     return module
 
 
@@ -127,6 +138,28 @@ def test_the_readmes_worker_module_runs_with_the_command_after_it(
     assert "OTP sent to 7" in stdout
     assert dead.job_id == unknown
     assert dead.error.startswith("PermanentError: no such user\n")
+
+
+def test_the_readmes_test_file_passes_with_the_testing_plugin(
+    server_dsn: str, tmp_path: Path
+) -> None:
+    (tmp_path / "tasks.py").write_text(tasks_module(), encoding="utf-8")
+    (tmp_path / "test_tasks.py").write_text(readme_test_file(), encoding="utf-8")
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["postkit.testing"]\n')
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "POSTKIT_TEST_DSN": server_dsn, "PYTHONPATH": f"{src}:{tmp_path}"}
+
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout
 
 
 def test_the_readme_describes_the_clis_errors_as_they_print(dsn: str) -> None:

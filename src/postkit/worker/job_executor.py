@@ -24,13 +24,11 @@ import queue as stdlib_queue
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import psycopg
 import psycopg_pool
 
-from postkit.errors import PermanentError, RetryLater
 from postkit.queue import Job, Outcome, QueueClient, protocol
 from postkit.queue.executor import run as run_call
 from postkit.queue.protocol import CheckedResult
@@ -41,9 +39,9 @@ from postkit.worker.handlers import Handlers, HandlerSpec
 from postkit.worker.outcomes import (
     OutcomeLog,
     SettleAction,
-    error_summary,
     job_fields,
     settle_call,
+    settlement_of,
 )
 from postkit.worker.pool import WorkerPool
 from postkit.worker.threads import start_thread
@@ -348,14 +346,10 @@ class JobExecutor:
 
     def _settle_error(self, job: Job, error: BaseException, started: float) -> None:
         tracing.failed(error)
-        if isinstance(error, PermanentError):
-            self.settle(job, "fail", started, error=error_summary(error))
-        elif isinstance(error, RetryLater):
-            delay = error.delay
-            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-            self.settle(job, "nack", started, error=error_summary(error), backoff=seconds)
-        else:
-            self.settle(job, "nack", started, error=error_summary(error))
+        settlement = settlement_of(error)
+        self.settle(
+            job, settlement.action, started, error=settlement.error, backoff=settlement.backoff
+        )
 
 
 @contextlib.contextmanager

@@ -9,8 +9,11 @@ import logging
 import threading
 import time
 import traceback
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from postkit.errors import PermanentError, RetryLater
 from postkit.queue import Job, Outcome, QueueClient
 from postkit.worker.stats import WorkerStats
 
@@ -39,6 +42,29 @@ _MESSAGES = {
 
 SettleAction = Literal["ack", "nack", "fail"]
 """How the worker settles a job whose handler ended: it succeeded, it may be retried, or never."""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """How to settle a job whose handler raised: the action, the error for the job's history,
+    and the retry's backoff in seconds (None: the queue's)."""
+
+    action: SettleAction
+    error: str
+    backoff: float | None = None
+
+
+def settlement_of(error: BaseException) -> Settlement:
+    """The worker's rule for a handler that raised ``error``: :class:`PermanentError` fails
+    the job into the dead-letter queue, :class:`RetryLater` nacks it with the delay it names,
+    and anything else nacks it with the queue's backoff (each with :func:`error_summary`)."""
+    if isinstance(error, PermanentError):
+        return Settlement("fail", error_summary(error))
+    if isinstance(error, RetryLater):
+        delay = error.delay
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        return Settlement("nack", error_summary(error), seconds)
+    return Settlement("nack", error_summary(error))
 
 
 def settle_call(
@@ -127,7 +153,9 @@ __all__ = [
     "SETTLED_OUTCOMES",
     "OutcomeLog",
     "SettleAction",
+    "Settlement",
     "error_summary",
     "job_fields",
     "settle_call",
+    "settlement_of",
 ]
