@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -100,21 +102,28 @@ def test_demo_tells_the_whole_story(dsn: str) -> None:
     assert len(summary["users_messaged_twice"]) == 1
 
 
-def test_demo_runs_on_the_embedded_server_when_no_dsn_is_given(tmp_path: Path) -> None:
+def test_demo_runs_on_the_embedded_server_when_no_dsn_is_given() -> None:
+    # A directory of its own, not under pytest's tmp_path (as conftest's embedded servers):
+    # pytest keeps its base directories private to the user that runs it, and another session
+    # may prune them, while the embedded server runs as a user of its own.
+    directory = Path(tempfile.mkdtemp(prefix="postkit-demo-test-"))
     env = {k: v for k, v in os.environ.items() if k not in ("POSTKIT_DSN", "DATABASE_URL")}
-    env["POSTKIT_DATA_DIR"] = str(tmp_path / "pgdata")
+    env["POSTKIT_DATA_DIR"] = str(directory / "pgdata")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "postkit.cli", "demo"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
 
-    result = subprocess.run(
-        [sys.executable, "-m", "postkit.cli", "demo"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-
-    assert result.returncode == 0, result.stderr
-    assert "Summary" in result.stdout and "stale ack refused" in result.stdout
-    assert (tmp_path / "pgdata" / "PG_VERSION").exists()
+        assert result.returncode == 0, result.stderr
+        assert "Summary" in result.stdout and "stale ack refused" in result.stdout
+        assert (directory / "pgdata" / "PG_VERSION").exists()
+    finally:
+        # The demo's embedded server stopped when the demo, its last user, exited.
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_demo_starts_clean_after_an_operator_paused_its_queue(dsn: str) -> None:

@@ -5,7 +5,10 @@
 // whatever markup it contains. Actions are POSTs that carry the CSRF token from /api/meta.
 "use strict";
 
-const state = { meta: null, namespace: null, timer: null, charts: new Map(), view: null, flash: null };
+const state = {
+  meta: null, namespace: null, timer: null, charts: new Map(), view: null, flash: null,
+  renderSeq: 0, failed: false,
+};
 
 // ----------------------------------------------------------------------------------------
 // DOM and API helpers
@@ -216,7 +219,7 @@ async function viewOverview(main) {
     h("div", { class: "legend" }, Object.entries(COLORS).map(([name, color]) =>
       h("span", {}, swatch(color), name))),
     charts);
-  drawCharts(charts, data);
+  main.charts = drawCharts(charts, data);
 }
 
 function swatch(color) {
@@ -255,9 +258,10 @@ function workersCell(ns) {
   return [`${ns.workers.alive} alive`, ns.workers.lost ? [" ", badge(`${ns.workers.lost} lost`, "lost")] : null];
 }
 
+// The charts of one overview, drawn into ``container``; render() keeps them if the overview it
+// drew is still the one to show, and destroys those of the page it replaces.
 function drawCharts(container, data) {
-  state.charts.forEach((chart) => chart.destroy());
-  state.charts.clear();
+  const drawn = new Map();
   if (typeof uPlot === "undefined") return;
   const end = Math.floor(Date.parse(data.now) / 60000) * 60;
   const minutes = [];
@@ -275,8 +279,9 @@ function drawCharts(container, data) {
       scales: { x: { time: true } },
       series: [{}, ...Object.entries(COLORS).map(([label, stroke]) => ({ label, stroke, width: 1.5 }))],
     }, columns, box);
-    state.charts.set(name, chart);
+    drawn.set(name, chart);
   }
+  return drawn;
 }
 
 async function viewQueue(main, queue, params) {
@@ -537,16 +542,32 @@ async function render() {
     a.classList.toggle("active", a.dataset.view === view);
   }
   const main = document.getElementById("view");
+  // Each render draws into a draft and shows it only if no later render began meanwhile: a
+  // live update still loading when the operator moves to another page must not bring the old
+  // page back over the new one.
+  const seq = ++state.renderSeq;
+  const draft = document.createElement("div");
+  const current = () => seq === state.renderSeq;
   try {
-    if (view === "queue") await viewQueue(main, parts[3], params);
-    else if (view === "job") await viewJob(main, Number(parts[3]));
-    else if (view === "dead") await viewDead(main, params);
-    else if (view === "schedules") await viewSchedules(main);
-    else if (view === "workers") await viewWorkers(main);
-    else if (view === "all") await viewAll(main);
-    else await viewOverview(main);
+    if (view === "queue") await viewQueue(draft, parts[3], params);
+    else if (view === "job") await viewJob(draft, Number(parts[3]));
+    else if (view === "dead") await viewDead(draft, params);
+    else if (view === "schedules") await viewSchedules(draft);
+    else if (view === "workers") await viewWorkers(draft);
+    else if (view === "all") await viewAll(draft);
+    else await viewOverview(draft);
+    if (!current()) {
+      (draft.charts || new Map()).forEach((chart) => chart.destroy());
+      return;
+    }
+    state.charts.forEach((chart) => chart.destroy());
+    state.charts = draft.charts || new Map();
+    fill(main, Array.from(draft.childNodes));
+    state.failed = false;
     setStatus("updated " + new Date().toLocaleTimeString(), false);
   } catch (error) {
+    if (!current()) return;
+    state.failed = true; // the next tick tries again, whatever the page
     const message = error instanceof ApiError ? error.message : String(error);
     setStatus(message, true);
     if (!main.childElementCount || error.status === 404 || error.status === 403) {
@@ -579,7 +600,7 @@ function schedule() {
   clearTimeout(state.timer);
   state.timer = setTimeout(async () => {
     const modalOpen = !document.getElementById("modal").hidden;
-    if (LIVE_VIEWS.has(state.view) && !modalOpen && !document.hidden) {
+    if ((LIVE_VIEWS.has(state.view) || state.failed) && !modalOpen && !document.hidden) {
       await refreshNamespaces();
       await render();
     }
