@@ -183,7 +183,8 @@ def test_a_returning_handler_acks_its_job(
     job_id = pushed(client, {"user": 42})
     wait_until(gone(client, job_id), "the job to be acked")
     assert seen == [(job_id, {"user": 42}, 1)]
-    assert worker.stats.acked == 1
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(lambda: worker.stats.acked == 1, "the worker to count what it settled")
     assert client.dead_letters() == []
 
 
@@ -540,7 +541,8 @@ def test_a_value_that_cannot_be_a_result_acks_the_job_without_one_and_warns_once
         ("completed", None),
         ("completed", [3]),
     ]
-    assert worker.stats.acked == 3
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(lambda: worker.stats.acked == 3, "the worker to count what it settled")
     dropped = [r for r in caplog.records if getattr(r, "event", None) == "result_dropped"]
     assert [(r.levelname, r.job_id) for r in dropped] == [  # type: ignore[attr-defined]
         ("WARNING", ids[0]),
@@ -600,7 +602,8 @@ def test_concurrency_runs_that_many_jobs_at_once(
     barrier.wait(timeout=15)  # raises BrokenBarrierError unless four jobs run at once
     for job_id in job_ids:
         wait_until(gone(client, job_id), f"job {job_id} to be acked")
-    assert worker.stats.acked == 4
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(lambda: worker.stats.acked == 4, "the worker to count what it settled")
 
 
 @pytest.fixture
@@ -631,7 +634,8 @@ def test_a_transactional_handler_commits_its_writes_with_the_ack(
     job_id = pushed(client)
     wait_until(gone(client, job_id), "the job to be acked")
     assert written(client, table) == [job_id]
-    assert worker.stats.acked == 1
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(lambda: worker.stats.acked == 1, "the worker to count what it settled")
 
 
 def test_a_failing_transactional_handler_leaves_no_writes_and_nacks(
@@ -794,7 +798,8 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
     finish.set()
     wait_until(gone(client, job_id), "the job to be acked")
     assert attempts == [1]
-    assert worker.stats.acked == 1
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(lambda: worker.stats.acked == 1, "the worker to count what it settled")
 
 
 def test_a_schedule_fires_within_a_second_of_each_due_time_while_a_worker_runs(
@@ -843,7 +848,11 @@ def test_a_handler_past_its_timeout_has_its_attempt_timed_out_and_its_slot_taken
     wait_until(gone(client, after), "the next job to be acked")
     job = client.get_job(stuck)
     assert job is not None and job.state == "pending", "a late outcome settled nothing"
-    assert (worker.stats.acked, worker.stats.retried) == (1, 1)
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(
+        lambda: (worker.stats.acked, worker.stats.retried) == (1, 1),
+        "the worker to count what it settled",
+    )
 
 
 def test_a_transactional_handler_past_its_timeout_has_its_writes_rolled_back(
@@ -911,7 +920,11 @@ def test_stop_never_releases_a_job_whose_handler_is_still_running(
         thread.join(timeout=15)
     assert not thread.is_alive()
     assert client.get_job(job_id) is None, "the job that finished after the grace was acked"
-    assert (worker.stats.acked, worker.stats.released) == (1, 0)
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(
+        lambda: (worker.stats.acked, worker.stats.released) == (1, 0),
+        "the worker to count what it settled",
+    )
 
 
 def test_a_delayed_job_does_not_run_before_it_falls_due(
@@ -960,7 +973,8 @@ def test_the_worker_recovers_from_dropped_connections(
     second = pushed(client)
     assert next_item(handled, "the worker never came back", 20) == second
     wait_until(gone(client, second), "the second job to be acked")
-    assert worker.stats.acked == 2
+    # The worker counts an ack once its commit returns: a moment after the job is gone.
+    wait_until(lambda: worker.stats.acked == 2, "the worker to count what it settled")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1263,7 +1277,8 @@ def test_a_killed_workers_job_is_redelivered_after_its_visibility_timeout(
     assert job.attempts == 2, "the killed worker's attempt counts"
     assert [entry["kind"] for entry in job.errors] == ["timeout"]
     wait_until(gone(client, job_id), "the redelivered job to be acked")
-    assert worker.stats.reclaimed == 1
+    # The worker counts a rescue once its commit returns: a moment after the job is back.
+    wait_until(lambda: worker.stats.reclaimed == 1, "the worker to count its rescue")
 
 
 def test_the_queues_a_worker_serves_stay_known_once_their_jobs_are_done(
