@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from postkit.queue import Job, QueueClient, installed_version, latest_version
 from postkit.worker import Handlers, Worker
 from tests.signals import wait_until
+from tests.threads import QUIET, worker_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 StartWorker = Callable[[Handlers], Worker]
@@ -53,30 +53,11 @@ def observer(django_dsn: str) -> Iterator[QueueClient]:
 
 @pytest.fixture
 def start_worker(django_dsn: str) -> Iterator[StartWorker]:
-    running: list[tuple[Worker, threading.Thread]] = []
-
-    def _start(handlers: Handlers) -> Worker:
+    with worker_threads() as run:
         # A long visibility timeout: no heartbeat touches a claim while a test reclaims it.
-        worker = Worker(
-            django_dsn,
-            handlers,
-            namespace="shop",
-            poll_interval=30.0,
-            tick_interval=60.0,
-            grace_period=2.0,
-            visibility_timeout=600,
+        yield lambda handlers: run(
+            Worker(django_dsn, handlers, namespace="shop", visibility_timeout=600, **QUIET)
         )
-        thread = threading.Thread(target=worker.run, name="django-test-worker", daemon=True)
-        thread.start()
-        running.append((worker, thread))
-        return worker
-
-    yield _start
-    for worker, _ in running:
-        worker.stop()
-    for _, thread in running:
-        thread.join(timeout=30)
-        assert not thread.is_alive(), "the worker did not shut down within 30 s of stop()"
 
 
 def pending(observer: QueueClient, queue: str) -> list[Any]:

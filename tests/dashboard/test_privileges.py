@@ -14,23 +14,21 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
-from psycopg import sql
 
 from postkit.queue import QueueClient, install
-from postkit.queue.admin import assign_namespace, enable_tenant_isolation, grant_access
+from postkit.queue.admin import enable_tenant_isolation
 from tests.conftest import new_database
 from tests.dashboard.conftest import ServeDashboard
+from tests.roles import MakeLogin, login_maker
 from tests.signals import poll_until
 
 Q = "emails"
-
-MakeLogin = Callable[..., str]
 
 
 @pytest.fixture(scope="module")
@@ -53,41 +51,16 @@ def isolated_database(server_dsn: str) -> Iterator[str]:
         yield database
 
 
-def login_maker(database: str) -> Iterator[MakeLogin]:
-    created: list[str] = []
-
-    def _make(access: str | None = None, namespaces: tuple[str, ...] = ()) -> str:
-        role = f"pk_dash_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(database, autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-            created.append(role)
-            if access is not None:
-                grant_access(admin.cursor(), role, access)  # type: ignore[arg-type]
-            for namespace in namespaces:
-                assign_namespace(admin.cursor(), namespace, role)
-        return psycopg.conninfo.make_conninfo(database, user=role)
-
-    yield _make
-    with psycopg.connect(database, autocommit=True) as admin:
-        for role in created:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
-                (role,),
-            )
-            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
 @pytest.fixture
 def make_login(database: str) -> Iterator[MakeLogin]:
     """A LOGIN role with one access kind (or none), as a DSN; dropped afterwards."""
-    yield from login_maker(database)
+    yield from login_maker(database, prefix="pk_dash")
 
 
 @pytest.fixture
 def make_tenant(isolated_database: str) -> Iterator[MakeLogin]:
     """The same in the database under tenant isolation, with the namespaces assigned."""
-    yield from login_maker(isolated_database)
+    yield from login_maker(isolated_database, prefix="pk_dash")
 
 
 def owner_client(dsn: str, namespace: str) -> Iterator[QueueClient]:

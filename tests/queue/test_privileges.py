@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,40 +38,18 @@ from postkit.queue.schema import _INSTALL_LOCK_KEY
 from postkit.worker import Worker
 from postkit.worker.maintenance import Maintenance
 from tests.queue.legacy import install_legacy
+from tests.roles import MakeLogin, login_maker
 from tests.signals import function_calls, poll_until, track_function_calls, wait_for, wait_until
 
 ACCESS_KINDS = ("producer", "worker", "operator")
 TICK_FUNCTIONS = ("postkit_queue.tick_timeouts", "postkit_queue.prune")
-
-MakeLogin = Callable[..., str]
 
 
 @pytest.fixture
 def make_login(database: str) -> Iterator[MakeLogin]:
     """Create a LOGIN role with one access kind (or none) and return a DSN that connects as it.
     Each role is dropped afterwards, with whatever was granted to it."""
-    created: list[str] = []
-
-    def _make(access: str | None = None, namespaces: tuple[str, ...] = ()) -> str:
-        role = f"pk_login_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(database, autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-            created.append(role)
-            if access is not None:
-                grant_access(admin.cursor(), role, access)  # type: ignore[arg-type]
-            for namespace in namespaces:
-                assign_namespace(admin.cursor(), namespace, role)
-        return psycopg.conninfo.make_conninfo(database, user=role)
-
-    yield _make
-    with psycopg.connect(database, autocommit=True) as admin:
-        for role in created:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
-                (role,),
-            )
-            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    yield from login_maker(database)
 
 
 def client(dsn: str, namespace: str) -> QueueClient:

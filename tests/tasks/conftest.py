@@ -4,7 +4,6 @@ test)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from postkit.queue import Job, QueueClient
 from postkit.tasks import App
 from postkit.worker import Worker
+from tests.threads import QUIET, worker_threads
 
 StartWorker = Callable[..., Worker]
 
@@ -47,20 +47,6 @@ def start_worker(dsn: str, namespace: str) -> Iterator[StartWorker]:
     """Start a worker of an App on a thread (``app.worker(dsn, **options)``); each is
     stopped and must have shut down after the test. The fallback poll and the tick are far
     longer than any wait here, so a job that runs promptly was claimed on a notification."""
-    running: list[tuple[Worker, threading.Thread]] = []
     worker_dsn = psycopg.conninfo.make_conninfo(dsn, application_name=f"pk-{namespace}")
-
-    def _start(app: App, **options: Any) -> Worker:
-        options = {"poll_interval": 30.0, "tick_interval": 60.0, "grace_period": 2.0, **options}
-        worker = app.worker(worker_dsn, **options)
-        thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
-        thread.start()
-        running.append((worker, thread))
-        return worker
-
-    yield _start
-    for worker, _ in running:
-        worker.stop()
-    for _, thread in running:
-        thread.join(timeout=30)
-        assert not thread.is_alive(), "the worker did not shut down within 30 s of stop()"
+    with worker_threads() as run:
+        yield lambda app, **options: run(app.worker(worker_dsn, **{**QUIET, **options}))

@@ -25,6 +25,7 @@ from postkit.queue import Job, QueueClient
 from postkit.worker import Handlers, Worker
 from tests.scrape import scrape, value, values
 from tests.signals import wait_until
+from tests.threads import QUIET, worker_threads
 
 Q = "work"
 ASYNC_Q = "async_work"
@@ -48,23 +49,18 @@ def start_worker(worker_dsn: str, namespace: str) -> Iterator[StartWorker]:
     """Start workers serving metrics on a free port, each on a thread, and wait until they
     serve; each is stopped and must have shut down after the test. The fallback poll and the
     tick are far longer than any test waits."""
-    running: list[tuple[Worker, threading.Thread]] = []
 
-    def _start(handlers: Handlers | dict[str, Callable[..., Any]], **options: Any) -> Worker:
-        options = {"poll_interval": 30.0, "tick_interval": 60.0, "grace_period": 2.0, **options}
-        worker = Worker(worker_dsn, handlers, namespace=namespace, metrics_port=0, **options)
-        thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
-        thread.start()
-        running.append((worker, thread))
+    def start(run: Callable[[Worker], Worker], handlers: Any, **options: Any) -> Worker:
+        worker = run(
+            Worker(
+                worker_dsn, handlers, namespace=namespace, metrics_port=0, **{**QUIET, **options}
+            )
+        )
         wait_until(lambda: worker.metrics_address, "the worker to serve its metrics")
         return worker
 
-    yield _start
-    for worker, _ in running:
-        worker.stop()
-    for _, thread in running:
-        thread.join(timeout=30)
-        assert not thread.is_alive(), "the worker did not shut down within 30 s of stop()"
+    with worker_threads() as run:
+        yield lambda handlers, **options: start(run, handlers, **options)
 
 
 def url(worker: Worker) -> str:

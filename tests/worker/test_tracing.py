@@ -28,6 +28,7 @@ from postkit.errors import PermanentError
 from postkit.queue import Job, QueueClient
 from postkit.worker import Handlers, Worker
 from tests.signals import wait_until
+from tests.threads import QUIET, worker_threads
 
 Q = "traced"
 StartWorker = Callable[..., Worker]
@@ -43,22 +44,10 @@ def client(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> Q
 def start_worker(dsn: str, namespace: str) -> Iterator[StartWorker]:
     """Start workers on threads (woken by notifications: polls and ticks far apart); each is
     stopped and must have shut down after the test."""
-    running: list[tuple[Worker, threading.Thread]] = []
-
-    def _start(handlers: Handlers | dict[str, Callable[..., Any]], **options: Any) -> Worker:
-        options = {"poll_interval": 30.0, "tick_interval": 60.0, "grace_period": 2.0, **options}
-        worker = Worker(dsn, handlers, namespace=namespace, **options)
-        thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
-        thread.start()
-        running.append((worker, thread))
-        return worker
-
-    yield _start
-    for worker, _ in running:
-        worker.stop()
-    for _, thread in running:
-        thread.join(timeout=30)
-        assert not thread.is_alive(), "the worker did not shut down within 30 s of stop()"
+    with worker_threads() as run:
+        yield lambda handlers, **options: run(
+            Worker(dsn, handlers, namespace=namespace, **{**QUIET, **options})
+        )
 
 
 @pytest.fixture

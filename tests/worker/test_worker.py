@@ -31,6 +31,7 @@ from postkit.errors import InvalidDurationError, PermanentError, RetryLater
 from postkit.queue import Job, QueueClient, ResultListener, limits
 from postkit.worker import Handlers, Worker, error_summary
 from tests.signals import wait_for, wait_until
+from tests.threads import QUIET, worker_threads
 
 Q = "work"
 Shift = Callable[[QueueClient, float], None]
@@ -62,22 +63,10 @@ def start_worker(worker_dsn: str, namespace: str) -> Iterator[StartWorker]:
     By default the fallback poll and the tick are far longer than any test waits, so a test
     that sees a job run promptly saw the worker woken by a notification.
     """
-    running: list[tuple[Worker, threading.Thread]] = []
-
-    def _start(handlers: Handlers | dict[str, Callable[..., Any]], **options: Any) -> Worker:
-        options = {"poll_interval": 30.0, "tick_interval": 60.0, "grace_period": 2.0, **options}
-        worker = Worker(worker_dsn, handlers, namespace=namespace, **options)
-        thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
-        thread.start()
-        running.append((worker, thread))
-        return worker
-
-    yield _start
-    for worker, _ in running:
-        worker.stop()
-    for _, thread in running:
-        thread.join(timeout=30)
-        assert not thread.is_alive(), "the worker did not shut down within 30 s of stop()"
+    with worker_threads() as run:
+        yield lambda handlers, **options: run(
+            Worker(worker_dsn, handlers, namespace=namespace, **{**QUIET, **options})
+        )
 
 
 def next_item(items: stdlib_queue.SimpleQueue[T], message: str, timeout: float = 15.0) -> T:
