@@ -73,8 +73,9 @@ class InvalidRunAtError(InvalidDurationError):
 
 class InvalidArgumentsError(ValidationError, TypeError):
     """A task's arguments do not fit its function's signature (a missing or unknown argument,
-    too many positional ones), hold a value JSON cannot carry exactly, or a task's options name
-    arguments it does not have."""
+    too many positional ones), hold a value JSON cannot carry exactly or a pydantic model's
+    argument that does not validate, or a task's declaration does not fit its function (options
+    that name arguments it does not have, a transactional task without a cursor first)."""
 
 
 class InvalidJobIdError(ValidationError):

@@ -1,6 +1,7 @@
-"""mypy --strict checks a task's pushes against its function's signature: the venv's mypy, run
-over tests/tasks/typed_example.py (this project's configuration, this tree's postkit), accepts
-the calls that fit and rejects each that does not with the error code its line names."""
+"""mypy --strict checks a task's pushes against its function's signature (a transactional
+task's without its cursor, a pydantic model's argument as the model): the venv's mypy, run over
+tests/tasks/typed_example.py (this project's configuration, this tree's postkit), accepts the
+calls that fit and rejects each that does not with the error code its line names."""
 
 from __future__ import annotations
 
@@ -54,5 +55,5 @@ def test_mypy_accepts_the_pushes_that_fit_and_rejects_each_that_does_not(tmp_pat
     )
     assert len(expected_errors()) >= 5
     messages = {match["message"] for match in errors}
-    assert 'Unexpected keyword argument "uid" for "push" of "Task"' in messages
+    assert 'Unexpected keyword argument "uid" for "push" of "BaseTask"' in messages
     assert result.returncode == 1

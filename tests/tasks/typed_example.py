@@ -7,9 +7,17 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+import psycopg
+from pydantic import BaseModel
+
 from postkit import tasks
 
 app = tasks.App(namespace="my-app")
+
+
+class Order(BaseModel):
+    id: int
+    items: list[str] = []
 
 
 @app.task(queue="send_otp", max_attempts=5, timeout=30)
@@ -19,6 +27,16 @@ def send_otp(user_id: str, *, channel: str = "whatsapp") -> dict[str, str]:
 
 @app.task(queue="resize")
 async def resize(path: str, *sizes: int) -> None: ...
+
+
+@app.task(queue="ship")
+def ship(order: Order, *, express: bool = False) -> None: ...
+
+
+@app.task(queue="receipts", transactional=True)
+def record_receipt(cursor: psycopg.Cursor[Any], order_id: int, *, note: str = "") -> int:
+    cursor.execute("INSERT INTO receipts (order_id) VALUES (%s)", (order_id,))
+    return order_id
 
 
 def register(cursor: Any) -> list[int | None]:
@@ -36,6 +54,23 @@ def register(cursor: Any) -> list[int | None]:
     send_otp.push(cursor)  # mypy: call-arg
     send_otp.options(delay=10).push(cursor, user="42")  # mypy: call-arg
     return [*ids, len(sent)]
+
+
+def register_models_and_transactional(cursor: psycopg.Cursor[Any]) -> list[int | None]:
+    ids = [
+        ship.push(cursor, Order(id=1, items=["book"])),
+        ship.options(priority=5).push(cursor, order=Order(id=2), express=True),
+        record_receipt.push(cursor, 7),
+        record_receipt.push(cursor, order_id=7, note="gift"),
+        record_receipt.options(delay=5).push(cursor, 8),
+        record_receipt(cursor, 9),
+    ]
+    ship.push(cursor, "1")  # mypy: arg-type
+    ship.push(cursor, Order(id=1), True)  # mypy: call-arg
+    record_receipt.push(cursor, order_id="7")  # mypy: arg-type
+    record_receipt.push(cursor, cursor=cursor, order_id=7)  # mypy: call-arg
+    record_receipt(7)  # mypy: call-arg
+    return ids
 
 
 async def register_async(cursor: Any) -> int | None:

@@ -233,7 +233,7 @@ def render_sdk() -> str:
         records,
         schema,
     )
-    from postkit.tasks import payload
+    from postkit.tasks import models, payload
     from postkit.worker import Handlers, Worker
     from postkit.worker import runtime as worker_module
 
@@ -271,7 +271,8 @@ def render_sdk() -> str:
         "- [WorkListener](#worklistener) (and AsyncWorkListener): wait for work with LISTEN/NOTIFY",
         "- [ResultListener](#resultlistener) (and AsyncResultListener): wait for a job's result",
         "- [Handlers](#handlers) and [Worker](#worker): the worker runtime",
-        "- [App](#app) and [Task](#task): typed tasks on top of queues",
+        "- [App](#app), [Task](#task) and [TransactionalTask](#transactionaltask): typed tasks",
+        "  on top of queues",
         "- [Installing the schema](#installing-the-schema) and [administration](#administration)",
         "- [What the SDK returns](#what-the-sdk-returns): jobs, dead letters, stats, schedules",
         "- [Errors](#errors): the exception hierarchy, with each SQLSTATE",
@@ -284,8 +285,14 @@ def render_sdk() -> str:
         Worker, note=markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
     )
     out += _render_class(tasks.App, module="postkit.tasks")
+    task_note = "\n\n".join(
+        markdown_doc(inspect.getdoc(item)) for item in (tasks.BaseTask, payload, models)
+    )
+    out += _render_class(tasks.Task, note=task_note, module="postkit.tasks")
     out += _render_class(
-        tasks.Task, note=markdown_doc(inspect.getdoc(payload)), module="postkit.tasks"
+        tasks.TransactionalTask,
+        skip=[name for name, _ in _public_members(tasks.BaseTask)],
+        module="postkit.tasks",
     )
     out += [
         "",

@@ -12,14 +12,19 @@ signature when pushed, and run by a worker with the same arguments:
     send_otp.options(delay=10).push(cursor, "42")        # push options beside the arguments
     send_otp.push_many(cursor, [{"user_id": "1"}, {"user_id": "2"}])   # one round trip
 
-``postkit worker myapp.tasks`` (or ``app.worker(dsn).run()``) runs them. The layers: this
-package builds on the SDK (``postkit.queue``: every push is a ``QueueClient`` push) and on the
-worker runtime (``postkit.worker``: an App's handlers are a ``Handlers``), and adds no queue
-semantics of its own. ``payload.py`` is the payload's shape, ``task.py`` a task and its pushes,
-``app.py`` the App and the queue policies it applies.
+``postkit worker myapp.tasks`` (or ``app.worker(dsn).run()``) runs them. A parameter annotated
+with a pydantic model takes the model (``models.py``); a transactional task
+(``@app.task(queue=..., transactional=True)``) takes a cursor in its job's ack's transaction
+first, which its pushes do not pass.
+
+The layers: this package builds on the SDK (``postkit.queue``: every push is a ``QueueClient``
+push) and on the worker runtime (``postkit.worker``: an App's handlers are a ``Handlers``), and
+adds no queue semantics of its own. ``payload.py`` is the payload's shape, ``models.py``
+pydantic models in it, ``task.py`` a task and its pushes, ``app.py`` the App and the queue
+policies it applies.
 """
 
 from postkit.tasks.app import App
-from postkit.tasks.task import PushOptions, Task, TaskSettings
+from postkit.tasks.task import BaseTask, PushOptions, Task, TaskSettings, TransactionalTask
 
-__all__ = ["App", "PushOptions", "Task", "TaskSettings"]
+__all__ = ["App", "BaseTask", "PushOptions", "Task", "TaskSettings", "TransactionalTask"]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 import psycopg
 
@@ -12,8 +13,9 @@ from postkit import errors
 from postkit.queue import QueueClient, QueuePolicy, limits
 from postkit.queue.protocol import Duration
 from postkit.queue.protocol import checks as check
-from postkit.tasks.task import Task, TaskSettings
+from postkit.tasks.task import BaseTask, Task, TaskSettings, TransactionalTask
 from postkit.worker import Handlers, Worker
+from postkit.worker.handlers import Transaction
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,11 +50,42 @@ class App:
         self.namespace = namespace
         self.handlers = Handlers()
         """The handlers a worker runs: one per task, and any registered on it directly."""
-        self.tasks: dict[str, Task[..., Any]] = {}
+        self.tasks: dict[str, BaseTask[..., Any]] = {}
         """The tasks by queue."""
 
     def __repr__(self) -> str:
         return f"<App {self.namespace!r}: {', '.join(self.tasks) or 'no tasks'}>"
+
+    @overload
+    def task(
+        self,
+        *,
+        queue: str,
+        max_attempts: int | None = ...,
+        backoff_base: Duration | None = ...,
+        backoff_cap: Duration | None = ...,
+        visibility_timeout: Duration | None = ...,
+        timeout: float | None = ...,
+        priority: int = ...,
+        unique_by: Sequence[str] = ...,
+        transactional: Literal[False] = ...,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        queue: str,
+        max_attempts: int | None = ...,
+        backoff_base: Duration | None = ...,
+        backoff_cap: Duration | None = ...,
+        visibility_timeout: Duration | None = ...,
+        timeout: float | None = ...,
+        priority: int = ...,
+        unique_by: Sequence[str] = ...,
+        transactional: Literal[True],
+        transaction: Transaction | None = ...,
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], TransactionalTask[P, R]]: ...
 
     def task(
         self,
@@ -65,8 +98,11 @@ class App:
         timeout: float | None = None,
         priority: int = 0,
         unique_by: Sequence[str] = (),
-    ) -> Callable[[Callable[P, R]], Task[P, R]]:
-        """Decorate a function to make it a :class:`Task` whose jobs go to ``queue``.
+        transactional: bool = False,
+        transaction: Transaction | None = None,
+    ) -> Callable[[Callable[..., Any]], BaseTask[Any, Any]]:
+        """Decorate a function to make it a :class:`Task` whose jobs go to ``queue`` (a
+        :class:`TransactionalTask` when ``transactional``).
 
         Each option has one home, and the first that says something wins: a push's own
         (:meth:`Task.options`), then the task's, then the queue's policy, then the built-in
@@ -92,16 +128,31 @@ class App:
                 is a no-op that returns None. The key is those values (defaults included) as a
                 compact JSON array, e.g. ``["42"]``; past 128 characters, ``sha256:`` and the
                 array's digest.
+            transactional: the function takes a cursor first, ``def f(cursor, ...)``, and the
+                worker passes one in the transaction of the job's ack: the function's writes
+                commit with the ack, exactly once, and roll back with it when the function
+                raises or its claim went stale (``Handlers.add(transactional=True)``). The
+                cursor is no argument of the pushes (see :class:`TransactionalTask`).
+            transaction: where a transactional task's transaction runs, as
+                ``Handlers.add(transaction=)`` takes it: a factory of a context that begins a
+                transaction and yields a cursor in it, such as Django's
+                (``postkit.contrib.django.transaction``); by default a connection of the
+                worker's pool.
 
         Raises:
             InvalidNameError, InvalidMaxAttemptsError, InvalidDurationError,
             InvalidPriorityError: an option is out of range, as the queue checks it.
             InvalidArgumentsError: ``unique_by`` names something that is not a named
-                parameter of the function (when decorating), or is a str.
-            ValueError: the queue already has a task or handler, or ``timeout`` is not
-                positive (when decorating, from :meth:`Handlers.add`).
+                parameter of the function (when decorating), or is a str; a transactional
+                task's function takes no cursor first, or pydantic cannot validate an
+                annotation that holds a model (when decorating).
+            ValueError: ``transaction`` is given without ``transactional``; the queue already
+                has a task or handler, ``timeout`` is not positive, or a transactional task's
+                function is ``async def`` (when decorating, from :meth:`Handlers.add`).
         """
         check.name("queue", queue, required=True)
+        if transaction is not None and not transactional:
+            raise ValueError("only a transactional task runs in a given transaction")
         check.integer(
             "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
         )
@@ -127,11 +178,22 @@ class App:
             timeout=timeout,
             priority=priority,
             unique_by=tuple(unique_by),
+            transactional=transactional,
+            transaction=transaction,
         )
 
-        def decorate(function: Callable[P, R]) -> Task[P, R]:
-            task = Task(self.namespace, function, settings)
-            self.handlers.add(queue, task.handler(), timeout=timeout)
+        def decorate(function: Callable[..., Any]) -> BaseTask[Any, Any]:
+            if transactional and inspect.iscoroutinefunction(function):
+                raise ValueError("transactional tasks must be synchronous functions")
+            kind = TransactionalTask if transactional else Task
+            task: BaseTask[Any, Any] = kind(self.namespace, function, settings)
+            self.handlers.add(
+                queue,
+                task.handler(),
+                transactional=transactional,
+                timeout=timeout,
+                transaction=transaction,
+            )
             self.tasks[queue] = task
             return task
 

@@ -12,6 +12,11 @@ caller left out are left out: the function's defaults apply when the job runs.
 A producer in another language, a schedule, ``postkit push`` or plain SQL may push this shape
 too; either key may be left out when it would be empty. The worker checks a payload against
 the function's signature (its names and arity; not the types of the values) before calling it.
+
+An argument of a parameter annotated with a pydantic model is the exception: the payload holds
+its JSON form (``model_dump(mode="json")``), and the worker validates it back into the model
+(see :mod:`postkit.tasks.models`). A transactional task's first parameter, the cursor, is no
+argument: the payload never holds it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 from postkit.errors import InvalidArgumentsError, PermanentError
 from postkit.queue import limits
+from postkit.tasks.models import ModelArgument, is_model, model_arguments
 
 _JSON_SCALARS = (str, int, bool, type(None))
 
@@ -34,9 +40,31 @@ class Signature:
     """A task function's signature: encodes a call as its payload, checks and decodes a
     payload back into a call, and computes a unique key from a call's arguments."""
 
-    def __init__(self, name: str, function: Any) -> None:
+    def __init__(self, name: str, function: Any, *, takes_cursor: bool = False) -> None:
+        """The signature of ``function``, shown as ``name`` in errors. ``takes_cursor``: its
+        first parameter is a transactional task's cursor, which the worker passes and a push
+        does not: the signature is the parameters after it.
+
+        Raises:
+            InvalidArgumentsError: ``takes_cursor`` and the function has no first parameter
+                that can be passed by position; or pydantic cannot validate an annotation that
+                holds a model.
+        """
         self.name = name
         self.signature = inspect.signature(function)
+        if takes_cursor:
+            first = next(iter(self.signature.parameters.values()), None)
+            if first is None or first.kind not in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            ):
+                raise InvalidArgumentsError(
+                    f"{name}: a transactional task takes the cursor as its "
+                    "first parameter, e.g. def task(cursor, order_id): ..."
+                )
+            self.signature = self.signature.replace(
+                parameters=list(self.signature.parameters.values())[1:]
+            )
         self.parameters = self.signature.parameters
         # The signature as shown in errors: names and defaults, without the annotations
         # (which `from __future__ import annotations` turns into quoted strings).
@@ -59,17 +87,49 @@ class Signature:
             for name, parameter in self.parameters.items()
             if parameter.default is parameter.empty
         ]
+        self.models: dict[str, ModelArgument] = model_arguments(
+            self.shown, function, self.parameters
+        )
+        """The parameters annotated with a pydantic model, by name (empty without pydantic)."""
+        # Where a payload's arguments go, to decode models: its args to these parameters by
+        # position, then to *args; its kwargs to these by name, else to **kwargs.
+        kinds_of = {name: parameter.kind for name, parameter in self.parameters.items()}
+        self._positional = [
+            name
+            for name, kind in kinds_of.items()
+            if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+        self._keywords = {
+            name
+            for name, kind in kinds_of.items()
+            if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
+        self._var_positional = next(
+            (name for name, kind in kinds_of.items() if kind is inspect.Parameter.VAR_POSITIONAL),
+            "",
+        )
+        self._var_keyword = next(
+            (name for name, kind in kinds_of.items() if kind is inspect.Parameter.VAR_KEYWORD),
+            "",
+        )
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The call's arguments by parameter name (a ``*args`` parameter's as a tuple, a
-        ``**kwargs`` one's as a dict), as ``inspect.BoundArguments.arguments`` holds them.
+        ``**kwargs`` one's as a dict), as ``inspect.BoundArguments.arguments`` holds them; the
+        value of a parameter annotated with a pydantic model validated and in its JSON form.
 
         Raises:
-            InvalidArgumentsError: they do not fit (see :meth:`_bind`).
+            InvalidArgumentsError: they do not fit (see :meth:`_bind`), or a model's argument
+                does not validate.
         """
         arguments = self._bind(args, kwargs)
         if isinstance(arguments, str):
             raise InvalidArgumentsError(f"{self.shown}: {arguments}")
+        if self.models:
+            try:
+                return self._dumped(arguments)
+            except InvalidArgumentsError as exc:
+                raise InvalidArgumentsError(f"{self.shown}: {exc}") from None
         return arguments
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | str:
@@ -130,11 +190,13 @@ class Signature:
 
     def decode(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
         """The positional and keyword arguments a payload holds, checked against the
-        signature.
+        signature; a model's argument validated back into its model.
 
         Raises:
-            PermanentError: the payload is not of the documented shape, or does not fit the
-                signature; the worker dead-letters the job at once, since no retry can fix it.
+            PermanentError: the payload is not of the documented shape, does not fit the
+                signature, or holds a model's argument that does not validate (pushed by hand,
+                or in a shape the model has since left); the worker dead-letters the job at
+                once, since no retry can fix it.
         """
         if type(payload) is not dict or not set(payload) <= {"args", "kwargs"}:
             raise PermanentError(
@@ -151,7 +213,58 @@ class Signature:
         problem = self._bind(args, kwargs)
         if isinstance(problem, str):
             raise PermanentError(f"the payload does not fit {self.shown}: {problem}")
+        if self.models:
+            try:
+                return self._loaded(args, kwargs)
+            except PermanentError as exc:
+                raise PermanentError(f"the payload does not fit {self.shown}: {exc}") from None
         return args, kwargs
+
+    def _dumped(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """``arguments`` by parameter name with each model's argument in its JSON form
+        (``ModelArgument.dump``): each item of a ``*args`` parameter's, each value of a
+        ``**kwargs`` one's.
+
+        Raises:
+            InvalidArgumentsError: one does not validate.
+        """
+        dumped = dict(arguments)
+        for name, model in self.models.items():
+            if name not in arguments:
+                continue
+            value = arguments[name]
+            kind = self.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                dumped[name] = tuple(
+                    model.dump(item, f"{name}[{index}]") for index, item in enumerate(value)
+                )
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                dumped[name] = {key: model.dump(item, key) for key, item in value.items()}
+            else:
+                dumped[name] = model.dump(value, name)
+        return dumped
+
+    def _loaded(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """A payload's arguments, which fit the signature, with each model's argument
+        validated back into its model (``ModelArgument.load``), each where the payload has it.
+
+        Raises:
+            PermanentError: one does not validate.
+        """
+        loaded_args = []
+        for index, value in enumerate(args):
+            if index < len(self._positional):
+                name = where = self._positional[index]
+            else:
+                name = self._var_positional
+                where = f"{name}[{index - len(self._positional)}]"
+            model = self.models.get(name)
+            loaded_args.append(value if model is None else model.load(value, where))
+        loaded_kwargs = {}
+        for key, value in kwargs.items():
+            model = self.models.get(key if key in self._keywords else self._var_keyword)
+            loaded_kwargs[key] = value if model is None else model.load(value, key)
+        return loaded_args, loaded_kwargs
 
     def unique_key(self, arguments: Mapping[str, Any], names: Sequence[str]) -> str:
         """The unique key of a call: its values of the parameters ``names`` (their defaults
@@ -231,6 +344,8 @@ def _check_json(value: Any, where: str, active: set[int]) -> None:
         active.discard(id(value))
         return
     hint = " (it would come back as a list)" if kind is tuple else ""
+    if is_model(value):
+        hint = " (annotate its parameter with the model's class to pass a pydantic model)"
     raise InvalidArgumentsError(
         f"argument {where} is a {kind.__name__}, which JSON cannot carry exactly{hint}: pass "
         "str, int, float, bool, None, or lists and dicts (with str keys) of them, e.g. a "

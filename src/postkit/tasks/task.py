@@ -1,5 +1,6 @@
 """A task: a function that runs as a job of its queue, pushed with the function's own
-arguments, checked against its signature before any SQL is sent."""
+arguments, checked against its signature before any SQL is sent. A transactional task's
+function also takes, first, a cursor in the transaction of its job's ack."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar
 
 from postkit import errors
 from postkit.errors import InvalidArgumentsError, InvalidRunAtError
@@ -17,9 +18,11 @@ from postkit.queue import AsyncQueueClient, Job, QueueClient, limits
 from postkit.queue.protocol import Duration
 from postkit.queue.protocol import checks as check
 from postkit.tasks.payload import Signature
+from postkit.worker.handlers import Transaction
 
 P = ParamSpec("P")
 R = TypeVar("R")
+TaskT = TypeVar("TaskT", bound="BaseTask[Any, Any]")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,11 @@ class TaskSettings:
     timeout: float | None = None
     priority: int = 0
     unique_by: tuple[str, ...] = ()
+    transactional: bool = False
+    """The function takes a cursor in the ack's transaction first (``Handlers.add``'s)."""
+    transaction: Transaction | None = None
+    """Where a transactional task's transaction runs (``Handlers.add``'s); None: on a
+    connection of the worker's pool."""
 
     def queue_policy(self) -> dict[str, Duration | int]:
         """The settings that are the queue's policy, as ``update_queue_settings`` takes them:
@@ -59,9 +67,10 @@ class PushOptions:
     max_attempts: int | None = None
 
 
-class Task(Generic[P, R]):
-    """A function registered with ``@app.task(queue=...)``: calling it runs it here;
-    :meth:`push` queues a job that runs it in a worker, with the same arguments.
+class BaseTask(Generic[P, R]):
+    """What every task has, a :class:`Task` or a :class:`TransactionalTask`: pushes whose
+    arguments ``P`` are the function's (a transactional one's after its cursor), and the
+    worker's handler that calls it.
 
     ``push`` takes the arguments exactly as the function does, and mypy checks them against
     its signature (``ParamSpec``); they are checked again at run time, before any SQL. The
@@ -71,13 +80,25 @@ class Task(Generic[P, R]):
     parameters and nothing else.
     """
 
-    def __init__(self, namespace: str, function: Callable[P, R], settings: TaskSettings) -> None:
+    _takes_cursor: ClassVar[bool] = False
+    """Whether the function takes the ack's cursor first: ``settings.transactional`` says so
+    of a :class:`TransactionalTask`'s, and of no other's."""
+
+    def __init__(self, namespace: str, function: Callable[..., R], settings: TaskSettings) -> None:
         """A task of ``function`` in ``namespace``; ``@app.task(...)`` makes them.
 
         Raises:
             InvalidArgumentsError: ``settings.unique_by`` names something that is not a named
-                parameter of the function.
+                parameter of the function; a transactional task's function takes no cursor
+                first; pydantic cannot validate an annotation that holds a model.
+            ValueError: ``settings.transactional`` is true of a :class:`Task`, or false of a
+                :class:`TransactionalTask`.
         """
+        if settings.transactional is not self._takes_cursor:
+            raise ValueError(
+                f"a {type(self).__name__} with settings.transactional={settings.transactional}: "
+                "a transactional task is a TransactionalTask, any other a Task"
+            )
         self.namespace = namespace
         self.function = function
         self.settings = settings
@@ -87,31 +108,26 @@ class Task(Generic[P, R]):
         # shown without its "outer.<locals>." prefix.
         qualname = getattr(function, "__qualname__", None) or repr(function)
         name = qualname.rpartition("<locals>.")[2]
-        self.signature = Signature(name, function)
+        self.signature = Signature(name, function, takes_cursor=self._takes_cursor)
         self.signature.check_unique_by(settings.unique_by)
-        functools.update_wrapper(self, function)
 
     @property
     def queue(self) -> str:
         """The queue the task's jobs go to; the worker runs the task for each job of it."""
         return self.settings.queue
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run the function here and now, as a plain call: no job, no checks."""
-        return self.function(*args, **kwargs)
-
     def __repr__(self) -> str:
-        return f"<Task {self.signature.shown} on queue {self.queue!r}>"
+        return f"<{type(self).__name__} {self.signature.shown} on queue {self.queue!r}>"
 
     def options(
-        self,
+        self: TaskT,
         *,
         delay: Duration | None = None,
         run_at: datetime | None = None,
         priority: int | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
-    ) -> Task[P, R]:
+    ) -> TaskT:
         """This task with push options: ``send_otp.options(delay=10).push(cursor, "42")``.
 
         Args:
@@ -221,15 +237,24 @@ class Task(Generic[P, R]):
             self.queue, payloads, unique_keys=keys, **options
         )
 
-    def handler(self) -> Callable[[Job], Any]:
+    def handler(self) -> Callable[..., Any]:
         """The worker's handler for this task's queue: decode the job's payload into a call
-        and make it (awaited, for an ``async def`` function).
+        and make it (awaited, for an ``async def`` function; with the ack's cursor first, for a
+        transactional task: ``handler(job, cursor)``, as ``Handlers.add`` calls it).
 
-        A payload that does not fit the signature raises PermanentError, which the worker
-        turns into a dead letter at once, with that error: no retry could fix it.
+        A payload that does not fit the signature (or holds a model's argument that does not
+        validate) raises PermanentError, which the worker turns into a dead letter at once,
+        with that error: no retry could fix it.
         """
         function: Callable[..., Any] = self.function
         decode = self.signature.decode
+        if self._takes_cursor:
+
+            def run_in_transaction(job: Job, cursor: Any) -> Any:
+                args, kwargs = decode(job.payload)
+                return function(cursor, *args, **kwargs)
+
+            return run_in_transaction
         if inspect.iscoroutinefunction(function):
 
             async def run_async(job: Job) -> Any:
@@ -299,4 +324,66 @@ class Task(Generic[P, R]):
         }
 
 
-__all__ = ["PushOptions", "Task", "TaskSettings"]
+class Task(BaseTask[P, R]):
+    """A function registered with ``@app.task(queue=...)``: calling it runs it here;
+    :meth:`push` queues a job that runs it in a worker, with the same arguments."""
+
+    def __init__(self, namespace: str, function: Callable[P, R], settings: TaskSettings) -> None:
+        """A task of ``function`` in ``namespace``; ``@app.task(...)`` makes them.
+
+        Raises:
+            InvalidArgumentsError: ``settings.unique_by`` names something that is not a named
+                parameter of the function; pydantic cannot validate an annotation that holds a
+                model.
+            ValueError: ``settings.transactional`` is true (that is a TransactionalTask).
+        """
+        super().__init__(namespace, function, settings)
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function here and now, as a plain call: no job, no checks."""
+        return self.function(*args, **kwargs)
+
+
+class TransactionalTask(BaseTask[P, R]):
+    """A function registered with ``@app.task(queue=..., transactional=True)``: it takes a
+    cursor first, and the worker passes one in the transaction of the job's ack, so the
+    function's writes and the ack commit together, exactly once, or roll back together (when
+    the function raises, or its claim went stale and another worker has the job):
+
+        @app.task(queue="receipts", transactional=True)
+        def record_receipt(cursor, order_id: int) -> None:
+            cursor.execute("INSERT INTO receipts (order_id) VALUES (%s)", (order_id,))
+
+        record_receipt.push(cursor, order_id=7)     # the push takes no cursor of the task's
+
+    The cursor is not an argument: :meth:`push` takes the arguments after it (the ``cursor``
+    :meth:`push` takes first is the push's own, as for every task), mypy checks them without it
+    (``Concatenate``), and the payload never holds it. The function must be synchronous.
+    """
+
+    _takes_cursor = True
+
+    def __init__(
+        self, namespace: str, function: Callable[Concatenate[Any, P], R], settings: TaskSettings
+    ) -> None:
+        """A transactional task of ``function`` in ``namespace``; ``@app.task(...,
+        transactional=True)`` makes them.
+
+        Raises:
+            InvalidArgumentsError: the function takes no cursor first (a parameter that can be
+                passed by position); ``settings.unique_by`` names something that is not a named
+                parameter of the function after it; pydantic cannot validate an annotation that
+                holds a model.
+            ValueError: ``settings.transactional`` is false.
+        """
+        super().__init__(namespace, function, settings)
+        functools.update_wrapper(self, function)
+
+    def __call__(self, cursor: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function here and now with ``cursor``, as a plain call: no job, no
+        checks, no transaction of its own."""
+        return self.function(cursor, *args, **kwargs)
+
+
+__all__ = ["BaseTask", "PushOptions", "Task", "TaskSettings", "TransactionalTask"]
