@@ -95,11 +95,14 @@ def curl(command: str) -> Request:
 
 def environment(dsn: str) -> dict[str, str]:
     """The environment of an example's processes: this checkout's postkit first on the path,
-    and the database named by ``POSTKIT_DSN``, as a user would set it."""
+    and the database named by ``POSTKIT_DSN``, as a user would set it, with none of the
+    suite's own settings."""
     path = [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONUNBUFFERED": "1"}
-    env.pop("DATABASE_URL", None)
     env["POSTKIT_DSN"] = dsn
+    # Nothing of the suite's own settings: its Django project sets DJANGO_SETTINGS_MODULE.
+    for name in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "POSTKIT_DJANGO_DSN"):
+        env.pop(name, None)
     return env
 
 
