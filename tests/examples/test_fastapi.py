@@ -5,6 +5,8 @@ the job's result; a failed signup pushes nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import psycopg
@@ -88,3 +90,19 @@ def test_a_failed_signup_pushes_nothing(installed: str, monkeypatch: pytest.Monk
     assert len(jobs(installed)) == 1
     with psycopg.connect(installed) as connection:
         assert connection.execute("SELECT count(*) FROM fastapi_users").fetchone() == (1,)
+
+
+def test_the_examples_own_tests_pass_on_the_testing_plugin(server_dsn: str) -> None:
+    """The example tests its task as an application would: `pytest` in its directory, on
+    postkit.testing's fresh database per test and drain(), with no worker."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q"],
+        cwd=EXAMPLE,
+        env={**environment(server_dsn), "POSTKIT_TEST_DSN": server_dsn},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout
