@@ -108,6 +108,19 @@ class InvalidResultError(ValidationError):
     the results of a batch of acks are not one per job."""
 
 
+class InvalidFlowControlError(ValidationError):
+    """A queue's flow limit is out of range (concurrency 1 to 100000, a rate of 1 to 100000
+    claims per period of up to a day, group_concurrency 1 to 10000), a rate lacks its limit or
+    its period, or group_ordered is asked with a group_concurrency above 1."""
+
+
+class FlowControlIsolationError(ValidationError):
+    """A queue with flow limits was pulled inside a REPEATABLE READ or SERIALIZABLE
+    transaction: its claims count what runs at the moment they take their turn, which a
+    snapshot taken earlier cannot see. Pull it in a READ COMMITTED transaction (PostgreSQL's
+    default, and the worker's)."""
+
+
 class ResultTimeoutError(PostkitError, TimeoutError):
     """``wait_for_result`` waited its whole timeout and the job has not finished: it is still
     pending, scheduled or running. ``result`` is what ``result`` said last (a ``JobResult``);
@@ -204,6 +217,8 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ14": InvalidWorkerError,
     "PKQ15": InvalidTraceContextError,
     "PKQ16": InvalidResultError,
+    "PKQ17": InvalidFlowControlError,
+    "PKQ18": FlowControlIsolationError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -251,10 +266,12 @@ __all__ = [
     "SQLSTATE_ERRORS",
     "ClientClosedError",
     "ConfigurationError",
+    "FlowControlIsolationError",
     "InvalidAccessError",
     "InvalidArgumentsError",
     "InvalidClaimTokenError",
     "InvalidDurationError",
+    "InvalidFlowControlError",
     "InvalidJobIdError",
     "InvalidLimitError",
     "InvalidMaxAttemptsError",

@@ -600,6 +600,11 @@ def test_queue_configure_changes_only_the_settings_given(run: Run, client: Queue
         "retain_dead": 7 * 86400.0,
         "max_payload_bytes": 2048,
         "retain_results": None,
+        "concurrency": None,
+        "rate_limit": None,
+        "rate_period": None,
+        "group_concurrency": None,
+        "group_ordered": False,
     }
     job = client.get_job(client.push("send_otp", {}) or 0)
     commit(client)

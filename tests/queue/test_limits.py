@@ -130,6 +130,9 @@ def duration(what: str) -> Callable[[str, Any], object]:
         "retain_results": lambda ns, v: protocol.configure_queue(
             ns, "q", **{**POLICY, "retain_results": value(v)}
         ),
+        "rate_period": lambda ns, v: protocol.configure_queue(
+            ns, "q", **{**POLICY, "rate": (1, value(v))}
+        ),
         "older_than": lambda ns, v: protocol.purge_dead_letters(
             ns, older_than=value(v), queue=None
         ),
@@ -153,6 +156,10 @@ DURATION_SQL = {
     "retain_dead": f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_dead => {V})",
     "retain_results": (
         f"SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_retain_results => {V})"
+    ),
+    "rate_period": (
+        "SELECT postkit_queue.configure_queue("
+        f"%(ns)s, 'q', p_rate_limit => 1, p_rate_period => {V})"
     ),
     "older_than": f"SELECT postkit_queue.purge_dead_letters(%(ns)s, {V})",
     "heartbeat_interval": (
@@ -215,6 +222,30 @@ LIMIT_CASES: dict[str, Limit] = {
         lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "max_attempts": v}),
         "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_max_attempts => %(v)s)",
         around(limits.MAX_ATTEMPTS),
+    ),
+    "queue-concurrency": Limit(
+        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "concurrency": v}),
+        "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_concurrency => %(v)s)",
+        around(limits.QUEUE_CONCURRENCY),
+    ),
+    "rate-limit": Limit(
+        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "rate": (v, 1)}),
+        "SELECT postkit_queue.configure_queue("
+        "%(ns)s, 'q', p_rate_limit => %(v)s, p_rate_period => interval '1 second')",
+        around(limits.RATE_LIMIT),
+    ),
+    "group-concurrency": Limit(
+        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "group_concurrency": v}),
+        "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_group_concurrency => %(v)s)",
+        around(limits.GROUP_CONCURRENCY),
+    ),
+    "ordered-group-concurrency": Limit(
+        lambda ns, v: protocol.configure_queue(
+            ns, "q", **{**POLICY, "group_concurrency": v, "group_ordered": True}
+        ),
+        "SELECT postkit_queue.configure_queue("
+        "%(ns)s, 'q', p_group_concurrency => %(v)s, p_group_ordered => true)",
+        (1, 2),
     ),
     "max_payload_bytes": Limit(
         lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "max_payload_bytes": v}),

@@ -111,11 +111,11 @@ ACK_PARAMS = {
 PUSH = """
     INSERT INTO postkit_queue.jobs AS j (
         namespace, queue, payload, priority, run_at, max_attempts, unique_key,
-        backoff_base, backoff_cap, created_at, trace_context)
+        backoff_base, backoff_cap, created_at, trace_context, group_key)
     VALUES (
         p_namespace, p_queue, p_payload, p_priority, v_now + coalesce(p_delay, interval '0'),
         coalesce(p_max_attempts, v_policy.max_attempts),
-        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context)
+        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context, p_group_key)
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id
 """
@@ -132,6 +132,7 @@ PUSH_PARAMS = {
     "p_backoff_base": "interval",
     "p_backoff_cap": "interval",
     "p_trace_context": "jsonb",
+    "p_group_key": "text",
 }
 
 PULL = "pull(text,text,text,interval,integer)"
@@ -142,7 +143,10 @@ GUARDED = {
     "pull, the claim": (PULL, PULL_CLAIM),
     "tick_timeouts": ("tick_timeouts(text,integer)", TICK),
     "ack": ("ack(text,bigint,text,uuid,jsonb)", ACK),
-    "push": ("push(text,text,jsonb,interval,integer,integer,text,interval,interval,jsonb)", PUSH),
+    "push": (
+        "push(text,text,jsonb,interval,integer,integer,text,interval,interval,jsonb,text)",
+        PUSH,
+    ),
 }
 
 
@@ -346,7 +350,7 @@ def test_push_deduplicates_through_the_unique_key_index(
         planned,
         mode,
         "EXECUTE push_stmt('plan-a', 'emails', '{}', 0, now(), NULL, NULL, 20, 'key-4',"
-        " NULL, NULL, NULL)",
+        " NULL, NULL, NULL, NULL)",
     )
 
     insert = nodes[0]

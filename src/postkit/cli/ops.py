@@ -76,7 +76,9 @@ def stats(
 
     PENDING jobs are ready now, SCHEDULED ones wait for their run time (a delay or a retry's
     backoff), RUNNING ones are claimed, DEAD ones wait in the dead-letter queue (redriven ones
-    are not counted). OLDEST is how long the oldest ready job has waited. The last hour's
+    are not counted); a queue with a concurrency limit shows RUNNING against it (3/20), and
+    STATE is rate-limited while its rate limit holds claims back (`postkit queue configure`
+    sets both). OLDEST is how long the oldest ready job has waited. The last hour's
     outcomes: DONE acked, FAILED dead-lettered, RETRIED nacked, RESCUED reclaimed by
     tick_timeouts; ATTEMPTS is the mean attempts of the jobs done. Counts stop at 100,000
     (shown as 100000+), so stats stays fast on any backlog.
@@ -118,7 +120,9 @@ def _stats_table(
     rows: Sequence[QueueStats], rates: Mapping[str, tuple[float, float]] | None = None
 ) -> str:
     """The stats table; with ``rates`` (per queue: done and failed per second, as --watch
-    computes them; empty on its first redraw), their two columns after STATE."""
+    computes them; empty on its first redraw), their two columns after STATE. A queue with a
+    concurrency limit shows RUNNING against it (``3/20``), and one whose rate limit holds
+    claims back now is ``rate-limited``."""
 
     def count(row: QueueStats, value: int) -> str:
         return f"{value}+" if row.counts_capped and value >= _STATS_CAP else str(value)
@@ -133,11 +137,16 @@ def _stats_table(
     table = [
         [
             row.queue,
-            "paused" if row.paused else "active",
+            "paused"
+            if row.paused
+            else "rate-limited"
+            if row.rate_limited_until is not None
+            else "active",
             *([rate(row, 0), rate(row, 1)] if watching else []),
             count(row, row.pending),
             count(row, row.scheduled),
-            count(row, row.running),
+            count(row, row.running)
+            + ("" if row.concurrency is None else f"/{row.concurrency}"),
             count(row, row.dead),
             format_duration(row.oldest_ready_age),
             row.completed_last_hour,

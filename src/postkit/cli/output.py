@@ -162,6 +162,23 @@ class JobIdType(_ParamType):
         return int(text)
 
 
+class RateType(_ParamType):
+    """A rate limit, ``CLAIMS/PERIOD`` (``10/1s``, ``600/1m``; a bare number after the slash
+    is seconds); converts to ``(claims, seconds)``."""
+
+    name = "claims/period"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        claims, slash, period = str(value).partition("/")
+        if not slash or not re.fullmatch(r"\s*[0-9]+\s*", claims):
+            self.fail(
+                f"{value!r} is not a rate: give claims/period, e.g. 10/1s or 600/1m", param, ctx
+            )
+        return (int(claims), SECONDS.convert(period.strip(), param, ctx))
+
+
 RESET = "default"
 """What an :class:`OrDefault` parameter converts ``default`` to."""
 
@@ -183,6 +200,7 @@ class OrDefault(_ParamType):
 DURATION = DurationType()
 TIME = TimeType()
 SECONDS = SecondsType()
+RATE = RateType()
 JOB_ID = JobIdType()
 
 

@@ -11,6 +11,7 @@ from postkit.cli.console import confirm, connect, namespace_argument, require_kn
 from postkit.cli.options import bounded, create_option, operation, yes_option
 from postkit.cli.output import (
     DURATION,
+    RATE,
     RESET,
     SECONDS,
     OrDefault,
@@ -122,6 +123,33 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
             else f"kept {format_duration(policy.retain_results)}",
         ),
         ("max payload", f"{policy.max_payload_bytes:,} bytes"),
+        *describe_limits(policy),
+    ]
+
+
+def describe_limits(policy: QueuePolicy) -> list[tuple[str, object]]:
+    """The flow limits of ``policy``, one field each, as `postkit queue configure` and
+    `postkit stats` show them."""
+    rate = policy.rate
+    group = (
+        "one at a time, in push order"
+        if policy.group_ordered
+        else "no limit"
+        if policy.group_concurrency is None
+        else f"at most {policy.group_concurrency} running"
+    )
+    return [
+        (
+            "concurrency",
+            "no limit" if policy.concurrency is None else f"at most {policy.concurrency} running",
+        ),
+        (
+            "rate",
+            "no limit"
+            if rate is None
+            else f"at most {rate[0]} claims per {format_duration(rate[1])}",
+        ),
+        ("per group key", group),
     ]
 
 
@@ -176,6 +204,30 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
     help="Keep the result of each completed job (what its handler returned) this long, for "
     "`postkit job` and wait_for_result: 1h, 7d (built-in: not kept).",
 )
+@click.option(
+    "--concurrency",
+    metavar="N|default",
+    type=OrDefault(bounded(limits.QUEUE_CONCURRENCY)),
+    help="At most N of the queue's jobs running at once, across every worker (built-in: no limit).",
+)
+@click.option(
+    "--rate",
+    metavar="CLAIMS/PERIOD|default",
+    type=OrDefault(RATE),
+    help="At most CLAIMS claims in any PERIOD, across every worker: 10/1s, 600/1m (built-in: "
+    "no limit).",
+)
+@click.option(
+    "--group-concurrency",
+    metavar="N|default",
+    type=OrDefault(bounded(limits.GROUP_CONCURRENCY)),
+    help="At most N running jobs per group key (push's group_key) (built-in: no limit).",
+)
+@click.option(
+    "--group-ordered/--no-group-ordered",
+    default=None,
+    help="Run the jobs of each group key one at a time, in push order (built-in: off).",
+)
 @create_option
 @operation
 def queue_configure(
@@ -188,20 +240,28 @@ def queue_configure(
     retain_completed: timedelta | str | None,
     retain_dead: timedelta | str | None,
     retain_results: timedelta | str | None,
+    concurrency: int | str | None,
+    rate: tuple[int, float] | str | None,
+    group_concurrency: int | str | None,
+    group_ordered: bool | None,
     create: bool,
     namespace: str,
     dsn: str | None,
     as_json: bool,
 ) -> None:
     """Change the settings of QUEUE: the defaults its jobs get when a push or pull does not
-    say otherwise, and how long its finished jobs are kept. Settings not given keep their
-    value; a value of `default` restores the built-in one. Prints the settings now in force.
+    say otherwise, how long its finished jobs are kept, and its flow limits, which hold across
+    every worker. Settings not given keep their value; a value of `default` restores the
+    built-in one (for a limit: none). Prints the settings now in force.
 
     \b
     Example:
       postkit queue configure send_otp --max-attempts 5 --backoff-base 2s --backoff-cap 10m
       postkit queue configure send_otp --retain-dead 7d --retain-completed 1h
       postkit queue configure reports --retain-results 1d
+      postkit queue configure send_otp --concurrency 20 --rate 10/1s
+      postkit queue configure sync_user --group-ordered    one job per group key, in order
+      postkit queue configure send_otp --rate default          no rate limit any more
       postkit queue configure send_otp --max-attempts default     back to the built-in 20
       postkit queue configure reports --visibility-timeout 5m --create
     """
@@ -214,8 +274,11 @@ def queue_configure(
         "retain_completed": retain_completed,
         "retain_dead": retain_dead,
         "retain_results": retain_results,
+        "concurrency": concurrency,
+        "rate": rate,
+        "group_concurrency": group_concurrency,
     }
-    if all(value is None for value in given.values()):
+    if all(value is None for value in given.values()) and group_ordered is None:
         raise click.UsageError(
             "give at least one setting to change, e.g. --max-attempts 5 (see --help)"
         )
@@ -223,7 +286,9 @@ def queue_configure(
     values = {name: None if value == RESET else value for name, value in given.items()}
     with connect(dsn, namespace) as (connection, client):
         require_known_queue(client, queue, create=create)
-        policy = client.update_queue_settings(queue, **values, reset=reset)
+        policy = client.update_queue_settings(
+            queue, **values, group_ordered=group_ordered, reset=reset
+        )
         connection.commit()
     if as_json:
         echo_json({"queue": queue, **to_jsonable(policy)})

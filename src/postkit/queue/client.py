@@ -105,6 +105,7 @@ class QueueClient(Operations):
         unique_key: str | None = None,
         backoff_base: Duration | None = None,
         backoff_cap: Duration | None = None,
+        group_key: str | None = None,
     ) -> int | None:
         """Add a job to ``queue`` in the caller's transaction.
 
@@ -122,6 +123,10 @@ class QueueClient(Operations):
             unique_key: while a job with this key is pending or running in this queue, pushing
                 another is a no-op that returns None.
             backoff_base, backoff_cap: this job's retry policy for nack (see :meth:`nack`).
+            group_key: the job's group within the queue (a name, like ``"user-42"``), which
+                the queue's group limits apply to: ``group_concurrency`` (so many of a key
+                at once) and ``group_ordered`` (one of a key at a time, in push order); see
+                :meth:`configure_queue`. None: no group, only the queue-wide limits apply.
 
         With OpenTelemetry in use, the job records the current span's trace context, and the
         worker's span for each of its runs links to it (docs/tracing.md).
@@ -148,6 +153,7 @@ class QueueClient(Operations):
                 backoff_base=backoff_base,
                 backoff_cap=backoff_cap,
                 trace_context=current_trace_context(),
+                group_key=group_key,
             )
         )
 
@@ -456,10 +462,13 @@ class QueueClient(Operations):
         priority: int = 0,
         max_attempts: int | None = None,
         unique_keys: Sequence[str | None] | None = None,
+        group_keys: Sequence[str | None] | None = None,
     ) -> list[int | None]:
         """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
         transaction; listeners get one notification. ``delay`` or ``run_at`` (at most one),
         ``priority`` and ``max_attempts`` apply to every job, as :meth:`push` applies them.
+        ``group_keys``, if given, holds one group key per payload (None: no group), as
+        :meth:`push` takes ``group_key``; the jobs of a key are in payload order.
         Each job records the current span's trace context, as :meth:`push` does.
 
         Returns:
@@ -477,6 +486,7 @@ class QueueClient(Operations):
                 max_attempts=max_attempts,
                 unique_keys=unique_keys,
                 trace_context=current_trace_context(),
+                group_keys=group_keys,
             )
         )
 

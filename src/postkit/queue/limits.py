@@ -127,6 +127,12 @@ WORKER_PID = Bounds(1, 2**31 - 1)
 """A registered worker's process id."""
 WORKER_CONCURRENCY = Bounds(0, 100_000)
 """A registered worker's concurrency (0 for a ticker, which runs no jobs)."""
+QUEUE_CONCURRENCY = Bounds(1, 100_000)
+"""A queue's ``concurrency`` limit: its running jobs across every worker."""
+RATE_LIMIT = Bounds(1, 100_000)
+"""The claims a queue's ``rate`` allows per period."""
+GROUP_CONCURRENCY = Bounds(1, 10_000)
+"""A queue's ``group_concurrency``: running jobs per group key."""
 WORKER_KINDS = ("worker", "ticker")
 """What a registered process is: a worker that runs jobs, or a ticker (``postkit tick``)."""
 
@@ -276,6 +282,7 @@ DURATIONS: dict[str, DurationRule] = {
     "retain_results": DurationRule(False, timedelta(days=3650)),
     "older_than": DurationRule(True, timedelta(days=3650)),
     "heartbeat_interval": DurationRule(False, timedelta(days=1)),
+    "rate_period": DurationRule(False, timedelta(days=1)),
 }
 """Each duration argument and its rule, by the argument's name."""
 

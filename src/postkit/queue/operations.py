@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from postkit.queue import executor, limits, protocol
 from postkit.queue.protocol import Duration, NextDue
+from postkit.queue.protocol.operations import KEEP, Keep, Rate
 from postkit.queue.records import (
     BrokenSchedule,
     DeadLetter,
@@ -414,6 +415,10 @@ class Operations:
         retain_dead: Duration | None = None,
         max_payload_bytes: int | None = None,
         retain_results: Duration | None = None,
+        concurrency: int | Keep | None = KEEP,
+        rate: Rate | Keep | None = KEEP,
+        group_concurrency: int | Keep | None = KEEP,
+        group_ordered: bool | Keep = KEEP,
     ) -> QueuePolicy:
         """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept; None
         restores the built-in default (max_attempts 20, visibility timeout 30 s, backoff from
@@ -424,8 +429,27 @@ class Operations:
         :meth:`wait_for_result`; at most 3650 days.
         Pausing is separate: :meth:`pause_queue`.
 
+        The flow limits hold across every worker, enforced by the database when jobs are
+        claimed; each one not given keeps its value, and None removes it:
+
+        - ``concurrency``: at most this many of the queue's jobs run at once (1 to 100,000);
+        - ``rate``: ``(claims, period)``, at most so many claims in any window of ``period``
+          (seconds or a timedelta, up to a day; 1 to 100,000 claims): it counts claims, not
+          handler calls;
+        - ``group_concurrency``: at most this many jobs of one group key (``push(...,
+          group_key=...)``) run at once (1 to 10,000);
+        - ``group_ordered``: the jobs of one group key run one at a time, in push order; a
+          job being retried holds its key back until it completes or is dead-lettered.
+
+        A queue with limits is claimed in READ COMMITTED transactions only (the worker's;
+        FlowControlIsolationError otherwise). docs/guarantees.md says what each one holds to.
+
         Returns:
             the policy now in force.
+
+        Raises:
+            InvalidFlowControlError: a limit out of range, a rate that is not a pair, or
+                ``group_ordered`` with a ``group_concurrency`` above 1.
         """
         return self._run(
             protocol.configure_queue(
@@ -439,6 +463,10 @@ class Operations:
                 retain_dead=retain_dead,
                 max_payload_bytes=max_payload_bytes,
                 retain_results=retain_results,
+                concurrency=concurrency,
+                rate=rate,
+                group_concurrency=group_concurrency,
+                group_ordered=group_ordered,
             )
         )
 
@@ -454,13 +482,18 @@ class Operations:
         retain_dead: Duration | None = None,
         max_payload_bytes: int | None = None,
         retain_results: Duration | None = None,
+        concurrency: int | None = None,
+        rate: Rate | None = None,
+        group_concurrency: int | None = None,
+        group_ordered: bool | None = None,
         reset: Sequence[str] = (),
     ) -> QueuePolicy:
         """Change some settings of ``queue`` and keep the others, unlike
         :meth:`configure_queue`: a setting given is set, a setting named in ``reset``
-        (``"max_attempts"``, ``"retain_dead"``, ...) goes back to the built-in default, and
-        every other one keeps its value. Two updates of one queue at once both keep their
-        change (the second waits for the first to commit).
+        (``"max_attempts"``, ``"retain_dead"``, ...; the flow limits as ``"concurrency"``,
+        ``"rate"``, ``"group_concurrency"``, ``"group_ordered"``) goes back to the built-in
+        default (no limit), and every other one keeps its value. Two updates of one queue at
+        once both keep their change (the second waits for the first to commit).
 
         Returns:
             the policy now in force.
@@ -480,6 +513,10 @@ class Operations:
                 retain_dead=retain_dead,
                 max_payload_bytes=max_payload_bytes,
                 retain_results=retain_results,
+                concurrency=concurrency,
+                rate=rate,
+                group_concurrency=group_concurrency,
+                group_ordered=group_ordered,
                 reset=reset,
             )
         )

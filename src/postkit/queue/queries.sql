@@ -58,11 +58,30 @@ SELECT postkit_queue.push(
     %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(trace_context)s::pg_catalog.jsonb) AS id;
 
+-- name: push_grouped
+-- push, with a group key (and the producer's trace context, or NULL): the only push statement
+-- that needs version 21 of the SQL module.
+SELECT postkit_queue.push(
+    %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
+    coalesce(%(delay)s::bigint,
+             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
+                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
+                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
+                        OPERATOR(pg_catalog.*) 1000000)::bigint
+                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
+        OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(priority)s::integer,
+    %(max_attempts)s::integer,
+    %(unique_key)s,
+    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(trace_context)s::pg_catalog.jsonb, %(group_key)s) AS id;
+
 -- name: pull
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key
 FROM postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -107,7 +126,7 @@ SELECT pg_catalog.count(*) AS reclaimed FROM postkit_queue.tick_timeouts(%(names
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at,
-       j.trace_context::pg_catalog.text AS trace_context
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key
 FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
 
 -- name: dead_letters
@@ -120,26 +139,6 @@ FROM postkit_queue.dead_letters(
     %(failed_before)s::pg_catalog.timestamptz, %(error_contains)s, %(include_redriven)s::boolean,
     %(after_failed_at)s::pg_catalog.timestamptz, %(after_job_id)s::bigint) AS d;
 
--- name: configure_queue
-SELECT p.max_attempts,
-       extract(epoch FROM p.visibility_timeout)::pg_catalog.float8 AS visibility_timeout,
-       extract(epoch FROM p.backoff_base)::pg_catalog.float8 AS backoff_base,
-       extract(epoch FROM p.backoff_cap)::pg_catalog.float8 AS backoff_cap,
-       p.paused,
-       extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
-       extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
-       p.max_payload_bytes,
-       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results
-FROM postkit_queue.configure_queue(
-    %(namespace)s, %(queue)s, %(max_attempts)s::integer,
-    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(retain_completed)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(retain_dead)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(max_payload_bytes)s::integer,
-    %(retain_results)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS p;
-
 -- name: update_queue_settings
 SELECT p.max_attempts,
        extract(epoch FROM p.visibility_timeout)::pg_catalog.float8 AS visibility_timeout,
@@ -149,7 +148,10 @@ SELECT p.max_attempts,
        extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
        extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
        p.max_payload_bytes,
-       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results
+       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results,
+       p.concurrency, p.rate_limit,
+       extract(epoch FROM p.rate_period)::pg_catalog.float8 AS rate_period,
+       p.group_concurrency, p.group_ordered
 FROM postkit_queue.update_queue_settings(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -158,7 +160,10 @@ FROM postkit_queue.update_queue_settings(
     %(retain_completed)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(retain_dead)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(max_payload_bytes)s::integer, %(reset)s::pg_catalog.text[],
-    %(retain_results)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS p;
+    %(retain_results)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(concurrency)s::integer, %(rate_limit)s::integer,
+    %(rate_period)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(group_concurrency)s::integer, %(group_ordered)s::boolean) AS p;
 
 -- name: queues
 SELECT q AS queue FROM postkit_queue.queues(%(namespace)s) AS q ORDER BY q;
@@ -221,7 +226,7 @@ SELECT postkit_queue.clock() AS now;
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key
 FROM postkit_queue.pull_any(
     %(namespace)s, %(queues)s::pg_catalog.text[], %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -255,6 +260,22 @@ SELECT b.id FROM postkit_queue.push_batch(
     %(trace_contexts)s::pg_catalog.jsonb) AS b
 ORDER BY b.ordinality;
 
+-- name: push_batch_grouped
+-- push_batch, with one group key per payload, and one trace context per payload or none
+-- (as push_grouped is to push).
+SELECT b.id FROM postkit_queue.push_batch(
+    %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
+    coalesce(%(delay)s::bigint,
+             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
+                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
+                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
+                        OPERATOR(pg_catalog.*) 1000000)::bigint
+                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
+        OPERATOR(pg_catalog.*) interval '1 microsecond',
+    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[],
+    %(trace_contexts)s::pg_catalog.jsonb, %(group_keys)s::pg_catalog.text[]) AS b
+ORDER BY b.ordinality;
+
 -- name: ack_batch
 SELECT postkit_queue.ack_batch(
     %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[], %(worker_id)s);
@@ -263,7 +284,7 @@ SELECT postkit_queue.ack_batch(
 SELECT s.queue, s.paused, s.pending, s.scheduled, s.running, s.dead, s.counts_capped,
        s.oldest_ready_age, s.completed_last_minute, s.completed_last_hour,
        s.failed_last_minute, s.failed_last_hour, s.retried_last_hour, s.rescued_last_hour,
-       s.mean_attempts::pg_catalog.float8 AS mean_attempts
+       s.mean_attempts::pg_catalog.float8 AS mean_attempts, s.concurrency, s.rate_limited_until
 FROM postkit_queue.stats(%(namespace)s, %(queue)s, %(cap)s::integer) AS s;
 
 -- name: jobs
@@ -361,7 +382,10 @@ SELECT p.max_attempts,
        extract(epoch FROM p.retain_completed)::pg_catalog.float8 AS retain_completed,
        extract(epoch FROM p.retain_dead)::pg_catalog.float8 AS retain_dead,
        p.max_payload_bytes,
-       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results
+       extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results,
+       p.concurrency, p.rate_limit,
+       extract(epoch FROM p.rate_period)::pg_catalog.float8 AS rate_period,
+       p.group_concurrency, p.group_ordered
 FROM postkit_queue.get_queue_policy(%(namespace)s, %(queue)s) AS p;
 
 -- name: ack_many
@@ -385,7 +409,7 @@ SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
        j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
        j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key
 FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
      AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(
@@ -401,7 +425,7 @@ SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
        j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
        j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key
 FROM postkit_queue.ack_many(
     %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[],
     %(results)s::pg_catalog.jsonb) AS a(acked)

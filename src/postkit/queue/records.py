@@ -114,6 +114,9 @@ class Job(_RecordMapping):
     age: timedelta | None = None
     """How long ago the job was created, by the queue's clock when ``jobs`` listed it (so
     ``created_at + age`` is that moment); None from the other calls."""
+    group_key: str | None = None
+    """The group its push put it in (``push(group_key=...)``), which its queue's group limits
+    (``configure_queue(group_concurrency=..., group_ordered=...)``) apply to; None: no group."""
 
 
 UNFINISHED_STATES = (JobState.PENDING.value, JobState.SCHEDULED.value, JobState.RUNNING.value)
@@ -340,6 +343,26 @@ class QueuePolicy(_RecordMapping):
     retain_results: float | None = None
     """Seconds the result of each completed job (what its handler returned) is kept for
     ``result`` and ``wait_for_result``; None: results are not kept."""
+    concurrency: int | None = None
+    """At most this many of the queue's jobs run at once, across every worker; None: no
+    limit."""
+    rate_limit: int | None = None
+    """At most this many claims of the queue's jobs in any ``rate_period``; None: no limit."""
+    rate_period: float | None = None
+    """Seconds: the window ``rate_limit`` counts claims in."""
+    group_concurrency: int | None = None
+    """At most this many jobs of one group key (push's ``group_key``) run at once; None: no
+    limit."""
+    group_ordered: bool = False
+    """The jobs of one group key run one at a time, in push order."""
+
+    @property
+    def rate(self) -> tuple[int, float] | None:
+        """The rate limit as ``configure_queue(rate=...)`` takes it: (claims, seconds), or
+        None."""
+        if self.rate_limit is None or self.rate_period is None:
+            return None
+        return (self.rate_limit, self.rate_period)
 
 
 class NackOutcome(str, enum.Enum):
@@ -380,6 +403,11 @@ class QueueStats(_RecordMapping):
     """Expired claims returned to the queue by tick_timeouts."""
     mean_attempts: float | None
     """Mean attempts of the jobs completed in the last hour."""
+    concurrency: int | None = None
+    """The queue's concurrency limit, which ``running`` stands against; None: no limit."""
+    rate_limited_until: datetime | None = None
+    """While the queue's rate limit holds claims back, when the next claim may be made (by
+    the queue's clock); None: it does not now (or the queue has none)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)

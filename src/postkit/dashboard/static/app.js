@@ -188,6 +188,19 @@ function count(q, field) {
   return num(q[field], q.counts_capped && q[field] >= CAP);
 }
 
+// The running count, against the queue's concurrency limit when it has one ("3 / 20").
+function runningCount(q) {
+  if (q.concurrency === null || q.concurrency === undefined) return count(q, "running");
+  return h("td", { class: "num", title: "running / concurrency limit" },
+    `${fmtNumber(q.running, false)} / ${fmtNumber(q.concurrency, false)}`);
+}
+
+// A queue's state badges: paused, and rate-limited while its rate limit holds claims back.
+function queueBadges(q) {
+  return [q.paused ? badge("paused", "paused") : null,
+    q.rate_limited_until ? [" ", badge("rate-limited", "paused")] : null];
+}
+
 // ----------------------------------------------------------------------------------------
 // Views
 // ----------------------------------------------------------------------------------------
@@ -199,8 +212,8 @@ async function viewOverview(main) {
   const data = await api(nsPath("/overview"));
   const rows = data.queues.map((q) => h("tr", { "data-queue": q.queue },
     h("td", {}, link(q.queue, nsHash("/queue/" + encodeURIComponent(q.queue))),
-      " ", q.paused ? badge("paused", "paused") : null),
-    count(q, "pending"), count(q, "scheduled"), count(q, "running"), count(q, "dead"),
+      " ", queueBadges(q)),
+    count(q, "pending"), count(q, "scheduled"), runningCount(q), count(q, "dead"),
     h("td", { class: "num" }, fmtAge(q.oldest_ready_age)),
     num(q.completed_last_minute), num(q.failed_last_minute),
     num(q.retried_last_hour), num(q.rescued_last_hour)));

@@ -28,6 +28,7 @@ def push(
     backoff_base: Duration | None,
     backoff_cap: Duration | None,
     trace_context: Mapping[str, str] | None,
+    group_key: str | None = None,
 ) -> Call[int | None]:
     params = check.base(
         namespace,
@@ -48,6 +49,11 @@ def push(
     if params["priority"] is None:
         raise errors.InvalidPriorityError("priority must be an int, got None")
     context = check.trace_context(trace_context)
+    key = check.name("group_key", group_key, required=False)
+    if key is not None:
+        return Call(
+            "push_grouped", {**params, "trace_context": context, "group_key": key}, read.scalar
+        )
     if context is None:
         return Call("push", params, read.scalar)
     return Call("push_traced", {**params, "trace_context": context}, read.scalar)
@@ -219,6 +225,7 @@ def push_batch(
     max_attempts: int | None,
     unique_keys: Sequence[str | None] | None,
     trace_context: Mapping[str, str] | None,
+    group_keys: Sequence[str | None] | None = None,
 ) -> Call[list[int | None]]:
     """Push ``payloads``; each job records ``trace_context`` (the SQL function takes one per
     payload, which a batch pushed from one span shares)."""
@@ -250,6 +257,17 @@ def push_batch(
         unique_keys=keys,
     )
     context = check.trace_context(trace_context)
+    if group_keys is not None:
+        if isinstance(group_keys, (str, bytes)) or not isinstance(group_keys, Sequence):
+            raise errors.InvalidNameError("group_keys must be a list of str or None")
+        groups = [check.name("group_key", key, required=False) for key in group_keys]
+        if len(groups) != len(payloads):
+            raise errors.InvalidNameError(f"{len(groups)} group keys for {len(payloads)} payloads")
+        params["group_keys"] = groups
+        params["trace_contexts"] = (
+            None if context is None else "[" + ",".join([context] * len(payloads)) + "]"
+        )
+        return Call("push_batch_grouped", params, lambda rows: [row["id"] for row in rows])
     if context is None:
         return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
     params["trace_contexts"] = "[" + ",".join([context] * len(payloads)) + "]"

@@ -3,9 +3,11 @@ retention, and the vacuum service's statements."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from postkit import errors
 from postkit.queue import limits
@@ -113,6 +115,88 @@ def search_dead_letters(
     return Call("search_dead_letters", params, parse)
 
 
+T = TypeVar("T")
+
+
+class Keep(enum.Enum):
+    """The default of a flow limit in ``configure_queue``: the queue keeps the limit it has."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+"""A flow limit not given to ``configure_queue``: the queue keeps the one it has."""
+
+Rate = tuple[int, Duration]
+"""A rate limit: at most so many claims (int) in any window of so long (seconds or a
+timedelta)."""
+
+FLOW_LIMITS = ("concurrency", "rate", "group_concurrency", "group_ordered")
+"""The flow limits of a queue, by the names update_queue_settings resets them with."""
+
+QUEUE_SETTINGS = (
+    "max_attempts",
+    "visibility_timeout",
+    "backoff_base",
+    "backoff_cap",
+    "retain_completed",
+    "retain_dead",
+    "max_payload_bytes",
+    "retain_results",
+)
+"""The job defaults and retentions of a queue that configure_queue and update_queue_settings
+write; beside them, the flow limits (FLOW_LIMITS)."""
+
+
+def _flow_limits(
+    *,
+    concurrency: object,
+    rate: object,
+    group_concurrency: object,
+    group_ordered: object,
+) -> dict[str, object]:
+    """The flow limits as parameters (None: not given), checked as check_flow_limits checks
+    them."""
+    rate_limit = rate_period = None
+    if rate is not None:
+        if isinstance(rate, (str, bytes)) or not isinstance(rate, Sequence) or len(rate) != 2:
+            raise errors.InvalidFlowControlError(
+                "rate must be a pair (claims, period): at most so many claims in any period of "
+                f"so many seconds, got {rate!r}"
+            )
+        rate_limit = check.required_integer(
+            "a rate limit", rate[0], errors.InvalidFlowControlError, bounds=limits.RATE_LIMIT
+        )
+        rate_period = check.required_duration("rate_period", rate[1])
+    if group_ordered is not None and not isinstance(group_ordered, bool):
+        raise errors.InvalidFlowControlError(
+            f"group_ordered must be True or False, got {type(group_ordered).__name__}"
+        )
+    checked_group = check.integer(
+        "group_concurrency",
+        group_concurrency,
+        errors.InvalidFlowControlError,
+        bounds=limits.GROUP_CONCURRENCY,
+    )
+    if group_ordered and checked_group is not None and checked_group > 1:
+        raise errors.InvalidFlowControlError(
+            "group_ordered runs one job of a key at a time, so group_concurrency must be 1 or "
+            f"unset, got {checked_group}"
+        )
+    return {
+        "concurrency": check.integer(
+            "concurrency",
+            concurrency,
+            errors.InvalidFlowControlError,
+            bounds=limits.QUEUE_CONCURRENCY,
+        ),
+        "rate_limit": rate_limit,
+        "rate_period": rate_period,
+        "group_concurrency": checked_group,
+        "group_ordered": group_ordered,
+    }
+
+
 def configure_queue(
     namespace: str,
     queue: str,
@@ -125,7 +209,82 @@ def configure_queue(
     retain_dead: Duration | None,
     max_payload_bytes: int | None,
     retain_results: Duration | None,
+    concurrency: int | Keep | None = KEEP,
+    rate: Rate | Keep | None = KEEP,
+    group_concurrency: int | Keep | None = KEEP,
+    group_ordered: bool | Keep = KEEP,
 ) -> Call[QueuePolicy]:
+    """Set every job default and retention of ``queue`` (None: the built-in default) and the
+    flow limits given (None: no limit), keeping the flow limits not given: one
+    update_queue_settings call that resets what is None."""
+    given = {
+        "concurrency": concurrency,
+        "rate": rate,
+        "group_concurrency": group_concurrency,
+        "group_ordered": group_ordered,
+    }
+    settings = {
+        "max_attempts": max_attempts,
+        "visibility_timeout": visibility_timeout,
+        "backoff_base": backoff_base,
+        "backoff_cap": backoff_cap,
+        "retain_completed": retain_completed,
+        "retain_dead": retain_dead,
+        "max_payload_bytes": max_payload_bytes,
+        "retain_results": retain_results,
+    }
+    reset = [name for name, value in settings.items() if value is None]
+    reset += [name for name, value in given.items() if value is None]
+    return update_queue_settings(
+        namespace,
+        queue,
+        max_attempts=max_attempts,
+        visibility_timeout=visibility_timeout,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+        retain_completed=retain_completed,
+        retain_dead=retain_dead,
+        max_payload_bytes=max_payload_bytes,
+        retain_results=retain_results,
+        concurrency=_given(concurrency),
+        rate=_given(rate),
+        group_concurrency=_given(group_concurrency),
+        group_ordered=_given(group_ordered),
+        reset=reset,
+    )
+
+
+def _given(value: T | Keep) -> T | None:
+    """A flow limit as update_queue_settings takes it: None when it is to be kept."""
+    return None if isinstance(value, Keep) else value
+
+
+def update_queue_settings(
+    namespace: str,
+    queue: str,
+    *,
+    max_attempts: int | None,
+    visibility_timeout: Duration | None,
+    backoff_base: Duration | None,
+    backoff_cap: Duration | None,
+    retain_completed: Duration | None,
+    retain_dead: Duration | None,
+    max_payload_bytes: int | None,
+    retain_results: Duration | None,
+    concurrency: int | None = None,
+    rate: Rate | None = None,
+    group_concurrency: int | None = None,
+    group_ordered: bool | None = None,
+    reset: Sequence[str],
+) -> Call[QueuePolicy]:
+    if isinstance(reset, str) or not all(isinstance(name, str) for name in reset):
+        raise errors.InvalidNameError("reset must be a list of setting names")
+    names = QUEUE_SETTINGS + FLOW_LIMITS
+    unknown = [name for name in reset if name not in names]
+    if unknown:
+        raise errors.InvalidNameError(
+            f"cannot reset {unknown[0]!r}: the settings are {', '.join(names)}"
+        )
     params = check.base(
         namespace,
         queue=check.name("queue", queue, required=True),
@@ -144,62 +303,20 @@ def configure_queue(
             bounds=limits.MAX_PAYLOAD_BYTES,
         ),
         retain_results=check.duration("retain_results", retain_results),
+        **_flow_limits(
+            concurrency=concurrency,
+            rate=rate,
+            group_concurrency=group_concurrency,
+            group_ordered=group_ordered,
+        ),
     )
-    return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
-
-
-QUEUE_SETTINGS = (
-    "max_attempts",
-    "visibility_timeout",
-    "backoff_base",
-    "backoff_cap",
-    "retain_completed",
-    "retain_dead",
-    "max_payload_bytes",
-    "retain_results",
-)
-"""The settings of a queue that configure_queue and update_queue_settings write."""
-
-
-def update_queue_settings(
-    namespace: str,
-    queue: str,
-    *,
-    max_attempts: int | None,
-    visibility_timeout: Duration | None,
-    backoff_base: Duration | None,
-    backoff_cap: Duration | None,
-    retain_completed: Duration | None,
-    retain_dead: Duration | None,
-    max_payload_bytes: int | None,
-    retain_results: Duration | None,
-    reset: Sequence[str],
-) -> Call[QueuePolicy]:
-    if isinstance(reset, str) or not all(isinstance(name, str) for name in reset):
-        raise errors.InvalidNameError("reset must be a list of setting names")
-    unknown = [name for name in reset if name not in QUEUE_SETTINGS]
-    if unknown:
-        raise errors.InvalidNameError(
-            f"cannot reset {unknown[0]!r}: the settings are {', '.join(QUEUE_SETTINGS)}"
-        )
-    call = configure_queue(
-        namespace,
-        queue,
-        max_attempts=max_attempts,
-        visibility_timeout=visibility_timeout,
-        backoff_base=backoff_base,
-        backoff_cap=backoff_cap,
-        retain_completed=retain_completed,
-        retain_dead=retain_dead,
-        max_payload_bytes=max_payload_bytes,
-        retain_results=retain_results,
-    )
-    both = [name for name in reset if call.params[name] is not None]
+    given = {**params, "rate": params["rate_limit"]}
+    both = [name for name in reset if given.get(name) is not None]
     if both:
         raise errors.InvalidNameError(f"{both[0]} is both given and reset; choose one")
-    # The names are checked against QUEUE_SETTINGS above, so the literal needs no quoting.
-    params = {**call.params, "reset": "{" + ",".join(dict.fromkeys(reset)) + "}"}
-    return Call("update_queue_settings", params, call.parse)
+    # The names are checked against the settings above, so the literal needs no quoting.
+    params["reset"] = "{" + ",".join(dict.fromkeys(reset)) + "}"
+    return Call("update_queue_settings", params, lambda rows: QueuePolicy(**rows[0]))
 
 
 def outcomes_since(namespace: str, since: datetime) -> Call[list[Outcomes]]:

@@ -88,6 +88,7 @@ def job(row: dict[str, Any]) -> Job:
         payload_error=payload_error,
         trace_context=_trace_context(row["trace_context"]),
         age=row.get("age"),
+        group_key=row.get("group_key"),
     )
 
 

@@ -11,7 +11,8 @@
 -- pass over the keys and one over the payload sizes (the per-entry checks run only to name the
 -- offending entry), and the identity sequence is looked up once per call. Trace contexts, if
 -- given, arrive as one JSON array of the same length: each entry a trace context (as push
--- takes it) or null (none), so a batch may carry the contexts of several producers.
+-- takes it) or null (none), so a batch may carry the contexts of several producers. Group
+-- keys (push's group_key), if given, as an array of the same length (NULL entries: no group).
 --
 -- A batch without unique keys takes a plain multi-row INSERT: ON CONFLICT's speculative
 -- insertion (insert, check against jobs_unique_key_idx, confirm with a WAL record of its own)
@@ -24,7 +25,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
     p_priority     integer  DEFAULT 0,
     p_max_attempts integer  DEFAULT NULL,
     p_unique_keys  text[]   DEFAULT NULL,
-    p_trace_contexts jsonb  DEFAULT NULL)
+    p_trace_contexts jsonb  DEFAULT NULL,
+    p_group_keys   text[]   DEFAULT NULL)
 RETURNS TABLE (ordinality bigint, id bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -60,6 +62,17 @@ BEGIN
     IF EXISTS (SELECT FROM unnest(p_unique_keys) AS k
                WHERE k IS NOT NULL AND NOT coalesce(postkit_queue.is_name(k), false)) THEN
         PERFORM postkit_queue.check_name('unique_key', k, false) FROM unnest(p_unique_keys) AS k;
+    END IF;
+    -- Group keys pair with payloads by position just as unique keys do.
+    PERFORM postkit_queue.check_array('group_keys', p_group_keys, true, 'PKQ01');
+    IF p_group_keys IS NOT NULL
+       AND cardinality(p_group_keys) <> jsonb_array_length(p_payloads) THEN
+        RAISE EXCEPTION 'postkit: % group keys for % payloads', cardinality(p_group_keys),
+            jsonb_array_length(p_payloads) USING ERRCODE = 'PKQ01';
+    END IF;
+    IF EXISTS (SELECT FROM unnest(p_group_keys) AS k
+               WHERE k IS NOT NULL AND NOT coalesce(postkit_queue.is_name(k), false)) THEN
+        PERFORM postkit_queue.check_name('group_key', k, false) FROM unnest(p_group_keys) AS k;
     END IF;
     IF p_trace_contexts IS NOT NULL AND (jsonb_typeof(p_trace_contexts) <> 'array'
        OR jsonb_array_length(p_trace_contexts) <> jsonb_array_length(p_payloads)) THEN
@@ -111,10 +124,11 @@ BEGIN
         ), inserted AS (
             INSERT INTO postkit_queue.jobs AS j (
                 id, namespace, queue, payload, priority, run_at, max_attempts, created_at,
-                trace_context)
+                trace_context, group_key)
             OVERRIDING SYSTEM VALUE
             SELECT i.id, p_namespace, p_queue, i.payload, p_priority,
-                   v_now + coalesce(p_delay, interval '0'), v_attempts, v_now, i.trace_context
+                   v_now + coalesce(p_delay, interval '0'), v_attempts, v_now, i.trace_context,
+                   p_group_keys[i.ordinality]
             FROM input i
             ORDER BY i.ordinality
         )
@@ -133,11 +147,11 @@ BEGIN
         ), inserted AS (
             INSERT INTO postkit_queue.jobs AS j (
                 id, namespace, queue, payload, priority, run_at, max_attempts, unique_key,
-                created_at, trace_context)
+                created_at, trace_context, group_key)
             OVERRIDING SYSTEM VALUE
             SELECT i.id, p_namespace, p_queue, i.payload, p_priority,
                    v_now + coalesce(p_delay, interval '0'), v_attempts, i.unique_key, v_now,
-                   i.trace_context
+                   i.trace_context, p_group_keys[i.ordinality]
             FROM input i
             ORDER BY i.ordinality
             ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING

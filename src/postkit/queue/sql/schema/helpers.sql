@@ -55,14 +55,16 @@ $$;
 -- A queue's policy: its settings row (queue_settings) over the built-in defaults: max_attempts
 -- 20, visibility timeout 30 s, backoff from 1 s to 1 h, not paused, completed jobs deleted at
 -- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB, results not
--- kept (retain_results NULL). Every function asks here, so the defaults live in one place
--- (record_outcomes reads the two retentions without a default off queue_settings itself).
+-- kept (retain_results NULL), no flow limits (NULL, group_ordered false). Every function asks
+-- here, so the defaults live in one place (record_outcomes reads the two retentions and the
+-- limits without a default off queue_settings itself).
 CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
-    OUT retain_results interval)
+    OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -70,9 +72,11 @@ AS $$
 BEGIN
     -- A primary-key probe of queue_settings; a queue without a row gets every default.
     SELECT s.max_attempts, s.visibility_timeout, s.backoff_base, s.backoff_cap, s.paused,
-           s.retain_completed, s.retain_dead, s.max_payload_bytes, s.retain_results
+           s.retain_completed, s.retain_dead, s.max_payload_bytes, s.retain_results,
+           s.concurrency, s.rate_limit, s.rate_period, s.group_concurrency, s.group_ordered
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-         retain_completed, retain_dead, max_payload_bytes, retain_results
+         retain_completed, retain_dead, max_payload_bytes, retain_results,
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered
     FROM postkit_queue.queue_settings s
     WHERE s.namespace = p_namespace AND s.queue = p_queue;
     max_attempts := coalesce(max_attempts, 20);
@@ -82,6 +86,7 @@ BEGIN
     paused := coalesce(paused, false);
     retain_dead := coalesce(retain_dead, interval '30 days');
     max_payload_bytes := coalesce(max_payload_bytes, 1048576);
+    group_ordered := coalesce(group_ordered, false);
 END
 $$;
 
@@ -111,6 +116,44 @@ $$;
 --     refuse a call with neither claim token nor worker_id (PKQ13), and a claim taken without a
 --     worker_id can only be settled with its claim token.
 -- ---------------------------------------------------------------------------------------------
+
+-- A queue's flow limits (configure_queue; flow.sql), each NULL or in range: concurrency 1 to
+-- 100000; a rate of 1 to 100000 claims per period of more than zero and at most a day, the limit
+-- and its period both given or neither; group_concurrency 1 to 10000; group_ordered with a
+-- group_concurrency of at most 1 (ordered means one job of a key at a time).
+CREATE OR REPLACE FUNCTION postkit_queue.check_flow_limits(
+    p_concurrency integer, p_rate_limit integer, p_rate_period interval,
+    p_group_concurrency integer, p_group_ordered boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_concurrency IS NOT NULL AND p_concurrency NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'postkit: concurrency must be between 1 and 100000, got %',
+            p_concurrency USING ERRCODE = 'PKQ17';
+    END IF;
+    IF (p_rate_limit IS NULL) <> (p_rate_period IS NULL) THEN
+        RAISE EXCEPTION 'postkit: a rate is a number of claims and a period, both or neither '
+                        '(got % claims per %)', coalesce(p_rate_limit::text, 'NULL'),
+            coalesce(p_rate_period::text, 'NULL') USING ERRCODE = 'PKQ17';
+    END IF;
+    IF p_rate_limit IS NOT NULL AND p_rate_limit NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'postkit: a rate limit must be between 1 and 100000 claims per period, '
+                        'got %', p_rate_limit USING ERRCODE = 'PKQ17';
+    END IF;
+    PERFORM postkit_queue.check_duration('rate_period', p_rate_period, false, interval '1 day');
+    IF p_group_concurrency IS NOT NULL AND p_group_concurrency NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'postkit: group_concurrency must be between 1 and 10000, got %',
+            p_group_concurrency USING ERRCODE = 'PKQ17';
+    END IF;
+    IF p_group_ordered AND p_group_concurrency > 1 THEN
+        RAISE EXCEPTION 'postkit: group_ordered runs one job of a key at a time, so '
+                        'group_concurrency must be 1 or unset, got %', p_group_concurrency
+            USING ERRCODE = 'PKQ17';
+    END IF;
+END
+$$;
 
 -- A name (namespace, queue, worker id...): at most 128 characters, not blank, no control or
 -- format character; NULL only where p_allow_null.
@@ -498,6 +541,11 @@ $$;
 -- by run_at there): a few index probes however long the backlog, never a scan of it. Paused
 -- queues are left out: pull hands out nothing from them, so counting their due jobs would keep
 -- their workers from sleeping; resume_queue's notification wakes them.
+--
+-- Flow limits (flow.sql) hold ready jobs back, and a worker told they are due would ask again
+-- at once, and again. So a queue with a concurrency or group limit counts only the jobs still
+-- to fall due (a slot that frees notifies its waiting workers: record_outcomes), and a
+-- rate-limited queue's jobs fall due no earlier than its next claim may be made (rate_slot_at).
 CREATE OR REPLACE FUNCTION postkit_queue.next_run_at(p_namespace text, p_queues text[])
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -507,16 +555,24 @@ SET enable_sort = off
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
+DECLARE
+    v_now timestamptz := postkit_queue.clock();
 BEGIN
-    -- The skip scan (per queue, one probe of jobs_pull_idx per distinct
-    -- priority, and the first run_at within each), over the queues that are not paused: one
+    -- The skip scan (per queue, one probe of jobs_pull_idx per distinct priority, and the
+    -- first run_at within each, after `since`), over the queues that are not paused: one
     -- primary-key probe of queue_settings per queue, as queue_policy makes.
     RETURN (
-        WITH RECURSIVE active(queue) AS (
-            SELECT q.queue FROM unnest(p_queues) AS q(queue)
-            WHERE NOT EXISTS (SELECT FROM postkit_queue.queue_settings s
-                              WHERE s.namespace = p_namespace AND s.queue = q.queue
-                                AND s.paused)
+        WITH RECURSIVE active(queue, since, slot) AS (
+            SELECT q.queue,
+                   CASE WHEN s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL
+                             OR s.group_ordered
+                        THEN v_now ELSE '-infinity' END,
+                   postkit_queue.rate_slot_at(p_namespace, q.queue, s.rate_limit, s.rate_period,
+                                              v_now)
+            FROM unnest(p_queues) AS q(queue)
+            LEFT JOIN postkit_queue.queue_settings s
+              ON s.namespace = p_namespace AND s.queue = q.queue
+            WHERE NOT coalesce(s.paused, false)
         ), priorities(queue, priority) AS (
             SELECT a.queue, (SELECT j.priority FROM postkit_queue.jobs j
                              WHERE j.namespace = p_namespace AND j.queue = a.queue
@@ -530,12 +586,13 @@ BEGIN
                              ORDER BY j.priority DESC LIMIT 1)
             FROM priorities p WHERE p.priority IS NOT NULL
         )
-        SELECT min(first.run_at)
+        SELECT min(greatest(first.run_at, a.slot))
         FROM priorities p
+        JOIN active a ON a.queue = p.queue
         CROSS JOIN LATERAL (
             SELECT j.run_at FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.queue = p.queue AND j.state = 'pending'
-              AND j.priority = p.priority
+              AND j.priority = p.priority AND j.run_at > a.since
             ORDER BY j.run_at LIMIT 1) first
         WHERE p.priority IS NOT NULL);
 END
@@ -649,6 +706,18 @@ BEGIN
         dead = s.dead + EXCLUDED.dead,
         completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
 
+    -- A job that completes or dies frees its slot in a queue with a concurrency or group limit:
+    -- the queue's waiting workers wake to claim again (next_run_at leaves such a queue's ready
+    -- jobs out, so they would otherwise sleep until their fallback poll). One primary-key probe
+    -- of queue_settings per queue of the batch. A retry (nack) and a rescue notify already.
+    IF p_outcome IN ('completed', 'dead_lettered') THEN
+        PERFORM postkit_queue.notify(s.namespace, s.queue)
+        FROM (SELECT DISTINCT j.namespace, j.queue FROM unnest(p_jobs) AS j) AS settled
+        JOIN postkit_queue.queue_settings s
+          ON s.namespace = settled.namespace AND s.queue = settled.queue
+        WHERE s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered;
+    END IF;
+
     -- A probe first (by primary key, per job), so that a batch of queues that keep neither
     -- pays for no write: a writing statement opens its tables and their indexes even when it
     -- writes no row. Then one statement writes both, probing the settings once more.
@@ -705,12 +774,13 @@ BEGIN
     DELETE FROM postkit_queue.jobs WHERE namespace = p_job.namespace AND id = p_job.id;
     INSERT INTO postkit_queue.dead_letters (
         namespace, job_id, queue, payload, priority, attempts, max_attempts, unique_key,
-        worker_id, reason, error, errors, created_at, failed_at, expires_at, trace_context)
+        worker_id, reason, error, errors, created_at, failed_at, expires_at, trace_context,
+        group_key)
     VALUES (
         p_job.namespace, p_job.id, p_job.queue, p_job.payload, p_job.priority, p_job.attempts,
         p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
         p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
-        p_at + v_policy.retain_dead, p_job.trace_context);
+        p_at + v_policy.retain_dead, p_job.trace_context, p_job.group_key);
     PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead_lettered', p_at);
     IF v_policy.retain_results IS NOT NULL THEN
         PERFORM postkit_queue.notify_results(p_job.namespace, ARRAY[p_job.id]);

@@ -29,6 +29,7 @@
 -- Runs in the caller's transaction, so the job exists exactly when the caller's own writes do.
 -- A delay is at most 3650 days, said in days because '10 years' compares as 3600 of them.
 -- p_trace_context is the producer's trace context (check_trace_context), kept with the job.
+-- p_group_key puts the job in a group of its queue, for the queue's group limits (flow.sql).
 CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_namespace    text,
     p_queue        text,
@@ -39,7 +40,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_unique_key   text     DEFAULT NULL,
     p_backoff_base interval DEFAULT NULL,
     p_backoff_cap  interval DEFAULT NULL,
-    p_trace_context jsonb   DEFAULT NULL)
+    p_trace_context jsonb   DEFAULT NULL,
+    p_group_key    text     DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -59,10 +61,12 @@ BEGIN
                     AND p_max_attempts IS NULL AND p_unique_key IS NULL
                     AND p_backoff_base IS NULL AND p_backoff_cap IS NULL
                     AND (p_trace_context IS NULL
-                         OR postkit_queue.is_trace_context(p_trace_context)), false) THEN
+                         OR postkit_queue.is_trace_context(p_trace_context))
+                    AND (p_group_key IS NULL OR postkit_queue.is_name(p_group_key)), false) THEN
         PERFORM postkit_queue.check_name('namespace', p_namespace, true);
         PERFORM postkit_queue.check_name('queue', p_queue, true);
         PERFORM postkit_queue.check_name('unique_key', p_unique_key, false);
+        PERFORM postkit_queue.check_name('group_key', p_group_key, false);
         PERFORM postkit_queue.check_priority(p_priority);
         PERFORM postkit_queue.check_max_attempts(p_max_attempts);
         PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '3650 days');
@@ -79,11 +83,11 @@ BEGIN
     -- check and the insert one atomic step even when two transactions push the same key.
     INSERT INTO postkit_queue.jobs AS j (
         namespace, queue, payload, priority, run_at, max_attempts, unique_key,
-        backoff_base, backoff_cap, created_at, trace_context)
+        backoff_base, backoff_cap, created_at, trace_context, group_key)
     VALUES (
         p_namespace, p_queue, p_payload, p_priority, v_now + coalesce(p_delay, interval '0'),
         coalesce(p_max_attempts, v_policy.max_attempts),
-        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context)
+        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context, p_group_key)
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id INTO v_id;
     IF v_id IS NOT NULL THEN
@@ -157,6 +161,16 @@ BEGIN
     END IF;
     IF v_policy.paused THEN
         RETURN;  -- a paused queue hands out nothing; pushes are still accepted
+    END IF;
+    IF v_policy.concurrency IS NOT NULL OR v_policy.rate_limit IS NOT NULL
+       OR v_policy.group_concurrency IS NOT NULL OR v_policy.group_ordered THEN
+        -- A queue with flow limits is claimed by taking turns (flow.sql).
+        RETURN QUERY
+        SELECT * FROM postkit_queue.claim_limited(
+            p_namespace, p_queue, p_worker_id, v_timeout, p_limit, v_policy.concurrency,
+            v_policy.rate_limit, v_policy.rate_period, v_policy.group_concurrency,
+            v_policy.group_ordered);
+        RETURN;
     END IF;
 
     -- Each step below is a range scan of jobs_pull_idx. FOR UPDATE SKIP LOCKED steps over rows
@@ -581,7 +595,8 @@ RETURNS TABLE (
     namespace text, id bigint, queue text, state text, payload jsonb, priority smallint,
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
-    errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb)
+    errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb,
+    group_key text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -592,13 +607,14 @@ BEGIN
     RETURN QUERY
     SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at, j.attempts,
            j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
-           j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context
+           j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context,
+           j.group_key
     FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     UNION ALL
     SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL, d.attempts,
            d.max_attempts, d.unique_key, d.worker_id, NULL, NULL, NULL, d.errors, d.created_at,
-           d.failed_at, d.trace_context
+           d.failed_at, d.trace_context, d.group_key
     FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
 END

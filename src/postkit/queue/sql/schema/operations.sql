@@ -8,7 +8,8 @@
 
 -- stats: per queue, how many jobs are pending (ready now), scheduled (delayed), running and
 -- dead; the age of the oldest ready job; outcomes in the last minute and hour; mean attempts
--- of completed jobs. Live counts are exact up to p_cap and then reported as p_cap with
+-- of completed jobs; the queue's concurrency limit and, while its rate limit holds claims
+-- back, when the next claim may be made. Live counts are exact up to p_cap and then reported as p_cap with
 -- counts_capped = true: each count is an index range scan that stops at p_cap rows, so stats
 -- stays fast on a backlog of millions (a full COUNT(*) would read every row).
 CREATE OR REPLACE FUNCTION postkit_queue.stats(
@@ -18,7 +19,8 @@ RETURNS TABLE (
     counts_capped boolean, oldest_ready_age interval,
     completed_last_minute bigint, completed_last_hour bigint,
     failed_last_minute bigint, failed_last_hour bigint,
-    retried_last_hour bigint, rescued_last_hour bigint, mean_attempts numeric)
+    retried_last_hour bigint, rescued_last_hour bigint, mean_attempts numeric,
+    concurrency integer, rate_limited_until timestamptz)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 -- Each count must stop at p_cap rows, which only a plain index scan does: a bitmap scan reads
@@ -32,6 +34,7 @@ DECLARE
     v_now        timestamptz := postkit_queue.clock();
     v_queue      text;
     v_priorities smallint[];
+    v_policy     record;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, false);
@@ -43,7 +46,13 @@ BEGIN
         ORDER BY 1
     LOOP
         queue := v_queue;
-        paused := (postkit_queue.queue_policy(p_namespace, v_queue)).paused;
+        v_policy := postkit_queue.queue_policy(p_namespace, v_queue);
+        paused := v_policy.paused;
+        -- The flow limits in force now (flow.sql): the concurrency limit the running count
+        -- stands against, and until when the rate limit holds claims back (NULL: it does not).
+        concurrency := v_policy.concurrency;
+        rate_limited_until := postkit_queue.rate_slot_at(
+            p_namespace, v_queue, v_policy.rate_limit, v_policy.rate_period, v_now);
         -- The distinct priorities of the queue's pending jobs: a skip scan of jobs_pull_idx,
         -- one index probe per priority. Within one priority the index is ordered by run_at,
         -- so "ready" and "scheduled" are each one contiguous range of it.
@@ -583,12 +592,15 @@ BEGIN
 END
 $$;
 
--- configure_queue: set a queue's defaults and retention. NULL puts a setting back to the
--- built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to 1 h;
--- completed jobs deleted at once; dead letters kept 30 days; payloads up to 1 MiB; results not
--- kept). p_retain_results keeps the result of each job completed from now on (what its handler
--- returned, given to ack) that long, for job_result. Pausing is separate (pause_queue).
--- Returns the policy now in force.
+-- configure_queue: set a queue's defaults, retention and flow limits. NULL puts a setting back
+-- to the built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to
+-- 1 h; completed jobs deleted at once; dead letters kept 30 days; payloads up to 1 MiB; results
+-- not kept; no flow limit). p_retain_results keeps the result of each job completed from now on
+-- (what its handler returned, given to ack) that long, for job_result. The flow limits
+-- (flow.sql): p_concurrency running jobs at most, p_rate_limit claims per p_rate_period (both
+-- or neither), p_group_concurrency running jobs per group key, p_group_ordered one job per key
+-- at a time in push order (with p_group_concurrency unset or 1). Pausing is separate
+-- (pause_queue). Returns the policy now in force.
 CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
     p_queue              text,
@@ -600,10 +612,16 @@ CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_retain_dead        interval DEFAULT NULL,
     p_max_payload_bytes  integer  DEFAULT NULL,
     p_retain_results     interval DEFAULT NULL,
+    p_concurrency        integer  DEFAULT NULL,
+    p_rate_limit         integer  DEFAULT NULL,
+    p_rate_period        interval DEFAULT NULL,
+    p_group_concurrency  integer  DEFAULT NULL,
+    p_group_ordered      boolean  DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
-    OUT retain_results interval)
+    OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -624,13 +642,17 @@ BEGIN
         RAISE EXCEPTION 'postkit: max_payload_bytes must be between 1 and 104857600 (100 MiB), '
                         'got %', p_max_payload_bytes USING ERRCODE = 'PKQ02';
     END IF;
+    PERFORM postkit_queue.check_flow_limits(
+        p_concurrency, p_rate_limit, p_rate_period, p_group_concurrency, p_group_ordered);
 
     INSERT INTO postkit_queue.queue_settings AS s (
         namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
-        retain_completed, retain_dead, max_payload_bytes, updated_at, retain_results)
+        retain_completed, retain_dead, max_payload_bytes, updated_at, retain_results,
+        concurrency, rate_limit, rate_period, group_concurrency, group_ordered)
     VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
             p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
-            postkit_queue.clock(), p_retain_results)
+            postkit_queue.clock(), p_retain_results, p_concurrency, p_rate_limit, p_rate_period,
+            p_group_concurrency, coalesce(p_group_ordered, false))
     ON CONFLICT (namespace, queue) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts,
         visibility_timeout = EXCLUDED.visibility_timeout,
@@ -640,17 +662,36 @@ BEGIN
         retain_dead = EXCLUDED.retain_dead,
         max_payload_bytes = EXCLUDED.max_payload_bytes,
         updated_at = EXCLUDED.updated_at,
-        retain_results = EXCLUDED.retain_results;
+        retain_results = EXCLUDED.retain_results,
+        concurrency = EXCLUDED.concurrency,
+        rate_limit = EXCLUDED.rate_limit,
+        rate_period = EXCLUDED.rate_period,
+        group_concurrency = EXCLUDED.group_concurrency,
+        group_ordered = EXCLUDED.group_ordered;
+    IF p_concurrency IS NOT NULL OR p_rate_limit IS NOT NULL OR p_group_concurrency IS NOT NULL
+       OR p_group_ordered THEN
+        -- The row the queue's claims take turns on (flow.sql).
+        INSERT INTO postkit_queue.flow_state (namespace, queue) VALUES (p_namespace, p_queue)
+        ON CONFLICT (namespace, queue) DO NOTHING;
+    END IF;
+    -- Waiting workers look again: a limit raised or lifted may let them claim now.
+    PERFORM postkit_queue.notify(p_namespace, p_queue);
 
-    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-                  retain_completed, retain_dead, max_payload_bytes, retain_results
-    FROM postkit_queue.queue_policy(p_namespace, p_queue);
+    SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
+           p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results,
+           p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered
+    INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
+         retain_completed, retain_dead, max_payload_bytes, retain_results,
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered
+    FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;
 
 -- update_queue_settings: change the settings it is given, restore the built-in default of the
 -- ones it is told to reset, and keep the rest (configure_queue sets every setting at once, NULL
--- restoring the default). `postkit queue configure` calls it.
+-- restoring the default). The flow limits reset by name too: 'concurrency', 'rate' (the limit
+-- and its period together), 'group_concurrency', 'group_ordered'. `postkit queue configure`
+-- and the SDK's configure_queue call it.
 CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
     p_namespace          text,
     p_queue              text,
@@ -663,16 +704,23 @@ CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
     p_max_payload_bytes  integer  DEFAULT NULL,
     p_reset              text[]   DEFAULT '{}',
     p_retain_results     interval DEFAULT NULL,
+    p_concurrency        integer  DEFAULT NULL,
+    p_rate_limit         integer  DEFAULT NULL,
+    p_rate_period        interval DEFAULT NULL,
+    p_group_concurrency  integer  DEFAULT NULL,
+    p_group_ordered      boolean  DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
-    OUT retain_results interval)
+    OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_settings CONSTANT text[] := ARRAY['max_attempts', 'visibility_timeout', 'backoff_base',
-        'backoff_cap', 'retain_completed', 'retain_dead', 'max_payload_bytes', 'retain_results'];
+        'backoff_cap', 'retain_completed', 'retain_dead', 'max_payload_bytes', 'retain_results',
+        'concurrency', 'rate', 'group_concurrency', 'group_ordered'];
     v_unknown  text;
     v_current  postkit_queue.queue_settings;
 BEGIN
@@ -685,6 +733,10 @@ BEGIN
             coalesce(quote_literal(v_unknown), 'NULL'), array_to_string(v_settings, ', ')
             USING ERRCODE = 'PKQ01';
     END IF;
+    -- A rate is its limit and its period: given as a pair, or not at all.
+    IF (p_rate_limit IS NULL) <> (p_rate_period IS NULL) THEN
+        PERFORM postkit_queue.check_flow_limits(NULL, p_rate_limit, p_rate_period, NULL, NULL);
+    END IF;
     -- The upsert creates the queue's settings row if need be and locks it until commit, so a
     -- concurrent update of the same queue waits here and then reads this one's result: two
     -- operators changing different settings of one queue at once both keep their change.
@@ -695,7 +747,8 @@ BEGIN
 
     -- configure_queue checks every value and writes the row (under the lock held above).
     SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-                  retain_completed, retain_dead, max_payload_bytes, retain_results
+                  retain_completed, retain_dead, max_payload_bytes, retain_results,
+                  concurrency, rate_limit, rate_period, group_concurrency, group_ordered
     FROM postkit_queue.configure_queue(
         p_namespace, p_queue,
         CASE WHEN 'max_attempts' = ANY (p_reset) THEN NULL
@@ -713,7 +766,19 @@ BEGIN
         CASE WHEN 'max_payload_bytes' = ANY (p_reset) THEN NULL
              ELSE coalesce(p_max_payload_bytes, v_current.max_payload_bytes) END,
         CASE WHEN 'retain_results' = ANY (p_reset) THEN NULL
-             ELSE coalesce(p_retain_results, v_current.retain_results) END);
+             ELSE coalesce(p_retain_results, v_current.retain_results) END,
+        CASE WHEN 'concurrency' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_concurrency, v_current.concurrency) END,
+        CASE WHEN 'rate' = ANY (p_reset) THEN NULL
+             WHEN p_rate_limit IS NOT NULL THEN p_rate_limit
+             ELSE v_current.rate_limit END,
+        CASE WHEN 'rate' = ANY (p_reset) THEN NULL
+             WHEN p_rate_limit IS NOT NULL THEN p_rate_period
+             ELSE v_current.rate_period END,
+        CASE WHEN 'group_concurrency' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_group_concurrency, v_current.group_concurrency) END,
+        CASE WHEN 'group_ordered' = ANY (p_reset) THEN false
+             ELSE coalesce(p_group_ordered, v_current.group_ordered) END);
 END
 $$;
 
@@ -904,9 +969,10 @@ BEGIN
         IF NOT p_dry_run THEN
             INSERT INTO postkit_queue.jobs (
                 namespace, queue, payload, priority, run_at, max_attempts, created_at,
-                trace_context)
+                trace_context, group_key)
             VALUES (p_namespace, coalesce(p_to_queue, v_dead.queue), v_dead.payload,
-                    v_dead.priority, v_now, v_dead.max_attempts, v_now, v_dead.trace_context)
+                    v_dead.priority, v_now, v_dead.max_attempts, v_now, v_dead.trace_context,
+                    v_dead.group_key)
             RETURNING id INTO v_id;
             UPDATE postkit_queue.dead_letters d
             SET redriven_job_id = v_id, redriven_at = v_now
@@ -1068,7 +1134,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.get_queue_policy(
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
-    OUT retain_results interval)
+    OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1076,9 +1143,11 @@ BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
     SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
-           p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results
+           p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results,
+           p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-         retain_completed, retain_dead, max_payload_bytes, retain_results
+         retain_completed, retain_dead, max_payload_bytes, retain_results,
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered
     FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;

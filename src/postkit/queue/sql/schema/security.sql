@@ -437,7 +437,8 @@ DECLARE
     v_table text;
 BEGIN
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
-                                   'queue_stats', 'queue_settings', 'schedules', 'workers'] LOOP
+                                   'queue_stats', 'queue_settings', 'flow_state', 'schedules',
+                                   'workers'] LOOP
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);

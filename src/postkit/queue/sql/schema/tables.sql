@@ -34,6 +34,11 @@ CREATE TABLE postkit_queue.jobs (
     -- {"traceparent": "00-...", "tracestate": "..."} (check_trace_context). NULL: pushed outside
     -- any trace. The worker links the span it runs the handler in to it.
     trace_context jsonb,
+    -- The job's group (push's group_key): the jobs of one key of a queue with group limits
+    -- (queue_settings.group_concurrency, group_ordered) run at most so many at a time, or one
+    -- after another in push order. NULL: no group; no group limit applies. Last in the row,
+    -- where version 21 added it.
+    group_key     text,
     PRIMARY KEY (namespace, id),
     CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'running')),
     CONSTRAINT jobs_claim_check
@@ -64,6 +69,15 @@ CREATE INDEX jobs_deadline_idx ON postkit_queue.jobs (namespace, visible_until)
 CREATE UNIQUE INDEX jobs_unique_key_idx ON postkit_queue.jobs (namespace, queue, unique_key)
     WHERE unique_key IS NOT NULL;
 
+-- Serve the group limits at claim time (flow.sql): the live jobs of one group key in push
+-- order (is a job the oldest of its key, for group_ordered), and the running ones of a key (how
+-- many run now, for group_concurrency). Partial on group_key, so a job without one, the only
+-- kind a queue without group limits has, never enters either and costs neither any write.
+CREATE INDEX jobs_group_idx ON postkit_queue.jobs (namespace, queue, group_key, id)
+    WHERE group_key IS NOT NULL;
+CREATE INDEX jobs_group_running_idx ON postkit_queue.jobs (namespace, queue, group_key)
+    WHERE state = 'running' AND group_key IS NOT NULL;
+
 -- Jobs that ran out of attempts or were failed, with everything needed to look into them and
 -- to retry them (redrive).
 CREATE TABLE postkit_queue.dead_letters (
@@ -89,6 +103,7 @@ CREATE TABLE postkit_queue.dead_letters (
     redriven_job_id bigint,
     redriven_at     timestamptz,
     trace_context   jsonb,       -- the job's; its redriven job keeps it
+    group_key       text,        -- the job's; its redriven job keeps it (version 21)
     PRIMARY KEY (namespace, job_id)
 );
 
@@ -129,6 +144,17 @@ CREATE TABLE postkit_queue.queue_settings (
     -- How long the results of completed jobs are kept (job_results); NULL: not kept. Last in
     -- the row, where version 20 added it.
     retain_results     interval,
+    -- Flow control, enforced when jobs are claimed (flow.sql), across every worker; NULL: no
+    -- limit. concurrency: at most this many of the queue's jobs running at once. rate_limit
+    -- and rate_period: at most rate_limit claims in any rate_period. group_concurrency: at
+    -- most this many running per group key; group_ordered: one at a time per key, in push
+    -- order. Last in the row, where version 21 added them.
+    concurrency        integer     CHECK (concurrency BETWEEN 1 AND 100000),
+    rate_limit         integer     CHECK (rate_limit BETWEEN 1 AND 100000),
+    rate_period        interval,
+    group_concurrency  integer     CHECK (group_concurrency BETWEEN 1 AND 10000),
+    group_ordered      boolean     NOT NULL DEFAULT false,
+    CONSTRAINT queue_settings_rate_check CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
     -- Serves queue_policy: one primary-key lookup per push, pull or nack that uses a default.
     PRIMARY KEY (namespace, queue)
 );
@@ -188,6 +214,21 @@ CREATE TABLE postkit_queue.queue_stats (
     completed_attempts bigint      NOT NULL DEFAULT 0,
     -- Serves stats() (one namespace's recent minutes) and record_outcomes' upsert.
     PRIMARY KEY (namespace, queue, minute, slot)
+);
+
+-- The claim-time state of a flow-controlled queue (flow.sql), one row per queue with a limit.
+-- Every claim of such a queue locks its row first, so the claims of one queue take turns: each
+-- counts what runs (and what it has claimed lately) with every earlier claim committed, and
+-- cannot overshoot a limit by racing another. No caller holds a privilege on the table, so no
+-- session can take that lock but a claim. For a rate limit it holds the queue's recent claims
+-- as a log: at window_at[i], window_claims[i] jobs were claimed; entries older than the rate
+-- period are dropped by the next claim.
+CREATE TABLE postkit_queue.flow_state (
+    namespace     text          NOT NULL,
+    queue         text          NOT NULL,
+    window_at     timestamptz[] NOT NULL DEFAULT '{}',
+    window_claims integer[]     NOT NULL DEFAULT '{}',
+    PRIMARY KEY (namespace, queue)
 );
 
 -- Recurring jobs: a schedule pushes a job to a queue on a 5-field cron expression in a time

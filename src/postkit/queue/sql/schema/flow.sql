@@ -1,0 +1,217 @@
+-- Flow control: the limits a queue's claims obey across every worker, set in its settings
+-- (queue_settings: concurrency, rate_limit per rate_period, group_concurrency, group_ordered)
+-- and enforced here, when jobs are claimed, so that a client in any language gets them. pull
+-- hands a queue with any limit to claim_limited; a queue without one never comes here and is
+-- claimed by pull's own statements, unchanged.
+--
+-- What each limit holds to (docs/guarantees.md says the same to users):
+--   * concurrency: the queue's running jobs (claimed, not yet settled or rescued) never
+--     exceed it. It is counted from the running rows themselves at each claim, never kept in a
+--     counter, so nothing can drift: a job leaves the count exactly when its state changes (ack,
+--     nack, fail, release, a rescue by tick_timeouts), whoever changes it. A worker killed with
+--     a claim holds its slot until the claim expires and is rescued.
+--   * rate_limit per rate_period: the jobs claimed from the queue in any window of
+--     rate_period (by the queue's clock) never exceed rate_limit. It counts claims, not handler
+--     calls: a claim that is released or rescued still counted.
+--   * group_concurrency: per group key (push's group_key), at most this many running at once.
+--   * group_ordered: per group key, one job at a time, in push order (id order: the jobs of
+--     pushes that committed one after another run in that order). The oldest live job of a key
+--     blocks the rest while it is pending (a retry waiting out its backoff included) or running,
+--     until it completes or is dead-lettered.
+--   Jobs without a group key obey only the queue-wide limits.
+--
+-- The claims of one flow-controlled queue take turns: each first locks the queue's flow_state
+-- row, which it keeps until its transaction ends. Under READ COMMITTED every statement after
+-- the lock sees every earlier turn's claims committed, so a count taken then is exact; a
+-- snapshot taken before the lock (REPEATABLE READ, SERIALIZABLE) would not be, and such a claim
+-- is refused (PKQ18). Taking turns costs one claim at a time per queue: a worker claims a batch
+-- per turn, and a turn is a few index probes long.
+
+-- claim_limited: pull, for a queue with limits: claim up to p_limit ready jobs of the queue, as
+-- many as its limits allow now, highest priority first, then oldest run_at (pull's order),
+-- skipping jobs their group's limit holds back. The policy arrives as its values, not a row.
+CREATE OR REPLACE FUNCTION postkit_queue.claim_limited(
+    p_namespace         text,
+    p_queue             text,
+    p_worker_id         text,
+    p_timeout           interval,
+    p_limit             integer,
+    p_concurrency       integer,
+    p_rate_limit        integer,
+    p_rate_period       interval,
+    p_group_concurrency integer,
+    p_group_ordered     boolean)
+RETURNS SETOF postkit_queue.jobs
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+-- The scans walk their indexes in order whatever the statistics say.
+SET enable_sort = off
+AS $$
+DECLARE
+    v_now       timestamptz;
+    v_allowed   integer := p_limit;
+    v_counted   integer;
+    v_window    postkit_queue.flow_state;
+    v_at        timestamptz[];
+    v_claims    integer[];
+    v_candidate record;
+    v_ids       bigint[] := '{}';
+    v_keys      text[] := '{}';  -- the group key of each job taken so far, in step with v_ids
+    v_claimed   integer;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'postkit: queue % has flow limits, so its jobs are claimed only in a '
+                        'READ COMMITTED transaction (this one is %): a snapshot older than the '
+                        'claim could not count what runs', p_queue,
+            current_setting('transaction_isolation') USING ERRCODE = 'PKQ18';
+    END IF;
+    -- The turn (see above). The row exists once the queue has limits (configure_queue and
+    -- update_queue_settings create it); a queue whose settings were written otherwise gets it
+    -- here, and two first claims racing to create it both end up locking the one row.
+    SELECT * INTO v_window FROM postkit_queue.flow_state f
+    WHERE f.namespace = p_namespace AND f.queue = p_queue
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO postkit_queue.flow_state (namespace, queue) VALUES (p_namespace, p_queue)
+        ON CONFLICT (namespace, queue) DO NOTHING;
+        SELECT * INTO v_window FROM postkit_queue.flow_state f
+        WHERE f.namespace = p_namespace AND f.queue = p_queue
+        FOR UPDATE;
+    END IF;
+    -- The queue's clock at this moment, after the wait for the turn: clock() is the time the
+    -- statement began, which a wait for the previous turn would leave behind.
+    v_now := postkit_queue.clock() + (clock_timestamp() - statement_timestamp());
+
+    IF p_concurrency IS NOT NULL THEN
+        -- What runs now, counted from the running rows: a range scan of jobs_deadline_idx (the
+        -- namespace's running jobs), stopping at the limit.
+        SELECT count(*) INTO v_counted FROM (
+            SELECT FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.state = 'running' AND j.queue = p_queue
+            LIMIT p_concurrency) running;
+        v_allowed := least(v_allowed, p_concurrency - v_counted);
+    END IF;
+    IF p_rate_limit IS NOT NULL THEN
+        -- The claims of the last rate_period, from the log in the locked row.
+        SELECT coalesce(array_agg(w.at ORDER BY w.n), '{}'),
+               coalesce(array_agg(w.claims ORDER BY w.n), '{}'),
+               coalesce(sum(w.claims), 0)
+        INTO v_at, v_claims, v_counted
+        FROM unnest(v_window.window_at, v_window.window_claims) WITH ORDINALITY AS w(at, claims, n)
+        WHERE w.at > v_now - p_rate_period;
+        v_allowed := least(v_allowed, p_rate_limit - v_counted);
+    END IF;
+    IF v_allowed <= 0 THEN
+        RETURN;
+    END IF;
+
+    IF p_group_concurrency IS NULL AND NOT p_group_ordered THEN
+        -- Queue-wide limits only: pull's claim from the head of jobs_pull_idx. Only other kinds
+        -- of transaction (a cancel, a purge) lock pending rows now, hence SKIP LOCKED.
+        v_ids := ARRAY(
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.run_at <= v_now
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT v_allowed
+            FOR UPDATE SKIP LOCKED);
+    ELSE
+        -- The ready jobs in pull order, read lazily (the loop stops once it has enough), each
+        -- taken unless its group's limit holds it back. Nothing is locked while reading: a
+        -- job passed over stays free for the operators' calls.
+        FOR v_candidate IN
+            SELECT j.id, j.group_key FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.run_at <= v_now
+            ORDER BY j.priority DESC, j.run_at, j.id
+        LOOP
+            IF v_candidate.group_key IS NULL THEN
+                NULL;  -- no group: only the queue-wide limits apply
+            ELSIF p_group_ordered THEN
+                -- Its key's oldest live job, or held back by it: one probe of jobs_group_idx
+                -- for a live job of the key pushed before it. The oldest is still pending
+                -- here when this claim took it a moment ago, so a key gives one job per claim.
+                CONTINUE WHEN EXISTS (
+                    SELECT FROM postkit_queue.jobs o
+                    WHERE o.namespace = p_namespace AND o.queue = p_queue
+                      AND o.group_key = v_candidate.group_key AND o.id < v_candidate.id);
+            ELSE
+                -- What runs of its key (jobs_group_running_idx) and what this claim took.
+                SELECT count(*) INTO v_counted FROM (
+                    SELECT FROM postkit_queue.jobs o
+                    WHERE o.namespace = p_namespace AND o.queue = p_queue
+                      AND o.group_key = v_candidate.group_key AND o.state = 'running'
+                    LIMIT p_group_concurrency) running;
+                CONTINUE WHEN v_counted + cardinality(array_positions(v_keys, v_candidate.group_key))
+                              >= p_group_concurrency;
+            END IF;
+            v_ids := v_ids || v_candidate.id;
+            v_keys := v_keys || v_candidate.group_key;
+            EXIT WHEN cardinality(v_ids) >= v_allowed;
+        END LOOP;
+        -- Lock what was taken, in id order; a job another transaction holds (an operator's
+        -- cancel, say) or that left the queue meanwhile is skipped.
+        v_ids := ARRAY(
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.id = ANY (v_ids) AND j.state = 'pending'
+            ORDER BY j.id
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    -- The claim itself, as pull makes it: primary-key lookups of the locked ids.
+    RETURN QUERY
+    UPDATE postkit_queue.jobs j
+    SET state         = 'running',
+        attempts      = j.attempts + 1,
+        worker_id     = p_worker_id,
+        claim_token   = gen_random_uuid(),
+        claimed_at    = v_now,
+        visible_until = v_now + p_timeout
+    WHERE j.namespace = p_namespace AND j.id = ANY (v_ids)
+    RETURNING j.*;
+    GET DIAGNOSTICS v_claimed = ROW_COUNT;
+
+    IF p_rate_limit IS NOT NULL AND v_claimed > 0 THEN
+        -- The log keeps the last rate_period's claims, and this one.
+        UPDATE postkit_queue.flow_state f
+        SET window_at = v_at || v_now, window_claims = v_claims || v_claimed
+        WHERE f.namespace = p_namespace AND f.queue = p_queue;
+    END IF;
+END
+$$;
+
+-- rate_slot_at: when a rate-limited queue may claim again: NULL when it may now (its last
+-- rate_period holds fewer than rate_limit claims), else the moment enough of those claims have
+-- left the window. A waiting worker sleeps until then (next_run_at). The log lists claims in
+-- time order; the window at time T holds the entries after T - rate_period, so the queue may
+-- claim again once the entries after the k-th one sum to less than rate_limit, at the k-th
+-- entry's time plus rate_period.
+CREATE OR REPLACE FUNCTION postkit_queue.rate_slot_at(
+    p_namespace text, p_queue text, p_rate_limit integer, p_rate_period interval,
+    p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_slot timestamptz;
+BEGIN
+    IF p_rate_limit IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT CASE WHEN coalesce(sum(w.claims), 0) < p_rate_limit THEN NULL
+                ELSE min(w.at + p_rate_period) FILTER (WHERE w.later < p_rate_limit) END
+    INTO v_slot
+    FROM (
+        SELECT e.at, e.claims,
+               coalesce(sum(e.claims) OVER (ORDER BY e.n DESC
+                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                        0) AS later
+        FROM postkit_queue.flow_state f
+        CROSS JOIN LATERAL unnest(f.window_at, f.window_claims) WITH ORDINALITY AS e(at, claims, n)
+        WHERE f.namespace = p_namespace AND f.queue = p_queue AND e.at > p_now - p_rate_period
+    ) w;
+    RETURN v_slot;
+END
+$$;
