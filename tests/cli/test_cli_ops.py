@@ -642,6 +642,56 @@ def test_queue_configure_default_restores_the_built_in_value(run: Run, client: Q
     assert fields["backoff"].strip() == "1s doubling, up to 1h"
 
 
+def test_queue_configure_sets_and_lifts_flow_limits(run: Run, client: QueueClient) -> None:
+    client.push("webhooks", {})
+    commit(client)
+
+    text = ok(
+        run("queue", "configure", "webhooks", "--concurrency", "20", "--rate", "10/1s",
+            "--group-ordered")
+    ).output  # fmt: skip
+    kept = as_json(run("queue", "configure", "webhooks", "--max-attempts", "5", "--json"))
+    lifted = as_json(
+        run("queue", "configure", "webhooks", "--concurrency", "default", "--rate", "default",
+            "--no-group-ordered", "--json")
+    )  # fmt: skip
+
+    fields = dict(line.strip().split("  ", 1) for line in text.splitlines()[1:])
+    assert fields["concurrency"].strip() == "at most 20 running"
+    assert fields["rate"].strip() == "at most 10 claims per 1s"
+    assert fields["per group key"].strip() == "one at a time, in push order"
+    assert (kept["concurrency"], kept["rate_limit"], kept["rate_period"]) == (20, 10, 1.0)
+    assert kept["group_ordered"] is True
+    assert (lifted["concurrency"], lifted["rate_limit"], lifted["group_ordered"]) == (
+        None,
+        None,
+        False,
+    )
+
+
+def test_queue_configure_refuses_a_rate_that_is_not_claims_per_period(run: Run) -> None:
+    message = fails_cleanly(run("queue", "configure", "webhooks", "--rate", "10"), code=2)
+
+    assert "is not a rate: give claims/period, e.g. 10/1s" in message
+
+
+def test_stats_shows_running_against_the_limit_and_a_rate_limited_queue(
+    run: Run, client: QueueClient
+) -> None:
+    client.configure_queue("webhooks", concurrency=20, rate=(1, 3600))
+    for _ in range(2):
+        client.push("webhooks", {})
+    commit(client)
+    assert client.pull("webhooks") is not None
+    commit(client)
+
+    table = ok(run("stats")).output.splitlines()
+    (row,) = as_json(run("stats", "--json"))
+
+    assert table[1].split()[:5] == ["webhooks", "rate-limited", "1", "0", "1/20"]
+    assert row["concurrency"] == 20 and row["rate_limited_until"] is not None
+
+
 # -------------------------------------------------------------------------------------------
 # job
 # -------------------------------------------------------------------------------------------

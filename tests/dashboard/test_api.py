@@ -97,6 +97,22 @@ def test_the_overview_counts_each_queue_by_state(api: httpx.Client, q: QueueClie
     assert running is not None
 
 
+def test_the_overview_shows_a_queues_concurrency_limit_and_its_rate_limit_holding(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    q.configure_queue(Q, concurrency=5, rate=(1, 3600))
+    q.push(Q, {"n": 1})
+    q.push(Q, {"n": 2})
+    assert q.pull(Q, worker_id="w1") is not None
+
+    queues = {row["queue"]: row for row in ok(api.get("overview"))["queues"]}
+    policy = ok(api.get(f"queues/{Q}"))["policy"]
+
+    assert (queues[Q]["running"], queues[Q]["concurrency"]) == (1, 5)
+    assert queues[Q]["rate_limited_until"] is not None
+    assert (policy["concurrency"], policy["rate_limit"], policy["rate_period"]) == (5, 1, 3600.0)
+
+
 def test_the_overview_charts_each_queues_outcomes_per_minute(
     api: httpx.Client, q: QueueClient
 ) -> None:
