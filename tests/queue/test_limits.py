@@ -295,6 +295,11 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT count(*) FROM postkit_queue.stats(%(ns)s, p_cap => %(v)s)",
         around(limits.LIMITS["stats"]),
     ),
+    "limit-stats_page": Limit(
+        lambda ns, v: protocol.stats(ns, None, cap=10, limit=v),
+        "SELECT count(*) FROM postkit_queue.stats(%(ns)s, p_limit => %(v)s)",
+        around(limits.LIMITS["stats_page"]),
+    ),
     "limit-jobs": Limit(
         lambda ns, v: protocol.jobs(ns, "q", "pending", limit=v, after=None),
         "SELECT count(*) FROM postkit_queue.jobs(%(ns)s, 'q', 'pending', %(v)s)",

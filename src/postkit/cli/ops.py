@@ -145,8 +145,7 @@ def _stats_table(
             *([rate(row, 0), rate(row, 1)] if watching else []),
             count(row, row.pending),
             count(row, row.scheduled),
-            count(row, row.running)
-            + ("" if row.concurrency is None else f"/{row.concurrency}"),
+            count(row, row.running) + ("" if row.concurrency is None else f"/{row.concurrency}"),
             count(row, row.dead),
             format_duration(row.oldest_ready_age),
             row.completed_last_hour,

@@ -11,7 +11,7 @@ The API, per namespace ``{ns}``:
 =======  ===========================================  =========================================
 GET      /api/meta                                    namespaces, read-only flag, CSRF token
 GET      /api/overview                                every namespace's queues and workers
-GET      /api/ns/{ns}/overview                        queues' counts and rates, charts, workers
+GET      /api/ns/{ns}/overview                        ?after=: a page of queues, charts, workers
 GET      /api/ns/{ns}/queues/{queue}                  a queue's counts and policy
 GET      /api/ns/{ns}/queues/{queue}/jobs             ?state=pending|scheduled|running|dead
                                                       &cursor=
@@ -104,7 +104,10 @@ def create_app(settings: DashboardSettings) -> Starlette:
     reads = [
         Route("/api/meta", endpoint(lambda r, b: source.meta())),
         Route("/api/overview", endpoint(lambda r, b: source.overview_all())),
-        Route("/api/ns/{ns}/overview", endpoint(lambda r, b: source.overview(ns(r)))),
+        Route(
+            "/api/ns/{ns}/overview",
+            endpoint(lambda r, b: source.overview(ns(r), r.query_params.get("after") or None)),
+        ),
         Route(
             "/api/ns/{ns}/queues/{queue}",
             endpoint(lambda r, b: source.queue(ns(r), _name(r, "queue"))),

@@ -56,6 +56,11 @@ CHARTED_QUEUES = 12
 """How many queues the overview charts: the busiest of the last hour. A chart for each queue of
 a namespace with a thousand queues would redraw a thousand canvases at every refresh."""
 
+OVERVIEW_QUEUES = 100
+"""How many queues a page of the overview lists, in name order (``next_after`` leads to the
+next page): each queue's counts cost a few index probes, so a namespace of thousands of queues
+is read a page at a time. The view across namespaces lists as many of each namespace's."""
+
 
 class NotFound(LookupError):
     """No such job, dead letter, queue or namespace for this dashboard."""
@@ -141,13 +146,15 @@ class DashboardSource:
                 (ns, QueueClient(cursor, namespace=ns).stats(cap=STATS_CAP)) for ns in namespaces
             ]
 
-    def overview(self, namespace: str) -> dict[str, Any]:
-        """Every queue with its counts and rates, the outcome series of the last hour per
-        minute of the :data:`CHARTED_QUEUES` busiest queues (``charted``, busiest first), and
-        the workers alive and lost."""
+    def overview(self, namespace: str, after: str | None = None) -> dict[str, Any]:
+        """A page of the queues (:data:`OVERVIEW_QUEUES`, in name order, after the queue
+        ``after``) with their counts and rates, and ``next_after`` (the name the next page
+        starts after; None on the last page); the outcome series of the last hour per minute of
+        the :data:`CHARTED_QUEUES` busiest queues of the namespace (``charted``, busiest
+        first), and the workers alive and lost."""
         with self.client(namespace) as q:
             now = q.clock()
-            stats = q.stats(cap=STATS_CAP)
+            stats = q.stats(cap=STATS_CAP, after=after, limit=OVERVIEW_QUEUES + 1)
             series = q.outcome_series(since=now - HISTORY)
             workers = q.workers()
         per_queue: dict[str, list[Any]] = {}
@@ -163,9 +170,12 @@ class DashboardSource:
             )
         outcomes = {name: sum(sum(p[1:]) for p in points) for name, points in per_queue.items()}
         charted = sorted(outcomes, key=lambda name: (-outcomes[name], name))[:CHARTED_QUEUES]
+        shown = stats[:OVERVIEW_QUEUES]
         return {
             "now": now.isoformat(),
-            "queues": [_stats(row) for row in stats],
+            "queues": [_stats(row) for row in shown],
+            "after": after,
+            "next_after": shown[-1].queue if len(stats) > OVERVIEW_QUEUES else None,
             "charted": charted,
             "series": {name: per_queue[name] for name in charted},
             "workers": {
@@ -185,10 +195,12 @@ class DashboardSource:
             for namespace in shown:
                 q = QueueClient(cursor, namespace=namespace)
                 workers = q.workers()
+                stats = q.stats(cap=STATS_CAP, limit=OVERVIEW_QUEUES + 1)
                 rows.append(
                     {
                         "namespace": namespace,
-                        "queues": [_stats(row) for row in q.stats(cap=STATS_CAP)],
+                        "queues": [_stats(row) for row in stats[:OVERVIEW_QUEUES]],
+                        "more_queues": len(stats) > OVERVIEW_QUEUES,
                         "workers": {
                             "alive": sum(not w.lost for w in workers),
                             "lost": sum(w.lost for w in workers),

@@ -142,6 +142,7 @@ LIMITS: dict[str, Bounds] = {
     "tick_timeouts": Bounds(1, 100_000),
     "dead_letters": Bounds(1, 10_000),
     "stats": Bounds(1, 10_000_000),
+    "stats_page": Bounds(1, 10_000),
     "jobs": Bounds(1, 10_000),
     "redrive": Bounds(1, 100_000),
     "prune": Bounds(1, 100_000),
@@ -152,8 +153,8 @@ LIMITS: dict[str, Bounds] = {
     "count_dead_letters": Bounds(1, 10_000_000),
     "job_lineage": Bounds(1, 1000),
 }
-"""The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan)
-each SQL function accepts."""
+"""The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan, the
+page's ``limit`` for stats_page) each SQL function accepts."""
 
 SEARCH_SCAN = 2_000
 """How many dead letters ``search_dead_letters`` reads per call unless told otherwise (the SQL

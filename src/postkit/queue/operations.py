@@ -147,14 +147,25 @@ class Operations:
             )
         )
 
-    def stats(self, queue: str | None = None, *, cap: int = 100_000) -> list[QueueStats]:
-        """Per queue (or one queue): pending, scheduled, running and dead counts, the age of
-        the oldest ready job, outcomes in the last minute and hour, and mean attempts.
+    def stats(
+        self,
+        queue: str | None = None,
+        *,
+        cap: int = 100_000,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[QueueStats]:
+        """Per queue (or one queue), in name order: pending, scheduled, running and dead
+        counts, the age of the oldest ready job, outcomes in the last minute and hour, mean
+        attempts, and the flow limits in force.
 
         Fast at any size: live counts are exact up to ``cap`` and then reported as ``cap``
-        with ``counts_capped`` set; outcomes come from counters kept as jobs settle.
+        with ``counts_capped`` set; outcomes come from counters kept as jobs settle. Each queue
+        costs a few index probes, so a namespace of thousands of queues is read a page at a
+        time: ``limit`` queues (at most 10,000) named after ``after`` (the last queue of the
+        previous page).
         """
-        return self._run(protocol.stats(self._namespace, queue, cap=cap))
+        return self._run(protocol.stats(self._namespace, queue, cap=cap, after=after, limit=limit))
 
     def jobs(
         self,

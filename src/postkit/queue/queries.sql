@@ -285,7 +285,8 @@ SELECT s.queue, s.paused, s.pending, s.scheduled, s.running, s.dead, s.counts_ca
        s.oldest_ready_age, s.completed_last_minute, s.completed_last_hour,
        s.failed_last_minute, s.failed_last_hour, s.retried_last_hour, s.rescued_last_hour,
        s.mean_attempts::pg_catalog.float8 AS mean_attempts, s.concurrency, s.rate_limited_until
-FROM postkit_queue.stats(%(namespace)s, %(queue)s, %(cap)s::integer) AS s;
+FROM postkit_queue.stats(
+    %(namespace)s, %(queue)s, %(cap)s::integer, %(after)s, %(limit)s::integer) AS s;
 
 -- name: jobs
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,

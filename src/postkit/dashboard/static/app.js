@@ -208,8 +208,9 @@ function queueBadges(q) {
 const CAP = 10000; // the server's stats cap: a count that reached it reads "10,000+"
 const COLORS = { completed: "#1f8a4c", failed: "#c53030", retried: "#b7791f", rescued: "#6b46c1" };
 
-async function viewOverview(main) {
-  const data = await api(nsPath("/overview"));
+async function viewOverview(main, params) {
+  const after = params.get("after");
+  const data = await api(nsPath("/overview" + (after ? "?after=" + encodeURIComponent(after) : "")));
   const rows = data.queues.map((q) => h("tr", { "data-queue": q.queue },
     h("td", {}, link(q.queue, nsHash("/queue/" + encodeURIComponent(q.queue))),
       " ", queueBadges(q)),
@@ -228,6 +229,12 @@ async function viewOverview(main) {
       ? table(["queue", "pending#", "scheduled#", "running#", "dead#", "oldest ready#",
         "done/min#", "failed/min#", "retried/h#", "rescued/h#"], rows, { id: "queues" })
       : notice("No queues in this namespace yet. Push a job, or run `postkit demo` for data."),
+    h("p", {},
+      data.after ? link("← First queues", nsHash(""), { id: "first-queues" }) : null,
+      data.after && data.next_after ? " · " : null,
+      data.next_after
+        ? link("More queues →", nsHash("/overview?after=" + encodeURIComponent(data.next_after)), { id: "more-queues" })
+        : null),
     h("h2", {}, "Outcomes per minute, last hour, of the busiest queues"),
     h("div", { class: "legend" }, Object.entries(COLORS).map(([name, color]) =>
       h("span", {}, swatch(color), name))),
@@ -257,6 +264,10 @@ async function viewAll(main) {
           " ", q.paused ? badge("paused", "paused") : null),
         count(q, "pending"), count(q, "scheduled"), count(q, "running"), count(q, "dead"),
         h("td", { class: "num" }, fmtAge(q.oldest_ready_age)), h("td", {}, workersCell(ns))));
+    }
+    if (ns.more_queues) {
+      rows.push(h("tr", { "data-namespace": ns.namespace }, h("td", {}, nsLink),
+        h("td", { class: "muted", colspan: "7" }, link("more queues in this namespace's overview →", "#/ns/" + encodeURIComponent(ns.namespace)))));
     }
   }
   fill(main, 
@@ -568,7 +579,7 @@ async function render() {
     else if (view === "schedules") await viewSchedules(draft);
     else if (view === "workers") await viewWorkers(draft);
     else if (view === "all") await viewAll(draft);
-    else await viewOverview(draft);
+    else await viewOverview(draft, params);
     if (!current()) {
       (draft.charts || new Map()).forEach((chart) => chart.destroy());
       return;

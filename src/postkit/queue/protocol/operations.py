@@ -354,11 +354,20 @@ def register_queues(namespace: str, queues: Sequence[str]) -> Call[int]:
     return Call("register_queues", params, lambda rows: int(read.scalar(rows)))
 
 
-def stats(namespace: str, queue: str | None, *, cap: int) -> Call[list[QueueStats]]:
+def stats(
+    namespace: str,
+    queue: str | None,
+    *,
+    cap: int,
+    after: str | None = None,
+    limit: int | None = None,
+) -> Call[list[QueueStats]]:
     params = check.base(
         namespace,
         queue=check.name("queue", queue, required=False),
         cap=check.limit("stats", cap, "cap"),
+        after=check.name("after", after, required=False),
+        limit=None if limit is None else check.limit("stats_page", limit),
     )
     return Call("stats", params, lambda rows: [QueueStats(**row) for row in rows])
 

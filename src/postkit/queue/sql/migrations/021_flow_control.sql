@@ -41,4 +41,4 @@ CREATE TABLE postkit_queue.flow_state (
     window_claims integer[]     NOT NULL DEFAULT '{}',
     PRIMARY KEY (namespace, queue)
 );
--- schema: a943354af26aaef0
+-- schema: a508d8d180a9e3fd

@@ -9,11 +9,14 @@
 -- stats: per queue, how many jobs are pending (ready now), scheduled (delayed), running and
 -- dead; the age of the oldest ready job; outcomes in the last minute and hour; mean attempts
 -- of completed jobs; the queue's concurrency limit and, while its rate limit holds claims
--- back, when the next claim may be made. Live counts are exact up to p_cap and then reported as p_cap with
+-- back, when the next claim may be made. Queues come in name order; p_after and p_limit page
+-- through them (the queues named after p_after, at most p_limit of them: a namespace of
+-- thousands of queues is read a page at a time). Live counts are exact up to p_cap and then reported as p_cap with
 -- counts_capped = true: each count is an index range scan that stops at p_cap rows, so stats
 -- stays fast on a backlog of millions (a full COUNT(*) would read every row).
 CREATE OR REPLACE FUNCTION postkit_queue.stats(
-    p_namespace text, p_queue text DEFAULT NULL, p_cap integer DEFAULT 100000)
+    p_namespace text, p_queue text DEFAULT NULL, p_cap integer DEFAULT 100000,
+    p_after text DEFAULT NULL, p_limit integer DEFAULT NULL)
 RETURNS TABLE (
     queue text, paused boolean, pending bigint, scheduled bigint, running bigint, dead bigint,
     counts_capped boolean, oldest_ready_age interval,
@@ -39,11 +42,18 @@ BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, false);
     PERFORM postkit_queue.check_limit(p_cap, 10000000);
+    PERFORM postkit_queue.check_name('after', p_after, false);
+    IF p_limit IS NOT NULL THEN
+        PERFORM postkit_queue.check_limit(p_limit, 10000);
+    END IF;
     FOR v_queue IN
-        SELECT q FROM postkit_queue.queues(p_namespace) AS q
-        WHERE p_queue IS NULL OR q = p_queue
-        UNION SELECT p_queue WHERE p_queue IS NOT NULL
+        SELECT q FROM (
+            SELECT q FROM postkit_queue.queues(p_namespace) AS q
+            WHERE p_queue IS NULL OR q = p_queue
+            UNION SELECT p_queue WHERE p_queue IS NOT NULL) listed(q)
+        WHERE p_after IS NULL OR q > p_after
         ORDER BY 1
+        LIMIT p_limit
     LOOP
         queue := v_queue;
         v_policy := postkit_queue.queue_policy(p_namespace, v_queue);
