@@ -114,9 +114,10 @@ def queue(conn: psycopg.Connection, namespace: str) -> QueueClient:
 @pytest.fixture
 def make_client(
     connect: Callable[..., psycopg.Connection], namespace: str
-) -> Callable[[], QueueClient]:
-    """Clients on connections of their own, as separate workers would have."""
-    return lambda: QueueClient(connect().cursor(), namespace=namespace)
+) -> Callable[..., QueueClient]:
+    """Clients on connections of their own, as separate workers would have; keyword arguments
+    go to the connection (``autocommit=True``: each call commits on its own)."""
+    return lambda **kwargs: QueueClient(connect(**kwargs).cursor(), namespace=namespace)
 
 
 @pytest.fixture

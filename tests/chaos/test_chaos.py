@@ -23,7 +23,10 @@ Faults, spread over the push window at times drawn from a seeded random generato
 A worker process that dies on its own (a poison pill) is restarted too, as a supervisor would.
 
 The queues keep completed jobs (retain_completed), so every acked job is on record with the
-attempt and the worker that acked it. At the end, with nothing left pending or running:
+attempt and the worker that acked it. The transactional queue has a global concurrency limit
+(flow control) of fewer jobs than the workers have slots, and a thread samples its running
+jobs throughout, faults included: the count never exceeds the limit. At the end, with nothing
+left pending or running:
 
 - no job is lost: every pushed job is either completed or dead-lettered, never both;
 - the transactional effect of every completed job happened exactly once, written by the very
@@ -60,6 +63,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,6 +83,8 @@ QUEUE = "chaos"
 PLAIN_QUEUE = "chaos_plain"
 NAMESPACE = "chaos"
 WORKER_SCRIPT = Path(__file__).with_name("chaos_worker.py")
+QUEUE_CONCURRENCY = 6
+"""The transactional queue's concurrency limit: fewer than the workers' slots (4 x 4 in CI)."""
 DB_DEADLINE = 60.0
 """Seconds the test keeps retrying its own statements while the server is down or restarting."""
 
@@ -189,6 +195,49 @@ class Database:
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
+
+
+class RunningSampler:
+    """A thread that counts the running jobs of one queue every few milliseconds on a
+    connection of its own, through crashes (a sample that fails is skipped), and keeps the
+    most it saw."""
+
+    def __init__(self, dsn: str, queue: str) -> None:
+        self.dsn = dsn
+        self.queue = queue
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="running-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        connection: psycopg.Connection[Any] | None = None
+        while not self._stop.wait(0.005):  # a sample every few milliseconds
+            try:
+                if connection is None or connection.closed:
+                    connection = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+                row = connection.execute(
+                    "SELECT count(*) FROM postkit_queue.jobs"
+                    " WHERE namespace = %s AND queue = %s AND state = 'running'",
+                    (NAMESPACE, self.queue),
+                ).fetchone()
+                assert row is not None
+                self.peak = max(self.peak, int(row[0]))
+                self.samples += 1
+            except psycopg.OperationalError:
+                if connection is not None:
+                    connection.close()
+                connection = None
+                self._stop.wait(0.2)  # the server is away (crashed on purpose)
+        if connection is not None:
+            connection.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +362,7 @@ class Chaos:
         self.timings: dict[str, float] = {}
         self.unexpected_exits: list[str] = []
         self.unrun_examples: list[str] = []
+        self.sampler = RunningSampler(self.dsn, QUEUE)
         self.started = time.monotonic()
 
     def log(self, message: str) -> None:
@@ -326,11 +376,12 @@ class Chaos:
             connection.execute(SCHEMA)
             # Keep completed jobs (postkit_queue.completed_jobs), with the attempt and worker
             # that acked each, for the books.
-            for queue in (QUEUE, PLAIN_QUEUE):
+            # The transactional queue runs at most QUEUE_CONCURRENCY jobs at once.
+            for queue, limit in ((QUEUE, QUEUE_CONCURRENCY), (PLAIN_QUEUE, None)):
                 connection.execute(
                     "SELECT postkit_queue.configure_queue(p_namespace => %s, p_queue => %s,"
-                    " p_retain_completed => interval '1 day')",
-                    (NAMESPACE, queue),
+                    " p_retain_completed => interval '1 day', p_concurrency => %s)",
+                    (NAMESPACE, queue, limit),
                 )
 
     def batches(self) -> list[Batch]:
@@ -542,6 +593,7 @@ class Chaos:
         self.install()
         batches = self.batches()
         faults = self.faults()
+        self.sampler.start()
         for slot in self.slots:
             slot.start()
 
@@ -577,6 +629,7 @@ class Chaos:
 
         wait_until(drained, stuck, config.drain_timeout, interval=0.25)
         self.timings["drain (s)"] = round(time.monotonic() - drain_began, 1)
+        self.sampler.stop()
 
         for slot in self.slots:
             # Once it handles SIGTERM (a fresh incarnation may not yet); a worker that is not
@@ -597,6 +650,7 @@ class Chaos:
         self.timings["seconds in all"] = round(time.monotonic() - self.started, 1)
 
     def stop_all(self) -> None:
+        self.sampler.stop()
         for slot in self.slots:
             slot.kill()
         self.db.close()
@@ -755,6 +809,8 @@ class Chaos:
                 "stale settles refused": self.log_lines("but its claim was stale"),
                 "attempts charged without a run": unrun_nacks,
                 "tracebacks in worker logs": self.log_lines("Traceback (most recent call last)"),
+                f"most running at once, {QUEUE} (limit {QUEUE_CONCURRENCY})": self.sampler.peak,
+                "running-count samples": self.sampler.samples,
             }
         )
         mix = collections.Counter(f"{queue} {kind}" for queue, kind, _, _ in pushed.values())
@@ -774,6 +830,10 @@ class Chaos:
         assert not self.figures["tracebacks in worker logs"], "\n".join(
             f"--- {slot.worker_id}\n{slot.log_tail(60)}" for slot in self.slots
         )
+        assert self.sampler.peak <= QUEUE_CONCURRENCY, (
+            f"{self.sampler.peak} jobs of {QUEUE} ran at once; its limit is {QUEUE_CONCURRENCY}"
+        )
+        assert self.sampler.peak == QUEUE_CONCURRENCY, "the workers never filled the limit"
         for fault in ("SIGKILLs", "SIGSTOPs", "server crashes", "connection drops"):
             assert self.figures[fault] > 0, f"the run injected no {fault}"
         assert self.figures["poison pill deaths"] > 0, "no poison pill ever ran"

@@ -3,8 +3,8 @@ of their own, and for tests that read the plans the functions really run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -18,6 +18,30 @@ BLOCK_TIMEOUT = 10.0
 
 def backend_pid(client: QueueClient) -> int:
     return int(client.cursor.connection.info.backend_pid)
+
+
+def commit(client: QueueClient) -> None:
+    client.cursor.connection.commit()
+
+
+def rollback(client: QueueClient) -> None:
+    client.cursor.connection.rollback()
+
+
+def forbid_waiting(client: QueueClient) -> None:
+    """Make every later statement of this session fail instead of waiting on a lock: the lock
+    holders in these tests stay open until the test itself ends them, so any wait would hit
+    the timeout and raise LockNotAvailable."""
+    client.cursor.execute("SET lock_timeout = '2s'")
+    commit(client)
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    """Threads for calls that must run beside the test's own: a call that blocks, or many
+    clients started together."""
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        yield pool
 
 
 @pytest.fixture

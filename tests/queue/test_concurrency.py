@@ -15,42 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
-import pytest
 
 from postkit.queue import QueueClient, install, installed_version, latest_version
 from postkit.queue.records import Job
+from tests.queue.conftest import commit, forbid_waiting, rollback
 from tests.queue.legacy import install_legacy, legacy_files, push_in_every_state
 
 T = TypeVar("T")
 
 BLOCK_TIMEOUT = 10.0
 """How long a test waits to see a backend blocked, or a blocked call to finish, before failing."""
-
-
-def backend_pid(client: QueueClient) -> int:
-    return int(client.cursor.connection.info.backend_pid)
-
-
-def commit(client: QueueClient) -> None:
-    client.cursor.connection.commit()
-
-
-def rollback(client: QueueClient) -> None:
-    client.cursor.connection.rollback()
-
-
-def forbid_waiting(client: QueueClient) -> None:
-    """Make every later statement of this session fail instead of waiting on a lock: the lock
-    holders in these tests stay open until the test itself ends them, so any wait would hit
-    the timeout and raise LockNotAvailable."""
-    client.cursor.execute("SET lock_timeout = '2s'")
-    commit(client)
-
-
-@pytest.fixture
-def executor() -> Any:
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        yield pool
 
 
 def push_committed(client: QueueClient, queue_name: str, count: int) -> list[int]:

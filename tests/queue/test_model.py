@@ -16,6 +16,11 @@ random in ``[base * 2^(n-1), 2 * base * 2^(n-1)]`` capped, whose drawn value is 
 checked against its bounds), releases, visibility deadlines and their extension, and
 dead-lettering (nack with no attempts left, fail, a timeout with no attempts left).
 
+It covers two flow limits (flow.sql) as part of each queue's policy: a global ``concurrency``
+(a pull claims no more than the room under it) and ``group_ordered`` over the jobs' group keys
+(a job is claimed only while no older live job and no running job of its key exists), and
+checks after every step that no queue runs more than its limit, nor an ordered key two jobs.
+
 Time without sleeping
 ---------------------
 The SQL clock is ``statement_timestamp() + postkit_queue.clock_offset``; the model's clock is
@@ -102,6 +107,8 @@ class Policy:
     visibility_timeout: int
     backoff_base: int
     backoff_cap: int
+    concurrency: int | None = None
+    group_ordered: bool = False
 
 
 policies = st.builds(
@@ -110,7 +117,10 @@ policies = st.builds(
     visibility_timeout=minutes,
     backoff_base=minutes,
     backoff_cap=st.integers(1, 60).map(lambda n: n * UNIT),
+    concurrency=st.sampled_from([None, None, 1, 2]),
+    group_ordered=st.sampled_from([False, False, True]),
 )
+GROUP_KEYS = st.sampled_from([None, None, "g1", "g2"])
 
 
 @dataclasses.dataclass
@@ -124,6 +134,7 @@ class ModelJob:
     backoff_base: int | None
     backoff_cap: int | None
     run_at: Instant
+    group_key: str | None = None
     state: str = "pending"  # pending, running, dead, done
     attempts: int = 0
     worker_id: str | None = None
@@ -179,6 +190,9 @@ class QueueModel(RuleBasedStateMachine):
         self.seq = 0
         self.started = time.monotonic()
         self.policies: dict[str, Policy] = {}
+        # Queues whose limits changed since the invariant last saw their running jobs within
+        # them: claims made before a change may exceed the new limits until they settle.
+        self.reconfigured: set[str] = set()
         self.jobs: dict[int, ModelJob] = {}
         self.claims: list[Job] = []
         # The claim tokens the client remembers: of the jobs it pulled and has not settled.
@@ -261,6 +275,29 @@ class QueueModel(RuleBasedStateMachine):
             if job.state == "pending" and job.queue == queue and job.run_at.at <= self.now
         ]
 
+    def _claimable(self, queue: str, limit: int) -> tuple[list[ModelJob], int]:
+        """The due jobs a pull of ``queue`` may take under its flow limits, and the most it
+        may take: ``limit``, or less when the concurrency limit leaves less room. Of an
+        ordered queue, a job whose key has an older live job or a running one waits."""
+        policy = self.policies[queue]
+        mine = [job for job in self.jobs.values() if job.live and job.queue == queue]
+        due = self._due(queue)
+        if policy.group_ordered:
+            due = [
+                job
+                for job in due
+                if job.group_key is None
+                or not any(
+                    other.group_key == job.group_key
+                    and (other.id < job.id or other.state == "running")
+                    for other in mine
+                )
+            ]
+        if policy.concurrency is not None:
+            running = sum(job.state == "running" for job in mine)
+            limit = min(limit, max(policy.concurrency - running, 0))
+        return due, limit
+
     def _bury(self, job: ModelJob, reason: str) -> None:
         job.state = "dead"
         job.reason = reason
@@ -310,8 +347,9 @@ class QueueModel(RuleBasedStateMachine):
         """Every example starts with some jobs, some of them claimed, and some claimed,
         released and claimed again (whose first claim is stale): Hypothesis's swarm testing
         switches whole rules off for some examples, and those still have work to settle."""
+        # The flow limits come after the setup, which expects its pulls to claim.
         for queue, policy in zip(QUEUES, policies, strict=True):
-            self._configure(queue, policy)
+            self._configure(queue, dataclasses.replace(policy, concurrency=None))
         for _ in range(jobs):
             self.push("a", 0, None, None, None, None, None)
         for _ in range(claimed):
@@ -322,19 +360,22 @@ class QueueModel(RuleBasedStateMachine):
             self.settle_claim(self.claims[-1], "release", "job", None, None, UNIT)
             self.pull("b", "w2", None, 1)
             assert self.claims[-1].id == self.claims[-2].id
+        for queue, policy in zip(QUEUES, policies, strict=True):
+            self._configure(queue, policy)
 
     def _configure(self, queue: str, policy: Policy) -> None:
-        # Through SQL with named arguments: configure_queue has more settings than these four,
+        # Through SQL with named arguments: configure_queue has more settings than these six,
         # which are all the state machine reads.
         row = self.connection.execute(
             "SELECT p.max_attempts, extract(epoch FROM p.visibility_timeout)::float8,"
             "       extract(epoch FROM p.backoff_base)::float8,"
-            "       extract(epoch FROM p.backoff_cap)::float8"
+            "       extract(epoch FROM p.backoff_cap)::float8, p.concurrency, p.group_ordered"
             " FROM postkit_queue.configure_queue("
             "     p_namespace => %s, p_queue => %s, p_max_attempts => %s,"
             "     p_visibility_timeout => %s * interval '1 second',"
             "     p_backoff_base => %s * interval '1 second',"
-            "     p_backoff_cap => %s * interval '1 second') AS p",
+            "     p_backoff_cap => %s * interval '1 second',"
+            "     p_concurrency => %s, p_group_ordered => %s) AS p",
             (
                 self.namespace,
                 queue,
@@ -342,6 +383,8 @@ class QueueModel(RuleBasedStateMachine):
                 policy.visibility_timeout,
                 policy.backoff_base,
                 policy.backoff_cap,
+                policy.concurrency,
+                policy.group_ordered,
             ),
         ).fetchone()
         assert row == (
@@ -349,8 +392,11 @@ class QueueModel(RuleBasedStateMachine):
             policy.visibility_timeout,
             policy.backoff_base,
             policy.backoff_cap,
+            policy.concurrency,
+            policy.group_ordered,
         ), f"configure_queue returned {row} for {policy}"
         self.policies[queue] = policy
+        self.reconfigured.add(queue)
 
     # ---------------------------------------------------------------------------------------
     # The state machine. Few rules, each with many cases: Hypothesis's swarm testing turns
@@ -366,6 +412,7 @@ class QueueModel(RuleBasedStateMachine):
         unique_key=st.sampled_from([None, None, None, "k"]),
         backoff_base=st.sampled_from([None, None, UNIT, 2 * UNIT]),
         backoff_cap=st.sampled_from([None, None, 2 * UNIT, 10 * UNIT]),
+        group_key=GROUP_KEYS,
     )
     def push(
         self,
@@ -376,6 +423,7 @@ class QueueModel(RuleBasedStateMachine):
         unique_key: str | None,
         backoff_base: int | None,
         backoff_cap: int | None,
+        group_key: str | None = None,
     ) -> None:
         self.payloads += 1
         payload = {"n": self.payloads}
@@ -388,6 +436,7 @@ class QueueModel(RuleBasedStateMachine):
             unique_key=unique_key,
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
+            group_key=group_key,
         )
         seq = self._tick_seq()
         duplicate = unique_key is not None and any(
@@ -409,6 +458,7 @@ class QueueModel(RuleBasedStateMachine):
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
             run_at=Instant(self.now + (delay or 0), seq),
+            group_key=group_key,
         )
 
     @rule(
@@ -420,7 +470,7 @@ class QueueModel(RuleBasedStateMachine):
     def pull(
         self, queue: str, worker_id: str | None, visibility_timeout: int | None, limit: int
     ) -> None:
-        due = self._due(queue)
+        due, allowed = self._claimable(queue, limit)
         if limit == 1:
             job = self.client.pull(
                 queue, worker_id=worker_id, visibility_timeout=visibility_timeout
@@ -430,7 +480,7 @@ class QueueModel(RuleBasedStateMachine):
             claimed = self.client.pull_batch(
                 queue, limit=limit, worker_id=worker_id, visibility_timeout=visibility_timeout
             )
-        self._check_pull(claimed, due, queue, worker_id, visibility_timeout, limit)
+        self._check_pull(claimed, due, queue, worker_id, visibility_timeout, allowed)
 
     def _check_pull(
         self,
@@ -448,7 +498,9 @@ class QueueModel(RuleBasedStateMachine):
         assert ids <= {job.id for job in due}, (
             f"pulled {sorted(ids)} but only {sorted(job.id for job in due)} are due"
         )
-        assert len(claimed) == min(limit, len(due))
+        assert len(claimed) == min(limit, len(due)), (
+            f"pulled {len(claimed)} of {len(due)} claimable jobs, with room for {limit}"
+        )
         for taken in (self.jobs[i] for i in ids):
             for left in due:
                 if left.id not in ids:
@@ -643,7 +695,9 @@ class QueueModel(RuleBasedStateMachine):
             assert sorted(acked) == expected, (
                 f"ack_and_pull acked {sorted(acked)}, model {expected}"
             )
-            self._check_pull(claimed, self._due(queue), queue, worker_id, UNIT, limit)
+            # The acks come first, in the same statement: their slots are free for the pull.
+            due, allowed = self._claimable(queue, limit)
+            self._check_pull(claimed, due, queue, worker_id, UNIT, allowed)
 
     @rule(limit=st.sampled_from([1, 2, 1000]))
     def tick_timeouts(self, limit: int) -> None:
@@ -762,6 +816,25 @@ class QueueModel(RuleBasedStateMachine):
     # ---------------------------------------------------------------------------------------
     # What the database shows must be what the model says.
     # ---------------------------------------------------------------------------------------
+
+    @invariant()
+    def no_queue_runs_more_than_its_flow_limits_allow(self) -> None:
+        rows = self.connection.execute(
+            "SELECT queue, group_key FROM postkit_queue.jobs"
+            " WHERE namespace = %s AND state = 'running'",
+            (self.namespace,),
+        ).fetchall()
+        for queue, policy in self.policies.items():
+            keys = [key for name, key in rows if name == queue]
+            grouped = [key for key in keys if key is not None]
+            within = (policy.concurrency is None or len(keys) <= policy.concurrency) and (
+                not policy.group_ordered or len(grouped) == len(set(grouped))
+            )
+            if queue in self.reconfigured:
+                if within:
+                    self.reconfigured.discard(queue)
+                continue
+            assert within, f"{queue} runs {keys} under {policy}"
 
     @invariant()
     def the_example_stays_within_the_timing_margin(self) -> None:

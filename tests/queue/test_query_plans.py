@@ -442,7 +442,7 @@ OPERATIONS_GUARDED = {
     ),
     "prune, archived jobs": ("prune(text,integer)", PRUNE_COMPLETED),
     "prune, job results": ("prune(text,integer)", PRUNE_RESULTS),
-    "stats": ("stats(text,text,integer)", STATS_DEAD),
+    "stats": ("stats(text,text,integer,text,integer)", STATS_DEAD),
 }
 
 DEAD_PER_NAMESPACE = 3000

@@ -12,7 +12,6 @@ import contextlib
 import os
 import queue as stdlib_queue
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -30,6 +29,7 @@ from psycopg import sql
 from postkit.errors import InvalidDurationError, PermanentError, RetryLater
 from postkit.queue import Job, QueueClient, ResultListener, limits
 from postkit.worker import Handlers, Worker, error_summary
+from tests.processes import WorkerProcess
 from tests.signals import wait_for, wait_until
 from tests.threads import QUIET, worker_threads
 
@@ -1113,62 +1113,6 @@ WORKER_SCRIPT = textwrap.dedent(
 )
 
 
-class WorkerProcess:
-    """A worker in a process of its own, whose output the test reads line by line."""
-
-    def __init__(
-        self,
-        script: Path,
-        dsn: str,
-        namespace: str,
-        *,
-        grace: float,
-        visibility: float,
-        timeout: float,
-        concurrency: int,
-    ):
-        arguments = [dsn, namespace, str(grace), str(visibility), str(timeout), str(concurrency)]
-        self.process = subprocess.Popen(
-            [sys.executable, str(script), *arguments],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=script.parent,
-        )
-        self.output: list[str] = []
-        self._lines: stdlib_queue.SimpleQueue[str | None] = stdlib_queue.SimpleQueue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
-
-    def expect(self, prefix: str, timeout: float = 15.0) -> str:
-        """Read lines until one starts with ``prefix``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.001))
-            except stdlib_queue.Empty:
-                pytest.fail(f"no line {prefix!r} within {timeout:.0f}s; output: {self.output}")
-            if line is None:
-                pytest.fail(f"the worker exited before printing {prefix!r}: {self.output}")
-            self.output.append(line)
-            if line.startswith(prefix):
-                return line
-
-    def wait(self, timeout: float = 15.0) -> int:
-        try:
-            code = self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the worker did not exit within {timeout:.0f}s; output: {self.output}")
-        while (line := self._lines.get(timeout=5)) is not None:
-            self.output.append(line)
-        return code
-
-
 @pytest.fixture
 def spawn_worker(
     tmp_path: Path, dsn: str, namespace: str
@@ -1180,15 +1124,8 @@ def spawn_worker(
     def _spawn(
         *, grace: float = 1.0, visibility: float = 30.0, timeout: float = 60.0, concurrency: int = 8
     ) -> WorkerProcess:
-        worker = WorkerProcess(
-            script,
-            dsn,
-            namespace,
-            grace=grace,
-            visibility=visibility,
-            timeout=timeout,
-            concurrency=concurrency,
-        )
+        arguments = [dsn, namespace, str(grace), str(visibility), str(timeout), str(concurrency)]
+        worker = WorkerProcess([sys.executable, str(script), *arguments], cwd=script.parent)
         spawned.append(worker)
         return worker
 

@@ -26,10 +26,13 @@ ALTER TABLE postkit_queue.dead_letters ADD COLUMN group_key text;
 ALTER TABLE postkit_queue.queue_settings
     ADD COLUMN concurrency integer CHECK (concurrency BETWEEN 1 AND 100000),
     ADD COLUMN rate_limit integer CHECK (rate_limit BETWEEN 1 AND 100000),
-    ADD COLUMN rate_period interval,
+    ADD COLUMN rate_period interval
+        CHECK (rate_period > interval '0' AND rate_period <= interval '1 day'),
     ADD COLUMN group_concurrency integer CHECK (group_concurrency BETWEEN 1 AND 10000),
     ADD COLUMN group_ordered boolean NOT NULL DEFAULT false,
-    ADD CONSTRAINT queue_settings_rate_check CHECK ((rate_limit IS NULL) = (rate_period IS NULL));
+    ADD CONSTRAINT queue_settings_rate_check CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    ADD CONSTRAINT queue_settings_ordered_check
+        CHECK (NOT group_ordered OR group_concurrency IS NULL OR group_concurrency = 1);
 CREATE INDEX jobs_group_idx ON postkit_queue.jobs (namespace, queue, group_key, id)
     WHERE group_key IS NOT NULL;
 CREATE INDEX jobs_group_running_idx ON postkit_queue.jobs (namespace, queue, group_key)
@@ -41,4 +44,4 @@ CREATE TABLE postkit_queue.flow_state (
     window_claims integer[]     NOT NULL DEFAULT '{}',
     PRIMARY KEY (namespace, queue)
 );
--- schema: a508d8d180a9e3fd
+-- schema: 0b12c0ff2fe4cee1

@@ -166,6 +166,11 @@ END
 $$;
 
 -- pull_any: claim up to p_limit jobs from several queues, emptying them in the order given.
+-- The claims of a queue with flow limits take turns on its flow_state row until the
+-- transaction ends (flow.sql), so pull_any takes the turns of the listed queues with limits
+-- first, all of them and in one order (by name): two callers listing such queues in opposite
+-- orders would otherwise each hold one turn and wait for the other's. A queue whose row does
+-- not exist yet (its settings written by hand) takes its turn when it is pulled.
 CREATE OR REPLACE FUNCTION postkit_queue.pull_any(
     p_namespace          text,
     p_queues             text[],
@@ -186,6 +191,17 @@ BEGIN
     END IF;
     PERFORM postkit_queue.check_array('queues', p_queues, false, 'PKQ01');
     PERFORM postkit_queue.check_limit(p_limit, 1000);
+    IF cardinality(p_queues) > 1 AND current_setting('transaction_isolation') = 'read committed'
+    THEN
+        -- (Under another isolation level the claim refuses a limited queue: claim_limited.)
+        PERFORM FROM postkit_queue.flow_state f
+        JOIN postkit_queue.queue_settings s ON s.namespace = f.namespace AND s.queue = f.queue
+        WHERE f.namespace = p_namespace AND f.queue = ANY (p_queues) AND NOT s.paused
+          AND (s.concurrency IS NOT NULL OR s.rate_limit IS NOT NULL
+               OR s.group_concurrency IS NOT NULL OR s.group_ordered)
+        ORDER BY f.queue
+        FOR UPDATE OF f;
+    END IF;
     FOREACH v_queue IN ARRAY p_queues LOOP
         RETURN QUERY
         SELECT * FROM postkit_queue.pull(

@@ -17,7 +17,9 @@
 --   * group_ordered: per group key, one job at a time, in push order (id order: the jobs of
 --     pushes that committed one after another run in that order). The oldest live job of a key
 --     blocks the rest while it is pending (a retry waiting out its backoff included) or running,
---     until it completes or is dead-lettered.
+--     until it completes or is dead-lettered. A job whose push committed after a later push's
+--     may find that one running: it waits for it, so one at a time holds whatever the commit
+--     order.
 --   Jobs without a group key obey only the queue-wide limits.
 --
 -- The claims of one flow-controlled queue take turns: each first locks the queue's flow_state
@@ -136,6 +138,13 @@ BEGIN
                     SELECT FROM postkit_queue.jobs o
                     WHERE o.namespace = p_namespace AND o.queue = p_queue
                       AND o.group_key = v_candidate.group_key AND o.id < v_candidate.id);
+                -- Nor may it run beside a younger job of its key: a push whose transaction
+                -- commits after a later push's is seen only once that job may run already.
+                -- One probe of jobs_group_running_idx.
+                CONTINUE WHEN EXISTS (
+                    SELECT FROM postkit_queue.jobs o
+                    WHERE o.namespace = p_namespace AND o.queue = p_queue
+                      AND o.group_key = v_candidate.group_key AND o.state = 'running');
             ELSE
                 -- What runs of its key (jobs_group_running_idx) and what this claim took.
                 SELECT count(*) INTO v_counted FROM (

@@ -546,6 +546,10 @@ $$;
 -- at once, and again. So a queue with a concurrency or group limit counts only the jobs still
 -- to fall due (a slot that frees notifies its waiting workers: record_outcomes), and a
 -- rate-limited queue's jobs fall due no earlier than its next claim may be made (rate_slot_at).
+-- While the rate holds a queue's claims back, its ready jobs fall due at that next slot even
+-- when a concurrency or group limit holds them back too: no notification comes when a rate
+-- slot opens. Waking then costs one claim per slot at most, after which the rate no longer
+-- holds claims back and the other limits alone decide again.
 CREATE OR REPLACE FUNCTION postkit_queue.next_run_at(p_namespace text, p_queues text[])
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -564,14 +568,16 @@ BEGIN
     RETURN (
         WITH RECURSIVE active(queue, since, slot) AS (
             SELECT q.queue,
-                   CASE WHEN s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL
-                             OR s.group_ordered
+                   CASE WHEN (s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL
+                              OR s.group_ordered) AND rate.slot IS NULL
                         THEN v_now ELSE '-infinity' END,
-                   postkit_queue.rate_slot_at(p_namespace, q.queue, s.rate_limit, s.rate_period,
-                                              v_now)
+                   rate.slot
             FROM unnest(p_queues) AS q(queue)
             LEFT JOIN postkit_queue.queue_settings s
               ON s.namespace = p_namespace AND s.queue = q.queue
+            CROSS JOIN LATERAL (
+                SELECT postkit_queue.rate_slot_at(p_namespace, q.queue, s.rate_limit,
+                                                  s.rate_period, v_now) AS slot) rate
             WHERE NOT coalesce(s.paused, false)
         ), priorities(queue, priority) AS (
             SELECT a.queue, (SELECT j.priority FROM postkit_queue.jobs j

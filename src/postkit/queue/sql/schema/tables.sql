@@ -148,13 +148,18 @@ CREATE TABLE postkit_queue.queue_settings (
     -- limit. concurrency: at most this many of the queue's jobs running at once. rate_limit
     -- and rate_period: at most rate_limit claims in any rate_period. group_concurrency: at
     -- most this many running per group key; group_ordered: one at a time per key, in push
-    -- order. Last in the row, where version 21 added them.
+    -- order. Last in the row, where version 21 added them. The checks hold every row to what
+    -- check_flow_limits accepts, even one written by hand: a rate period of 200,000 years, say,
+    -- would put the windows that claims, stats and next_run_at compute past the end of time.
     concurrency        integer     CHECK (concurrency BETWEEN 1 AND 100000),
     rate_limit         integer     CHECK (rate_limit BETWEEN 1 AND 100000),
-    rate_period        interval,
+    rate_period        interval    CHECK (rate_period > interval '0'
+                                          AND rate_period <= interval '1 day'),
     group_concurrency  integer     CHECK (group_concurrency BETWEEN 1 AND 10000),
     group_ordered      boolean     NOT NULL DEFAULT false,
     CONSTRAINT queue_settings_rate_check CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT queue_settings_ordered_check
+        CHECK (NOT group_ordered OR group_concurrency IS NULL OR group_concurrency = 1),
     -- Serves queue_policy: one primary-key lookup per push, pull or nack that uses a default.
     PRIMARY KEY (namespace, queue)
 );
