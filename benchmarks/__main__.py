@@ -3,6 +3,7 @@
     python -m benchmarks run [--quick] [--only LIB,...] [--workloads W1,...] [--runs N] [--dsn DSN]
     python -m benchmarks [latency|notify|roundtrip|all] [--dsn DSN] [--runs N]
     python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N] [--no-http]
+    python -m benchmarks flow [--dsn DSN] [--quick]
 
 ``run`` compares Postkit with PGQueuer, procrastinate, Chancy and RQ (on Redis) on the same
 server (install them with ``pip install -e '.[bench]'``) and writes comparison.md,
@@ -10,7 +11,9 @@ comparison.png and comparison.json to benchmarks/results/ (``comparison-quick.*`
 ``--quick``). ``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks;
 ``dashboard-reads`` times the reads of a dashboard on 1,000,000 jobs and 100,000 dead letters
 in a scratch database of its own, through the SDK and then (unless ``--no-http``) through the
-dashboard's HTTP endpoints (benchmarks/dashboard_reads.py).
+dashboard's HTTP endpoints (benchmarks/dashboard_reads.py). ``flow`` measures what flow control
+(concurrency, rate and group limits) costs a draining worker, and the fair share between two
+queues of one worker, and writes flow.md (flow-quick.md with ``--quick``; benchmarks/flow.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -25,6 +28,7 @@ from types import FrameType
 
 from benchmarks import (
     dashboard_reads,
+    flow,
     latency,
     notify_cost,
     pg,
@@ -199,7 +203,7 @@ def main() -> None:
     )
     parser.add_argument(
         "which",
-        choices=["run", "latency", "notify", "roundtrip", "dashboard-reads", "all"],
+        choices=["run", "latency", "notify", "roundtrip", "dashboard-reads", "flow", "all"],
         nargs="?",
         default="all",
     )
@@ -210,7 +214,9 @@ def main() -> None:
         help="repetitions, reported as median (min-max); default 3 (1 with --quick)",
     )
     comparison = parser.add_argument_group("run (the comparison)")
-    comparison.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    comparison.add_argument(
+        "--quick", action="store_true", help="small counts, for a smoke run (run and flow)"
+    )
     comparison.add_argument("--only", help=f"libraries, comma-separated: {','.join(LIBRARIES)}")
     comparison.add_argument(
         "--workloads", help=f"workloads, comma-separated: {','.join(suite.WORKLOADS)}"
@@ -267,6 +273,11 @@ def main() -> None:
             command=suite.command_line(),
         )
         print(text, f"-> {write_result('dashboard_reads', text)}", sep="\n")
+        return
+    if args.which == "flow":
+        text = flow.run(database(args.dsn), quick=args.quick, command=suite.command_line())
+        name = "flow-quick" if args.quick else "flow"
+        print(text, f"-> {write_result(name, text)}", sep="\n")
         return
     if args.runs is None:
         args.runs = 1 if args.quick else 3

@@ -54,7 +54,7 @@ def run(
             "runs": runs,
             "workloads": selected,
             "scale": vars(scale),
-            "postkit_source": _postkit_source(),
+            "postkit_source": postkit_source(),
         },
         "libraries": {},
     }
@@ -179,7 +179,7 @@ def _summary(metrics: dict[str, list[float]]) -> str:
     return ", ".join(f"{key}={values[-1]:,.1f}" for key, values in metrics.items())
 
 
-def _postkit_source() -> str:
+def postkit_source() -> str:
     """The commit Postkit ran from, and whether its source had uncommitted changes."""
     root = Path(__file__).resolve().parent.parent
     try:

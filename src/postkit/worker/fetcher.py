@@ -3,8 +3,10 @@
 Jobs that succeed are acknowledged in batches: each round trip acknowledges every job that
 finished since the last one (with the values their handlers returned, which the SQL module keeps
 for queues that keep results) and claims as many new jobs as there are free slots, in one
-statement and one transaction (with several queues, a queue that comes up short is followed by a
-pull from the next). When the queues run dry the fetcher waits: for a notification
+statement and one transaction. With several queues, each claim gives every queue, from a
+rotating start, up to its equal share of the free slots before the queues that filled theirs
+get the rest: a queue with a deep backlog cannot crowd out another's jobs. When the queues run
+dry the fetcher waits: for a notification
 (a listener thread on a connection of its own, see ``postkit.queue.listen``), for a slot to
 free, or for the fallback poll. In pooler mode there is no listener and it polls.
 """
@@ -179,9 +181,10 @@ class Fetcher:
         run: Callable[[Callable[[QueueClient], Any]], Any] | None = None,
     ) -> int:
         """Acknowledge ``acks`` and claim up to ``limit`` jobs, trying the queues in turn from a
-        rotating start, on a pooled connection unless ``run`` gives another: the acks and the
-        first queue's claims are one statement (one transaction), and each further queue
-        tried is a pull of its own. Returns how many jobs it claimed."""
+        rotating start, each first up to its share of ``limit`` (an equal part), then the
+        queues that filled theirs for the rest; on a pooled connection unless ``run`` gives
+        another: the acks and the first queue's claims are one statement (one transaction),
+        and each further claim is a pull of its own. Returns how many jobs it claimed."""
         first = self._next_queue
         self._next_queue = (self._next_queue + 1) % len(self.queues)
         results = self.claims.results_of(acks)
@@ -221,24 +224,37 @@ class Fetcher:
             return client.ack_many(acks, results=results), []
         count = len(self.queues)
         order = [self.queues[(first + offset) % count] for offset in range(count)]
+        # Fair shares: each queue, from the rotating start, may first take its share of the
+        # free slots, so a queue with a deep backlog cannot take them all while another has
+        # work; the slots left then go to the queues that filled their share, in turn.
+        share = math.ceil(limit / count)
         acked, jobs = client.ack_and_pull(
             order[0],
             acks,
             results=results,
-            limit=limit,
+            limit=share,
             worker_id=self.worker_id,
             visibility_timeout=self.visibility_timeout,
         )
+        hungry = [order[0]] if len(jobs) >= share else []
         for queue in order[1:]:
             if len(jobs) >= limit:
                 break
-            jobs += client.pull_batch(
-                queue,
-                limit=limit - len(jobs),
-                worker_id=self.worker_id,
-                visibility_timeout=self.visibility_timeout,
-            )
+            wanted = min(share, limit - len(jobs))
+            claimed = self._pull(client, queue, wanted)
+            jobs += claimed
+            if len(claimed) >= wanted:
+                hungry.append(queue)
+        for queue in hungry:
+            if len(jobs) >= limit:
+                break
+            jobs += self._pull(client, queue, limit - len(jobs))
         return acked, jobs
+
+    def _pull(self, client: QueueClient, queue: str, limit: int) -> list[Job]:
+        return client.pull_batch(
+            queue, limit=limit, worker_id=self.worker_id, visibility_timeout=self.visibility_timeout
+        )
 
     def drain(self, deadline: float) -> None:
         """Acknowledge the jobs that finish until none is left claimed or ``deadline``

@@ -44,4 +44,4 @@ CREATE TABLE postkit_queue.flow_state (
     window_claims integer[]     NOT NULL DEFAULT '{}',
     PRIMARY KEY (namespace, queue)
 );
--- schema: 0b12c0ff2fe4cee1
+-- schema: aeae714cbad7508b

@@ -60,6 +60,9 @@ DECLARE
     v_candidate record;
     v_ids       bigint[] := '{}';
     v_keys      text[] := '{}';  -- the group key of each job taken so far, in step with v_ids
+    v_held      jsonb := '{}';   -- the group keys this walk found held back, as object keys
+    v_open      boolean;         -- the candidate's key may run one more job
+    v_full      boolean;         -- and taking this one fills it for the rest of the walk
     v_claimed   integer;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -128,43 +131,61 @@ BEGIN
               AND j.run_at <= v_now
             ORDER BY j.priority DESC, j.run_at, j.id
         LOOP
-            IF v_candidate.group_key IS NULL THEN
-                NULL;  -- no group: only the queue-wide limits apply
-            ELSIF p_group_ordered THEN
-                -- Its key's oldest live job, or held back by it: one probe of jobs_group_idx
-                -- for a live job of the key pushed before it. The oldest is still pending
-                -- here when this claim took it a moment ago, so a key gives one job per claim.
-                CONTINUE WHEN EXISTS (
-                    SELECT FROM postkit_queue.jobs o
-                    WHERE o.namespace = p_namespace AND o.queue = p_queue
-                      AND o.group_key = v_candidate.group_key AND o.id < v_candidate.id);
-                -- Nor may it run beside a younger job of its key: a push whose transaction
-                -- commits after a later push's is seen only once that job may run already.
-                -- One probe of jobs_group_running_idx.
-                CONTINUE WHEN EXISTS (
-                    SELECT FROM postkit_queue.jobs o
-                    WHERE o.namespace = p_namespace AND o.queue = p_queue
-                      AND o.group_key = v_candidate.group_key AND o.state = 'running');
-            ELSE
-                -- What runs of its key (jobs_group_running_idx) and what this claim took.
-                SELECT count(*) INTO v_counted FROM (
-                    SELECT FROM postkit_queue.jobs o
-                    WHERE o.namespace = p_namespace AND o.queue = p_queue
-                      AND o.group_key = v_candidate.group_key AND o.state = 'running'
-                    LIMIT p_group_concurrency) running;
-                CONTINUE WHEN v_counted + cardinality(array_positions(v_keys, v_candidate.group_key))
-                              >= p_group_concurrency;
+            IF v_candidate.group_key IS NOT NULL THEN
+                -- A key found held back earlier in this walk stays held back until the claim
+                -- ends: its later jobs cost a lookup in v_held, not a probe of an index.
+                CONTINUE WHEN v_held ? v_candidate.group_key;
+                IF p_group_ordered THEN
+                    -- It may not run beside a job of its key: not a younger one either, since
+                    -- a push whose transaction commits after a later push's is seen only once
+                    -- that job may run already (one probe of jobs_group_running_idx). Then its
+                    -- key is held back for the whole walk. Else it must be its key's oldest
+                    -- live job (one probe of jobs_group_idx for a live job of the key pushed
+                    -- before it); one that is not leaves its key open, since the oldest, a
+                    -- retry whose run_at moved back, may come later in pull order. A key
+                    -- gives one job per claim.
+                    v_open := NOT EXISTS (
+                        SELECT FROM postkit_queue.jobs o
+                        WHERE o.namespace = p_namespace AND o.queue = p_queue
+                          AND o.group_key = v_candidate.group_key AND o.state = 'running');
+                    v_full := true;
+                    IF v_open THEN
+                        CONTINUE WHEN EXISTS (
+                            SELECT FROM postkit_queue.jobs o
+                            WHERE o.namespace = p_namespace AND o.queue = p_queue
+                              AND o.group_key = v_candidate.group_key
+                              AND o.id < v_candidate.id);
+                    END IF;
+                ELSE
+                    -- What runs of its key (jobs_group_running_idx) and what this claim took.
+                    SELECT count(*) INTO v_counted FROM (
+                        SELECT FROM postkit_queue.jobs o
+                        WHERE o.namespace = p_namespace AND o.queue = p_queue
+                          AND o.group_key = v_candidate.group_key AND o.state = 'running'
+                        LIMIT p_group_concurrency) running;
+                    v_counted := v_counted
+                                 + cardinality(array_positions(v_keys, v_candidate.group_key));
+                    v_open := v_counted < p_group_concurrency;
+                    v_full := v_counted + 1 >= p_group_concurrency;
+                END IF;
+                IF NOT v_open OR v_full THEN
+                    v_held := v_held || jsonb_build_object(v_candidate.group_key, true);
+                END IF;
+                CONTINUE WHEN NOT v_open;
             END IF;
             v_ids := v_ids || v_candidate.id;
             v_keys := v_keys || v_candidate.group_key;
             EXIT WHEN cardinality(v_ids) >= v_allowed;
         END LOOP;
-        -- Lock what was taken, in id order; a job another transaction holds (an operator's
-        -- cancel, say) or that left the queue meanwhile is skipped.
+        -- Lock what was taken: primary-key lookups of its ids; a job another transaction
+        -- holds (an operator's cancel, say) or that left the queue meanwhile is skipped. No
+        -- ORDER BY: SKIP LOCKED never waits, so the order rows are locked in cannot deadlock,
+        -- and with sorting disabled an ORDER BY id makes the planner walk the namespace's
+        -- whole primary-key range in id order (an = ANY on the index's second column gives no
+        -- order on PostgreSQL 15) instead of probing the ids.
         v_ids := ARRAY(
             SELECT j.id FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.id = ANY (v_ids) AND j.state = 'pending'
-            ORDER BY j.id
             FOR UPDATE SKIP LOCKED);
     END IF;
 
@@ -202,6 +223,10 @@ CREATE OR REPLACE FUNCTION postkit_queue.rate_slot_at(
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+-- Its caller next_run_at disables sorting for its own scans, and a function inherits the
+-- setting: the window's sort (a few log entries) would then be costed as disabled, past
+-- jit_above_cost, and every call would compile the query (150-330 ms on a 2-core machine).
+SET enable_sort = on
 AS $$
 DECLARE
     v_slot timestamptz;
