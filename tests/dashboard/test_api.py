@@ -189,6 +189,44 @@ def test_a_queues_jobs_page_through_each_state_once(
     assert sorted(seen) == sorted(ids)
 
 
+def test_the_limits_action_sets_the_limits_it_names_and_keeps_the_others(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    q.push(Q, {})
+
+    first = ok(api.post(f"queues/{Q}/limits", json={"concurrency": 5, "rate": [10, 1]}))
+    second = ok(api.post(f"queues/{Q}/limits", json={"group_ordered": True}))
+    lifted = ok(api.post(f"queues/{Q}/limits", json={"concurrency": None, "rate": None}))
+
+    assert (first["policy"]["concurrency"], first["policy"]["rate_limit"]) == (5, 10)
+    assert second["policy"]["concurrency"] == 5 and second["policy"]["group_ordered"] is True
+    assert (lifted["policy"]["concurrency"], lifted["policy"]["rate_limit"]) == (None, None)
+    assert lifted["policy"]["group_ordered"] is True
+    assert q.queue_policy(Q).group_ordered is True
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ({"concurrency": 0}, "concurrency must be between 1 and 100000"),
+        ({"rate": [10, None]}, "rate_period is required"),
+        ({"rate": 10}, "rate must be a pair (claims, period)"),
+        ({"group_ordered": True, "group_concurrency": 2}, "group_concurrency must be 1 or unset"),
+        ({"max_attempts": 3}, "unknown limit 'max_attempts'"),
+    ],
+)
+def test_the_limits_action_refuses_a_bad_limit_with_a_readable_400(
+    api: httpx.Client, q: QueueClient, body: dict[str, object], says: str
+) -> None:
+    q.push(Q, {})
+
+    response = api.post(f"queues/{Q}/limits", json=body)
+
+    assert response.status_code == 400, response.text
+    assert says in response.json()["error"]
+    assert q.queue_policy(Q).concurrency is None
+
+
 def test_pause_and_resume_a_queue(api: httpx.Client, q: QueueClient) -> None:
     q.push(Q, {"n": 1})
 

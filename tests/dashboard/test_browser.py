@@ -125,3 +125,18 @@ def test_an_operator_watches_inspects_redrives_and_pauses_in_a_real_browser(
             wait_for(browser, lambda d: d.find_elements(By.ID, "resume"), "the queue paused")
             assert q.stats("send_otp")[0].paused
             screenshot(browser, tmp_path, "queue")
+
+            # Limit it: at most 7 running across every worker, from its flow limits form.
+            click(browser, "#edit-limits")
+            field = wait_for(
+                browser, lambda d: d.find_elements(By.NAME, "concurrency"), "the limits form"
+            )[0]
+            field.send_keys("7")
+            click(browser, "#save-limits")
+            wait_for(
+                browser,
+                lambda d: "Saved the flow limits" in d.find_element(By.ID, "action-result").text,
+                "the limits saved",
+            )
+            assert q.queue_policy("send_otp").concurrency == 7
+            screenshot(browser, tmp_path, "limits")

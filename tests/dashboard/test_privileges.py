@@ -102,6 +102,7 @@ def actions(namespace: str, seeded: dict[str, Any]) -> list[tuple[str, dict[str,
     ns = f"/api/ns/{namespace}"
     return [
         (f"{ns}/queues/{Q}/pause", {}),
+        (f"{ns}/queues/{Q}/limits", {"concurrency": 3}),
         (f"{ns}/queues/{Q}/purge", {"dry_run": True}),
         (f"{ns}/queues/{Q}/purge", {}),
         (f"{ns}/jobs/{seeded['pending']}/cancel", {}),
@@ -121,6 +122,7 @@ def owner_state(dsn: str, namespace: str, seeded: dict[str, Any]) -> dict[str, A
         dead = q.dead_letters(Q, include_redriven=True)
         return {
             "queue paused": bool(q.stats(Q)[0].paused),
+            "concurrency": q.queue_policy(Q).concurrency,
             "pending job": q.get_job(seeded["pending"]) is not None,
             "dead letters": [(d.job_id, d.redriven_job_id) for d in dead],
             "schedule paused": [s.paused for s in q.schedules() if s.name == seeded["schedule"]],
@@ -131,6 +133,7 @@ def owner_state(dsn: str, namespace: str, seeded: dict[str, Any]) -> dict[str, A
 def untouched(seeded: dict[str, Any]) -> dict[str, Any]:
     return {
         "queue paused": False,
+        "concurrency": None,
         "pending job": True,
         "dead letters": [(seeded["dead"], None)],
         "schedule paused": [False],
@@ -197,6 +200,7 @@ def test_an_operator_login_reads_every_page_and_takes_every_action(
     assert {path: r.status_code for path, r in done} == dict.fromkeys(dict(done), 200)
     state = owner_state(database, namespace, seeded)
     assert state["queue paused"] and not state["pending job"] and state["schedule paused"] == [True]
+    assert state["concurrency"] == 3
 
 
 def test_the_dashboard_command_run_as_a_worker_role_serves_the_page_and_refuses_its_data(

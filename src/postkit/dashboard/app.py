@@ -20,6 +20,10 @@ GET      /api/ns/{ns}/dead-letters                    ?queue=&error=&since=&unti
 GET      /api/ns/{ns}/schedules                       schedules, next and last runs, broken
 GET      /api/ns/{ns}/workers                         the registry and what each worker runs
 POST     /api/ns/{ns}/queues/{queue}/pause|resume
+POST     /api/ns/{ns}/queues/{queue}/limits           {"concurrency": N, "rate": [N, seconds],
+                                                      "group_concurrency": N,
+                                                      "group_ordered": bool}: each key given
+                                                      is set (null: no limit), others kept
 POST     /api/ns/{ns}/queues/{queue}/purge            {"dry_run": true} counts; then
                                                       {"created_before": <its cutoff>}
 POST     /api/ns/{ns}/jobs/{id}/cancel                a pending or scheduled job
@@ -256,6 +260,8 @@ def _queue_action(
     source: DashboardSource, namespace: str, queue: str, request: Request, body: dict[str, Any]
 ) -> dict[str, Any]:
     verb = request.path_params["verb"]
+    if verb == "limits":
+        return source.set_limits(namespace, queue, _limits(body))
     if verb == "purge":
         return source.purge_queue(
             namespace,
@@ -264,6 +270,21 @@ def _queue_action(
             dry_run=_dry_run(body),
         )
     return source.set_paused(namespace, queue, _pause_verb(verb))
+
+
+LIMITS = ("concurrency", "rate", "group_concurrency", "group_ordered")
+"""The flow limits a POST to a queue's ``limits`` may set."""
+
+
+def _limits(body: dict[str, Any]) -> dict[str, Any]:
+    """The flow limits of a ``limits`` body: those it names, each as given (the SDK checks
+    the values); a name it does not know is refused."""
+    unknown = sorted(set(body) - set(LIMITS))
+    if unknown:
+        raise BadRequest(f"unknown limit {unknown[0]!r}: the limits are {', '.join(LIMITS)}")
+    if "group_ordered" in body and body["group_ordered"] is None:
+        body = {**body, "group_ordered": False}
+    return body
 
 
 def _pause_verb(verb: str) -> bool:

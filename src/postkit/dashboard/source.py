@@ -347,6 +347,13 @@ class DashboardSource:
     # Actions
     # ---------------------------------------------------------------------------------------
 
+    def set_limits(self, namespace: str, queue: str, limits: dict[str, Any]) -> dict[str, Any]:
+        """Set the flow limits named in ``limits`` (None: no limit) and keep the others, as
+        ``configure_queue`` does; returns the queue's policy now in force."""
+        with self.client(namespace) as q:
+            policy = q.configure_queue(queue, **limits) if limits else q.queue_policy(queue)
+        return {"queue": queue, "policy": to_jsonable(policy)}
+
     def set_paused(self, namespace: str, queue: str, paused: bool) -> dict[str, Any]:
         with self.client(namespace) as q:
             state = q.pause_queue(queue) if paused else q.resume_queue(queue)

@@ -346,6 +346,7 @@ async function viewQueue(main, queue, params) {
       }, { class: "danger", id: "purge" })),
     actionResult(),
     h("h2", {}, "Policy in force"),
+    h("p", {}, link("Edit flow limits…", nsHash("/limits/" + encodeURIComponent(queue)), { id: "edit-limits" })),
     h("dl", { class: "fields card", id: "policy" }, Object.entries(policy).flatMap(([k, v]) =>
       [h("dt", {}, k), h("dd", {}, v === null ? "—" : String(v))])),
     tabs,
@@ -536,6 +537,44 @@ async function viewWorkers(main) {
       : notice("No workers registered. Start one with `postkit worker`."));
 }
 
+// The flow limits of one queue, as a form: not a live view, so what the operator types stays.
+// An empty field is no limit.
+async function viewLimits(main, queue) {
+  const info = await api(nsPath("/queues/" + encodeURIComponent(queue)));
+  const policy = info.policy || {};
+  const field = (name, label, value, attrs) => h("label", {}, label + " ",
+    h("input", { name, type: "number", min: "1", value: value === null || value === undefined ? "" : String(value), ...(attrs || {}) }));
+  const form = h("form", { id: "limits", class: "card" },
+    h("p", {}, field("concurrency", "At most", policy.concurrency), " running at once, across every worker"),
+    h("p", {}, field("rate_limit", "At most", policy.rate_limit), " claims in any ",
+      field("rate_period", "", policy.rate_period, { step: "any", min: "0.001" }), " seconds"),
+    h("p", {}, field("group_concurrency", "At most", policy.group_concurrency), " running per group key"),
+    h("p", {}, h("label", {}, h("input", { name: "group_ordered", type: "checkbox", checked: policy.group_ordered }),
+      " one job per group key at a time, in push order")));
+  const number = (name) => {
+    const text = form.elements[name].value.trim();
+    return text === "" ? null : Number(text);
+  };
+  fill(main,
+    h("h1", {}, "Flow limits of ", h("span", { id: "queue-name" }, queue)),
+    h("p", { class: "muted" }, "Enforced by the database when jobs are claimed. An empty field is no limit."),
+    actionResult(),
+    form,
+    h("div", { class: "toolbar" },
+      actionButton("Save limits", async () => {
+        const rateLimit = number("rate_limit");
+        const ratePeriod = number("rate_period");
+        const done = await api(nsPath("/queues/" + encodeURIComponent(queue) + "/limits"), {
+          concurrency: number("concurrency"),
+          rate: rateLimit === null && ratePeriod === null ? null : [rateLimit, ratePeriod],
+          group_concurrency: number("group_concurrency"),
+          group_ordered: form.elements.group_ordered.checked,
+        });
+        showActionResult(`Saved the flow limits of ${done.queue}.`);
+      }, { id: "save-limits" }),
+      " ", link("Back to the queue", nsHash("/queue/" + encodeURIComponent(queue)))));
+}
+
 // ----------------------------------------------------------------------------------------
 // Router
 // ----------------------------------------------------------------------------------------
@@ -574,6 +613,7 @@ async function render() {
   const current = () => seq === state.renderSeq;
   try {
     if (view === "queue") await viewQueue(draft, parts[3], params);
+    else if (view === "limits") await viewLimits(draft, parts[3]);
     else if (view === "job") await viewJob(draft, Number(parts[3]));
     else if (view === "dead") await viewDead(draft, params);
     else if (view === "schedules") await viewSchedules(draft);
