@@ -164,9 +164,7 @@ RATE_SLOT_PARAMS = {
     "p_queue": "text",
     "p_now": "timestamptz",
 }
-CLAIM_LIMITED = (
-    "claim_limited(text,text,text,interval,integer,integer,integer,interval,integer,boolean)"
-)
+CLAIM_LIMITED = "claim_limited(text,text,integer,integer,integer,interval,integer,boolean)"
 RATE_SLOT_AT = "rate_slot_at(text,text,integer,interval,timestamptz)"
 NEXT_RUN_AT = "next_run_at(text,text[])"
 

@@ -44,4 +44,4 @@ CREATE TABLE postkit_queue.flow_state (
     window_claims integer[]     NOT NULL DEFAULT '{}',
     PRIMARY KEY (namespace, queue)
 );
--- schema: aeae714cbad7508b
+-- schema: 2b1778f9881c72de

@@ -29,21 +29,22 @@
 -- is refused (PKQ18). Taking turns costs one claim at a time per queue: a worker claims a batch
 -- per turn, and a turn is a few index probes long.
 
--- claim_limited: pull, for a queue with limits: claim up to p_limit ready jobs of the queue, as
--- many as its limits allow now, highest priority first, then oldest run_at (pull's order),
--- skipping jobs their group's limit holds back. The policy arrives as its values, not a row.
+-- claim_limited: pull's choice, for a queue with limits: take the queue's turn, then choose and
+-- lock up to p_limit ready jobs of it, as many as its limits allow now, highest priority first,
+-- then oldest run_at (pull's order), skipping jobs their group's limit holds back. Returns their
+-- ids, which pull claims at claimed_at: the queue's clock at the turn, which the rate log keeps
+-- for them. The policy arrives as its values, not a row.
 CREATE OR REPLACE FUNCTION postkit_queue.claim_limited(
     p_namespace         text,
     p_queue             text,
-    p_worker_id         text,
-    p_timeout           interval,
     p_limit             integer,
     p_concurrency       integer,
     p_rate_limit        integer,
     p_rate_period       interval,
     p_group_concurrency integer,
-    p_group_ordered     boolean)
-RETURNS SETOF postkit_queue.jobs
+    p_group_ordered     boolean,
+    OUT ids             bigint[],
+    OUT claimed_at      timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -63,7 +64,6 @@ DECLARE
     v_held      jsonb := '{}';   -- the group keys this walk found held back, as object keys
     v_open      boolean;         -- the candidate's key may run one more job
     v_full      boolean;         -- and taking this one fills it for the rest of the walk
-    v_claimed   integer;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'postkit: queue % has flow limits, so its jobs are claimed only in a '
@@ -87,6 +87,8 @@ BEGIN
     -- The queue's clock at this moment, after the wait for the turn: clock() is the time the
     -- statement began, which a wait for the previous turn would leave behind.
     v_now := postkit_queue.clock() + (clock_timestamp() - statement_timestamp());
+    claimed_at := v_now;
+    ids := '{}';
 
     IF p_concurrency IS NOT NULL THEN
         -- What runs now, counted from the running rows: a range scan of jobs_deadline_idx (the
@@ -189,23 +191,12 @@ BEGIN
             FOR UPDATE SKIP LOCKED);
     END IF;
 
-    -- The claim itself, as pull makes it: primary-key lookups of the locked ids.
-    RETURN QUERY
-    UPDATE postkit_queue.jobs j
-    SET state         = 'running',
-        attempts      = j.attempts + 1,
-        worker_id     = p_worker_id,
-        claim_token   = gen_random_uuid(),
-        claimed_at    = v_now,
-        visible_until = v_now + p_timeout
-    WHERE j.namespace = p_namespace AND j.id = ANY (v_ids)
-    RETURNING j.*;
-    GET DIAGNOSTICS v_claimed = ROW_COUNT;
-
-    IF p_rate_limit IS NOT NULL AND v_claimed > 0 THEN
-        -- The log keeps the last rate_period's claims, and this one.
+    ids := v_ids;
+    IF p_rate_limit IS NOT NULL AND cardinality(v_ids) > 0 THEN
+        -- The log keeps the last rate_period's claims, and these: pull claims every id
+        -- locked here, in this transaction.
         UPDATE postkit_queue.flow_state f
-        SET window_at = v_at || v_now, window_claims = v_claims || v_claimed
+        SET window_at = v_at || v_now, window_claims = v_claims || cardinality(v_ids)
         WHERE f.namespace = p_namespace AND f.queue = p_queue;
     END IF;
 END

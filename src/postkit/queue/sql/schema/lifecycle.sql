@@ -144,6 +144,7 @@ DECLARE
     v_ids        bigint[] := '{}';
     v_job        postkit_queue.jobs;
     v_claimed    boolean := false;
+    v_limited    boolean;      -- the queue has flow limits (flow.sql)
 BEGIN
     IF NOT coalesce(postkit_queue.is_name(p_namespace) AND postkit_queue.is_name(p_queue)
                     AND (p_worker_id IS NULL OR postkit_queue.is_name(p_worker_id))
@@ -162,61 +163,61 @@ BEGIN
     IF v_policy.paused THEN
         RETURN;  -- a paused queue hands out nothing; pushes are still accepted
     END IF;
-    IF v_policy.concurrency IS NOT NULL OR v_policy.rate_limit IS NOT NULL
-       OR v_policy.group_concurrency IS NOT NULL OR v_policy.group_ordered THEN
-        -- A queue with flow limits is claimed by taking turns (flow.sql).
-        RETURN QUERY
-        SELECT * FROM postkit_queue.claim_limited(
-            p_namespace, p_queue, p_worker_id, v_timeout, p_limit, v_policy.concurrency,
-            v_policy.rate_limit, v_policy.rate_period, v_policy.group_concurrency,
-            v_policy.group_ordered);
-        RETURN;
-    END IF;
-
-    -- Each step below is a range scan of jobs_pull_idx. FOR UPDATE SKIP LOCKED steps over rows
-    -- another transaction is claiming right now, so concurrent pullers never wait on each
-    -- other and never receive the same job; the locked row is re-checked (state still
-    -- 'pending') before it is taken. Rows this transaction locked in an earlier step are not
-    -- skipped by SKIP LOCKED, hence the id <> ALL (v_ids).
-    v_resume_key := 'postkit_queue.resume_' || md5(p_namespace || chr(31) || p_queue);
-    v_resume := current_setting(v_resume_key, true);
-    IF v_resume <> '' THEN
-        -- Timestamps as integer microseconds since the epoch: exact, whatever the DateStyle.
-        v_priority := split_part(v_resume, ' ', 1)::smallint;
-        v_run_at := timestamptz 'epoch'
-                    + split_part(v_resume, ' ', 2)::bigint * interval '1 microsecond';
-        v_id := split_part(v_resume, ' ', 3)::bigint;
-        v_head_at := timestamptz 'epoch'
-                     + split_part(v_resume, ' ', 4)::bigint * interval '1 microsecond';
-    END IF;
-    IF v_now - v_head_at BETWEEN interval '0' AND interval '1 second' THEN
-        v_ids := ARRAY(
-            SELECT j.id FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-              AND j.priority > v_priority AND j.run_at <= v_now
-            ORDER BY j.priority DESC, j.run_at, j.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED);
+    v_limited := v_policy.concurrency IS NOT NULL OR v_policy.rate_limit IS NOT NULL
+                 OR v_policy.group_concurrency IS NOT NULL OR v_policy.group_ordered;
+    IF v_limited THEN
+        -- A queue with flow limits takes its turn and chooses its jobs in flow.sql; the claim
+        -- below writes them, at the time of the turn.
+        SELECT c.ids, c.claimed_at INTO v_ids, v_now
+        FROM postkit_queue.claim_limited(
+            p_namespace, p_queue, p_limit, v_policy.concurrency, v_policy.rate_limit,
+            v_policy.rate_period, v_policy.group_concurrency, v_policy.group_ordered) AS c;
+    ELSE
+        -- Each step below is a range scan of jobs_pull_idx. FOR UPDATE SKIP LOCKED steps over rows
+        -- another transaction is claiming right now, so concurrent pullers never wait on each
+        -- other and never receive the same job; the locked row is re-checked (state still
+        -- 'pending') before it is taken. Rows this transaction locked in an earlier step are not
+        -- skipped by SKIP LOCKED, hence the id <> ALL (v_ids).
+        v_resume_key := 'postkit_queue.resume_' || md5(p_namespace || chr(31) || p_queue);
+        v_resume := current_setting(v_resume_key, true);
+        IF v_resume <> '' THEN
+            -- Timestamps as integer microseconds since the epoch: exact, whatever the DateStyle.
+            v_priority := split_part(v_resume, ' ', 1)::smallint;
+            v_run_at := timestamptz 'epoch'
+                        + split_part(v_resume, ' ', 2)::bigint * interval '1 microsecond';
+            v_id := split_part(v_resume, ' ', 3)::bigint;
+            v_head_at := timestamptz 'epoch'
+                         + split_part(v_resume, ' ', 4)::bigint * interval '1 microsecond';
+        END IF;
+        IF v_now - v_head_at BETWEEN interval '0' AND interval '1 second' THEN
+            v_ids := ARRAY(
+                SELECT j.id FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                  AND j.priority > v_priority AND j.run_at <= v_now
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED);
+            IF cardinality(v_ids) < p_limit THEN
+                v_ids := v_ids || ARRAY(
+                    SELECT j.id FROM postkit_queue.jobs j
+                    WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                      AND j.priority = v_priority AND (j.run_at, j.id) > (v_run_at, v_id)
+                      AND j.run_at <= v_now AND j.id <> ALL (v_ids)
+                    ORDER BY j.priority DESC, j.run_at, j.id
+                    LIMIT p_limit - cardinality(v_ids)
+                    FOR UPDATE SKIP LOCKED);
+            END IF;
+        END IF;
         IF cardinality(v_ids) < p_limit THEN
             v_ids := v_ids || ARRAY(
                 SELECT j.id FROM postkit_queue.jobs j
                 WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-                  AND j.priority = v_priority AND (j.run_at, j.id) > (v_run_at, v_id)
                   AND j.run_at <= v_now AND j.id <> ALL (v_ids)
                 ORDER BY j.priority DESC, j.run_at, j.id
                 LIMIT p_limit - cardinality(v_ids)
                 FOR UPDATE SKIP LOCKED);
+            v_head_at := v_now;
         END IF;
-    END IF;
-    IF cardinality(v_ids) < p_limit THEN
-        v_ids := v_ids || ARRAY(
-            SELECT j.id FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-              AND j.run_at <= v_now AND j.id <> ALL (v_ids)
-            ORDER BY j.priority DESC, j.run_at, j.id
-            LIMIT p_limit - cardinality(v_ids)
-            FOR UPDATE SKIP LOCKED);
-        v_head_at := v_now;
     END IF;
 
     -- The claim itself: primary-key lookups of the locked ids, never a join the planner could
@@ -241,7 +242,7 @@ BEGIN
         END IF;
         RETURN NEXT v_job;
     END LOOP;
-    IF v_priority IS NOT NULL THEN
+    IF v_priority IS NOT NULL AND NOT v_limited THEN
         PERFORM set_config(v_resume_key, concat_ws(' ', v_priority,
             (extract(epoch FROM v_run_at) * 1000000)::bigint, v_id,
             (extract(epoch FROM v_head_at) * 1000000)::bigint), false);
