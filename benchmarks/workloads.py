@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 import psycopg
 
+from benchmarks import pg
 from benchmarks.adapters import Adapter, WorkerConfig, Workers
 from benchmarks.common import percentile
 from benchmarks.floor import Floor
@@ -28,57 +30,79 @@ log = logging.getLogger("benchmarks")
 
 @dataclass(frozen=True)
 class Scale:
-    """Job counts and durations of one mode (full or ``--quick``)."""
+    """Job counts and durations of one mode (the full preset, ``--quick``, ``--long``)."""
 
+    single_seconds: float
+    """W1: how long jobs are pushed one per transaction (then pgbench inserts as long)."""
     w1_jobs: int
+    """W1: jobs enqueued in batches, then drained (the burst)."""
     w1s_jobs: int
+    """W1s: jobs preloaded, then drained to the end (the headline sustained drain)."""
     latency_jobs: int
-    backlog: int
+    backlogs: tuple[int, ...]
+    """W3: the backlog sizes preloaded, each drained by ``backlog_measure`` jobs per run."""
     backlog_measure: int
     endurance_jobs: int
     held_seconds: float
     batch: int
     calibration_jobs: int
+    calibration_cap: float
+    """Longest a calibration drain is timed (seconds)."""
     refill: int
     drain_cap: float
     """Longest a drain is timed (seconds); a slower library reports its rate so far."""
     endurance_seconds: float
     floor_seconds: float
     """Longest pgbench's single insert runs after each single enqueue (W1)."""
+    process_counts: tuple[int, ...] = (1, 2, 4, 8)
+    """The processes curve: the chosen configuration's drain at each process count."""
     vacuum_every: float = 0.0
     """Seconds between VACUUMs of the library's database while workers run (0: never); the
     suite sets it when the server's autovacuum is off, to stand in for it."""
 
 
 FULL = Scale(
-    w1_jobs=20_000,
-    w1s_jobs=200_000,
+    single_seconds=3.0,
+    w1_jobs=10_000,
+    w1s_jobs=100_000,
     latency_jobs=200,
-    backlog=1_000_000,
+    backlogs=(1_000_000,),
     backlog_measure=50_000,
-    endurance_jobs=500_000,
-    held_seconds=60.0,
+    endurance_jobs=10_000_000,
+    held_seconds=30.0,
     batch=1000,
-    calibration_jobs=10_000,
+    calibration_jobs=50_000,
+    calibration_cap=5.0,
     refill=5_000,
-    drain_cap=120.0,
-    endurance_seconds=300.0,
-    floor_seconds=5.0,
+    drain_cap=8.0,
+    endurance_seconds=150.0,
+    floor_seconds=3.0,
+)
+LONG = Scale(
+    **{
+        **vars(FULL),
+        "backlogs": (1_000_000, 5_000_000),
+        "endurance_seconds": 300.0,
+        "held_seconds": 60.0,
+    }
 )
 QUICK = Scale(
+    single_seconds=1.0,
     w1_jobs=1_000,
-    w1s_jobs=20_000,
+    w1s_jobs=5_000,
     latency_jobs=30,
-    backlog=100_000,
-    backlog_measure=10_000,
-    endurance_jobs=20_000,
-    held_seconds=10.0,
+    backlogs=(50_000,),
+    backlog_measure=5_000,
+    endurance_jobs=10_000,
+    held_seconds=5.0,
     batch=500,
     calibration_jobs=2_000,
-    refill=2_000,
-    drain_cap=30.0,
-    endurance_seconds=30.0,
+    calibration_cap=5.0,
+    refill=1_000,
+    drain_cap=10.0,
+    endurance_seconds=10.0,
     floor_seconds=1.0,
+    process_counts=(1, 2),
 )
 
 LATENCY_GAP = 0.020
@@ -216,14 +240,16 @@ def timed(action: object) -> float:
 
 
 def calibrate(adapter: Adapter, scale: Scale) -> dict[str, float]:
-    """Drain rate of each of the adapter's worker configurations, by label."""
+    """Drain rate of each of the adapter's worker configurations, by label. Once one is
+    measured, a library too slow to drain ``calibration_jobs`` within the cap gets only what
+    it could reach (see :func:`reachable`)."""
     rates: dict[str, float] = {}
     for config in adapter.configs:
         fresh(adapter)
-        adapter.fill(0, scale.calibration_jobs)
+        adapter.fill(0, reachable(scale.calibration_jobs, max(rates.values(), default=None), scale))
         with running(adapter, config, scale) as workers:
             rates[config.label] = drain(
-                adapter, workers, scale.calibration_jobs, cap=scale.drain_cap / 2
+                adapter, workers, adapter.remaining(), cap=scale.calibration_cap
             ).rate
         log.info("  %s: %s drains %.0f jobs/s", adapter.name, config.label, rates[config.label])
     return rates
@@ -237,22 +263,27 @@ def calibrate(adapter: Adapter, scale: Scale) -> dict[str, float]:
 def w1(
     adapter: Adapter, config: WorkerConfig, scale: Scale, bench_floor: Floor | None = None
 ) -> dict[str, float]:
-    """Enqueue one at a time, then in batches; drain the batch-enqueued jobs (a burst).
+    """Enqueue one at a time for ``single_seconds``, then ``w1_jobs`` in batches; drain the
+    batch-enqueued jobs (a burst into an empty queue).
 
     Single enqueue is bound by the commit's WAL flush, which other load on the machine slows
     down, so pgbench's single-row insert (the floor) is measured right after it, for a ratio
     taken under the same conditions. The drain also counts the transactions the library
     committed in its database per job (from pg_stat_database, less the harness's own)."""
-    jobs = scale.w1_jobs
     fresh(adapter)
-    elapsed = timed(lambda: adapter.enqueue_single(0, jobs))
-    result = {"enqueue_single": jobs / elapsed}
+    pushed, started = 0, time.perf_counter()
+    while time.perf_counter() - started < scale.single_seconds:
+        adapter.enqueue_single(pushed, 50)
+        pushed += 50
+    elapsed = time.perf_counter() - started
+    result = {"enqueue_single": pushed / elapsed}
     if bench_floor is not None:
         try:
             result["floor_insert"] = bench_floor.insert_rate(min(scale.floor_seconds, elapsed))
             result["single_vs_floor"] = result["enqueue_single"] / result["floor_insert"]
         except Exception:
             log.exception("pgbench insert failed")
+    jobs = scale.w1_jobs
     fresh(adapter)
     result["enqueue_batch"] = jobs / timed(lambda: adapter.enqueue_batch(0, jobs, scale.batch))
     before = adapter.transactions()
@@ -268,13 +299,67 @@ def w1(
 def w1s(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]:
     """Sustained: a large backlog (preloaded with the library's bulk path; W1 already times
     batch enqueue) drained to the end, or for ``drain_cap`` seconds."""
-    jobs = scale.w1s_jobs
+    drained = preloaded_drain(adapter, config, scale, scale.w1s_jobs)
+    return {"drain_sustained": drained.rate, "drain_sustained_jobs": drained.jobs}
+
+
+def reachable(jobs: int, rate: float | None, scale: Scale) -> int:
+    """``jobs``, or twice what a library draining ``rate`` jobs/s completes within the drain
+    cap when that is fewer (at least 1,000): a capped drain's rate is the rate over the cap,
+    and the jobs past it are never reached, so they are not filled (RQ's fill alone would
+    take longer than its drain)."""
+    if not rate:
+        return jobs
+    return min(jobs, max(1000, math.ceil(rate * max(scale.drain_cap, scale.calibration_cap) * 2)))
+
+
+def preloaded_drain(adapter: Adapter, config: WorkerConfig, scale: Scale, jobs: int) -> Drained:
+    """``jobs`` (at most what the library can reach: :func:`reachable`, from its calibration
+    rate) preloaded into an empty queue, then VACUUM ANALYZE (as autovacuum's ANALYZE would
+    give the planner statistics for the backlog), drained by ``config``."""
+    jobs = reachable(jobs, adapter.expected_rate, scale)
     fresh(adapter)
     adapter.fill(0, jobs)
-    vacuum(adapter)  # planner statistics for the backlog, as autovacuum's ANALYZE would give
+    vacuum(adapter)
     with running(adapter, config, scale) as workers:
-        drained = drain(adapter, workers, jobs, cap=scale.drain_cap)
-    return {"drain_sustained": drained.rate, "drain_sustained_jobs": drained.jobs}
+        return drain(adapter, workers, jobs, cap=scale.drain_cap)
+
+
+def processes_curve(adapter: Adapter, config: WorkerConfig, scale: Scale) -> list[dict[str, float]]:
+    """The sustained drain (W1s's) of ``config`` at each of ``scale.process_counts``, with
+    ``config``'s concurrency per process."""
+    return [
+        {
+            f"drain_processes@{count}": preloaded_drain(
+                adapter, config.with_processes(count), scale, scale.w1s_jobs
+            ).rate
+        }
+        for count in scale.process_counts
+    ]
+
+
+def fitting_concurrency(adapter: Adapter, config: WorkerConfig) -> int:
+    """``config``'s concurrency, or less where its processes would open more connections
+    (:meth:`Adapter.connections`, a transactional handler holding one each) than the server's
+    ``max_connections`` less 10 for the harness."""
+    limit = int(pg.server_settings(adapter.server_dsn)["max_connections"]) - 10
+    concurrency = config.concurrency
+    while concurrency > 1 and config.processes * adapter.connections(concurrency) > limit:
+        concurrency -= 1
+    return concurrency
+
+
+def w6(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]:
+    """Transactional handlers: W1s's drain with a handler that inserts one row in the ack's
+    transaction (``config`` with the ``transactional`` option). Each running handler holds a
+    connection for its transaction, so the concurrency is capped to what the server's
+    ``max_connections`` allows (:func:`fitting_concurrency`)."""
+    concurrency = fitting_concurrency(adapter, config)
+    transactional = WorkerConfig(
+        config.processes, concurrency, (*config.options, ("transactional", True))
+    )
+    drained = preloaded_drain(adapter, transactional, scale, scale.w1s_jobs)
+    return {"drain_transactional": drained.rate, "transactional_concurrency": float(concurrency)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,18 +421,25 @@ def _receive(probe: socket.socket, expected: set[int], timeout: float) -> dict[i
 # ---------------------------------------------------------------------------------------------
 
 
-def w3(adapter: Adapter, config: WorkerConfig, scale: Scale, runs: int) -> list[dict[str, float]]:
-    """Fill the backlog once, then ``runs`` times drain ``backlog_measure`` jobs from it."""
+def w3(
+    adapter: Adapter, config: WorkerConfig, scale: Scale, runs: int, backlog: int
+) -> list[dict[str, float]]:
+    """Fill ``backlog`` jobs once, then ``runs`` times drain ``backlog_measure`` from it."""
     fresh(adapter)
-    adapter.fill(0, scale.backlog)
+    adapter.fill(0, backlog)
     vacuum(adapter)
-    measure = min(scale.backlog_measure, scale.backlog // (runs + 1))  # keep a backlog
+    measure = min(scale.backlog_measure, backlog // (runs + 1))  # keep a backlog
     results = []
     for _ in range(runs):
         pending = adapter.remaining()
         with running(adapter, config, scale) as workers:
             drained = drain(adapter, workers, pending, jobs=measure, cap=scale.drain_cap)
-        results.append({"drain_backlog": drained.rate, "drain_backlog_jobs": drained.jobs})
+        results.append(
+            {
+                f"drain_backlog@{backlog}": drained.rate,
+                f"drain_backlog_jobs@{backlog}": drained.jobs,
+            }
+        )
     adapter.clear()
     return results
 
@@ -418,6 +510,7 @@ def w4(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]
             adapter, workers, scale, jobs=tenth, seconds=scale.endurance_seconds / 10
         )
         early = adapter.storage()
+        rss_early = workers.rss_bytes()
         middle, pushed = steady(
             adapter,
             workers,
@@ -436,6 +529,7 @@ def w4(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]
             pushed=pushed,
         )
         late = adapter.storage()
+        rss_late = workers.rss_bytes()
         rss = workers.peak_rss_bytes()
     adapter.clear()
     head_jobs, tail_jobs = head.samples[-1][1], tail.samples[-1][1]
@@ -448,6 +542,8 @@ def w4(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]
         "storage_end_mb": _megabytes(late),
         "dead_tuples_end": float(late["dead_tuples"]),
         "peak_rss_mb": rss / 2**20,
+        "rss_start_mb": rss_early / 2**20,
+        "rss_end_mb": rss_late / 2**20,
     }
 
 

@@ -9,9 +9,14 @@ Adapters are imported on demand, so running Postkit alone needs none of the peer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import importlib.metadata
 import multiprocessing
+import os
+import signal
+import subprocess
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -23,7 +28,7 @@ import psycopg
 
 from benchmarks import pg
 
-LIBRARIES = ("postkit", "pgqueuer", "procrastinate", "chancy", "rq")
+LIBRARIES = ("postkit", "postkit_defaults", "pgqueuer", "procrastinate", "chancy", "rq")
 
 
 @dataclass(frozen=True)
@@ -34,14 +39,22 @@ class WorkerConfig:
     processes: int
     concurrency: int
     options: tuple[tuple[str, Any], ...] = ()
+    title: str = ""
+    """The label, when ``processes x concurrency, options`` does not say it (a command)."""
 
     def option(self, name: str, default: Any = None) -> Any:
         return dict(self.options).get(name, default)
 
     @property
     def label(self) -> str:
+        if self.title:
+            return self.title
         extra = "".join(f", {key}={value}" for key, value in self.options)
         return f"{self.processes} proc x {self.concurrency} conc{extra}"
+
+    def with_processes(self, processes: int) -> WorkerConfig:
+        """The same configuration with another number of processes."""
+        return WorkerConfig(processes, self.concurrency, self.options)
 
 
 WorkerMain = Callable[[str, WorkerConfig, "int | None"], None]
@@ -58,10 +71,25 @@ class Adapter(ABC):
     latency_config: ClassVar[WorkerConfig]
     batch_note: ClassVar[str] = ""
     """How this library enqueues a batch, for the report."""
+    tuning_note: ClassVar[str] = ""
+    """Why the configurations tried are these: the library's own recommendations, cited."""
+    claims_in_batches: ClassVar[bool] = True
+    """Whether a worker claims several jobs per statement: its drain is compared with the
+    floor's 100-job SKIP LOCKED dequeue, else with the 1-job one."""
+    workloads: ClassVar[tuple[str, ...] | None] = None
+    """The only workloads this adapter runs (None: every one)."""
+    title: ClassVar[str] = ""
+    """The name in the report (default: :attr:`name`)."""
+
+    def connections(self, concurrency: int) -> int:
+        """The server connections one worker process of ``concurrency`` opens."""
+        return concurrency + 2
 
     def __init__(self, server_dsn: str) -> None:
         self.server_dsn = server_dsn
         self.monitor_transactions = 0
+        self.expected_rate: float | None = None
+        """The drain rate of the chosen configuration's calibration, once known."""
         self.dsn = pg.with_database(server_dsn, f"bench_{self.name}")
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -257,18 +285,16 @@ class Workers:
     def alive(self) -> bool:
         return all(process.is_alive() for process in self.processes)
 
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes if process.pid is not None]
+
     def peak_rss_bytes(self) -> int:
         """The largest peak resident set (VmHWM) among the worker processes, while alive."""
-        peak = 0
-        for process in self.processes:
-            try:
-                with open(f"/proc/{process.pid}/status", encoding="ascii") as status:
-                    for line in status:
-                        if line.startswith("VmHWM:"):
-                            peak = max(peak, int(line.split()[1]) * 1024)
-            except OSError:
-                continue
-        return peak
+        return max((_status_bytes(pid, "VmHWM:") for pid in self.pids()), default=0)
+
+    def rss_bytes(self) -> int:
+        """The largest resident set (VmRSS) among the worker processes now."""
+        return max((_status_bytes(pid, "VmRSS:") for pid in self.pids()), default=0)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (a graceful stop for every library here), then SIGKILL after ``timeout``."""
@@ -284,6 +310,84 @@ class Workers:
         self.processes.clear()
 
 
+class CommandWorkers(Workers):
+    """Workers run by a command line, as a user starts them (``postkit worker ...``): one
+    process, which may supervise children of its own; those are the worker processes."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: str) -> None:
+        super().__init__(started_at=time.perf_counter())
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        self.command = command
+        self.popen = subprocess.Popen(
+            command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=self._log
+        )
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def pids(self) -> list[int]:
+        """The command's process and every process under it."""
+        found, pending = [], [self.popen.pid]
+        while pending:
+            pid = pending.pop()
+            found.append(pid)
+            pending += _children(pid)
+        return found
+
+    def log_tail(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-2000:]
+
+    def stop(self, timeout: float = 40.0) -> None:
+        """SIGTERM to the command (a supervisor passes it on), SIGKILL to every process under
+        it past ``timeout``."""
+        every = self.pids()
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
+        for pid in every[1:]:  # children the command left behind, if any
+            if _command_line(pid)[:3] == self.command[:3]:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        self._log.close()
+
+
+def _command_line(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return [part.decode(errors="replace") for part in cmdline.read().split(b"\0")]
+    except OSError:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                found += [int(child) for child in children.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def _status_bytes(pid: int, field: str) -> int:
+    """A ``/proc/PID/status`` size (``VmHWM:``, ``VmRSS:``) in bytes; 0 if the process is
+    gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def load(name: str) -> type[Adapter]:
     """The adapter class of ``name`` (one of :data:`LIBRARIES`)."""
     if name not in LIBRARIES:
@@ -293,4 +397,12 @@ def load(name: str) -> type[Adapter]:
     return adapter
 
 
-__all__ = ["LIBRARIES", "Adapter", "AsyncAdapter", "WorkerConfig", "Workers", "load"]
+__all__ = [
+    "LIBRARIES",
+    "Adapter",
+    "AsyncAdapter",
+    "CommandWorkers",
+    "WorkerConfig",
+    "Workers",
+    "load",
+]

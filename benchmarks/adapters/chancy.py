@@ -40,9 +40,10 @@ class ChancyAdapter(AsyncAdapter):
     name = "chancy"
     distribution = "chancy"
     configs = (
-        WorkerConfig(1, 20),
         WorkerConfig(2, 20),
         WorkerConfig(2, 50),
+        WorkerConfig(2, 200),
+        WorkerConfig(4, 50),
     )
     latency_config = WorkerConfig(1, 4)
     clear_sql = "TRUNCATE chancy_jobs CASCADE"
@@ -51,6 +52,12 @@ class ChancyAdapter(AsyncAdapter):
         " WHERE state IN ('pending', 'running', 'retrying')"
     )
     batch_note = "Chancy.push_many (one INSERT round trip per job, one transaction per batch)"
+    tuning_note = (
+        "the queue's `concurrency` 20, 50 and 200 with the AsyncExecutor (chancy/executors/"
+        "asyncex.py: for large numbers of IO-bound jobs, many at once without the overhead of "
+        "processes or threads), `eager_polling=True` (chancy/queue.py: poll again as soon as a "
+        "job completes, for jobs continuously available), 2 and 4 worker processes"
+    )
 
     def install(self) -> None:
         async def install() -> None:

@@ -1,31 +1,37 @@
-"""Postkit: QueueClient.push on the producer's connection; postkit.worker.Worker workers."""
+"""Postkit: QueueClient.push on the producer's connection; postkit.worker.Worker workers.
+
+Jobs go to the ``default`` namespace, where ``postkit worker`` works without a ``--namespace``
+(the defaults row, ``benchmarks.adapters.postkit_defaults``, starts the command with no option
+but ``--processes``). A configuration with the ``transactional`` option runs a transactional
+handler instead, which inserts one row into ``bench_side`` in the ack's transaction."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 
 from benchmarks import handlers
 from benchmarks.adapters import Adapter, WorkerConfig
 from postkit.queue import Job, QueueClient, install
-from postkit.worker import Worker
+from postkit.worker import Handlers, Worker
 
-NAMESPACE = "bench"
+NAMESPACE = "default"
 QUEUE = "bench"
 
 
 class PostkitAdapter(Adapter):
     name = "postkit"
     distribution = "postkit"
-    configs = (
-        WorkerConfig(1, 8),
+    configs: ClassVar[tuple[WorkerConfig, ...]] = (
+        WorkerConfig(1, 32),
         WorkerConfig(2, 8),
-        WorkerConfig(2, 16),
         WorkerConfig(2, 32),
+        WorkerConfig(2, 64),
+        WorkerConfig(2, 128),
     )
     latency_config = WorkerConfig(1, 4)
-    clear_sql = "TRUNCATE postkit_queue.jobs, postkit_queue.dead_letters"
+    clear_sql = "TRUNCATE postkit_queue.jobs, postkit_queue.dead_letters, bench_side"
     progress_sql = (
         "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FROM postkit_queue.jobs"
     )
@@ -35,10 +41,19 @@ class PostkitAdapter(Adapter):
         "transaction per batch. A single push is one statement on an autocommit connection: "
         "the job is its own transaction, in one round trip"
     )
+    tuning_note = (
+        "`Worker(concurrency=...)` with its default prefetch (as many as concurrency), 1-2 "
+        "processes; the CLI's default is `--concurrency 8` per process"
+    )
+
+    def connections(self, concurrency: int) -> int:
+        # Worker's pool (concurrency + 2), its LISTEN connection and two for maintenance.
+        return concurrency + 5
 
     def install(self) -> None:
         with psycopg.connect(self.dsn) as connection:
             install(connection)
+            connection.execute("CREATE TABLE bench_side (n bigint NOT NULL)")
 
     def open(self) -> None:
         # Autocommit: each push is its own transaction, committed by the server with the
@@ -68,16 +83,24 @@ def _handler(job: Job) -> None:
     handlers.handle(job.payload["n"])
 
 
+def _transactional_handler(job: Job, cursor: Any) -> None:
+    cursor.execute("INSERT INTO bench_side (n) VALUES (%s)", (job.payload["n"],))
+    handlers.handle(job.payload["n"])
+
+
 def worker_main(dsn: str, config: WorkerConfig, probe_port: int | None) -> None:
     handlers.configure(probe_port)
-    options: dict[str, Any] = {"poll_interval": config.option("poll_interval", 5.0)}
+    registered = Handlers()
+    if config.option("transactional"):
+        registered.add(QUEUE, _transactional_handler, transactional=True)
+    else:
+        registered.add(QUEUE, _handler)
     worker = Worker(
         dsn,
-        {QUEUE: _handler},
+        registered,
         namespace=NAMESPACE,
         concurrency=config.concurrency,
         grace_period=5,
-        **options,
     )
     worker.run()
 

@@ -28,9 +28,11 @@ class ProcrastinateAdapter(AsyncAdapter):
     name = "procrastinate"
     distribution = "procrastinate"
     configs = (
-        WorkerConfig(1, 10),
-        WorkerConfig(2, 10),
+        WorkerConfig(2, 10, (("delete_jobs", "successful"),)),
+        WorkerConfig(2, 30, (("delete_jobs", "successful"),)),
         WorkerConfig(2, 30),
+        WorkerConfig(2, 100, (("delete_jobs", "successful"),)),
+        WorkerConfig(4, 30, (("delete_jobs", "successful"),)),
     )
     latency_config = WorkerConfig(1, 4)
     clear_sql = "TRUNCATE procrastinate_jobs CASCADE"
@@ -39,6 +41,14 @@ class ProcrastinateAdapter(AsyncAdapter):
         " WHERE status IN ('todo', 'doing')"
     )
     batch_note = "Task.batch_defer_async (one INSERT per batch)"
+    tuning_note = (
+        "`concurrency` 10, 30 and 100 per worker (github.com/procrastinate-org/procrastinate "
+        "docs/howto/concurrency.md: `app.run_worker(concurrency=30)`, and more workers, each "
+        "in its own process), 2 and 4 processes; `delete_jobs='successful'` "
+        "(docs/howto/production/delete_finished_jobs.md: delete jobs on completion, as "
+        "Postkit's ack does) and its default (keep them)"
+    )
+    claims_in_batches = False
 
     def install(self) -> None:
         async def install() -> None:
@@ -83,7 +93,11 @@ def worker_main(dsn: str, config: WorkerConfig, probe_port: int | None) -> None:
     async def work() -> None:
         async with app.open_async():
             await app.run_worker_async(
-                queues=[QUEUE], concurrency=config.concurrency, wait=True, listen_notify=True
+                queues=[QUEUE],
+                concurrency=config.concurrency,
+                wait=True,
+                listen_notify=True,
+                delete_jobs=config.option("delete_jobs", "never"),
             )
 
     asyncio.run(work())

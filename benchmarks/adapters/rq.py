@@ -32,9 +32,16 @@ class RqAdapter(Adapter):
         WorkerConfig(2, 1),
         WorkerConfig(3, 1),
         WorkerConfig(4, 1),
+        WorkerConfig(8, 1),
     )
     latency_config = WorkerConfig(1, 1)
     batch_note = "Queue.enqueue_many (one Redis pipeline per batch)"
+    tuning_note = (
+        "2, 3, 4 and 8 SimpleWorker processes (python-rq.org/docs/workers: each worker "
+        "processes a single job at a time, to perform jobs concurrently start more workers; "
+        "SimpleWorker skips the fork per job)"
+    )
+    claims_in_batches = False
 
     def __init__(self, server_dsn: str) -> None:
         super().__init__(server_dsn)
