@@ -123,13 +123,13 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
             else f"kept {format_duration(policy.retain_results)}",
         ),
         ("max payload", f"{policy.max_payload_bytes:,} bytes"),
-        *describe_limits(policy),
+        *_describe_limits(policy),
     ]
 
 
-def describe_limits(policy: QueuePolicy) -> list[tuple[str, object]]:
-    """The flow limits of ``policy``, one field each, as `postkit queue configure` and
-    `postkit stats` show them."""
+def _describe_limits(policy: QueuePolicy) -> list[tuple[str, object]]:
+    """The flow limits of ``policy``, one field each, as `postkit queue configure` shows
+    them."""
     rate = policy.rate
     group = (
         "one at a time, in push order"
