@@ -349,17 +349,23 @@ def fitting_concurrency(adapter: Adapter, config: WorkerConfig) -> int:
     return concurrency
 
 
+W6_BATCH = 100
+"""The transactional handler's ``batch`` in W6's batched drain (``Handlers.add(batch=...)``)."""
+
+
 def w6(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]:
     """Transactional handlers: W1s's drain with a handler that inserts one row in the ack's
-    transaction (``config`` with the ``transactional`` option). Each running handler holds a
-    connection for its transaction, so the concurrency is capped to what the server's
-    ``max_connections`` allows (:func:`fitting_concurrency`)."""
+    transaction (``config`` with the ``transactional`` option), first a transaction per job
+    and then up to :data:`W6_BATCH` jobs to a transaction (the ``batch`` option). Each running
+    handler holds a connection for its transaction, so the concurrency is capped to what the
+    server's ``max_connections`` allows (:func:`fitting_concurrency`)."""
     concurrency = fitting_concurrency(adapter, config)
-    transactional = WorkerConfig(
-        config.processes, concurrency, (*config.options, ("transactional", True))
-    )
-    drained = preloaded_drain(adapter, transactional, scale, scale.w1s_jobs)
-    return {"drain_transactional": drained.rate, "transactional_concurrency": float(concurrency)}
+    rates: dict[str, float] = {"transactional_concurrency": float(concurrency)}
+    for metric, batch in (("drain_transactional_each", 1), ("drain_transactional", W6_BATCH)):
+        options = (*config.options, ("transactional", True), ("batch", batch))
+        transactional = WorkerConfig(config.processes, concurrency, options)
+        rates[metric] = preloaded_drain(adapter, transactional, scale, scale.w1s_jobs).rate
+    return rates
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ class PostkitDefaultsAdapter(PostkitAdapter):
     workloads = ("W1s",)
     tuning_note = (
         f"none: `postkit worker MODULE --processes {CORES}` (the machine's cores), every other "
-        "option at its default (--concurrency 8, prefetch as many, --vacuum-interval 2)"
+        "option at its default (--concurrency 8, the adaptive prefetch, --vacuum-interval 2)"
     )
 
     def start_workers(self, config: WorkerConfig, probe_port: int | None = None) -> Workers:

@@ -332,7 +332,10 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     "--prefetch",
     type=click.IntRange(0),
     default=None,
-    help="Jobs claimed ahead of free slots, per process [default: as many as --concurrency].",
+    help=(
+        "Jobs claimed ahead of free slots, per process [default: adapts: about 0.1 s of the "
+        "jobs the process settles, from --concurrency to 500]."
+    ),
 )
 @click.option(
     "-p",

@@ -100,6 +100,7 @@ class App:
         unique_by: Sequence[str] = (),
         transactional: bool = False,
         transaction: Transaction | None = None,
+        batch: int = 1,
     ) -> Callable[[Callable[..., Any]], BaseTask[Any, Any]]:
         """Decorate a function to make it a :class:`Task` whose jobs go to ``queue`` (a
         :class:`TransactionalTask` when ``transactional``).
@@ -138,6 +139,9 @@ class App:
                 transaction and yields a cursor in it, such as Django's
                 (``postkit.contrib.django.transaction``); by default a connection of the
                 worker's pool.
+            batch: up to this many of a transactional task's jobs share one transaction and
+                its commit, on the worker's pool (``Handlers.add(batch=)``, which says what
+                it costs).
 
         Raises:
             InvalidNameError, InvalidMaxAttemptsError, InvalidDurationError,
@@ -147,8 +151,10 @@ class App:
                 task's function takes no cursor first, or pydantic cannot validate an
                 annotation that holds a model (when decorating).
             ValueError: ``transaction`` is given without ``transactional``; the queue already
-                has a task or handler, ``timeout`` is not positive, or a transactional task's
-                function is ``async def`` (when decorating, from :meth:`Handlers.add`).
+                has a task or handler, ``timeout`` is not positive, ``batch`` does not fit the
+                task (below 1, or above 1 without ``transactional`` or with a
+                ``transaction``), or a transactional task's function is ``async def`` (when
+                decorating, from :meth:`Handlers.add`).
         """
         check.name("queue", queue, required=True)
         if transaction is not None and not transactional:
@@ -193,6 +199,7 @@ class App:
                 transactional=transactional,
                 timeout=timeout,
                 transaction=transaction,
+                batch=batch,
             )
             self.tasks[queue] = task
             return task

@@ -59,6 +59,9 @@ class Claims:
         self.finished: list[tuple[Job, float]] = []
         """Jobs whose handler succeeded, waiting for the next batched ack, with their start
         time."""
+        self.settled_total = 0
+        """How many claimed jobs have left ``in_flight`` since the worker started: the settle
+        rate the adaptive prefetch follows (``postkit.worker.prefetch``)."""
         self.results: dict[int, CheckedResult] = {}
         """What the handlers of finished jobs returned, checked, by job id: sent with their
         batched ack, and forgotten once it went through."""
@@ -152,7 +155,8 @@ class Claims:
             self.timed_out.discard(job.id)
 
     def _forget(self, job: Job) -> None:
-        self.in_flight.pop(job.id, None)
+        if self.in_flight.pop(job.id, None) is not None:
+            self.settled_total += 1
         self.settling.discard(job.id)
         self.async_tasks.pop(job.id, None)
 

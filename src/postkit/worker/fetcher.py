@@ -35,6 +35,7 @@ from postkit.worker.job_executor import JobExecutor
 from postkit.worker.metrics import Recorder
 from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool, asynchronous_commit
+from postkit.worker.prefetch import Prefetch
 
 logger = logging.getLogger("postkit.worker")
 
@@ -56,7 +57,7 @@ class Fetcher:
         namespace: str,
         queues: list[str],
         worker_id: str,
-        capacity: int,
+        prefetch: Prefetch,
         visibility_timeout: float | None,
         poll_interval: float,
         pooler: bool,
@@ -72,7 +73,7 @@ class Fetcher:
         self.namespace = namespace
         self.queues = queues
         self.worker_id = worker_id
-        self.capacity = capacity
+        self.prefetch = prefetch
         self.visibility_timeout = visibility_timeout
         self.poll_interval = poll_interval
         self.pooler = pooler
@@ -120,7 +121,7 @@ class Fetcher:
                     want_jobs = True
                 with self._claiming:
                     acks = claims.take_finished()
-                    free = self.capacity - len(claims.in_flight)
+                    free = self._free_slots()
                     if acks or (want_jobs and free > 0):
                         if want_jobs and free > 0:
                             last_look = now
@@ -250,6 +251,13 @@ class Fetcher:
                 break
             jobs += self._pull(client, queue, limit - len(jobs))
         return acked, jobs
+
+    def _free_slots(self) -> int:
+        """How many more jobs to claim now: the prefetch's capacity, as the settle rate makes
+        it, less the jobs held."""
+        with self.claims.lock:
+            self.prefetch.observe(self.claims.settled_total)
+            return self.prefetch.capacity - len(self.claims.in_flight)
 
     def _pull(self, client: QueueClient, queue: str, limit: int) -> list[Job]:
         return client.pull_batch(
@@ -386,7 +394,7 @@ class Fetcher:
         if not self._claiming.acquire(blocking=False):
             return
         try:
-            free = self.capacity - len(self.claims.in_flight)
+            free = self._free_slots()
             if free > 0 and not self._stopping.is_set():
                 self.settle_and_claim(
                     [], free, lambda action: action(self.pool.client_on(connection))

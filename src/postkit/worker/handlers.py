@@ -28,6 +28,8 @@ class HandlerSpec:
     transaction: Transaction | None = None
     """Where a transactional handler's transaction runs; None: on a connection of the worker's
     pool."""
+    batch: int = 1
+    """How many jobs of a transactional handler may share one transaction (1: each its own)."""
 
     @property
     def holds_pool_connection(self) -> bool:
@@ -53,6 +55,7 @@ class Handlers(Mapping[str, HandlerSpec]):
         transactional: bool = False,
         timeout: float | None = None,
         transaction: Transaction | None = None,
+        batch: int = 1,
     ) -> None:
         """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
         ``transactional``).
@@ -72,11 +75,30 @@ class Handlers(Mapping[str, HandlerSpec]):
         application's own connection (``postkit.contrib.django.transaction``). By default the
         transaction runs on a connection of the worker's pool.
 
+        ``batch`` (transactional handlers on the worker's pool only) lets up to that many of
+        the queue's claimed jobs share one transaction, and so one commit: a thread takes the
+        jobs waiting for a slot, runs their handlers one after another in one transaction,
+        acknowledges every one in one statement, and commits once; for at most 50 ms of
+        handlers (or a sixth of the claim's visibility timeout) per transaction. Each job's
+        writes still commit exactly when its ack does. When a handler raises or runs past its
+        timeout, when a job no longer holds its claim at the ack (it expired, or an operator
+        cancelled the job), or when the transaction fails (a deadlock, a lost connection), the
+        whole transaction rolls back: the job whose handler raised is retried or failed as
+        usual, and each job whose handler had returned runs again in a transaction of its own
+        (its handler a second time, its first writes undone).
+
+        What it costs: a job's writes become visible when its batch commits, not when its
+        handler returns; locks a handler takes are held until then, so handlers that lock rows
+        in different orders deadlock more often; and a job that fails makes the jobs before it
+        in its batch run twice. Batches pay where handlers are short and seldom fail, and the
+        commit is the cost, as in benchmarks/results/comparison.md (W6).
+
         Raises:
             ValueError: the queue already has a handler, an ``async def`` handler is
                 transactional (the ack's transaction lives on a synchronous connection), or
                 ``timeout`` is not positive, or ``transaction`` is given to a handler that is
-                not transactional.
+                not transactional, or ``batch`` is below 1, or above 1 for a handler that is
+                not transactional or has a ``transaction`` of its own.
         """
         if queue in self._specs:
             raise ValueError(f"queue {queue!r} already has a handler")
@@ -87,7 +109,16 @@ class Handlers(Mapping[str, HandlerSpec]):
             raise ValueError("a handler's timeout must be positive")
         if transaction is not None and not transactional:
             raise ValueError("only a transactional handler runs in a given transaction")
-        self._specs[queue] = HandlerSpec(function, transactional, is_async, timeout, transaction)
+        if batch < 1:
+            raise ValueError("a handler's batch must be at least 1")
+        if batch > 1 and (not transactional or transaction is not None):
+            raise ValueError(
+                "only a transactional handler on the worker's pool (no transaction of its "
+                "own) runs in batches"
+            )
+        self._specs[queue] = HandlerSpec(
+            function, transactional, is_async, timeout, transaction, batch
+        )
 
     def register(
         self,
@@ -96,6 +127,7 @@ class Handlers(Mapping[str, HandlerSpec]):
         transactional: bool = False,
         timeout: float | None = None,
         transaction: Transaction | None = None,
+        batch: int = 1,
     ) -> Callable[[F], F]:
         """Decorator form of :meth:`add`."""
 
@@ -106,6 +138,7 @@ class Handlers(Mapping[str, HandlerSpec]):
                 transactional=transactional,
                 timeout=timeout,
                 transaction=transaction,
+                batch=batch,
             )
             return function
 

@@ -11,8 +11,10 @@
 What the runtime does for you:
 
 - **Concurrency.** Up to ``concurrency`` jobs at once: sync handlers on threads, ``async def``
-  handlers as tasks on one event loop. Up to ``prefetch`` more jobs are claimed ahead, to start
-  the moment a slot frees (their claims are kept alive by the heartbeats like running ones).
+  handlers as tasks on one event loop. More jobs are claimed ahead (the prefetch), to start
+  the moment a slot frees (their claims are kept alive by the heartbeats like running ones): by
+  default about 0.1 s of the jobs the worker settles, from ``concurrency`` to 500
+  (``prefetch.py``), so quick jobs are claimed in big batches and slow ones a few at a time.
   When the queues are empty it waits on LISTEN/NOTIFY (see ``listen.py``) with
   ``poll_interval`` as the fallback poll.
 - **Batching.** Jobs that succeed are acknowledged in batches: each round trip to the database
@@ -93,6 +95,7 @@ from postkit.worker.maintenance import (
 from postkit.worker.metrics import NO_METRICS, Recorder, require_prometheus_client
 from postkit.worker.outcomes import OutcomeLog, job_fields
 from postkit.worker.pool import WorkerPool
+from postkit.worker.prefetch import Prefetch
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import start_thread
 
@@ -138,9 +141,11 @@ class Worker:
             handlers: a :class:`Handlers`, or a mapping of queue name to handler function.
             queues: the queues to work (default: every queue with a handler).
             concurrency: how many jobs run at once.
-            prefetch: how many more jobs to hold claimed, ready to start (default: as many as
-                ``concurrency``; 0 claims only for free slots). More prefetch means bigger
-                batches per round trip; less means other workers get a fairer share.
+            prefetch: how many more jobs to hold claimed, ready to start; 0 claims only for
+                free slots. More prefetch means bigger batches per round trip; less means
+                other workers get a fairer share. Default: it adapts, holding about 0.1 s of
+                the jobs this worker settles, at least ``concurrency`` and at most 500 (see
+                ``postkit.worker.prefetch``).
             worker_id: the name the worker claims under (default: ``hostname-pid``).
             visibility_timeout: seconds each claim lasts between heartbeats, overriding the
                 queue's policy (``configure_queue(visibility_timeout=...)``, 30 s unless set).
@@ -192,8 +197,6 @@ class Worker:
             or (poll_interval is not None and poll_interval <= 0)
         ):
             raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
-        if prefetch is not None and prefetch < 0:
-            raise ValueError("prefetch must be zero or positive")
         self.pooler = pooler
         # Raises ValueError for an interval out of range, before anything starts.
         self._vacuum = (
@@ -203,9 +206,8 @@ class Worker:
         self.namespace = namespace
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.concurrency = concurrency
-        self.prefetch = concurrency if prefetch is None else prefetch
-        # Jobs claimed and not yet settled: running, or waiting for a handler slot.
-        self.capacity = self.concurrency + self.prefetch
+        # Raises ValueError for a negative prefetch.
+        self.prefetch = Prefetch(concurrency, prefetch)
         self.visibility_timeout = visibility_timeout
         if poll_interval is None:
             poll_interval = _POOLER_POLL if pooler else 5.0
@@ -334,7 +336,7 @@ class Worker:
             namespace=self.namespace,
             queues=self.queues,
             worker_id=self.worker_id,
-            capacity=self.capacity,
+            prefetch=self.prefetch,
             visibility_timeout=self.visibility_timeout,
             poll_interval=self.poll_interval,
             pooler=self.pooler,
