@@ -7,6 +7,11 @@ Three custom scripts against a minimal table (``id bigserial``, ``payload jsonb`
 - dequeue 1: one ``DELETE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)`` per
   transaction, two clients (one per core);
 - dequeue 100: the same with ``LIMIT 100``, two clients.
+
+Beside them, the idle round trip: a ``SELECT 1`` from psycopg back to back, and the same 20 ms
+after the last one (W2's gap between pushes). The second pays for waking an idle client and
+server process, which on a virtual machine costs more than the statement: the floor under
+every hop of W2's path from a push's commit to its handler.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -122,7 +128,10 @@ class Floor:
             insert.append(self.insert_rate(seconds))
             one.append(self.dequeue_rate(1, 1_000 if quick else 10_000))
             hundred.append(self.dequeue_rate(100, 20 if quick else 500))
+        back_to_back, after_gap = idle_round_trips(self.dsn, 300 if quick else 1_000)
         return {
+            "idle_round_trip_ms": after_gap,
+            "busy_round_trip_ms": back_to_back,
             "pgbench": self.binary,
             "seconds": seconds,
             "clients": 2,
@@ -133,6 +142,25 @@ class Floor:
             "dequeue1_jobs_median": statistics.median(one),
             "dequeue100_jobs_median": 100 * statistics.median(hundred),
         }
+
+
+IDLE_GAP = 0.02
+"""Seconds between the idle round trips: W2's gap between pushes."""
+
+
+def idle_round_trips(dsn: str, count: int) -> tuple[float, float]:
+    """The median milliseconds of a ``SELECT 1`` from psycopg back to back, and
+    :data:`IDLE_GAP` after the last one."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        timings: list[list[float]] = [[], []]
+        for gap, into in ((0.0, timings[0]), (IDLE_GAP, timings[1])):
+            for _ in range(count):
+                started = time.perf_counter_ns()
+                connection.execute("SELECT 1")
+                into.append((time.perf_counter_ns() - started) / 1e6)
+                if gap:
+                    time.sleep(gap)
+    return statistics.median(timings[0]), statistics.median(timings[1])
 
 
 def _reset(dsn: str, rows: int) -> None:

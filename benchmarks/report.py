@@ -615,6 +615,15 @@ def _floor_section(report: dict[str, Any]) -> list[str]:
     ):
         tps = Spread.of(floor[key])
         lines.append(f"| {title} | {tps.render()} | {tps.median * per:,.0f} |")
+    if "idle_round_trip_ms" in floor:
+        lines += [
+            "",
+            f"The idle round trip: psycopg's `SELECT 1` takes {floor['busy_round_trip_ms']:.2f} "
+            f"ms back to back and {floor['idle_round_trip_ms']:.2f} ms 20 ms after the last one "
+            "(medians), W2's gap between pushes: waking an idle client and server process. "
+            "W2's path from a push's commit to its handler holds at least three such wake-ups "
+            "(the listener's, its claim's round trip, the handler thread's).",
+        ]
     return lines
 
 
