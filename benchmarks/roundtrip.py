@@ -49,10 +49,10 @@ def drain(dsn: str, *, jobs: int, batch: int) -> tuple[float, float]:
     return settled / elapsed, cpu / settled * 1e6
 
 
-def worker_drain(dsn: str, *, jobs: int, transactional: bool) -> float:
+def worker_drain(dsn: str, *, jobs: int, transactional: bool, batch: int = 1) -> float:
     """Preload ``jobs`` jobs, then drain them with a Worker (concurrency 8, its defaults
-    otherwise) whose handler does nothing. Returns jobs per second, from the worker's start to
-    its last ack."""
+    otherwise) whose handler does nothing (a transactional one with ``batch``). Returns jobs
+    per second, from the worker's start to its last ack."""
     namespace = f"bench-worker-drain-{time.time_ns()}"
     with psycopg.connect(dsn) as connection:
         queue = QueueClient(connection.cursor(), namespace=namespace)
@@ -65,7 +65,7 @@ def worker_drain(dsn: str, *, jobs: int, transactional: bool) -> float:
         def in_the_acks_transaction(job: Job, cursor: Any) -> None:
             pass
 
-        handlers.add(QUEUE, in_the_acks_transaction, transactional=True)
+        handlers.add(QUEUE, in_the_acks_transaction, transactional=True, batch=batch)
     else:
         handlers.add(QUEUE, lambda job: None)
     worker = Worker(dsn, handlers, namespace=namespace, concurrency=8, vacuum_interval=None)

@@ -29,6 +29,10 @@ class PostkitAdapter(Adapter):
         WorkerConfig(2, 32),
         WorkerConfig(2, 64),
         WorkerConfig(2, 128),
+        # The fixed prefetch of earlier releases (as many as the concurrency), for the
+        # adaptive one's before and after in the same run (docs/performance.md).
+        WorkerConfig(2, 8, (("prefetch", 8),)),
+        WorkerConfig(2, 64, (("prefetch", 64),)),
     )
     latency_config = WorkerConfig(1, 4)
     clear_sql = "TRUNCATE postkit_queue.jobs, postkit_queue.dead_letters, bench_side"
@@ -44,7 +48,8 @@ class PostkitAdapter(Adapter):
     tuning_note = (
         "`Worker(concurrency=...)` with its default prefetch (adaptive: about 0.1 s of the "
         "jobs a process settles, from the concurrency to 500), 1-2 processes; the CLI's "
-        "default is `--concurrency 8` per process"
+        "default is `--concurrency 8` per process. The two `prefetch=` rows hold the fixed "
+        "prefetch of earlier releases (as many as the concurrency), for comparison"
     )
 
     def connections(self, concurrency: int) -> int:
@@ -103,6 +108,7 @@ def worker_main(dsn: str, config: WorkerConfig, probe_port: int | None) -> None:
         registered,
         namespace=NAMESPACE,
         concurrency=config.concurrency,
+        prefetch=config.option("prefetch"),
         grace_period=5,
     )
     worker.run()
