@@ -70,7 +70,8 @@ PULL_CLAIM = """
         SET state         = 'running',
             attempts      = j.attempts + 1,
             worker_id     = p_worker_id,
-            claim_token   = gen_random_uuid(),
+            claim_token   = encode(overlay(v_token PLACING int8send(j.id) FROM 9 FOR 8),
+                                   'hex')::uuid,
             claimed_at    = v_now,
             visible_until = v_now + v_timeout
         WHERE j.namespace = p_namespace AND j.id = ANY (v_ids)
@@ -82,6 +83,7 @@ PULL_CLAIM_PARAMS = {
     "v_now": "timestamptz",
     "p_worker_id": "text",
     "v_timeout": "interval",
+    "v_token": "bytea",
 }
 
 # The scan of postkit_queue.tick_timeouts.
@@ -338,7 +340,8 @@ def test_the_claim_updates_the_locked_ids_through_the_primary_key(
     nodes = explain(
         planned,
         mode,
-        "EXECUTE pull_claim_stmt('plan-a', '{1,2,3}', now(), 'w', interval '30 seconds')",
+        "EXECUTE pull_claim_stmt('plan-a', '{1,2,3}', now(), 'w', interval '30 seconds', "
+        "uuid_send(gen_random_uuid()))",
     )
 
     assert any(index == "jobs_pkey" for _, index in scans(nodes)), describe(nodes)

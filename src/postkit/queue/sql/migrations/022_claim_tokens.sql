@@ -1,0 +1,4 @@
+-- Migration 22: pull draws one random value per call for its claim tokens (each the call's 64
+-- random bits and the job's id), not one per claimed row.
+-- Functions only: their current bodies are in schema/, which every upgrade applies.
+-- schema: acdf2137f30c67a1
