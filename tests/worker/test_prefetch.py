@@ -5,20 +5,16 @@ worker holding few slow jobs and many quick ones."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
 
-import psycopg
 import pytest
 
 from postkit.queue import Job, QueueClient
-from postkit.worker import Handlers, Worker
+from postkit.worker import Handlers
 from postkit.worker.prefetch import MOST, SAMPLE, Prefetch
 from tests.signals import wait_until
-from tests.threads import QUIET, worker_threads
+from tests.worker.conftest import StartWorker
 
 Q = "work"
-StartWorker = Callable[..., Worker]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,19 +75,6 @@ def test_a_negative_prefetch_is_refused() -> None:
 # ---------------------------------------------------------------------------------------------
 # A real worker.
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def client(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> QueueClient:
-    return QueueClient(connect(autocommit=True).cursor(), namespace=namespace)
-
-
-@pytest.fixture
-def start_worker(dsn: str, namespace: str) -> Iterator[StartWorker]:
-    with worker_threads() as run:
-        yield lambda handlers, **options: run(
-            Worker(dsn, handlers, namespace=namespace, **{**QUIET, **options})
-        )
 
 
 def running(client: QueueClient) -> int:

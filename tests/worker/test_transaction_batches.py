@@ -13,25 +13,11 @@ import pytest
 from psycopg import sql
 
 from postkit.queue import Job, QueueClient
-from postkit.worker import Handlers, Worker
+from postkit.worker import Handlers
 from tests.signals import wait_until
-from tests.threads import QUIET, worker_threads
+from tests.worker.conftest import StartWorker
 
 Q = "work"
-StartWorker = Callable[..., Worker]
-
-
-@pytest.fixture
-def client(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> QueueClient:
-    return QueueClient(connect(autocommit=True).cursor(), namespace=namespace)
-
-
-@pytest.fixture
-def start_worker(dsn: str, namespace: str) -> Iterator[StartWorker]:
-    with worker_threads() as run:
-        yield lambda handlers, **options: run(
-            Worker(dsn, handlers, namespace=namespace, **{**QUIET, **options})
-        )
 
 
 @pytest.fixture
