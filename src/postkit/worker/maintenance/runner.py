@@ -30,6 +30,7 @@ from postkit.worker.maintenance.rescue import Rescue
 from postkit.worker.maintenance.schedules import Schedules
 from postkit.worker.maintenance.service import Service
 from postkit.worker.pool import asynchronous_commit as commit_asynchronously
+from postkit.worker.threads import start_thread
 
 logger = logging.getLogger("postkit.worker")
 
@@ -152,13 +153,25 @@ class Maintenance:
         """Run each service when it falls due (all of them at once at the start) until
         ``stop`` is set. After each round that ran a service, call ``report`` with what it
         did. A database error calls ``on_error`` and is retried with backoff on a new
-        connection.
+        connection. Setting ``stop`` also cancels the statement a round is waiting on (a lock
+        an upgrade holds, a pooler whose server is gone), so the stop never waits on it.
 
         Raises:
             postkit.errors.PostkitError: a step was refused (a missing privilege or schema).
         """
         due = [time.monotonic()] * len(self.services)
         connection: psycopg.Connection[Any] | None = None
+        ended = threading.Event()
+
+        def interrupt_on_stop() -> None:
+            # A statement blocks its thread, which cannot look at the stop meanwhile.
+            while not stop.wait(0.5):
+                if ended.is_set():
+                    return
+            if not ended.is_set():
+                self.interrupt()
+
+        start_thread(interrupt_on_stop, "maintenance-stop")
         try:
             while not stop.is_set():
                 now = time.monotonic()
@@ -191,6 +204,7 @@ class Maintenance:
                 wait = min(due) - time.monotonic()
                 stop.wait(None if wait == math.inf else max(wait, 0.0))
         finally:
+            ended.set()
             if connection is not None:
                 self._forget(connection)
         self._stop_services()
