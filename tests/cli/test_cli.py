@@ -64,6 +64,7 @@ def test_install_json_reports_what_it_applied_then_nothing_the_second_time(
         "granted": [],
         "assigned": [],
         "tenant_isolation": False,
+        "citus": [],
     }
     assert second["applied"] == [] and second["version"] == latest_version()
 

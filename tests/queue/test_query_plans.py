@@ -100,7 +100,8 @@ TICK_PARAMS = {"p_namespace": "text", "v_now": "timestamptz", "p_limit": "intege
 ACK = """
     DELETE FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
-      AND postkit_queue.holds_claim(j, p_worker_id, p_claim_token)
+      AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, p_worker_id,
+                                    p_claim_token)
 """
 ACK_PARAMS = {
     "p_namespace": "text",
@@ -504,8 +505,8 @@ DEAD_LETTERS_PARAMS = {
 # The first batch of postkit_queue.prune: archived jobs whose retention ran out.
 PRUNE_COMPLETED = """
     DELETE FROM postkit_queue.completed_jobs c
-    WHERE (c.namespace, c.job_id) IN (
-        SELECT e.namespace, e.job_id FROM postkit_queue.completed_jobs e
+    WHERE c.namespace = p_namespace AND c.job_id IN (
+        SELECT e.job_id FROM postkit_queue.completed_jobs e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED)
@@ -515,8 +516,8 @@ PRUNE_COMPLETED_PARAMS = {"p_namespace": "text", "v_now": "timestamptz", "p_limi
 # The third batch of postkit_queue.prune: job results whose retention ran out.
 PRUNE_RESULTS = """
     DELETE FROM postkit_queue.job_results r
-    WHERE (r.namespace, r.job_id) IN (
-        SELECT e.namespace, e.job_id FROM postkit_queue.job_results e
+    WHERE r.namespace = p_namespace AND r.job_id IN (
+        SELECT e.job_id FROM postkit_queue.job_results e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED)
@@ -726,7 +727,9 @@ def test_queues_finds_the_queues_with_dead_letters_by_probing_the_index(
         "SELECT prosrc FROM pg_proc WHERE oid = 'postkit_queue.queues(text)'::regprocedure"
     ).fetchone()
     assert row is not None
-    prepare(operated, "queues_stmt", row[0], {"p_namespace": "text"})
+    # The one statement of its body: what follows RETURN QUERY, up to its semicolon.
+    statement = row[0].split("RETURN QUERY", 1)[1].rsplit(";", 1)[0]
+    prepare(operated, "queues_stmt", statement, {"p_namespace": "text"})
     try:
         nodes = explain(operated, mode, "EXECUTE queues_stmt('plan-a')")
     finally:

@@ -16,6 +16,7 @@ from postkit.queue.admin import (
     ACCESS_KINDS,
     Access,
     assign_namespace,
+    distribute_on_citus,
     enable_tenant_isolation,
     grant_access,
     revoke_access,
@@ -70,6 +71,13 @@ def _namespace_role(value: str) -> tuple[str, str]:
     metavar="NAMESPACE=ROLE",
     help="Let ROLE (and its members) use NAMESPACE under tenant isolation. Repeatable.",
 )
+@click.option(
+    "--citus",
+    is_flag=True,
+    help="On a Citus coordinator, also shard the queue by namespace and register its "
+    "functions, so that each call runs on the node that owns its namespace "
+    "(docs/scaling.md). Not needed on plain PostgreSQL.",
+)
 def install(
     dsn: str | None,
     as_json: bool,
@@ -77,6 +85,7 @@ def install(
     revokes: tuple[str, ...],
     tenant_isolation: bool,
     assignments: tuple[str, ...],
+    citus: bool,
 ) -> None:
     """Install the queue schema (postkit_queue), or upgrade it in place.
 
@@ -89,6 +98,10 @@ def install(
       postkit install --grant shop_web:producer --grant shop_worker:worker \\
                       --grant shop_ops:operator
       postkit install --tenant-isolation --assign shop=shop_web --assign shop=shop_worker
+
+    \b
+    On a Citus coordinator (CREATE EXTENSION citus first):
+      postkit install --citus
     """
     role_grants = [_role_access(value) for value in grants]
     namespace_roles = [_namespace_role(value) for value in assignments]
@@ -103,6 +116,7 @@ def install(
                 assign_namespace(cursor, namespace, role)
             if tenant_isolation:
                 enable_tenant_isolation(cursor)
+            placed = distribute_on_citus(cursor) if citus else []
     if as_json:
         click.echo(
             json.dumps(
@@ -117,6 +131,9 @@ def install(
                         for namespace, role in namespace_roles
                     ],
                     "tenant_isolation": tenant_isolation,
+                    "citus": [
+                        {"object": name, "placement": placement} for name, placement in placed
+                    ],
                 }
             )
         )
@@ -142,6 +159,12 @@ def install(
         click.echo(f"assigned namespace {namespace} to {role}")
     if tenant_isolation:
         click.echo("tenant isolation is on: each role sees only its own namespaces")
+    if placed:
+        tables = sum(1 for name, _ in placed if "(" not in name)
+        click.echo(
+            f"distributed on Citus: {tables} tables and {len(placed) - tables} functions "
+            "(each call runs on the node of its namespace)"
+        )
 
 
 @click.command()

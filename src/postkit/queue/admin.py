@@ -46,6 +46,22 @@ def enable_tenant_isolation(cursor: Any) -> None:
     _run(cursor, calls.enable_tenant_isolation())
 
 
+def distribute_on_citus(cursor: Any) -> list[tuple[str, str]]:
+    """On a Citus coordinator, shard the queue's tables by namespace (co-located with jobs),
+    make the small shared ones reference tables, and register every function with Citus, so
+    that each call is delegated to the node that owns its namespace (docs/scaling.md). Run
+    once after :func:`~postkit.queue.install`, in the caller's transaction; not needed on
+    plain PostgreSQL.
+
+    Returns:
+        (object, placement) for each table and function placed.
+
+    Raises:
+        SchemaMismatchError: the server has no Citus; nothing is changed.
+    """
+    return list(_run(cursor, calls.distribute_on_citus()))
+
+
 def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
     """Let ``role`` (and every role that is a member of it) use ``namespace``.
 
@@ -61,6 +77,7 @@ __all__ = [
     "OWNER_QUERIES",
     "Access",
     "assign_namespace",
+    "distribute_on_citus",
     "enable_tenant_isolation",
     "grant_access",
     "revoke_access",

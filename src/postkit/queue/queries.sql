@@ -496,6 +496,9 @@ SELECT postkit_queue.enable_tenant_isolation();
 -- name: assign_namespace
 SELECT postkit_queue.assign_namespace(%(namespace)s, %(role)s);
 
+-- name: distribute_on_citus
+SELECT d.object, d.placement FROM postkit_queue.distribute_on_citus() AS d;
+
 -- name: schema_probe
 -- Whether the schema is installed, and whether it answers its version through a function: from
 -- version 9 on, callers hold no privileges on its tables.

@@ -128,6 +128,7 @@ _CODE = (
     "schedules.sql",
     "workers.sql",
     "security.sql",
+    "citus.sql",
 )
 
 

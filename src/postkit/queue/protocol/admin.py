@@ -11,7 +11,13 @@ Access = Literal["producer", "worker", "operator"]
 ACCESS_KINDS: tuple[Access, ...] = ("producer", "worker", "operator")
 """The access kinds, each including the one before (security.sql's grant_access)."""
 
-OWNER_QUERIES = ("grant_access", "revoke_access", "enable_tenant_isolation", "assign_namespace")
+OWNER_QUERIES = (
+    "grant_access",
+    "revoke_access",
+    "enable_tenant_isolation",
+    "assign_namespace",
+    "distribute_on_citus",
+)
 """The statements of queries.sql that only the queue's owner (or a superuser) may run."""
 
 
@@ -38,6 +44,15 @@ def revoke_access(role: str) -> Call[bool]:
 def enable_tenant_isolation() -> Call[None]:
     """Turn on row-level security on every queue table."""
     return Call("enable_tenant_isolation", {}, _nothing)
+
+
+def distribute_on_citus() -> Call[list[tuple[str, str]]]:
+    """Spread the schema over a Citus cluster: (object, placement) for each table and function."""
+    return Call(
+        "distribute_on_citus",
+        {},
+        lambda rows: [(row["object"], row["placement"]) for row in rows],
+    )
 
 
 def assign_namespace(namespace: str, role: str) -> Call[None]:

@@ -30,7 +30,10 @@ CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
 RETURNS TABLE (ordinality bigint, id bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
+-- A batch is one INSERT ... SELECT of many rows, which Citus routes only when it is planned
+-- with the namespace known (docs/scaling.md): planned afresh for each call, a cost shared by
+-- the batch's jobs.
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -195,7 +198,7 @@ BEGIN
     THEN
         -- (Under another isolation level the claim refuses a limited queue: claim_limited.)
         PERFORM FROM postkit_queue.flow_state f
-        JOIN postkit_queue.queue_settings s ON s.namespace = f.namespace AND s.queue = f.queue
+        JOIN postkit_queue.queue_settings s ON s.namespace = p_namespace AND s.queue = f.queue
         WHERE f.namespace = p_namespace AND f.queue = ANY (p_queues) AND NOT s.paused
           AND (s.concurrency IS NOT NULL OR s.rate_limit IS NOT NULL
                OR s.group_concurrency IS NOT NULL OR s.group_ordered)
@@ -224,9 +227,14 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now   timestamptz := postkit_queue.clock();
-    v_held  integer;
-    v_done  postkit_queue.jobs[];
+    v_now      timestamptz := postkit_queue.clock();
+    v_held     integer;
+    v_job      postkit_queue.jobs;
+    v_queues   text[] := '{}';
+    v_attempts integer[] := '{}';
+    v_kept     bigint[] := '{}';  -- the acked jobs whose results are kept
+    v_queue    text;              -- the queue of the job before, and whether it keeps anything
+    v_keeps    boolean;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
@@ -245,19 +253,35 @@ BEGIN
         SELECT 1 FROM postkit_queue.jobs j
         JOIN unnest(p_job_ids, p_claim_tokens) AS c(id, token) ON c.id = j.id
         WHERE j.namespace = p_namespace
-          AND postkit_queue.holds_claim(j, p_worker_id, c.token)
+          AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, p_worker_id,
+                                        c.token)
         ORDER BY j.id
         FOR UPDATE OF j) held;
     IF v_held <> cardinality(p_job_ids) THEN
         RETURN false;
     END IF;
-    WITH done AS (
+    FOR v_job IN
         DELETE FROM postkit_queue.jobs j
         WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids)
-        RETURNING j AS job
-    )
-    SELECT array_agg(done.job) INTO v_done FROM done;
-    PERFORM postkit_queue.record_outcomes(v_done, 'completed', v_now);
+        RETURNING j.*
+    LOOP
+        v_queues[cardinality(v_queues) + 1] := v_job.queue;
+        v_attempts[cardinality(v_attempts) + 1] := v_job.attempts;
+        IF v_job.queue IS DISTINCT FROM v_queue THEN
+            v_queue := v_job.queue;
+            v_keeps := postkit_queue.keeps_completed(p_namespace, v_queue);
+        END IF;
+        IF v_keeps AND postkit_queue.keep_completed(
+               p_namespace, v_now, NULL, v_job.id, v_job.queue, v_job.payload, v_job.priority,
+               v_job.attempts, v_job.worker_id, v_job.errors, v_job.created_at,
+               v_job.trace_context) THEN
+            v_kept[cardinality(v_kept) + 1] := v_job.id;
+        END IF;
+    END LOOP;
+    IF cardinality(v_kept) > 0 THEN
+        PERFORM postkit_queue.notify_results(p_namespace, v_kept);
+    END IF;
+    PERFORM postkit_queue.record_outcomes(p_namespace, 'completed', v_now, v_queues, v_attempts);
     RETURN true;
 END
 $$;

@@ -60,6 +60,7 @@ DECLARE
     v_claims    integer[];
     v_candidate record;
     v_ids       bigint[] := '{}';
+    v_locked    bigint;          -- a job a scan locked
     v_keys      text[] := '{}';  -- the group key of each job taken so far, in step with v_ids
     v_held      jsonb := '{}';   -- the group keys this walk found held back, as object keys
     v_open      boolean;         -- the candidate's key may run one more job
@@ -92,11 +93,13 @@ BEGIN
 
     IF p_concurrency IS NOT NULL THEN
         -- What runs now, counted from the running rows: a range scan of jobs_deadline_idx (the
-        -- namespace's running jobs), stopping at the limit.
-        SELECT count(*) INTO v_counted FROM (
-            SELECT FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.state = 'running' AND j.queue = p_queue
-            LIMIT p_concurrency) running;
+        -- namespace's running jobs), stopping at the limit. Counted as the rows a PERFORM
+        -- read, not by count(*) over a subquery: each statement here is one table's, which
+        -- Citus routes with the namespace unbound, as in this generic plan (docs/scaling.md).
+        PERFORM FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.state = 'running' AND j.queue = p_queue
+        LIMIT p_concurrency;
+        GET DIAGNOSTICS v_counted = ROW_COUNT;
         v_allowed := least(v_allowed, p_concurrency - v_counted);
     END IF;
     IF p_rate_limit IS NOT NULL THEN
@@ -116,13 +119,16 @@ BEGIN
     IF p_group_concurrency IS NULL AND NOT p_group_ordered THEN
         -- Queue-wide limits only: pull's claim from the head of jobs_pull_idx. Only other kinds
         -- of transaction (a cancel, a purge) lock pending rows now, hence SKIP LOCKED.
-        v_ids := ARRAY(
+        FOR v_locked IN
             SELECT j.id FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
               AND j.run_at <= v_now
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT v_allowed
-            FOR UPDATE SKIP LOCKED);
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            v_ids[cardinality(v_ids) + 1] := v_locked;
+        END LOOP;
     ELSE
         -- The ready jobs in pull order, read lazily (the loop stops once it has enough), each
         -- taken unless its group's limit holds it back. Nothing is locked while reading: a
@@ -146,25 +152,27 @@ BEGIN
                     -- before it); one that is not leaves its key open, since the oldest, a
                     -- retry whose run_at moved back, may come later in pull order. A key
                     -- gives one job per claim.
-                    v_open := NOT EXISTS (
-                        SELECT FROM postkit_queue.jobs o
-                        WHERE o.namespace = p_namespace AND o.queue = p_queue
-                          AND o.group_key = v_candidate.group_key AND o.state = 'running');
+                    PERFORM FROM postkit_queue.jobs o
+                    WHERE o.namespace = p_namespace AND o.queue = p_queue
+                      AND o.group_key = v_candidate.group_key AND o.state = 'running'
+                    LIMIT 1;
+                    v_open := NOT FOUND;
                     v_full := true;
                     IF v_open THEN
-                        CONTINUE WHEN EXISTS (
-                            SELECT FROM postkit_queue.jobs o
-                            WHERE o.namespace = p_namespace AND o.queue = p_queue
-                              AND o.group_key = v_candidate.group_key
-                              AND o.id < v_candidate.id);
+                        PERFORM FROM postkit_queue.jobs o
+                        WHERE o.namespace = p_namespace AND o.queue = p_queue
+                          AND o.group_key = v_candidate.group_key
+                          AND o.id < v_candidate.id
+                        LIMIT 1;
+                        CONTINUE WHEN FOUND;
                     END IF;
                 ELSE
                     -- What runs of its key (jobs_group_running_idx) and what this claim took.
-                    SELECT count(*) INTO v_counted FROM (
-                        SELECT FROM postkit_queue.jobs o
-                        WHERE o.namespace = p_namespace AND o.queue = p_queue
-                          AND o.group_key = v_candidate.group_key AND o.state = 'running'
-                        LIMIT p_group_concurrency) running;
+                    PERFORM FROM postkit_queue.jobs o
+                    WHERE o.namespace = p_namespace AND o.queue = p_queue
+                      AND o.group_key = v_candidate.group_key AND o.state = 'running'
+                    LIMIT p_group_concurrency;
+                    GET DIAGNOSTICS v_counted = ROW_COUNT;
                     v_counted := v_counted
                                  + cardinality(array_positions(v_keys, v_candidate.group_key));
                     v_open := v_counted < p_group_concurrency;
@@ -185,10 +193,14 @@ BEGIN
         -- and with sorting disabled an ORDER BY id makes the planner walk the namespace's
         -- whole primary-key range in id order (an = ANY on the index's second column gives no
         -- order on PostgreSQL 15) instead of probing the ids.
-        v_ids := ARRAY(
+        FOR v_locked IN
             SELECT j.id FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.id = ANY (v_ids) AND j.state = 'pending'
-            FOR UPDATE SKIP LOCKED);
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            ids[cardinality(ids) + 1] := v_locked;
+        END LOOP;
+        v_ids := ids;
     END IF;
 
     ids := v_ids;

@@ -56,8 +56,9 @@ $$;
 -- 20, visibility timeout 30 s, backoff from 1 s to 1 h, not paused, completed jobs deleted at
 -- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB, results not
 -- kept (retain_results NULL), no flow limits (NULL, group_ordered false). Every function asks
--- here, so the defaults live in one place (record_outcomes reads the two retentions and the
--- limits without a default off queue_settings itself).
+-- here, so the defaults live in one place (keeps_completed, keep_completed and
+-- record_outcomes read the two retentions and the limits without a default off
+-- queue_settings itself).
 CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
@@ -498,39 +499,41 @@ $$;
 -- when the same worker_id took both. Without a token, the worker_id the caller claimed with
 -- decides, and a claim taken without a worker_id is held by no worker_id. Never NULL: nack and
 -- fail read NOT holds_claim(...), and a NULL there would read as "holds the claim".
+-- It takes the job's columns, not its row: Citus deparses a whole-row argument with the row
+-- type of the shard, which the function does not take (docs/scaling.md).
 CREATE OR REPLACE FUNCTION postkit_queue.holds_claim(
-    p_job postkit_queue.jobs, p_worker_id text, p_claim_token uuid)
+    p_state postkit_queue.job_state, p_holder text, p_token uuid,
+    p_worker_id text, p_claim_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN coalesce(
-        p_job.state = 'running'
+        p_state = 'running'
         AND CASE WHEN p_claim_token IS NOT NULL
-                 THEN p_job.claim_token = p_claim_token
-                      AND (p_worker_id IS NULL
-                           OR p_job.worker_id IS NOT DISTINCT FROM p_worker_id)
-                 ELSE p_job.worker_id = p_worker_id
+                 THEN p_token = p_claim_token
+                      AND (p_worker_id IS NULL OR p_holder IS NOT DISTINCT FROM p_worker_id)
+                 ELSE p_holder = p_worker_id
             END,
         false);
 END
 $$;
 
--- One entry of a job's error history.
+-- One entry of a job's error history: of its attempt p_attempt, claimed by p_worker_id.
 CREATE OR REPLACE FUNCTION postkit_queue.error_entry(
-    p_job postkit_queue.jobs, p_kind text, p_error text, p_at timestamptz)
+    p_attempt integer, p_worker_id text, p_kind text, p_error text, p_at timestamptz)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN jsonb_build_object(
-        'attempt', p_job.attempts,
+        'attempt', p_attempt,
         'kind', p_kind,
         -- Errors are capped at 8 KiB so that a runaway traceback cannot bloat the hot table.
         'error', left(p_error, 8192),
-        'worker_id', p_job.worker_id,
+        'worker_id', p_worker_id,
         'at', p_at);
 END
 $$;
@@ -560,64 +563,84 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
 DECLARE
-    v_now timestamptz := postkit_queue.clock();
+    v_now      timestamptz := postkit_queue.clock();
+    v_queue    text;
+    v_settings record;
+    v_slot     timestamptz;  -- the queue's next rate slot, NULL when it may claim now
+    v_since    timestamptz;  -- only jobs due after this count
+    v_priority smallint;
+    v_first    timestamptz;
+    v_earliest timestamptz;
 BEGIN
-    -- The skip scan (per queue, one probe of jobs_pull_idx per distinct priority, and the
-    -- first run_at within each, after `since`), over the queues that are not paused: one
-    -- primary-key probe of queue_settings per queue, as queue_policy makes.
-    RETURN (
-        WITH RECURSIVE active(queue, since, slot) AS (
-            SELECT q.queue,
-                   CASE WHEN (s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL
-                              OR s.group_ordered) AND rate.slot IS NULL
-                        THEN v_now ELSE '-infinity' END,
-                   rate.slot
-            FROM unnest(p_queues) AS q(queue)
-            LEFT JOIN postkit_queue.queue_settings s
-              ON s.namespace = p_namespace AND s.queue = q.queue
-            CROSS JOIN LATERAL (
-                SELECT postkit_queue.rate_slot_at(p_namespace, q.queue, s.rate_limit,
-                                                  s.rate_period, v_now) AS slot) rate
-            WHERE NOT coalesce(s.paused, false)
-        ), priorities(queue, priority) AS (
-            SELECT a.queue, (SELECT j.priority FROM postkit_queue.jobs j
-                             WHERE j.namespace = p_namespace AND j.queue = a.queue
-                               AND j.state = 'pending'
-                             ORDER BY j.priority DESC LIMIT 1)
-            FROM active a
-            UNION ALL
-            SELECT p.queue, (SELECT j.priority FROM postkit_queue.jobs j
-                             WHERE j.namespace = p_namespace AND j.queue = p.queue
-                               AND j.state = 'pending' AND j.priority < p.priority
-                             ORDER BY j.priority DESC LIMIT 1)
-            FROM priorities p WHERE p.priority IS NOT NULL
-        )
-        SELECT min(greatest(first.run_at, a.slot))
-        FROM priorities p
-        JOIN active a ON a.queue = p.queue
-        CROSS JOIN LATERAL (
-            SELECT j.run_at FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.queue = p.queue AND j.state = 'pending'
-              AND j.priority = p.priority AND j.run_at > a.since
-            ORDER BY j.run_at LIMIT 1) first
-        WHERE p.priority IS NOT NULL);
+    -- Per queue that is not paused (one primary-key probe of queue_settings, as queue_policy
+    -- makes), the skip scan: one probe of jobs_pull_idx per distinct priority, and the first
+    -- run_at within each, after v_since. Each statement reads one table of one namespace,
+    -- which Citus routes with the namespace unbound, as in this generic plan (docs/scaling.md).
+    FOREACH v_queue IN ARRAY coalesce(p_queues, '{}') LOOP
+        SELECT s.paused, s.concurrency, s.group_concurrency, s.group_ordered, s.rate_limit,
+               s.rate_period
+        INTO v_settings
+        FROM postkit_queue.queue_settings s
+        WHERE s.namespace = p_namespace AND s.queue = v_queue;
+        CONTINUE WHEN coalesce(v_settings.paused, false);
+        v_slot := postkit_queue.rate_slot_at(p_namespace, v_queue, v_settings.rate_limit,
+                                             v_settings.rate_period, v_now);
+        v_since := CASE WHEN (v_settings.concurrency IS NOT NULL
+                              OR v_settings.group_concurrency IS NOT NULL
+                              OR v_settings.group_ordered) AND v_slot IS NULL
+                        THEN v_now ELSE '-infinity' END;
+        -- The highest priority first, then each next lower one: two statements, so that each
+        -- probe is an index condition, never a filter over the range above it.
+        SELECT j.priority INTO v_priority FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+        ORDER BY j.priority DESC LIMIT 1;
+        WHILE FOUND LOOP
+            SELECT j.run_at INTO v_first FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+              AND j.priority = v_priority AND j.run_at > v_since
+            ORDER BY j.run_at LIMIT 1;
+            IF FOUND THEN
+                v_earliest := least(v_earliest, greatest(v_first, v_slot));
+            END IF;
+            SELECT j.priority INTO v_priority FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.state = 'pending'
+              AND j.priority < v_priority
+            ORDER BY j.priority DESC LIMIT 1;
+        END LOOP;
+    END LOOP;
+    RETURN v_earliest;
 END
 $$;
 
--- Tell listeners of a queue that a job may be ready, when the current transaction commits.
--- PostgreSQL delivers identical notifications (same channel, same payload) of one transaction
--- once, so a transaction that pushes a thousand jobs to a queue sends one notification and takes
--- the commit-time notify lock once. A session may SET postkit_queue.notify = off (a bulk load,
--- a benchmark of the cost); waiting workers then find the jobs at their next fallback poll.
-CREATE OR REPLACE FUNCTION postkit_queue.notify(p_namespace text, p_queue text)
+-- Every notification the schema raises goes through here, so that one place decides where
+-- notifications are raised (on Citus, a delegated call runs on a worker node, where no listener
+-- is: docs/scaling.md). A session may SET postkit_queue.notify = off (a bulk load, a benchmark
+-- of the cost); waiting workers then find the jobs at their next fallback poll, and waiters for
+-- results when their timeout ends.
+CREATE OR REPLACE FUNCTION postkit_queue.send_notification(p_channel text, p_payload text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off' THEN
-        PERFORM pg_notify(postkit_queue.channel_name(p_namespace, p_queue), '');
+        PERFORM pg_notify(p_channel, p_payload);
     END IF;
+END
+$$;
+
+-- Tell listeners of a queue that a job may be ready, when the current transaction commits.
+-- PostgreSQL delivers identical notifications (same channel, same payload) of one transaction
+-- once, so a transaction that pushes a thousand jobs to a queue sends one notification and takes
+-- the commit-time notify lock once.
+CREATE OR REPLACE FUNCTION postkit_queue.notify(p_namespace text, p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.send_notification(
+        postkit_queue.channel_name(p_namespace, p_queue), '');
 END
 $$;
 
@@ -651,117 +674,143 @@ $$;
 -- current transaction commits: a job of a queue that keeps results completed (its result is
 -- kept) or was dead-lettered. The payload is the job ids, comma-separated, at most 300 of them
 -- per notification (each id is at most 20 characters: well within PostgreSQL's 8000-byte
--- payload), so that a waiter wakes only for its own job. postkit_queue.notify = off silences
--- these too; a waiter then finds its result when its timeout ends.
+-- payload), so that a waiter wakes only for its own job.
 CREATE OR REPLACE FUNCTION postkit_queue.notify_results(p_namespace text, p_job_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off' THEN
-        PERFORM pg_notify(postkit_queue.results_channel_name(p_namespace),
-                          string_agg(c.id::text, ',' ORDER BY c.n))
-        FROM unnest(p_job_ids) WITH ORDINALITY AS c(id, n)
-        GROUP BY (c.n - 1) / 300;
-    END IF;
+    PERFORM postkit_queue.send_notification(postkit_queue.results_channel_name(p_namespace),
+                                            string_agg(c.id::text, ',' ORDER BY c.n))
+    FROM unnest(p_job_ids) WITH ORDINALITY AS c(id, n)
+    GROUP BY (c.n - 1) / 300;
 END
 $$;
 
--- Called by every state change that ends attempts, with the jobs (of one namespace) and their
--- outcome (the outcome type: completed, retried, rescued, dead_lettered): adds them to the
--- queue's counters, archives completed jobs of queues that keep them and keeps the results of
--- completed jobs of queues that keep results, without touching the state machine. It takes an
--- array so that a batch of acks costs one call. The upsert takes its rows in
--- (namespace, queue) order: two workers that share a counter slot and settle batches spanning
--- the same queues lock those rows in the same order, so they queue up instead of deadlocking.
---
--- The archive and the results join queue_settings directly: retain_completed and
--- retain_results have no built-in default (NULL, not kept), so only a queue with a settings
--- row keeps either, and a batch of queues that keep neither costs one probe per job and no
--- write, instead of a queue_policy call per job. p_results holds what the acks were given: a JSON
--- object of each job's result by its id (as text), a job missing from it (or NULL) has none;
--- a completed job of a queue that keeps results gets its row either way, so that its result
--- reads as completed, and waiters are told (notify_results).
+-- Called by every state change that ends attempts, with one namespace's settled jobs (their
+-- queues and attempts, pairwise) and their outcome (the outcome type: completed, retried,
+-- rescued, dead_lettered): adds them to the queue's counters, without touching the state
+-- machine, and wakes the workers of a queue whose flow limits the settle frees. It takes arrays
+-- so that a batch of acks costs one call. One upsert per queue of the batch, in queue order:
+-- two workers that share a counter slot and settle batches spanning the same queues lock those
+-- rows in the same order, so they queue up instead of deadlocking. The loop's query reads no
+-- table, and each statement in it touches one row of one namespace: statements Citus routes
+-- with the namespace unbound, as in this generic plan (docs/scaling.md).
 CREATE OR REPLACE FUNCTION postkit_queue.record_outcomes(
-    p_jobs postkit_queue.jobs[], p_outcome postkit_queue.outcome, p_at timestamptz,
-    p_results jsonb DEFAULT NULL)
+    p_namespace text, p_outcome postkit_queue.outcome, p_at timestamptz,
+    p_queues text[], p_attempts integer[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_kept bigint[];
+    v_queue    text;
+    v_jobs     bigint;
+    v_attempts bigint;
+    v_limited  boolean;
 BEGIN
-    INSERT INTO postkit_queue.queue_stats AS s (
-        namespace, queue, minute, slot, completed, retried, rescued, dead, completed_attempts)
-    SELECT j.namespace, j.queue, date_trunc('minute', p_at), pg_backend_pid() % 8,
-           count(*) FILTER (WHERE p_outcome = 'completed'),
-           count(*) FILTER (WHERE p_outcome = 'retried'),
-           count(*) FILTER (WHERE p_outcome = 'rescued'),
-           count(*) FILTER (WHERE p_outcome = 'dead_lettered'),
-           coalesce(sum(j.attempts) FILTER (WHERE p_outcome = 'completed'), 0)
-    FROM unnest(p_jobs) AS j
-    GROUP BY j.namespace, j.queue
-    ORDER BY j.namespace, j.queue
-    ON CONFLICT (namespace, queue, minute, slot) DO UPDATE
-    SET completed = s.completed + EXCLUDED.completed,
-        retried = s.retried + EXCLUDED.retried,
-        rescued = s.rescued + EXCLUDED.rescued,
-        dead = s.dead + EXCLUDED.dead,
-        completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
-
-    -- A job that completes or dies frees its slot in a queue with a concurrency or group limit:
-    -- the queue's waiting workers wake to claim again (next_run_at leaves such a queue's ready
-    -- jobs out, so they would otherwise sleep until their fallback poll). One primary-key probe
-    -- of queue_settings per queue of the batch. A retry (nack) and a rescue notify already.
-    IF p_outcome IN ('completed', 'dead_lettered') THEN
-        PERFORM postkit_queue.notify(s.namespace, s.queue)
-        FROM (SELECT DISTINCT j.namespace, j.queue FROM unnest(p_jobs) AS j) AS settled
-        JOIN postkit_queue.queue_settings s
-          ON s.namespace = settled.namespace AND s.queue = settled.queue
-        WHERE s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered;
-    END IF;
-
-    -- A probe first (by primary key, per job), so that a batch of queues that keep neither
-    -- pays for no write: a writing statement opens its tables and their indexes even when it
-    -- writes no row. Then one statement writes both, probing the settings once more.
-    IF p_outcome = 'completed' AND EXISTS (
-        SELECT FROM unnest(p_jobs) AS j
-        JOIN postkit_queue.queue_settings s ON s.namespace = j.namespace AND s.queue = j.queue
-        WHERE s.retain_completed IS NOT NULL OR s.retain_results IS NOT NULL)
-    THEN
-        WITH kept AS (
-            SELECT j.namespace, j.id, j.queue, j.payload, j.priority, j.attempts, j.worker_id,
-                   j.errors, j.created_at, j.trace_context, s.retain_completed,
-                   s.retain_results
-            FROM unnest(p_jobs) AS j
-            JOIN postkit_queue.queue_settings s
-              ON s.namespace = j.namespace AND s.queue = j.queue
-            WHERE s.retain_completed IS NOT NULL OR s.retain_results IS NOT NULL
-        ), archived AS (
-            INSERT INTO postkit_queue.completed_jobs (
-                namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
-                created_at, completed_at, expires_at, trace_context)
-            SELECT k.namespace, k.id, k.queue, k.payload, k.priority, k.attempts, k.worker_id,
-                   k.errors, k.created_at, p_at, p_at + k.retain_completed, k.trace_context
-            FROM kept k
-            WHERE k.retain_completed IS NOT NULL
-        ), stored AS (
-            INSERT INTO postkit_queue.job_results (
-                namespace, job_id, queue, result, attempts, completed_at, expires_at)
-            SELECT k.namespace, k.id, k.queue, nullif(p_results -> k.id::text, 'null'),
-                   k.attempts, p_at, p_at + k.retain_results
-            FROM kept k
-            WHERE k.retain_results IS NOT NULL
-            RETURNING job_id
-        )
-        SELECT array_agg(stored.job_id) INTO v_kept FROM stored;
-        IF v_kept IS NOT NULL THEN
-            PERFORM postkit_queue.notify_results((p_jobs[1]).namespace, v_kept);
+    FOR v_queue, v_jobs, v_attempts IN
+        SELECT u.queue, count(*), sum(u.attempts)
+        FROM unnest(p_queues, p_attempts) AS u(queue, attempts)
+        GROUP BY u.queue
+        ORDER BY u.queue
+    LOOP
+        INSERT INTO postkit_queue.queue_stats AS s (
+            namespace, queue, minute, slot, completed, retried, rescued, dead,
+            completed_attempts)
+        VALUES (
+            p_namespace, v_queue, date_trunc('minute', p_at), pg_backend_pid() % 8,
+            CASE WHEN p_outcome = 'completed' THEN v_jobs ELSE 0 END,
+            CASE WHEN p_outcome = 'retried' THEN v_jobs ELSE 0 END,
+            CASE WHEN p_outcome = 'rescued' THEN v_jobs ELSE 0 END,
+            CASE WHEN p_outcome = 'dead_lettered' THEN v_jobs ELSE 0 END,
+            CASE WHEN p_outcome = 'completed' THEN v_attempts ELSE 0 END)
+        ON CONFLICT (namespace, queue, minute, slot) DO UPDATE
+        SET completed = s.completed + EXCLUDED.completed,
+            retried = s.retried + EXCLUDED.retried,
+            rescued = s.rescued + EXCLUDED.rescued,
+            dead = s.dead + EXCLUDED.dead,
+            completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
+        -- A job that completes or dies frees its slot in a queue with a concurrency or group
+        -- limit: the queue's waiting workers wake to claim again (next_run_at leaves such a
+        -- queue's ready jobs out, so they would otherwise sleep until their fallback poll). One
+        -- primary-key probe of queue_settings per queue. A retry (nack) and a rescue notify
+        -- already.
+        IF p_outcome IN ('completed', 'dead_lettered') THEN
+            SELECT s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL
+                   OR s.group_ordered
+            INTO v_limited
+            FROM postkit_queue.queue_settings s
+            WHERE s.namespace = p_namespace AND s.queue = v_queue;
+            IF v_limited THEN
+                PERFORM postkit_queue.notify(p_namespace, v_queue);
+            END IF;
         END IF;
+    END LOOP;
+END
+$$;
+
+-- Whether a queue keeps its completed jobs or their results: retain_completed and
+-- retain_results have no built-in default (NULL, not kept), so only a queue with a settings
+-- row keeps either. A settle asks once per queue of its batch, and calls keep_completed only
+-- for the jobs of queues that keep something: a batch of queues that keep neither pays one
+-- primary-key probe per queue and no write.
+CREATE OR REPLACE FUNCTION postkit_queue.keeps_completed(p_namespace text, p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_keeps boolean;
+BEGIN
+    SELECT s.retain_completed IS NOT NULL OR s.retain_results IS NOT NULL INTO v_keeps
+    FROM postkit_queue.queue_settings s
+    WHERE s.namespace = p_namespace AND s.queue = p_queue;
+    RETURN coalesce(v_keeps, false);
+END
+$$;
+
+-- Archive one completed job (its queue's retain_completed) and keep its result
+-- (retain_results; p_result is what its ack was given, NULL or the JSON null: none). A
+-- completed job of a queue that keeps results gets its row either way, so that its result reads
+-- as completed. Returns whether it kept a result: the caller tells the waiters
+-- (notify_results), once per batch. It takes the job's columns, not its row (docs/scaling.md).
+CREATE OR REPLACE FUNCTION postkit_queue.keep_completed(
+    p_namespace text, p_at timestamptz, p_result jsonb, p_job_id bigint, p_queue text,
+    p_payload jsonb, p_priority smallint, p_attempts integer, p_worker_id text, p_errors jsonb,
+    p_created_at timestamptz, p_trace_context jsonb)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_retain_completed interval;
+    v_retain_results   interval;
+BEGIN
+    SELECT s.retain_completed, s.retain_results INTO v_retain_completed, v_retain_results
+    FROM postkit_queue.queue_settings s
+    WHERE s.namespace = p_namespace AND s.queue = p_queue;
+    IF v_retain_completed IS NOT NULL THEN
+        INSERT INTO postkit_queue.completed_jobs (
+            namespace, job_id, queue, payload, priority, attempts, worker_id, errors,
+            created_at, completed_at, expires_at, trace_context)
+        VALUES (
+            p_namespace, p_job_id, p_queue, p_payload, p_priority, p_attempts, p_worker_id,
+            p_errors, p_created_at, p_at, p_at + v_retain_completed, p_trace_context);
     END IF;
+    IF v_retain_results IS NULL THEN
+        RETURN false;
+    END IF;
+    INSERT INTO postkit_queue.job_results (
+        namespace, job_id, queue, result, attempts, completed_at, expires_at)
+    VALUES (
+        p_namespace, p_job_id, p_queue, nullif(p_result, 'null'), p_attempts, p_at,
+        p_at + v_retain_results);
+    RETURN true;
 END
 $$;
 
@@ -769,27 +818,32 @@ $$;
 -- results of its queue, if it keeps them, are told (notify_results): the dead letter's error is
 -- the job's result.
 CREATE OR REPLACE FUNCTION postkit_queue.bury(
-    p_job postkit_queue.jobs, p_reason text, p_errors jsonb, p_at timestamptz)
+    p_namespace text, p_job_id bigint, p_reason text, p_errors jsonb, p_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_policy record := postkit_queue.queue_policy(p_job.namespace, p_job.queue);
+    v_job    postkit_queue.jobs;
+    v_policy record;
 BEGIN
-    DELETE FROM postkit_queue.jobs WHERE namespace = p_job.namespace AND id = p_job.id;
+    DELETE FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_job_id
+    RETURNING j.* INTO v_job;
+    v_policy := postkit_queue.queue_policy(p_namespace, v_job.queue);
     INSERT INTO postkit_queue.dead_letters (
         namespace, job_id, queue, payload, priority, attempts, max_attempts, unique_key,
         worker_id, reason, error, errors, created_at, failed_at, expires_at, trace_context,
         group_key)
     VALUES (
-        p_job.namespace, p_job.id, p_job.queue, p_job.payload, p_job.priority, p_job.attempts,
-        p_job.max_attempts, p_job.unique_key, p_job.worker_id, p_reason,
-        p_errors -> -1 ->> 'error', p_errors, p_job.created_at, p_at,
-        p_at + v_policy.retain_dead, p_job.trace_context, p_job.group_key);
-    PERFORM postkit_queue.record_outcomes(ARRAY[p_job], 'dead_lettered', p_at);
+        p_namespace, v_job.id, v_job.queue, v_job.payload, v_job.priority, v_job.attempts,
+        v_job.max_attempts, v_job.unique_key, v_job.worker_id, p_reason,
+        p_errors -> -1 ->> 'error', p_errors, v_job.created_at, p_at,
+        p_at + v_policy.retain_dead, v_job.trace_context, v_job.group_key);
+    PERFORM postkit_queue.record_outcomes(
+        p_namespace, 'dead_lettered', p_at, ARRAY[v_job.queue], ARRAY[v_job.attempts]);
     IF v_policy.retain_results IS NOT NULL THEN
-        PERFORM postkit_queue.notify_results(p_job.namespace, ARRAY[p_job.id]);
+        PERFORM postkit_queue.notify_results(p_namespace, ARRAY[v_job.id]);
     END IF;
 END
 $$;

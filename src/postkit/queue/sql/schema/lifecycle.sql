@@ -142,6 +142,7 @@ DECLARE
     v_id         bigint;
     v_head_at    timestamptz;  -- when this session last claimed from the head of the queue
     v_ids        bigint[] := '{}';
+    v_locked     bigint;       -- a job a scan locked
     v_job        postkit_queue.jobs;
     v_claimed    boolean := false;
     v_limited    boolean;      -- the queue has flow limits (flow.sql)
@@ -178,7 +179,9 @@ BEGIN
         -- another transaction is claiming right now, so concurrent pullers never wait on each
         -- other and never receive the same job; the locked row is re-checked (state still
         -- 'pending') before it is taken. Rows this transaction locked in an earlier step are not
-        -- skipped by SKIP LOCKED, hence the id <> ALL (v_ids).
+        -- skipped by SKIP LOCKED, hence the id <> ALL (v_ids). Each scan is a loop over one
+        -- table's rows, not an ARRAY(SELECT ...): a subquery is not a statement Citus can route
+        -- with the namespace unbound, as in this generic plan (docs/scaling.md).
         v_resume_key := 'postkit_queue.resume_' || md5(p_namespace || chr(31) || p_queue);
         v_resume := current_setting(v_resume_key, true);
         IF v_resume <> '' THEN
@@ -191,32 +194,41 @@ BEGIN
                          + split_part(v_resume, ' ', 4)::bigint * interval '1 microsecond';
         END IF;
         IF v_now - v_head_at BETWEEN interval '0' AND interval '1 second' THEN
-            v_ids := ARRAY(
-                SELECT j.id FROM postkit_queue.jobs j
-                WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-                  AND j.priority > v_priority AND j.run_at <= v_now
-                ORDER BY j.priority DESC, j.run_at, j.id
-                LIMIT p_limit
-                FOR UPDATE SKIP LOCKED);
+            FOR v_locked IN
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.priority > v_priority AND j.run_at <= v_now
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+            LOOP
+                v_ids[cardinality(v_ids) + 1] := v_locked;
+            END LOOP;
             IF cardinality(v_ids) < p_limit THEN
-                v_ids := v_ids || ARRAY(
-                    SELECT j.id FROM postkit_queue.jobs j
-                    WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-                      AND j.priority = v_priority AND (j.run_at, j.id) > (v_run_at, v_id)
-                      AND j.run_at <= v_now AND j.id <> ALL (v_ids)
-                    ORDER BY j.priority DESC, j.run_at, j.id
-                    LIMIT p_limit - cardinality(v_ids)
-                    FOR UPDATE SKIP LOCKED);
-            END IF;
-        END IF;
-        IF cardinality(v_ids) < p_limit THEN
-            v_ids := v_ids || ARRAY(
+                FOR v_locked IN
                 SELECT j.id FROM postkit_queue.jobs j
                 WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                  AND j.priority = v_priority AND (j.run_at, j.id) > (v_run_at, v_id)
                   AND j.run_at <= v_now AND j.id <> ALL (v_ids)
                 ORDER BY j.priority DESC, j.run_at, j.id
                 LIMIT p_limit - cardinality(v_ids)
-                FOR UPDATE SKIP LOCKED);
+                FOR UPDATE SKIP LOCKED
+                LOOP
+                    v_ids[cardinality(v_ids) + 1] := v_locked;
+                END LOOP;
+            END IF;
+        END IF;
+        IF cardinality(v_ids) < p_limit THEN
+            FOR v_locked IN
+            SELECT j.id FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.run_at <= v_now AND j.id <> ALL (v_ids)
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT p_limit - cardinality(v_ids)
+            FOR UPDATE SKIP LOCKED
+            LOOP
+                v_ids[cardinality(v_ids) + 1] := v_locked;
+            END LOOP;
             v_head_at := v_now;
         END IF;
     END IF;
@@ -276,6 +288,7 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_job postkit_queue.jobs;
+    v_now timestamptz;
 BEGIN
     IF NOT coalesce(postkit_queue.is_name(p_namespace) AND p_job_id IS NOT NULL
                     AND (p_worker_id IS NULL OR postkit_queue.is_name(p_worker_id))
@@ -291,14 +304,22 @@ BEGIN
     -- then re-check the fence against the row as they left it.
     DELETE FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
-      AND postkit_queue.holds_claim(j, p_worker_id, p_claim_token)
+      AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, p_worker_id,
+                                    p_claim_token)
     RETURNING j.* INTO v_job;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    v_now := postkit_queue.clock();
+    IF postkit_queue.keeps_completed(p_namespace, v_job.queue)
+       AND postkit_queue.keep_completed(
+           p_namespace, v_now, p_result, v_job.id, v_job.queue, v_job.payload, v_job.priority,
+           v_job.attempts, v_job.worker_id, v_job.errors, v_job.created_at, v_job.trace_context)
+    THEN
+        PERFORM postkit_queue.notify_results(p_namespace, ARRAY[v_job.id]);
+    END IF;
     PERFORM postkit_queue.record_outcomes(
-        ARRAY[v_job], 'completed', postkit_queue.clock(),
-        CASE WHEN p_result IS NOT NULL THEN jsonb_build_object(p_job_id::text, p_result) END);
+        p_namespace, 'completed', v_now, ARRAY[v_job.queue], ARRAY[v_job.attempts]);
     RETURN true;
 END
 $$;
@@ -318,7 +339,14 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_done postkit_queue.jobs[];
+    v_now      timestamptz := postkit_queue.clock();
+    v_job      postkit_queue.jobs;
+    v_acked    bigint[] := '{}';
+    v_queues   text[] := '{}';
+    v_attempts integer[] := '{}';
+    v_kept     bigint[] := '{}';  -- the acked jobs whose results are kept
+    v_queue    text;              -- the queue of the job before, and whether it keeps anything
+    v_keeps    boolean;
 BEGIN
     IF NOT coalesce(postkit_queue.is_name(p_namespace), false) THEN
         PERFORM postkit_queue.check_name('namespace', p_namespace, true);
@@ -343,26 +371,40 @@ BEGIN
         PERFORM postkit_queue.check_array('claim_tokens', p_claim_tokens, false, 'PKQ13');
     END IF;
     -- Primary-key lookups for the listed ids, each fenced by its current
-    -- claim token being one of the tokens given (tokens are unique per claim).
-    WITH done AS (
+    -- claim token being one of the tokens given (tokens are unique per claim). A loop over the
+    -- DELETE's rows, not a CTE: Citus routes only a plain statement with the namespace unbound,
+    -- as in this generic plan (docs/scaling.md).
+    FOR v_job IN
         DELETE FROM postkit_queue.jobs j
         WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids)
           AND j.claim_token = ANY (p_claim_tokens)
-        RETURNING j AS job
-    )
-    SELECT array_agg(done.job) INTO v_done FROM done;
-    IF v_done IS NULL THEN
+        RETURNING j.*
+    LOOP
+        v_acked[cardinality(v_acked) + 1] := v_job.id;
+        v_queues[cardinality(v_queues) + 1] := v_job.queue;
+        v_attempts[cardinality(v_attempts) + 1] := v_job.attempts;
+        -- Whether the job's queue keeps anything, asked once per queue of the batch.
+        IF v_job.queue IS DISTINCT FROM v_queue THEN
+            v_queue := v_job.queue;
+            v_keeps := postkit_queue.keeps_completed(p_namespace, v_queue);
+        END IF;
+        -- The job's result is the entry of p_results at its id's position in p_job_ids.
+        IF v_keeps AND postkit_queue.keep_completed(
+               p_namespace, v_now,
+               p_results -> (array_position(p_job_ids, v_job.id) - 1), v_job.id, v_job.queue,
+               v_job.payload, v_job.priority, v_job.attempts, v_job.worker_id, v_job.errors,
+               v_job.created_at, v_job.trace_context) THEN
+            v_kept[cardinality(v_kept) + 1] := v_job.id;
+        END IF;
+    END LOOP;
+    IF cardinality(v_acked) = 0 THEN
         RETURN '{}';
     END IF;
-    -- The results by job id: the ids and the entries pair up by position.
-    PERFORM postkit_queue.record_outcomes(
-        v_done, 'completed', postkit_queue.clock(),
-        CASE WHEN p_results IS NOT NULL THEN
-            (SELECT jsonb_object_agg(i.id::text, r.value)
-             FROM unnest(p_job_ids) WITH ORDINALITY AS i(id, n)
-             JOIN jsonb_array_elements(p_results) WITH ORDINALITY AS r(value, n) USING (n)
-             WHERE jsonb_typeof(r.value) <> 'null') END);
-    RETURN ARRAY(SELECT (unnest(v_done)).id);
+    IF cardinality(v_kept) > 0 THEN
+        PERFORM postkit_queue.notify_results(p_namespace, v_kept);
+    END IF;
+    PERFORM postkit_queue.record_outcomes(p_namespace, 'completed', v_now, v_queues, v_attempts);
+    RETURN v_acked;
 END
 $$;
 
@@ -398,17 +440,19 @@ BEGIN
     SELECT * INTO v_job FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     FOR UPDATE;
-    IF NOT FOUND OR NOT postkit_queue.holds_claim(v_job, p_worker_id, p_claim_token) THEN
+    IF NOT FOUND OR NOT postkit_queue.holds_claim(
+        v_job.state, v_job.worker_id, v_job.claim_token, p_worker_id, p_claim_token) THEN
         RETURN 'stale';
     END IF;
 
-    v_errors := v_job.errors || postkit_queue.error_entry(v_job, 'nack', p_error, v_now);
+    v_errors := v_job.errors || postkit_queue.error_entry(
+        v_job.attempts, v_job.worker_id, 'nack', p_error, v_now);
     IF v_job.attempts >= v_job.max_attempts THEN
-        PERFORM postkit_queue.bury(v_job, 'attempts_exhausted', v_errors, v_now);
+        PERFORM postkit_queue.bury(p_namespace, v_job.id, 'attempts_exhausted', v_errors, v_now);
         RETURN 'dead_lettered';
     END IF;
 
-    SELECT * INTO v_policy FROM postkit_queue.queue_policy(v_job.namespace, v_job.queue);
+    SELECT * INTO v_policy FROM postkit_queue.queue_policy(p_namespace, v_job.queue);
     -- Computed in seconds and capped before it becomes an interval: base * 2^40 overflows the
     -- interval type for any base above a few seconds, so the cap must apply first.
     v_delay := coalesce(p_backoff, make_interval(secs => least(
@@ -419,10 +463,11 @@ BEGIN
     UPDATE postkit_queue.jobs
     SET state = 'pending', run_at = v_now + v_delay, errors = v_errors,
         worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
-    WHERE namespace = v_job.namespace AND id = v_job.id;
+    WHERE namespace = p_namespace AND id = v_job.id;
     -- Waiting workers wake, find nothing ready yet, and sleep until this retry falls due.
-    PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
-    PERFORM postkit_queue.record_outcomes(ARRAY[v_job], 'retried', v_now);
+    PERFORM postkit_queue.notify(p_namespace, v_job.queue);
+    PERFORM postkit_queue.record_outcomes(
+        p_namespace, 'retried', v_now, ARRAY[v_job.queue], ARRAY[v_job.attempts]);
     RETURN 'retried';
 END
 $$;
@@ -451,13 +496,16 @@ BEGIN
     SELECT * INTO v_job FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     FOR UPDATE;
-    IF NOT FOUND OR NOT postkit_queue.holds_claim(v_job, p_worker_id, p_claim_token) THEN
+    IF NOT FOUND OR NOT postkit_queue.holds_claim(
+        v_job.state, v_job.worker_id, v_job.claim_token, p_worker_id, p_claim_token) THEN
         RETURN false;
     END IF;
 
     PERFORM postkit_queue.bury(
-        v_job, 'failed',
-        v_job.errors || postkit_queue.error_entry(v_job, 'fail', p_error, v_now), v_now);
+        p_namespace, v_job.id, 'failed',
+        v_job.errors
+            || postkit_queue.error_entry(v_job.attempts, v_job.worker_id, 'fail', p_error, v_now),
+        v_now);
     RETURN true;
 END
 $$;
@@ -486,7 +534,8 @@ BEGIN
     SET state = 'pending', attempts = j.attempts - 1, run_at = postkit_queue.clock(),
         worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
     WHERE j.namespace = p_namespace AND j.id = p_job_id
-      AND postkit_queue.holds_claim(j, p_worker_id, p_claim_token)
+      AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, p_worker_id,
+                                    p_claim_token)
     RETURNING j.queue INTO v_queue;
     IF v_queue IS NULL THEN
         RETURN false;
@@ -532,7 +581,8 @@ BEGIN
     UPDATE postkit_queue.jobs j
     SET visible_until = greatest(j.visible_until, v_now + p_extension)
     WHERE j.namespace = p_namespace AND j.id = p_job_id
-      AND postkit_queue.holds_claim(j, p_worker_id, p_claim_token);
+      AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, p_worker_id,
+                                    p_claim_token);
     RETURN FOUND;
 END
 $$;
@@ -569,7 +619,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     LOOP
         v_errors := v_job.errors || postkit_queue.error_entry(
-            v_job, 'timeout',
+            v_job.attempts, v_job.worker_id, 'timeout',
             format('visibility timeout expired: the claim of %s ended at %s without ack, nack '
                    'or fail (attempt %s of %s)',
                    coalesce(v_job.worker_id, 'an unnamed worker'), v_job.visible_until,
@@ -577,15 +627,16 @@ BEGIN
             v_now);
         job_id := v_job.id;
         IF v_job.attempts >= v_job.max_attempts THEN
-            PERFORM postkit_queue.bury(v_job, 'timed_out', v_errors, v_now);
+            PERFORM postkit_queue.bury(p_namespace, v_job.id, 'timed_out', v_errors, v_now);
             outcome := 'dead_lettered';
         ELSE
             UPDATE postkit_queue.jobs
             SET state = 'pending', run_at = v_now, errors = v_errors,
                 worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
-            WHERE namespace = v_job.namespace AND id = v_job.id;
-            PERFORM postkit_queue.notify(v_job.namespace, v_job.queue);
-            PERFORM postkit_queue.record_outcomes(ARRAY[v_job], 'rescued', v_now);
+            WHERE namespace = p_namespace AND id = v_job.id;
+            PERFORM postkit_queue.notify(p_namespace, v_job.queue);
+            PERFORM postkit_queue.record_outcomes(
+                p_namespace, 'rescued', v_now, ARRAY[v_job.queue], ARRAY[v_job.attempts]);
             outcome := 'retried';
         END IF;
         RETURN NEXT;

@@ -140,9 +140,11 @@ $$;
 -- queues with dead letters from a skip scan of dead_letters_queue_idx.
 CREATE OR REPLACE FUNCTION postkit_queue.queues(p_namespace text)
 RETURNS SETOF text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     WITH RECURSIVE pending_queues(queue) AS (
         (SELECT j.queue FROM postkit_queue.jobs j
          WHERE j.namespace = p_namespace AND j.state = 'pending'
@@ -175,7 +177,8 @@ AS $$
     SELECT s.queue FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute >= postkit_queue.clock() - interval '1 hour'
     UNION
-    SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+    SELECT queue FROM dead_queues WHERE queue IS NOT NULL;
+END
 $$;
 
 -- known_queues: every queue name the namespace has used: queues() (live jobs, dead letters,
@@ -183,12 +186,15 @@ $$;
 -- its schedules push to. Names only: producers may ask, so that their pushes get the typo guard.
 CREATE OR REPLACE FUNCTION postkit_queue.known_queues(p_namespace text)
 RETURNS SETOF text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT q FROM postkit_queue.queues(p_namespace) AS q
     UNION
-    SELECT s.queue FROM postkit_queue.schedules s WHERE s.namespace = p_namespace
+    SELECT s.queue FROM postkit_queue.schedules s WHERE s.namespace = p_namespace;
+END
 $$;
 
 -- register_queues: record that a worker serves these queues, so that the command line's typo
@@ -843,8 +849,8 @@ BEGIN
     PERFORM postkit_queue.check_name('queue', p_queue, true);
     PERFORM postkit_queue.require_operator('purge a queue');
     DELETE FROM postkit_queue.jobs j
-    WHERE (j.namespace, j.id) IN (
-        SELECT p.namespace, p.id FROM postkit_queue.jobs p
+    WHERE j.namespace = p_namespace AND j.id IN (
+        SELECT p.id FROM postkit_queue.jobs p
         WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
         FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
@@ -889,8 +895,8 @@ BEGIN
         RETURN v_count;
     END IF;
     DELETE FROM postkit_queue.jobs j
-    WHERE (j.namespace, j.id) IN (
-        SELECT p.namespace, p.id FROM postkit_queue.jobs p
+    WHERE j.namespace = p_namespace AND j.id IN (
+        SELECT p.id FROM postkit_queue.jobs p
         WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
           AND p.created_at <= p_created_before
         FOR UPDATE SKIP LOCKED);
@@ -1181,22 +1187,22 @@ BEGIN
     -- ORDER BY keeps the scan on the index in plpgsql's generic plan too, where the LIMIT is
     -- unknown and a sequential scan would otherwise look as cheap).
     DELETE FROM postkit_queue.completed_jobs c
-    WHERE (c.namespace, c.job_id) IN (
-        SELECT e.namespace, e.job_id FROM postkit_queue.completed_jobs e
+    WHERE c.namespace = p_namespace AND c.job_id IN (
+        SELECT e.job_id FROM postkit_queue.completed_jobs e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS completed_jobs = ROW_COUNT;
     DELETE FROM postkit_queue.dead_letters d
-    WHERE (d.namespace, d.job_id) IN (
-        SELECT e.namespace, e.job_id FROM postkit_queue.dead_letters e
+    WHERE d.namespace = p_namespace AND d.job_id IN (
+        SELECT e.job_id FROM postkit_queue.dead_letters e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS dead_letters = ROW_COUNT;
     DELETE FROM postkit_queue.job_results r
-    WHERE (r.namespace, r.job_id) IN (
-        SELECT e.namespace, e.job_id FROM postkit_queue.job_results e
+    WHERE r.namespace = p_namespace AND r.job_id IN (
+        SELECT e.job_id FROM postkit_queue.job_results e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
         LIMIT p_limit FOR UPDATE SKIP LOCKED);

@@ -307,13 +307,13 @@ BEGIN
     FROM postkit_queue.schedules s
     LEFT JOIN LATERAL (
         SELECT l.state, l.run_at, l.attempts, l.errors FROM postkit_queue.jobs l
-        WHERE l.namespace = s.namespace AND l.id = s.last_job_id LIMIT 1) j ON true
+        WHERE l.namespace = p_namespace AND l.id = s.last_job_id LIMIT 1) j ON true
     LEFT JOIN LATERAL (
         SELECT l.failed_at, l.attempts, l.error FROM postkit_queue.dead_letters l
-        WHERE l.namespace = s.namespace AND l.job_id = s.last_job_id LIMIT 1) d ON true
+        WHERE l.namespace = p_namespace AND l.job_id = s.last_job_id LIMIT 1) d ON true
     LEFT JOIN LATERAL (
         SELECT l.completed_at, l.attempts FROM postkit_queue.completed_jobs l
-        WHERE l.namespace = s.namespace AND l.job_id = s.last_job_id LIMIT 1) c ON true
+        WHERE l.namespace = p_namespace AND l.job_id = s.last_job_id LIMIT 1) c ON true
     WHERE s.namespace = p_namespace
     ORDER BY s.name;
 END

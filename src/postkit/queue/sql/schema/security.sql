@@ -53,13 +53,15 @@ $$;
 -- skips assignments whose role was dropped since the last install.
 CREATE OR REPLACE FUNCTION postkit_queue.my_namespaces()
 RETURNS text[]
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(array_agg(t.namespace), '{}')
-    FROM postkit_queue.tenants t
-    JOIN pg_catalog.pg_roles r ON r.oid = t.role_oid
-    WHERE pg_catalog.pg_has_role(postkit_queue.caller(), r.oid, 'MEMBER')
+BEGIN
+    RETURN (SELECT coalesce(array_agg(t.namespace), '{}')
+            FROM postkit_queue.tenants t
+            JOIN pg_catalog.pg_roles r ON r.oid = t.role_oid
+            WHERE pg_catalog.pg_has_role(postkit_queue.caller(), r.oid, 'MEMBER'));
+END
 $$;
 
 -- namespaces: the namespaces the caller may see, sorted. Under tenant isolation, a caller that
@@ -221,10 +223,12 @@ $$;
 -- The schema's version, for callers that may not read the migrations table.
 CREATE OR REPLACE FUNCTION postkit_queue.schema_version()
 RETURNS integer
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(max(version), 0) FROM postkit_queue.migrations
+BEGIN
+    RETURN (SELECT coalesce(max(m.version), 0) FROM postkit_queue.migrations m);
+END
 $$;
 
 -- The owner the schema should have: its current owner, unless that is a superuser, in which

@@ -1,0 +1,81 @@
+-- Citus: the optional step that spreads the queue over a Citus cluster, sharded by namespace
+-- (docs/scaling.md). On plain PostgreSQL nothing calls it and nothing here changes the install.
+
+-- distribute_on_citus: run once, as the schema's owner or a superuser, on a Citus coordinator
+-- after `postkit install` (`postkit install --citus` does both). In one transaction:
+--   * jobs, and every other table with a namespace column, distributed by namespace and
+--     co-located with jobs, so that each namespace's rows of every table live on one node;
+--     tenants (roles' namespace assignments, read across namespaces by every policy check)
+--     and the tables without a namespace become reference tables, whole on every node;
+--   * every function registered with Citus, which creates it on every node: one that takes
+--     the namespace first with p_namespace as its distribution argument, so that a call
+--     `SELECT ... FROM postkit_queue.f(namespace, ...)` is delegated to the node that owns the
+--     namespace and runs there whole; the helpers without it, so that they exist where the
+--     delegated bodies call them (Citus does not see calls inside PL/pgSQL bodies as
+--     dependencies).
+-- The catalog, not a list, says what to distribute, so a table or a function added later is
+-- covered; tests/citus checks that the SQL follows the rules that make the delegation work.
+-- Returns what it placed, and how.
+CREATE OR REPLACE FUNCTION postkit_queue.distribute_on_citus()
+RETURNS TABLE (object text, placement text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_table     regclass;
+    v_sharded   boolean;
+    v_function  regprocedure;
+    v_namespace boolean;
+BEGIN
+    IF to_regproc('pg_catalog.create_distributed_table') IS NULL THEN
+        RAISE EXCEPTION 'postkit: distribute_on_citus runs on a Citus coordinator, and this '
+                        'server has no Citus (CREATE EXTENSION citus first); on plain '
+                        'PostgreSQL the install needs no such step' USING ERRCODE = 'PKQ12';
+    END IF;
+    -- One connection per node for this transaction's commands, so that the shards created
+    -- here are visible to the steps after them and a failure rolls back everything.
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    FOR v_table, v_sharded IN
+        SELECT c.oid::regclass,
+               c.relname <> 'tenants' AND EXISTS (
+                   SELECT FROM pg_attribute a
+                   WHERE a.attrelid = c.oid AND a.attname = 'namespace' AND NOT a.attisdropped)
+        FROM pg_class c
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND c.relkind = 'r'
+        -- jobs first: the other sharded tables are co-located with it.
+        ORDER BY c.relname <> 'jobs', c.relname
+    LOOP
+        object := v_table::text;
+        IF v_sharded THEN
+            EXECUTE 'SELECT pg_catalog.create_distributed_table($1, $2, colocate_with => $3)'
+                USING v_table, 'namespace',
+                      CASE WHEN v_table = 'postkit_queue.jobs'::regclass THEN 'default'
+                           ELSE 'postkit_queue.jobs' END;
+            placement := 'sharded by namespace, co-located with postkit_queue.jobs';
+        ELSE
+            EXECUTE 'SELECT pg_catalog.create_reference_table($1)' USING v_table;
+            placement := 'a reference table, whole on every node';
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    FOR v_function, v_namespace IN
+        SELECT p.oid::regprocedure, coalesce((p.proargnames)[1] = 'p_namespace', false)
+        FROM pg_proc p
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace
+          AND p.proname <> 'distribute_on_citus'
+        ORDER BY p.oid::regprocedure::text
+    LOOP
+        object := v_function::text;
+        IF v_namespace THEN
+            EXECUTE 'SELECT pg_catalog.create_distributed_function($1, $2, '
+                    'colocate_with := ''postkit_queue.jobs'')'
+                USING v_function, 'p_namespace';
+            placement := 'delegated to the node of its namespace';
+        ELSE
+            EXECUTE 'SELECT pg_catalog.create_distributed_function($1)' USING v_function;
+            placement := 'created on every node, runs where it is called';
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;

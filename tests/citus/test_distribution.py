@@ -1,0 +1,138 @@
+"""postkit install --citus: what the distribution step asks of Citus, and its refusal where no
+Citus is.
+
+Citus is not installed on CI's servers, so the step's calls are checked against stand-ins for
+Citus's three functions, created in a database of the test's own, that record each call and do
+nothing else: they show what a Citus coordinator would be asked, not that Citus accepts it
+(docs/scaling.md, "What was verified where").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from postkit.cli import main
+from postkit.errors import SchemaMismatchError
+from postkit.queue import install
+from postkit.queue.admin import distribute_on_citus
+
+STAND_INS = """
+CREATE TABLE public.citus_calls (n serial, call text, object text, argument text, colocate text);
+CREATE FUNCTION pg_catalog.create_distributed_table(
+    table_name regclass, distribution_column text, colocate_with text DEFAULT 'default')
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.citus_calls (call, object, argument, colocate)
+    VALUES ('create_distributed_table', table_name::text, distribution_column, colocate_with)
+$$;
+CREATE FUNCTION pg_catalog.create_reference_table(table_name regclass)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.citus_calls (call, object)
+    VALUES ('create_reference_table', table_name::text)
+$$;
+CREATE FUNCTION pg_catalog.create_distributed_function(
+    function_name regprocedure, distribution_arg_name text DEFAULT NULL,
+    colocate_with text DEFAULT 'default')
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.citus_calls (call, object, argument, colocate)
+    VALUES ('create_distributed_function', function_name::text, distribution_arg_name,
+            colocate_with)
+$$;
+"""
+
+
+@pytest.fixture
+def coordinator(fresh_database: str) -> Iterator[psycopg.Connection]:
+    """A database with the queue installed and Citus's functions stood in for."""
+    with psycopg.connect(fresh_database, autocommit=True) as connection:
+        install(connection)
+        connection.execute(STAND_INS)
+        yield connection
+
+
+def calls(connection: psycopg.Connection, call: str) -> list[tuple[str, str | None, str | None]]:
+    rows = connection.execute(
+        "SELECT object, argument, colocate FROM public.citus_calls WHERE call = %s ORDER BY n",
+        (call,),
+    ).fetchall()
+    return [(str(name), argument, colocate) for name, argument, colocate in rows]
+
+
+def test_every_table_with_a_namespace_is_sharded_by_it_beside_jobs(
+    coordinator: psycopg.Connection,
+) -> None:
+    with coordinator.cursor() as cursor:
+        distribute_on_citus(cursor)
+
+    sharded = calls(coordinator, "create_distributed_table")
+    namespaced = {
+        f"postkit_queue.{name}"
+        for (name,) in coordinator.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
+            "WHERE c.relnamespace = 'postkit_queue'::regnamespace AND c.relkind = 'r' "
+            "AND a.attname = 'namespace' AND c.relname <> 'tenants'"
+        )
+    }
+    assert sharded[0] == ("postkit_queue.jobs", "namespace", "default")
+    assert {name for name, _, _ in sharded} == namespaced
+    assert all(
+        (argument, colocate) == ("namespace", "postkit_queue.jobs")
+        for _, argument, colocate in sharded[1:]
+    )
+
+
+def test_the_tables_without_a_namespace_and_the_tenants_become_reference_tables(
+    coordinator: psycopg.Connection,
+) -> None:
+    with coordinator.cursor() as cursor:
+        distribute_on_citus(cursor)
+
+    referenced = {name for name, _, _ in calls(coordinator, "create_reference_table")}
+    assert "postkit_queue.tenants" in referenced
+    assert "postkit_queue.migrations" in referenced
+    assert "postkit_queue.jobs" not in referenced
+
+
+def test_each_function_taking_a_namespace_is_delegated_by_it_and_every_helper_is_created(
+    coordinator: psycopg.Connection,
+) -> None:
+    with coordinator.cursor() as cursor:
+        distribute_on_citus(cursor)
+
+    registered = {
+        name: (argument, colocate)
+        for name, argument, colocate in calls(coordinator, "create_distributed_function")
+    }
+    functions = coordinator.execute(
+        "SELECT p.oid::regprocedure::text, coalesce((p.proargnames)[1] = 'p_namespace', false) "
+        "FROM pg_proc p WHERE p.pronamespace = 'postkit_queue'::regnamespace "
+        "AND p.proname <> 'distribute_on_citus'"
+    ).fetchall()
+    assert set(registered) == {name for name, _ in functions}
+    for name, namespaced in functions:
+        expected = ("p_namespace", "postkit_queue.jobs") if namespaced else (None, "default")
+        assert registered[name] == expected, name
+    assert registered["postkit_queue.pull(text,text,text,interval,integer)"][0] == "p_namespace"
+
+
+def test_on_plain_postgresql_the_step_refuses_and_distributes_nothing(
+    fresh_database: str,
+) -> None:
+    with psycopg.connect(fresh_database) as connection:
+        install(connection)
+        with (
+            pytest.raises(SchemaMismatchError, match="Citus coordinator"),
+            connection.cursor() as cursor,
+        ):
+            distribute_on_citus(cursor)
+
+
+def test_install_citus_on_plain_postgresql_says_why_in_one_line(fresh_database: str) -> None:
+    result = CliRunner().invoke(main, ["install", "--dsn", fresh_database, "--citus"])
+
+    assert result.exit_code == 1
+    assert "runs on a Citus coordinator" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,213 @@
+"""The installed schema is Citus-ready by construction (docs/scaling.md): checked here on plain
+PostgreSQL, in the catalog and by PostgreSQL's parser over every function body."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from pglast.parser import parse_sql_json
+
+from postkit.queue import install
+from tests.citus.sql_rules import Function, Schema, Violation, policy_violations, violations
+
+# Tables with a namespace column that Citus keeps whole on every node (reference tables) instead
+# of sharding: the roles' namespace assignments, read across namespaces by every policy check.
+REFERENCE_TABLES = frozenset({"tenants"})
+
+# Functions that read or write the sharded tables without taking a namespace first: each runs
+# on the coordinator alone, across every namespace (docs/scaling.md).
+COORDINATOR_ONLY = {
+    "namespaces": "lists every namespace: a skip scan of each table, across all shards",
+}
+
+
+@pytest.fixture(scope="module")
+def catalog(dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(dsn) as connection:
+        yield connection
+
+
+@pytest.fixture(scope="module")
+def schema(catalog: psycopg.Connection) -> Schema:
+    sharded = catalog.execute(
+        "SELECT table_name FROM information_schema.columns "
+        "WHERE table_schema = 'postkit_queue' AND column_name = 'namespace'"
+    ).fetchall()
+    functions = (
+        "SELECT n.nspname, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+    )
+    volatile = catalog.execute(f"{functions} WHERE p.provolatile = 'v'").fetchall()
+    set_returning = catalog.execute(f"{functions} WHERE p.proretset").fetchall()
+    return Schema(
+        sharded_tables=frozenset(name for (name,) in sharded) - REFERENCE_TABLES,
+        volatile_functions=frozenset((schema, name) for schema, name in volatile),
+        set_returning_functions=frozenset((schema, name) for schema, name in set_returning),
+    )
+
+
+@pytest.fixture(scope="module")
+def functions(catalog: psycopg.Connection) -> list[tuple[Function, str, str]]:
+    """Every function of the schema, with its language and its source."""
+    rows = catalog.execute(
+        """
+        SELECT p.proname, pg_get_functiondef(p.oid), (p.proargnames)[1] = 'p_namespace',
+               coalesce('plan_cache_mode=force_generic_plan' = ANY (p.proconfig), false),
+               l.lanname, p.prosrc
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+        WHERE p.pronamespace = 'postkit_queue'::regnamespace
+        ORDER BY p.proname
+        """
+    ).fetchall()
+    return [
+        (
+            Function(name, definition, "p_namespace" if namespaced else None, generic),
+            language,
+            source,
+        )
+        for name, definition, namespaced, generic, language, source in rows
+    ]
+
+
+def test_every_function_body_follows_the_rules(
+    functions: list[tuple[Function, str, str]], schema: Schema
+) -> None:
+    found: list[Violation] = []
+    for function, language, _ in functions:
+        if language == "plpgsql":
+            found.extend(violations(function, schema))
+    assert not found, "\n".join(map(str, found))
+
+
+def _tables_named(sql: str, tables: frozenset[str]) -> set[str]:
+    named: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            relation = node.get("RangeVar")
+            if isinstance(relation, dict) and relation.get("relname") in tables:
+                named.add(relation["relname"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(json.loads(parse_sql_json(sql)))
+    return named
+
+
+def test_no_sql_language_function_reads_the_queue_tables(
+    functions: list[tuple[Function, str, str]], schema: Schema
+) -> None:
+    """Citus before PostgreSQL 18 cannot plan a SQL-language function's body that reads a
+    distributed table; such functions are PL/pgSQL."""
+    reading = {
+        function.name: tables
+        for function, language, source in functions
+        if language == "sql" and (tables := _tables_named(source, schema.sharded_tables))
+    }
+    assert reading == {}
+
+
+def test_every_function_that_touches_the_queue_tables_takes_the_namespace_first(
+    functions: list[tuple[Function, str, str]], schema: Schema
+) -> None:
+    """Citus delegates a call to the node of its namespace by the function's first argument;
+    a function without one runs on the coordinator, and must be known to."""
+    unplaced = sorted(
+        function.name
+        for function, language, source in functions
+        if language == "plpgsql"
+        and function.namespace_parameter is None
+        and function.name not in COORDINATOR_ONLY
+        and _tables_named(_body_statements(source), schema.sharded_tables)
+    )
+    assert unplaced == []
+    listed_without_cause = sorted(
+        function.name
+        for function, _, source in functions
+        if function.name in COORDINATOR_ONLY
+        and (
+            function.namespace_parameter is not None
+            or not _tables_named(_body_statements(source), schema.sharded_tables)
+        )
+    )
+    assert listed_without_cause == []
+
+
+def _body_statements(source: str) -> str:
+    """A PL/pgSQL body turned into something the SQL parser reads for table names: every
+    relation it names after FROM, JOIN, INTO, UPDATE or USING."""
+    names = re.findall(
+        r"\b(?:FROM|JOIN|INTO|UPDATE|USING)\s+postkit_queue\.(\w+)", source, re.IGNORECASE
+    )
+    return "; ".join(f"SELECT FROM postkit_queue.{name}" for name in names) or "SELECT"
+
+
+def test_every_unique_index_of_a_sharded_table_leads_with_the_namespace(
+    catalog: psycopg.Connection,
+) -> None:
+    """Citus enforces a primary key or a unique index only when it holds the distribution
+    column; leading with it also keeps each namespace's rows together in the index."""
+    rows = catalog.execute(
+        """
+        SELECT i.relname FROM pg_index x
+        JOIN pg_class c ON c.oid = x.indrelid
+        JOIN pg_class i ON i.oid = x.indexrelid
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'namespace'
+        WHERE c.relnamespace = 'postkit_queue'::regnamespace AND x.indisunique
+          AND x.indkey[0] <> a.attnum
+        """
+    ).fetchall()
+    assert rows == []
+
+
+def test_every_namespace_column_is_not_null(catalog: psycopg.Connection) -> None:
+    rows = catalog.execute(
+        "SELECT table_name FROM information_schema.columns WHERE table_schema = 'postkit_queue' "
+        "AND column_name = 'namespace' AND is_nullable = 'YES'"
+    ).fetchall()
+    assert rows == []
+
+
+def test_every_identity_column_is_bigint(catalog: psycopg.Connection) -> None:
+    """Citus gives each node its own range of a bigint sequence; a smaller type runs out."""
+    rows = catalog.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'postkit_queue' AND is_identity = 'YES' AND data_type <> 'bigint'"
+    ).fetchall()
+    assert rows == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 16, left open: tenant isolation's policy reads the caller's namespaces "
+    "through a scalar subquery of my_namespaces(), which reads the tenants table",
+)
+def test_no_policy_of_tenant_isolation_holds_a_subquery_or_reads_a_table(
+    fresh_database: str, functions: list[tuple[Function, str, str]]
+) -> None:
+    reading = frozenset(
+        function.name
+        for function, language, source in functions
+        if re.search(r"\b(?:FROM|JOIN)\s+postkit_queue\.\w+", source, re.IGNORECASE)
+    )
+    with psycopg.connect(fresh_database, autocommit=True) as connection:
+        install(connection)
+        connection.execute("SELECT postkit_queue.enable_tenant_isolation()")
+        policies = connection.execute(
+            "SELECT tablename, qual, with_check FROM pg_policies WHERE schemaname = 'postkit_queue'"
+        ).fetchall()
+    assert policies
+    found = [
+        violation
+        for table, qual, with_check in policies
+        for expression in (qual, with_check)
+        if expression
+        for violation in policy_violations(table, expression, reading)
+    ]
+    assert not found, "\n".join(map(str, found))
