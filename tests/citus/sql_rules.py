@@ -87,9 +87,7 @@ def violations(function: Function, schema: Schema) -> list[Violation]:
     """Every statement of ``function``'s body that breaks a rule."""
     text = function.definition.replace(f"{SCHEMA}.", f"{_PARSED_SCHEMA}.")
     # Arrays of rows are row variables too (record_outcomes(v_done, ...) passes rows whole).
-    row_arrays = set(
-        re.findall(r"^\s*(\w+)\s+(?:record|public\.\w+)\[\]", text, re.IGNORECASE | re.MULTILINE)
-    )
+    row_arrays = set(re.findall(r"\b(\w+)\s+(?:record|public\.\w+)\[\]", text, re.IGNORECASE))
     # Nor does it take arrays of records in declarations; the rules do not need their type.
     text = re.sub(r"\b(record|public\.\w+)\[\]", "text[]", text, flags=re.IGNORECASE)
     if not re.search(r"\bLANGUAGE\s+plpgsql\b", text, re.IGNORECASE):
@@ -98,15 +96,18 @@ def violations(function: Function, schema: Schema) -> list[Violation]:
     records = {rec["refname"] for rec in _find(tree, "PLpgSQL_rec")} | row_arrays
     found: list[Violation] = []
     if function.namespace_parameter is not None:
-        for dynamic in _find(tree, "PLpgSQL_stmt_dynexecute"):
-            found.append(
-                Violation(
-                    function.name,
-                    "dynamic",
-                    dynamic["query"]["PLpgSQL_expr"]["query"],
-                    "EXECUTE in a function that takes a namespace",
-                )
-            )
+        # EXECUTE, FOR ... IN EXECUTE, OPEN ... FOR EXECUTE and RETURN QUERY EXECUTE.
+        for kind, field in _DYNAMIC_STATEMENTS:
+            for dynamic in _find(tree, kind):
+                if field in dynamic:
+                    found.append(
+                        Violation(
+                            function.name,
+                            "dynamic",
+                            dynamic[field]["PLpgSQL_expr"]["query"],
+                            "dynamic SQL in a function that takes a namespace",
+                        )
+                    )
     for expression in _find(tree, "PLpgSQL_expr"):
         sql = _as_statement(expression["query"], expression.get("parseMode", 0))
         for statement in json.loads(parse_sql_json(sql))["stmts"]:
@@ -114,6 +115,14 @@ def violations(function: Function, schema: Schema) -> list[Violation]:
             checker.check(statement["stmt"])
             found.extend(checker.found)
     return found
+
+
+_DYNAMIC_STATEMENTS = (
+    ("PLpgSQL_stmt_dynexecute", "query"),
+    ("PLpgSQL_stmt_dynfors", "query"),
+    ("PLpgSQL_stmt_open", "dynquery"),
+    ("PLpgSQL_stmt_return_query", "dynquery"),
+)
 
 
 def _as_statement(query: str, mode: int) -> str:
@@ -144,6 +153,20 @@ def _find(node: Any, kind: str) -> Iterator[Node]:
     elif isinstance(node, list):
         for item in node:
             yield from _find(item, kind)
+
+
+def _find_outside_subqueries(node: Any, kind: str) -> Iterator[Node]:
+    """As :func:`_find`, without descending into a subquery (a statement of its own)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "SubLink":
+                continue
+            if key == kind:
+                yield value
+            yield from _find_outside_subqueries(value, kind)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _find_outside_subqueries(item, kind)
 
 
 def _relations(statement: Node) -> Iterator[Node]:
@@ -218,6 +241,14 @@ class _StatementChecker:
 
     def check_namespace(self, level: tuple[str, Node]) -> None:
         kind, node = level
+        if kind == "UpdateStmt" and self.sharded(node["relation"]):
+            for target in node.get("targetList", []):
+                if target["ResTarget"].get("name") == "namespace":
+                    self.violation(
+                        "namespace",
+                        f"an UPDATE of {node['relation']['relname']} moves rows to another "
+                        "namespace",
+                    )
         if kind == "InsertStmt":
             if self.sharded(node["relation"]):
                 self.check_inserted_namespace(node)
@@ -237,7 +268,7 @@ class _StatementChecker:
             mentions = sum(
                 1
                 for condition in [where, *conditions]
-                for column in _find(condition, "ColumnRef")
+                for column in _find_outside_subqueries(condition, "ColumnRef")
                 if self.names_namespace(column, name, len(relations))
             )
             filtered = any(self.namespace_filter(term, name, len(relations)) for term in terms)
@@ -376,15 +407,19 @@ class _StatementChecker:
                         )
 
     def whole_row_arguments(self, argument: Node) -> Iterator[Node]:
-        """The column references an argument passes as they are: itself, or the elements of
-        an ARRAY[...] or a cast."""
+        """The column references an argument is built from: itself, or those anywhere in the
+        expression (an ARRAY[...], a cast, a ROW(...), a named argument, a built-in's
+        arguments such as array_agg(j)), short of a subquery, which is a statement of its
+        own."""
         if "ColumnRef" in argument:
             yield argument["ColumnRef"]
-        elif "A_ArrayExpr" in argument:
-            for element in argument["A_ArrayExpr"].get("elements", []):
-                yield from self.whole_row_arguments(element)
-        elif "TypeCast" in argument:
-            yield from self.whole_row_arguments(argument["TypeCast"]["arg"])
+            return
+        if "SubLink" in argument:
+            return
+        for value in argument.values():
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, dict):
+                    yield from self.whole_row_arguments(item)
 
     def check_notify(self, statement: Node) -> None:
         if self.function.name == NOTIFY_HELPER:
@@ -414,3 +449,35 @@ def policy_violations(
                 Violation(table, "policy", expression, f"{name}() reads a table in a policy")
             )
     return found
+
+
+def called_functions(definition: str) -> set[str]:
+    """The names of the queue's functions a PL/pgSQL body calls."""
+    text = definition.replace(f"{SCHEMA}.", f"{_PARSED_SCHEMA}.")
+    text = re.sub(r"\b(record|public\.\w+)\[\]", "text[]", text, flags=re.IGNORECASE)
+    called: set[str] = set()
+    for expression in _find(pglast.parse_plpgsql(text), "PLpgSQL_expr"):
+        sql = _as_statement(expression["query"], expression.get("parseMode", 0))
+        for call in _find(json.loads(parse_sql_json(sql)), "FuncCall"):
+            schema, name = _function_name(call)
+            if schema == SCHEMA:
+                called.add(name)
+    return called
+
+
+def planned_generically(
+    own_mode: dict[str, str | None], calls: dict[str, set[str]]
+) -> frozenset[str]:
+    """The functions whose statements are planned generically: those that set
+    ``plan_cache_mode = force_generic_plan``, and those without a setting of their own that
+    such a function calls, directly or through others (a function's SET clause holds for
+    everything it calls)."""
+    generic = {name for name, mode in own_mode.items() if mode == "force_generic_plan"}
+    frontier = list(generic)
+    while frontier:
+        caller = frontier.pop()
+        for callee in calls.get(caller, set()):
+            if callee not in generic and own_mode.get(callee, "") is None:
+                generic.add(callee)
+                frontier.append(callee)
+    return frozenset(generic)

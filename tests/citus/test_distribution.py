@@ -2,9 +2,10 @@
 Citus is.
 
 Citus is not installed on CI's servers, so the step's calls are checked against stand-ins for
-Citus's three functions, created in a database of the test's own, that record each call and do
-nothing else: they show what a Citus coordinator would be asked, not that Citus accepts it
-(docs/scaling.md, "What was verified where").
+Citus's three functions and its table of placed tables (pg_dist_partition), created in a
+database of the test's own, that record each call and do nothing else: they show what a Citus
+coordinator would be asked, not that Citus accepts it (docs/scaling.md, "What was verified
+where").
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ from postkit.queue.admin import distribute_on_citus
 
 STAND_INS = """
 CREATE TABLE public.citus_calls (n serial, call text, object text, argument text, colocate text);
+SET allow_system_table_mods = on;
+CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass PRIMARY KEY);
+RESET allow_system_table_mods;
 CREATE FUNCTION pg_catalog.create_distributed_table(
     table_name regclass, distribution_column text, colocate_with text DEFAULT 'default')
 RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pg_catalog.pg_dist_partition VALUES (table_name);  -- twice: an error, as Citus
     INSERT INTO public.citus_calls (call, object, argument, colocate)
     VALUES ('create_distributed_table', table_name::text, distribution_column, colocate_with)
 $$;
 CREATE FUNCTION pg_catalog.create_reference_table(table_name regclass)
 RETURNS void LANGUAGE sql AS $$
+    INSERT INTO pg_catalog.pg_dist_partition VALUES (table_name);
     INSERT INTO public.citus_calls (call, object)
     VALUES ('create_reference_table', table_name::text)
 $$;
@@ -116,6 +122,36 @@ def test_each_function_taking_a_namespace_is_delegated_by_it_and_every_helper_is
         expected = ("p_namespace", "postkit_queue.jobs") if namespaced else (None, "default")
         assert registered[name] == expected, name
     assert registered["postkit_queue.pull(text,text,text,interval,integer)"][0] == "p_namespace"
+
+
+def test_push_batch_is_planned_for_each_call_on_citus_and_once_per_session_elsewhere(
+    coordinator: psycopg.Connection,
+) -> None:
+    def plan_mode() -> object:
+        row = coordinator.execute(
+            "SELECT p.proconfig FROM pg_proc p WHERE p.oid = 'postkit_queue.push_batch'::regproc"
+        ).fetchone()
+        assert row is not None
+        return [setting for setting in row[0] if setting.startswith("plan_cache_mode")]
+
+    assert plan_mode() == ["plan_cache_mode=force_generic_plan"]
+    with coordinator.cursor() as cursor:
+        distribute_on_citus(cursor)
+    assert plan_mode() == ["plan_cache_mode=force_custom_plan"]
+
+
+def test_a_second_run_after_an_upgrade_leaves_placed_tables_and_registers_every_function(
+    coordinator: psycopg.Connection,
+) -> None:
+    with coordinator.cursor() as cursor:
+        distribute_on_citus(cursor)
+        placed = len(calls(coordinator, "create_distributed_table"))
+        registered = len(calls(coordinator, "create_distributed_function"))
+        second = distribute_on_citus(cursor)
+
+    assert len(calls(coordinator, "create_distributed_table")) == placed
+    assert {placement for name, placement in second if "(" not in name} == {"already placed"}
+    assert len(calls(coordinator, "create_distributed_function")) == 2 * registered
 
 
 def test_on_plain_postgresql_the_step_refuses_and_distributes_nothing(

@@ -12,7 +12,15 @@ import pytest
 from pglast.parser import parse_sql_json
 
 from postkit.queue import install
-from tests.citus.sql_rules import Function, Schema, Violation, policy_violations, violations
+from tests.citus.sql_rules import (
+    Function,
+    Schema,
+    Violation,
+    called_functions,
+    planned_generically,
+    policy_violations,
+    violations,
+)
 
 # Tables with a namespace column that Citus keeps whole on every node (reference tables) instead
 # of sharding: the roles' namespace assignments, read across namespaces by every policy check.
@@ -51,24 +59,41 @@ def schema(catalog: psycopg.Connection) -> Schema:
 
 @pytest.fixture(scope="module")
 def functions(catalog: psycopg.Connection) -> list[tuple[Function, str, str]]:
-    """Every function of the schema, with its language and its source."""
+    """Every function of the schema, with its language and its source, planned as on Citus: a
+    function counts as planned generically when it sets force_generic_plan, or runs under a
+    caller that does, unless distribute_on_citus gives it a plan mode of its own there."""
     rows = catalog.execute(
         """
         SELECT p.proname, pg_get_functiondef(p.oid), (p.proargnames)[1] = 'p_namespace',
-               coalesce('plan_cache_mode=force_generic_plan' = ANY (p.proconfig), false),
+               (SELECT split_part(c, '=', 2) FROM unnest(p.proconfig) AS c
+                WHERE c LIKE 'plan_cache_mode=%'),
                l.lanname, p.prosrc
         FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
         WHERE p.pronamespace = 'postkit_queue'::regnamespace
         ORDER BY p.proname
         """
     ).fetchall()
+    own_mode = {name: mode for name, _, _, mode, _, _ in rows}
+    (placement,) = [source for name, _, _, _, _, source in rows if name == "distribute_on_citus"]
+    own_mode.update(
+        re.findall(
+            r"ALTER FUNCTION postkit_queue\.(\w+)\([^)]*\)\s+SET plan_cache_mode = (\w+)",
+            placement,
+        )
+    )
+    calls = {
+        name: called_functions(definition)
+        for name, definition, _, _, language, _ in rows
+        if language == "plpgsql"
+    }
+    generic = planned_generically(own_mode, calls)
     return [
         (
-            Function(name, definition, "p_namespace" if namespaced else None, generic),
+            Function(name, definition, "p_namespace" if namespaced else None, name in generic),
             language,
             source,
         )
-        for name, definition, namespaced, generic, language, source in rows
+        for name, definition, namespaced, _, language, source in rows
     ]
 
 

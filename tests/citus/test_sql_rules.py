@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.citus.sql_rules import Function, Schema, policy_violations, violations
+from tests.citus.sql_rules import (
+    Function,
+    Schema,
+    planned_generically,
+    policy_violations,
+    violations,
+)
 
 SCHEMA = Schema(
     sharded_tables=frozenset({"jobs", "dead_letters", "queue_settings"}),
@@ -15,11 +21,16 @@ SCHEMA = Schema(
 
 
 def rules_broken(
-    body: str, *, generic: bool = False, declare: str = "", name: str = "f"
+    body: str,
+    *,
+    generic: bool = False,
+    declare: str = "",
+    name: str = "f",
+    returns: str = "void",
 ) -> set[str]:
     definition = f"""CREATE OR REPLACE FUNCTION postkit_queue.{name}(
     p_namespace text, p_ids bigint[])
- RETURNS void LANGUAGE plpgsql
+ RETURNS {returns} LANGUAGE plpgsql
 AS $function$
 DECLARE v_count bigint; v_job postkit_queue.jobs; {declare}
 BEGIN
@@ -177,4 +188,58 @@ def test_a_policy_with_a_subquery_or_a_table_read_breaks_the_policy_rule() -> No
             "jobs", "pg_has_role(postkit_queue.caller(), 'postkit_tenants', 'MEMBER')", reading
         )
         == []
+    )
+
+
+def test_a_function_without_a_plan_mode_of_its_own_is_planned_as_its_caller_plans() -> None:
+    own_mode = {
+        "pull": "force_generic_plan",
+        "policy": None,
+        "slot": None,
+        "batch": "force_custom_plan",
+    }
+    calls = {"pull": {"policy", "batch"}, "policy": {"slot"}, "batch": {"slot"}}
+
+    assert planned_generically(own_mode, calls) == {"pull", "policy", "slot"}
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "FOR v_job IN EXECUTE 'SELECT 1' LOOP END LOOP;",
+        "RETURN QUERY EXECUTE 'SELECT 1';",
+    ],
+)
+def test_every_form_of_dynamic_sql_breaks_the_dynamic_rule(statement: str) -> None:
+    assert "dynamic" in rules_broken(statement, returns="SETOF integer")
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "v_count := postkit_queue.size_of(p_job => v_job);",
+        "v_count := postkit_queue.size_of(ROW(v_job.*));",
+        "v_count := postkit_queue.size_of(coalesce(v_job, NULL));",
+        "SELECT postkit_queue.size_of(array_agg(j)) INTO v_count FROM postkit_queue.jobs j "
+        "WHERE j.namespace = p_namespace;",
+    ],
+)
+def test_a_row_inside_an_argument_breaks_the_whole_row_rule(statement: str) -> None:
+    assert rules_broken(statement) == {"whole-row"}
+
+
+def test_an_update_that_moves_a_job_to_another_namespace_breaks_the_namespace_rule() -> None:
+    assert rules_broken(
+        "UPDATE postkit_queue.jobs SET namespace = 'other' WHERE namespace = p_namespace;"
+    ) == {"namespace"}
+
+
+def test_a_namespace_named_inside_a_subquery_is_not_counted_against_the_outer_table() -> None:
+    assert (
+        rules_broken(
+            "SELECT count(*) INTO v_count FROM postkit_queue.jobs j "
+            "WHERE j.namespace = p_namespace AND j.queue IN "
+            "(SELECT s.queue FROM postkit_queue.queue_settings s WHERE namespace = p_namespace);"
+        )
+        == set()
     )

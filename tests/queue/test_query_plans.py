@@ -155,16 +155,15 @@ RATE_SLOT = """
                coalesce(sum(e.claims) OVER (ORDER BY e.n DESC
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
                         0) AS later
-        FROM postkit_queue.flow_state f
-        CROSS JOIN LATERAL unnest(f.window_at, f.window_claims) WITH ORDINALITY AS e(at, claims, n)
-        WHERE f.namespace = p_namespace AND f.queue = p_queue AND e.at > p_now - p_rate_period
+        FROM unnest(v_at, v_claims) WITH ORDINALITY AS e(at, claims, n)
+        WHERE e.at > p_now - p_rate_period
     ) w
 """
 RATE_SLOT_PARAMS = {
     "p_rate_limit": "integer",
     "p_rate_period": "interval",
-    "p_namespace": "text",
-    "p_queue": "text",
+    "v_at": "timestamptz[]",
+    "v_claims": "integer[]",
     "p_now": "timestamptz",
 }
 CLAIM_LIMITED = "claim_limited(text,text,integer,integer,integer,interval,integer,boolean)"
@@ -450,7 +449,8 @@ def test_the_rate_slot_stays_below_the_jit_threshold_when_next_run_at_asks(
         nodes = explain(
             planned,
             mode,
-            "EXECUTE rate_slot_stmt(10, interval '1 second', 'plan-a', 'emails', now())",
+            "EXECUTE rate_slot_stmt(10, interval '1 second', "
+            "ARRAY[now(), now()], ARRAY[4, 6], now())",
         )
         row = planned.execute("SELECT current_setting('jit_above_cost')::float8").fetchone()
 

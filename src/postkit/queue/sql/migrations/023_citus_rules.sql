@@ -12,4 +12,4 @@ DROP FUNCTION IF EXISTS postkit_queue.error_entry(postkit_queue.jobs, text, text
 DROP FUNCTION IF EXISTS postkit_queue.record_outcomes(
     postkit_queue.jobs[], postkit_queue.outcome, timestamptz, jsonb);
 DROP FUNCTION IF EXISTS postkit_queue.bury(postkit_queue.jobs, text, jsonb, timestamptz);
--- schema: 3a077c954e6c1633
+-- schema: f7250b1e2382a0e3

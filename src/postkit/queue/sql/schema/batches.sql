@@ -30,10 +30,10 @@ CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
 RETURNS TABLE (ordinality bigint, id bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
--- A batch is one INSERT ... SELECT of many rows, which Citus routes only when it is planned
--- with the namespace known (docs/scaling.md): planned afresh for each call, a cost shared by
--- the batch's jobs.
-SET plan_cache_mode = force_custom_plan
+-- Planned once per session, as the other hot paths. Its INSERT ... SELECT of many rows is not
+-- a statement Citus routes with the namespace unbound: distribute_on_citus (citus.sql) gives
+-- it custom plans there, a cost this server does not pay (docs/scaling.md).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

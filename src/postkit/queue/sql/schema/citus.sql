@@ -14,8 +14,10 @@
 --     delegated bodies call them (Citus does not see calls inside PL/pgSQL bodies as
 --     dependencies).
 -- The catalog, not a list, says what to distribute, so a table or a function added later is
--- covered; tests/citus checks that the SQL follows the rules that make the delegation work.
--- Returns what it placed, and how.
+-- covered: after an upgrade, run it again; a table Citus already holds (pg_dist_partition) is
+-- left as it is, and every function is registered again, the new ones included.
+-- tests/citus checks that the SQL follows the rules that make the delegation work. Returns
+-- what it placed, and how.
 CREATE OR REPLACE FUNCTION postkit_queue.distribute_on_citus()
 RETURNS TABLE (object text, placement text)
 LANGUAGE plpgsql
@@ -24,10 +26,12 @@ AS $$
 DECLARE
     v_table     regclass;
     v_sharded   boolean;
+    v_placed    boolean;
     v_function  regprocedure;
     v_namespace boolean;
 BEGIN
-    IF to_regproc('pg_catalog.create_distributed_table') IS NULL THEN
+    IF to_regproc('pg_catalog.create_distributed_table') IS NULL
+       OR to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RAISE EXCEPTION 'postkit: distribute_on_citus runs on a Citus coordinator, and this '
                         'server has no Citus (CREATE EXTENSION citus first); on plain '
                         'PostgreSQL the install needs no such step' USING ERRCODE = 'PKQ12';
@@ -46,7 +50,11 @@ BEGIN
         ORDER BY c.relname <> 'jobs', c.relname
     LOOP
         object := v_table::text;
-        IF v_sharded THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p '
+                'WHERE p.logicalrelid = $1)' INTO v_placed USING v_table;
+        IF v_placed THEN
+            placement := 'already placed';
+        ELSIF v_sharded THEN
             EXECUTE 'SELECT pg_catalog.create_distributed_table($1, $2, colocate_with => $3)'
                 USING v_table, 'namespace',
                       CASE WHEN v_table = 'postkit_queue.jobs'::regclass THEN 'default'
@@ -58,6 +66,15 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
+    -- A function whose statements Citus routes only with the namespace known is planned afresh
+    -- for each call on Citus: push_batch's one INSERT ... SELECT of a batch's rows. On one
+    -- server it keeps its generic plan, planned once per session (a plan per call cost batch
+    -- pushes of 100 a fifth of their rate: docs/scaling.md). An upgrade's CREATE OR REPLACE
+    -- sets it back: run this again after an upgrade. tests/citus reads this statement to check
+    -- the function's statements as Citus plans them.
+    ALTER FUNCTION postkit_queue.push_batch(
+        text, text, jsonb, interval, integer, integer, text[], jsonb, text[])
+        SET plan_cache_mode = force_custom_plan;
     FOR v_function, v_namespace IN
         SELECT p.oid::regprocedure, coalesce((p.proargnames)[1] = 'p_namespace', false)
         FROM pg_proc p

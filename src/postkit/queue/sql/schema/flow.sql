@@ -232,11 +232,19 @@ SET search_path = pg_catalog, pg_temp
 SET enable_sort = on
 AS $$
 DECLARE
-    v_slot timestamptz;
+    v_slot   timestamptz;
+    v_at     timestamptz[];
+    v_claims integer[];
 BEGIN
     IF p_rate_limit IS NULL THEN
         RETURN NULL;
     END IF;
+    -- The log, by primary key, then the window over it in a statement that reads no table:
+    -- next_run_at calls this under its generic plan, where Citus routes only a statement of
+    -- one table (docs/scaling.md).
+    SELECT f.window_at, f.window_claims INTO v_at, v_claims
+    FROM postkit_queue.flow_state f
+    WHERE f.namespace = p_namespace AND f.queue = p_queue;
     SELECT CASE WHEN coalesce(sum(w.claims), 0) < p_rate_limit THEN NULL
                 ELSE min(w.at + p_rate_period) FILTER (WHERE w.later < p_rate_limit) END
     INTO v_slot
@@ -245,9 +253,8 @@ BEGIN
                coalesce(sum(e.claims) OVER (ORDER BY e.n DESC
                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
                         0) AS later
-        FROM postkit_queue.flow_state f
-        CROSS JOIN LATERAL unnest(f.window_at, f.window_claims) WITH ORDINALITY AS e(at, claims, n)
-        WHERE f.namespace = p_namespace AND f.queue = p_queue AND e.at > p_now - p_rate_period
+        FROM unnest(v_at, v_claims) WITH ORDINALITY AS e(at, claims, n)
+        WHERE e.at > p_now - p_rate_period
     ) w;
     RETURN v_slot;
 END

@@ -830,6 +830,9 @@ BEGIN
     DELETE FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     RETURNING j.* INTO v_job;
+    IF NOT FOUND THEN
+        RETURN;  -- callers hold the row's lock, so it is there; nothing to bury otherwise
+    END IF;
     v_policy := postkit_queue.queue_policy(p_namespace, v_job.queue);
     INSERT INTO postkit_queue.dead_letters (
         namespace, job_id, queue, payload, priority, attempts, max_attempts, unique_key,
