@@ -28,15 +28,22 @@ from postkit.worker import Handlers, Worker
 QUEUE = "roundtrip"
 
 
+def _preloaded(connection: psycopg.Connection, namespace: str, jobs: int) -> QueueClient:
+    """Push ``jobs`` jobs to the benchmark's queue of ``namespace``, committed; returns the
+    client."""
+    queue = QueueClient(connection.cursor(), namespace=namespace)
+    for first in range(0, jobs, 1000):
+        queue.push_batch(QUEUE, list(range(first, min(first + 1000, jobs))))
+    connection.commit()
+    return queue
+
+
 def drain(dsn: str, *, jobs: int, batch: int) -> tuple[float, float]:
     """Preload ``jobs`` jobs, then drain them ``batch`` at a time. Returns (jobs per second,
     client CPU microseconds per job)."""
     namespace = f"bench-roundtrip-{time.time_ns()}"
     with psycopg.connect(dsn) as connection:
-        queue = QueueClient(connection.cursor(), namespace=namespace)
-        for first in range(0, jobs, 1000):
-            queue.push_batch(QUEUE, list(range(first, min(first + 1000, jobs))))
-        connection.commit()
+        queue = _preloaded(connection, namespace, jobs)
         held: list[Job] = []
         settled = 0
         cpu_started, started = time.process_time(), time.perf_counter()
@@ -67,10 +74,7 @@ def narrow_drain(dsn: str, *, jobs: int, batch: int) -> tuple[float, float]:
     same Job records, the fields the worker knows filled in without reading them."""
     namespace = f"bench-roundtrip-narrow-{time.time_ns()}"
     with psycopg.connect(dsn) as connection:
-        queue = QueueClient(connection.cursor(), namespace=namespace)
-        for first in range(0, jobs, 1000):
-            queue.push_batch(QUEUE, list(range(first, min(first + 1000, jobs))))
-        connection.commit()
+        _preloaded(connection, namespace, jobs)
         cursor = connection.cursor()
         held: list[Job] = []
         settled = 0
@@ -118,10 +122,7 @@ def worker_drain(dsn: str, *, jobs: int, transactional: bool, batch: int = 1) ->
     per second, from the worker's start to its last ack."""
     namespace = f"bench-worker-drain-{time.time_ns()}"
     with psycopg.connect(dsn) as connection:
-        queue = QueueClient(connection.cursor(), namespace=namespace)
-        for first in range(0, jobs, 1000):
-            queue.push_batch(QUEUE, list(range(first, min(first + 1000, jobs))))
-        connection.commit()
+        _preloaded(connection, namespace, jobs)
     handlers = Handlers()
     if transactional:
 

@@ -227,14 +227,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now      timestamptz := postkit_queue.clock();
-    v_held     integer;
-    v_job      postkit_queue.jobs;
-    v_queues   text[] := '{}';
-    v_attempts integer[] := '{}';
-    v_kept     bigint[] := '{}';  -- the acked jobs whose results are kept
-    v_queue    text;              -- the queue of the job before, and whether it keeps anything
-    v_keeps    boolean;
+    v_held integer;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
@@ -260,28 +253,9 @@ BEGIN
     IF v_held <> cardinality(p_job_ids) THEN
         RETURN false;
     END IF;
-    FOR v_job IN
-        DELETE FROM postkit_queue.jobs j
-        WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids)
-        RETURNING j.*
-    LOOP
-        v_queues[cardinality(v_queues) + 1] := v_job.queue;
-        v_attempts[cardinality(v_attempts) + 1] := v_job.attempts;
-        IF v_job.queue IS DISTINCT FROM v_queue THEN
-            v_queue := v_job.queue;
-            v_keeps := postkit_queue.keeps_completed(p_namespace, v_queue);
-        END IF;
-        IF v_keeps AND postkit_queue.keep_completed(
-               p_namespace, v_now, NULL, v_job.id, v_job.queue, v_job.payload, v_job.priority,
-               v_job.attempts, v_job.worker_id, v_job.errors, v_job.created_at,
-               v_job.trace_context) THEN
-            v_kept[cardinality(v_kept) + 1] := v_job.id;
-        END IF;
-    END LOOP;
-    IF cardinality(v_kept) > 0 THEN
-        PERFORM postkit_queue.notify_results(p_namespace, v_kept);
-    END IF;
-    PERFORM postkit_queue.record_outcomes(p_namespace, 'completed', v_now, v_queues, v_attempts);
+    -- Every claim is held and its row locked: the settle is ack_many's, which finds each row
+    -- by its id and the token just checked.
+    PERFORM postkit_queue.ack_many(p_namespace, p_job_ids, p_claim_tokens);
     RETURN true;
 END
 $$;
