@@ -26,8 +26,9 @@ queues of one worker, and writes flow.md (flow-quick.md with ``--quick``; benchm
 ``sql-costs`` times the SQL module's hot calls with pgbench alone, on a cluster of its own like
 ``run`` (the commit path of a push, the claim path, each function's time per call) and writes
 sql_costs.md (benchmarks/sql_costs.py). ``claim-layouts`` compares, under pgbench, the claim
-Postkit makes (a rewrite of the job's row) with claims in a narrow table of their own, in plain
-SQL, and writes claim_layouts.md (benchmarks/claim_layouts.py).
+Postkit makes (a rewrite of the job's row) with claims in a narrow table of their own and with
+indexes that do not name the state (a HOT claim), in plain SQL, and writes claim_layouts.md
+(benchmarks/claim_layouts.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 

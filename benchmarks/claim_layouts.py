@@ -1,7 +1,8 @@
-"""Two layouts of a claim, side by side under pgbench: the row rewrite Postkit makes, and claims
-in a narrow table of their own (docs/performance.md, "a claim that does not rewrite the job
-row"). A prototype in plain SQL, not Postkit's functions: it measures what the layout itself
-costs the server, before any of the SQL module would be rewritten for it.
+"""Three layouts of a claim, side by side under pgbench: the row rewrite Postkit makes, claims
+in a narrow table of their own, and indexes that do not name the state, so that a claim can be
+a HOT update (docs/performance.md, "a claim that does not rewrite the job row"). A prototype
+in plain SQL, not Postkit's functions: it measures what the layout itself costs the server,
+before any of the SQL module would be rewritten for it.
 
 ``python -m benchmarks claim-layouts`` creates, in a database of its own (``bench_claim_layouts``,
 on a cluster of its own with default settings unless ``--dsn`` names a server):
@@ -12,7 +13,12 @@ on a cluster of its own with default settings unless ``--dsn`` names a server):
 - **narrow**: the same job table without the claim's columns, its pull index over every row,
   and a ``claims`` table (job id, token, worker, times; its primary key is the fence). A claim
   locks the rows the scan picks, skipping those with a claim row, and inserts their claims
-  (``ON CONFLICT DO NOTHING`` on the job id, so two claimers never both win).
+  (``ON CONFLICT DO NOTHING`` on the job id, so two claimers never both win);
+- **hot**: the rewrite's table with no index that names the state or a claim's column: the pull
+  index over every row (a claim's scan steps over the running rows in it) and no deadline
+  index, so the claim's ``UPDATE`` changes no indexed column and can stay on its page (HOT;
+  ``fillfactor = 70`` as Postkit's jobs). Without a deadline index the rescue of expired claims
+  would scan the namespace's rows: this layout is the most a HOT claim could win, not a design.
 
 Each is preloaded with a backlog and 500 jobs held claimed (other workers' jobs in flight, which
 the narrow layout's scan steps over). One transaction of the script claims 100 jobs and settles
@@ -65,6 +71,17 @@ SCHEMA = {
             PRIMARY KEY (namespace, job_id));
         CREATE INDEX nw_deadline ON nw_claims (namespace, visible_until);
     """,
+    "hot": """
+        CREATE TABLE hot_jobs (
+            namespace text NOT NULL, id bigint GENERATED ALWAYS AS IDENTITY, queue text NOT NULL,
+            state text NOT NULL DEFAULT 'pending', payload jsonb NOT NULL,
+            priority smallint NOT NULL DEFAULT 0, run_at timestamptz NOT NULL DEFAULT now(),
+            attempts integer NOT NULL DEFAULT 0, max_attempts integer NOT NULL DEFAULT 20,
+            worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
+            created_at timestamptz NOT NULL DEFAULT now(), errors jsonb NOT NULL DEFAULT '[]',
+            PRIMARY KEY (namespace, id)) WITH (fillfactor = 70);
+        CREATE INDEX hot_pull ON hot_jobs (namespace, queue, priority DESC, run_at, id);
+    """,
 }
 CLAIM = {
     "rewrite": """
@@ -88,6 +105,15 @@ CLAIM = {
               FOR UPDATE OF j SKIP LOCKED) AS picked
         ON CONFLICT DO NOTHING
         RETURNING job_id""",
+    "hot": """
+        UPDATE hot_jobs j SET state = 'running', attempts = j.attempts + 1, worker_id = 'w',
+               claim_token = gen_random_uuid(), claimed_at = now(),
+               visible_until = now() + interval '30 s'
+        WHERE j.namespace = 'n' AND j.id IN (
+            SELECT id FROM hot_jobs WHERE namespace = 'n' AND queue = 'q' AND state = 'pending'
+              AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT {limit}
+            FOR UPDATE SKIP LOCKED)
+        RETURNING j.id""",
 }
 SETTLE = {
     "rewrite": "DELETE FROM rw_jobs WHERE namespace = 'n' AND id = ANY (:ids::bigint[]);\n",
@@ -95,8 +121,9 @@ SETTLE = {
         "DELETE FROM nw_jobs WHERE namespace = 'n' AND id = ANY (:ids::bigint[]);\n"
         "DELETE FROM nw_claims WHERE namespace = 'n' AND job_id = ANY (:ids::bigint[]);\n"
     ),
+    "hot": "DELETE FROM hot_jobs WHERE namespace = 'n' AND id = ANY (:ids::bigint[]);\n",
 }
-TABLES = {"rewrite": ("rw_jobs",), "narrow": ("nw_jobs", "nw_claims")}
+TABLES = {"rewrite": ("rw_jobs",), "narrow": ("nw_jobs", "nw_claims"), "hot": ("hot_jobs",)}
 
 
 def script(layout: str) -> str:
@@ -134,6 +161,17 @@ def _size(dsn: str, layout: str) -> float:
     return total / 2**20
 
 
+def _hot_share(dsn: str, layout: str) -> float:
+    """The share of the job table's updates that were HOT, over every run so far (the
+    statistics count from the table's creation)."""
+    with psycopg.connect(dsn) as connection:
+        row = connection.execute(
+            "SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE relname = %s",
+            (TABLES[layout][0],),
+        ).fetchone()
+    return row[0] / row[1] if row and row[1] else 0.0
+
+
 def run(dsn: str, *, runs: int, command: str, server: str) -> str:
     binary = pgbench_path()
     if binary is None:
@@ -144,6 +182,7 @@ def run(dsn: str, *, runs: int, command: str, server: str) -> str:
             connection.execute(ddl)
     rates: dict[tuple[str, int], list[float]] = {}
     sizes: dict[str, float] = {}
+    hot: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
         for layout in SCHEMA:
             (Path(folder) / f"{layout}.sql").write_text(script(layout))
@@ -159,16 +198,18 @@ def run(dsn: str, *, runs: int, command: str, server: str) -> str:
                     )
                     rates.setdefault((layout, clients), []).append(tps * 100)
                     sizes[layout] = _size(target, layout)
+                    hot[layout] = _hot_share(target, layout)
     lines = [
-        "# Two layouts of a claim under pgbench",
+        "# Three layouts of a claim under pgbench",
         "",
         f"{environment(dsn)}; {server}. Command: `{command}` (benchmarks/claim_layouts.py). "
         f"{BACKLOG:,} jobs preloaded, {HELD} of them held claimed; each transaction claims 100 "
         f"jobs and settles them; {TRANSACTIONS} transactions per client, `pgbench -M prepared`, "
         f"the layouts taking turns, median of {runs} (min-max).",
         "",
-        "| layout | jobs/s, 1 client | jobs/s, 2 clients | tables after the last run (MB) |",
-        "|---|---|---|---|",
+        "| layout | jobs/s, 1 client | jobs/s, 2 clients | tables after the last run (MB) |"
+        " claims that were HOT |",
+        "|---|---|---|---|---|",
     ]
     for layout in SCHEMA:
         cells = [
@@ -176,7 +217,9 @@ def run(dsn: str, *, runs: int, command: str, server: str) -> str:
             f"({min(rates[(layout, clients)]):,.0f}-{max(rates[(layout, clients)]):,.0f})"
             for clients in (1, 2)
         ]
-        lines.append(f"| {layout} | {cells[0]} | {cells[1]} | {sizes[layout]:.1f} |")
+        lines.append(
+            f"| {layout} | {cells[0]} | {cells[1]} | {sizes[layout]:.1f} | {hot[layout]:.0%} |"
+        )
     return "\n".join(lines) + "\n"
 
 
