@@ -44,14 +44,16 @@ def test_run_at_is_exact_across_a_daylight_saving_change_in_the_sessions_time_zo
     queue: QueueClient,
 ) -> None:
     """The run_at is months ahead, at a different UTC offset in Berlin than now: a delay of
-    that many days, added in that time zone, would land an hour off."""
+    that many days, added in that time zone, would land an hour off. It is chosen a day or more
+    past the change, so that the wrong sum never falls in the hour the change skips (which
+    PostgreSQL moves forward by that very hour, to the right answer)."""
     queue.cursor.execute("SET TIME ZONE 'Europe/Berlin'")
     now = clock(queue).astimezone(timezone.utc)  # in UTC, a timedelta adds elapsed time
     berlin = ZoneInfo("Europe/Berlin")
     run_at = next(
         now + timedelta(days=days, seconds=1)
         for days in range(100, 300)
-        if (now + timedelta(days=days)).astimezone(berlin).utcoffset()
+        if (now + timedelta(days=days - 1)).astimezone(berlin).utcoffset()
         != now.astimezone(berlin).utcoffset()
     )
 
