@@ -42,16 +42,19 @@ BACKLOG = 60_000
 HELD = 500
 TRANSACTIONS = 150
 
-SCHEMA = {
-    "rewrite": """
-        CREATE TABLE rw_jobs (
+# The job table of the two layouts that keep the claim in the job's row.
+JOBS_TABLE = """
+        CREATE TABLE {table} (
             namespace text NOT NULL, id bigint GENERATED ALWAYS AS IDENTITY, queue text NOT NULL,
             state text NOT NULL DEFAULT 'pending', payload jsonb NOT NULL,
             priority smallint NOT NULL DEFAULT 0, run_at timestamptz NOT NULL DEFAULT now(),
             attempts integer NOT NULL DEFAULT 0, max_attempts integer NOT NULL DEFAULT 20,
             worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
             created_at timestamptz NOT NULL DEFAULT now(), errors jsonb NOT NULL DEFAULT '[]',
-            PRIMARY KEY (namespace, id));
+            PRIMARY KEY (namespace, id)){options}"""
+SCHEMA = {
+    "rewrite": JOBS_TABLE.format(table="rw_jobs", options="")
+    + """;
         CREATE INDEX rw_pull ON rw_jobs (namespace, queue, priority DESC, run_at, id)
             WHERE state = 'pending';
         CREATE INDEX rw_deadline ON rw_jobs (namespace, visible_until) WHERE state = 'running';
@@ -71,15 +74,8 @@ SCHEMA = {
             PRIMARY KEY (namespace, job_id));
         CREATE INDEX nw_deadline ON nw_claims (namespace, visible_until);
     """,
-    "hot": """
-        CREATE TABLE hot_jobs (
-            namespace text NOT NULL, id bigint GENERATED ALWAYS AS IDENTITY, queue text NOT NULL,
-            state text NOT NULL DEFAULT 'pending', payload jsonb NOT NULL,
-            priority smallint NOT NULL DEFAULT 0, run_at timestamptz NOT NULL DEFAULT now(),
-            attempts integer NOT NULL DEFAULT 0, max_attempts integer NOT NULL DEFAULT 20,
-            worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
-            created_at timestamptz NOT NULL DEFAULT now(), errors jsonb NOT NULL DEFAULT '[]',
-            PRIMARY KEY (namespace, id)) WITH (fillfactor = 70);
+    "hot": JOBS_TABLE.format(table="hot_jobs", options=" WITH (fillfactor = 70)")
+    + """;
         CREATE INDEX hot_pull ON hot_jobs (namespace, queue, priority DESC, run_at, id);
     """,
 }
@@ -105,24 +101,16 @@ CLAIM = {
               FOR UPDATE OF j SKIP LOCKED) AS picked
         ON CONFLICT DO NOTHING
         RETURNING job_id""",
-    "hot": """
-        UPDATE hot_jobs j SET state = 'running', attempts = j.attempts + 1, worker_id = 'w',
-               claim_token = gen_random_uuid(), claimed_at = now(),
-               visible_until = now() + interval '30 s'
-        WHERE j.namespace = 'n' AND j.id IN (
-            SELECT id FROM hot_jobs WHERE namespace = 'n' AND queue = 'q' AND state = 'pending'
-              AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT {limit}
-            FOR UPDATE SKIP LOCKED)
-        RETURNING j.id""",
 }
+CLAIM["hot"] = CLAIM["rewrite"].replace("rw_jobs", "hot_jobs")
 SETTLE = {
     "rewrite": "DELETE FROM rw_jobs WHERE namespace = 'n' AND id = ANY (:ids::bigint[]);\n",
     "narrow": (
         "DELETE FROM nw_jobs WHERE namespace = 'n' AND id = ANY (:ids::bigint[]);\n"
         "DELETE FROM nw_claims WHERE namespace = 'n' AND job_id = ANY (:ids::bigint[]);\n"
     ),
-    "hot": "DELETE FROM hot_jobs WHERE namespace = 'n' AND id = ANY (:ids::bigint[]);\n",
 }
+SETTLE["hot"] = SETTLE["rewrite"].replace("rw_jobs", "hot_jobs")
 TABLES = {"rewrite": ("rw_jobs",), "narrow": ("nw_jobs", "nw_claims"), "hot": ("hot_jobs",)}
 
 
