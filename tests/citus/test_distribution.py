@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from postkit.cli import main
-from postkit.errors import SchemaMismatchError
+from postkit.errors import InvalidAccessError, SchemaMismatchError
 from postkit.queue import install
-from postkit.queue.admin import distribute_on_citus
+from postkit.queue.admin import assign_namespace, distribute_on_citus, grant_access
 
 STAND_INS = """
 CREATE TABLE public.citus_calls (n serial, call text, object text, argument text, colocate text);
@@ -152,6 +152,36 @@ def test_a_second_run_after_an_upgrade_leaves_placed_tables_and_registers_every_
     assert len(calls(coordinator, "create_distributed_table")) == placed
     assert {placement for name, placement in second if "(" not in name} == {"already placed"}
     assert len(calls(coordinator, "create_distributed_function")) == 2 * registered
+
+
+@pytest.mark.parametrize("record", ["grant", "assignment"])
+def test_the_step_refuses_a_queue_whose_roles_are_recorded_by_oid(
+    coordinator: psycopg.Connection, record: str
+) -> None:
+    """Each node gives a role its own OID: a grant or an assignment recorded on the coordinator
+    would name another role, or none, on the node that checks it."""
+    with coordinator.cursor() as cursor:
+        if record == "grant":
+            grant_access(cursor, "pg_monitor", "producer")
+        else:
+            assign_namespace(cursor, "shop", "pg_monitor")
+        with pytest.raises(SchemaMismatchError, match="record roles by OID"):
+            distribute_on_citus(cursor)
+
+    assert calls(coordinator, "create_distributed_table") == []
+
+
+def test_a_queue_placed_on_citus_takes_no_grant_and_no_assignment(
+    coordinator: psycopg.Connection,
+) -> None:
+    with coordinator.cursor() as cursor:
+        distribute_on_citus(cursor)
+        with pytest.raises(InvalidAccessError, match="placed on Citus"):
+            grant_access(cursor, "pg_monitor", "producer")
+        with pytest.raises(InvalidAccessError, match="placed on Citus"):
+            assign_namespace(cursor, "shop", "pg_monitor")
+
+    assert coordinator.execute("SELECT count(*) FROM postkit_queue.grants").fetchone() == (0,)
 
 
 def test_on_plain_postgresql_the_step_refuses_and_distributes_nothing(

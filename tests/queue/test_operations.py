@@ -839,6 +839,28 @@ def test_prune_deletes_archived_jobs_past_their_retention_in_bounded_batches(
     assert archived(queue) == []
 
 
+def test_prune_holds_its_bound_under_a_plan_that_joins_by_nested_loop(
+    conn: psycopg.Connection, queue: QueueClient, shift_clock: Shift
+) -> None:
+    """The plan row-level security brings: a batch read by a subquery that a nested loop runs
+    again for each row would take the next rows each time."""
+    queue.configure_queue(Q, retain_completed=60, retain_dead=60, retain_results=60)
+    for _ in range(3):
+        queue.push(Q, {})
+        job = queue.pull(Q)
+        assert job is not None and queue.ack(job, result={"ok": True})
+        queue.push(Q, {})
+        job = queue.pull(Q)
+        assert job is not None and queue.fail(job, error="x")
+    shift_clock(queue, 61)
+    conn.execute("SET enable_hashjoin = off")
+    conn.execute("SET enable_mergejoin = off")
+
+    pruned = queue.prune(limit=2)
+
+    assert (pruned.completed_jobs, pruned.dead_letters, pruned.results) == (2, 2, 2)
+
+
 def test_dead_letters_expire_after_the_queues_retain_dead(queue: QueueClient) -> None:
     queue.configure_queue(OTHER, retain_dead=3600)
 

@@ -502,25 +502,22 @@ DEAD_LETTERS_PARAMS = {
     "p_limit": "integer",
 }
 
-# The first batch of postkit_queue.prune: archived jobs whose retention ran out.
+# The first batch of postkit_queue.prune: archived jobs whose retention ran out, read and
+# locked before they are deleted by id.
 PRUNE_COMPLETED = """
-    DELETE FROM postkit_queue.completed_jobs c
-    WHERE c.namespace = p_namespace AND c.job_id IN (
         SELECT e.job_id FROM postkit_queue.completed_jobs e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
-        LIMIT p_limit FOR UPDATE SKIP LOCKED)
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
 """
 PRUNE_COMPLETED_PARAMS = {"p_namespace": "text", "v_now": "timestamptz", "p_limit": "integer"}
 
 # The third batch of postkit_queue.prune: job results whose retention ran out.
 PRUNE_RESULTS = """
-    DELETE FROM postkit_queue.job_results r
-    WHERE r.namespace = p_namespace AND r.job_id IN (
         SELECT e.job_id FROM postkit_queue.job_results e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
-        LIMIT p_limit FOR UPDATE SKIP LOCKED)
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
 """
 
 # The dead-letter count of postkit_queue.stats, which must stop at the cap.
@@ -693,8 +690,7 @@ def test_prune_takes_each_batch_from_its_expiry_index(
     statement, index_name = PRUNE_BATCHES[batch_of]
     nodes = explain(operated, mode, f"EXECUTE {statement}('plan-a', now(), 1000)")
 
-    # The batch is the LIMIT's subtree; how the DELETE then finds those rows again (a hash
-    # join or primary-key probes) is the planner's call for the table's size.
+    # The batch is the LIMIT's subtree; the DELETE then finds those rows by id.
     (limit,) = [n for n in nodes if n["Node Type"] == "Limit"]
     batch = scans(list(plan_nodes(limit)))
     assert batch, describe(nodes)

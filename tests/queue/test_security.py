@@ -170,6 +170,22 @@ def test_a_tenant_cannot_ack_or_redrive_another_tenants_jobs(
     assert owner_b.dead_letters()[0].redriven_job_id is None
 
 
+def test_a_namespace_assigned_under_isolation_is_usable_at_once(
+    database: str, tenants: tuple[str, str], make_role: Callable[[], str]
+) -> None:
+    """The policy names every assignment: assigning writes it again, in the same call."""
+    late = make_role()
+    admin(database, lambda cursor: grant_access(cursor, late, "worker"))
+    with psycopg.connect(database, autocommit=True) as connection:
+        job_id = QueueClient(connection.cursor(), namespace="tenant-late").push("emails", 1)
+    assert as_role(database, late, "tenant-late").get_job(job_id) is None
+
+    admin(database, lambda cursor: assign_namespace(cursor, "tenant-late", late))
+    job = as_role(database, late, "tenant-late").pull("emails")
+
+    assert job is not None and job.id == job_id
+
+
 def test_namespaces_are_every_one_that_holds_anything_or_is_assigned(
     database: str, make_role: Callable[[], str]
 ) -> None:

@@ -23,11 +23,15 @@ INTERNAL_SQL = {
     "is_name",
     "my_namespaces",
     "notify",
+    "on_citus",
     "queue_policy",
     "record_outcome",
     "record_outcomes",
+    "refuse_roles_on_citus",
     "require_operator",
     "set_paused",
+    "tenant_isolation_on",
+    "tenant_policy",
 }
 
 

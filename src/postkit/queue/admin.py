@@ -26,7 +26,8 @@ def grant_access(cursor: Any, role: str, access: Access) -> None:
     (everything: redrive, purge, settings, schedules) needs, and nothing more.
 
     Raises:
-        InvalidAccessError: no such role, or an unknown access kind.
+        InvalidAccessError: no such role, an unknown access kind, or a queue placed on Citus
+            (roles are recorded by OID, which differs between its nodes: docs/scaling.md).
     """
     _run(cursor, calls.grant_access(role, access))
 
@@ -57,16 +58,20 @@ def distribute_on_citus(cursor: Any) -> list[tuple[str, str]]:
         (object, placement) for each table and function placed.
 
     Raises:
-        SchemaMismatchError: the server has no Citus; nothing is changed.
+        SchemaMismatchError: the server has no Citus, or the queue holds grants or tenant
+            assignments (roles recorded by OID, which differs between Citus's nodes); nothing
+            is changed.
     """
     return list(_run(cursor, calls.distribute_on_citus()))
 
 
 def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
-    """Let ``role`` (and every role that is a member of it) use ``namespace``.
+    """Let ``role`` (and every role that is a member of it) use ``namespace``. Under tenant
+    isolation the policy names every assignment, so this writes it again, which locks each
+    queue table for a moment (ACCESS EXCLUSIVE: it waits for the transactions on it).
 
     Raises:
-        InvalidAccessError: no such role.
+        InvalidAccessError: no such role, or a queue placed on Citus (docs/scaling.md).
         InvalidNameError: an invalid namespace.
     """
     _run(cursor, calls.assign_namespace(namespace, role))

@@ -162,8 +162,7 @@ DO $postkit_install$ BEGIN PERFORM postkit_queue.apply_privileges(); END $postki
 -- An upgrade of a database under tenant isolation gives its tables the current policies,
 -- whatever version turned isolation on. Only an upgrade: the policies change with a version,
 -- and rewriting them takes locks that wait for every transaction on the queue's tables.
-SELECT postkit_queue.enable_tenant_isolation() FROM pg_catalog.pg_class c
-WHERE c.oid = 'postkit_queue.jobs'::regclass AND c.relrowsecurity;
+SELECT postkit_queue.enable_tenant_isolation() WHERE postkit_queue.tenant_isolation_on();
 
 -- name: restore_search_path
 DO $postkit_restore$ BEGIN PERFORM

@@ -1,12 +1,50 @@
 -- Citus: the optional step that spreads the queue over a Citus cluster, sharded by namespace
--- (docs/scaling.md). On plain PostgreSQL nothing calls it and nothing here changes the install.
+-- (docs/scaling.md), and the check that keeps grants off a queue placed there. On plain
+-- PostgreSQL nothing calls the step, and the check finds no Citus.
+
+-- Whether the queue's tables are placed on a Citus cluster (jobs is in pg_dist_partition).
+CREATE OR REPLACE FUNCTION postkit_queue.on_citus()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_placed boolean := false;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        -- Dynamic: the catalog exists only where Citus is installed.
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p '
+                'WHERE p.logicalrelid = ''postkit_queue.jobs''::regclass)' INTO v_placed;
+    END IF;
+    RETURN v_placed;
+END
+$$;
+
+-- refuse_roles_on_citus: grants and tenant assignments record roles by OID (grants, tenants,
+-- and the policy tenant_policy() writes), and each node of a Citus cluster gives a role its
+-- own OID, so that a check on a worker node would ask about another role, or none. Until roles
+-- are known there by something every node shares, a queue placed on Citus takes neither, and
+-- distribute_on_citus refuses a queue that holds some.
+CREATE OR REPLACE FUNCTION postkit_queue.refuse_roles_on_citus(p_action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF postkit_queue.on_citus() THEN
+        RAISE EXCEPTION 'postkit: cannot % on a queue placed on Citus: roles are recorded by '
+                        'OID, which differs between the nodes (docs/scaling.md)', p_action
+            USING ERRCODE = 'PKQ11';
+    END IF;
+END
+$$;
 
 -- distribute_on_citus: run once, as the schema's owner or a superuser, on a Citus coordinator
 -- after `postkit install` (`postkit install --citus` does both). In one transaction:
 --   * jobs, and every other table with a namespace column, distributed by namespace and
 --     co-located with jobs, so that each namespace's rows of every table live on one node;
---     tenants (roles' namespace assignments, read across namespaces by every policy check)
---     and the tables without a namespace become reference tables, whole on every node;
+--     tenants (roles' namespace assignments) and the tables without a namespace become
+--     reference tables, whole on every node;
 --   * every function registered with Citus, which creates it on every node: one that takes
 --     the namespace first with p_namespace as its distribution argument, so that a call
 --     `SELECT ... FROM postkit_queue.f(namespace, ...)` is delegated to the node that owns the
@@ -35,6 +73,13 @@ BEGIN
         RAISE EXCEPTION 'postkit: distribute_on_citus runs on a Citus coordinator, and this '
                         'server has no Citus (CREATE EXTENSION citus first); on plain '
                         'PostgreSQL the install needs no such step' USING ERRCODE = 'PKQ12';
+    END IF;
+    IF EXISTS (SELECT FROM postkit_queue.grants) OR EXISTS (SELECT FROM postkit_queue.tenants)
+    THEN
+        RAISE EXCEPTION 'postkit: this queue has grants or tenant assignments, which record '
+                        'roles by OID, and each Citus node gives a role its own: revoke them '
+                        '(revoke_access) before distributing (docs/scaling.md)'
+            USING ERRCODE = 'PKQ12';
     END IF;
     -- One connection per node for this transaction's commands, so that the shards created
     -- here are visible to the steps after them and a failure rolls back everything.

@@ -1179,33 +1179,54 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now timestamptz := postkit_queue.clock();
+    v_now    timestamptz := postkit_queue.clock();
+    v_job_id bigint;
+    v_batch  bigint[] := '{}';
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_limit(p_limit, 100000);
-    -- Each DELETE takes its batch from a range scan of the expires_at index, oldest first (the
-    -- ORDER BY keeps the scan on the index in plpgsql's generic plan too, where the LIMIT is
-    -- unknown and a sequential scan would otherwise look as cheap).
-    DELETE FROM postkit_queue.completed_jobs c
-    WHERE c.namespace = p_namespace AND c.job_id IN (
+    -- Each batch is a range scan of the expires_at index, oldest first (the ORDER BY keeps the
+    -- scan on the index in plpgsql's generic plan too, where the LIMIT is unknown and a
+    -- sequential scan would otherwise look as cheap), locked and read into an array before
+    -- the DELETE. Not a DELETE ... WHERE job_id IN (SELECT ... LIMIT n FOR UPDATE SKIP
+    -- LOCKED): a plan that joins by nested loop runs that subquery again for each row, and
+    -- each run skips the rows the DELETE already removed and locks the next ones, so the
+    -- batch has no bound (row-level security's filters bring that plan: tests/
+    -- one_namespace_per_call.py found it).
+    FOR v_job_id IN
         SELECT e.job_id FROM postkit_queue.completed_jobs e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
-        LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
+    LOOP
+        v_batch := v_batch || v_job_id;
+    END LOOP;
+    DELETE FROM postkit_queue.completed_jobs c
+    WHERE c.namespace = p_namespace AND c.job_id = ANY (v_batch);
     GET DIAGNOSTICS completed_jobs = ROW_COUNT;
-    DELETE FROM postkit_queue.dead_letters d
-    WHERE d.namespace = p_namespace AND d.job_id IN (
+    v_batch := '{}';
+    FOR v_job_id IN
         SELECT e.job_id FROM postkit_queue.dead_letters e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
-        LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
+    LOOP
+        v_batch := v_batch || v_job_id;
+    END LOOP;
+    DELETE FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace AND d.job_id = ANY (v_batch);
     GET DIAGNOSTICS dead_letters = ROW_COUNT;
-    DELETE FROM postkit_queue.job_results r
-    WHERE r.namespace = p_namespace AND r.job_id IN (
+    v_batch := '{}';
+    FOR v_job_id IN
         SELECT e.job_id FROM postkit_queue.job_results e
         WHERE e.namespace = p_namespace AND e.expires_at < v_now
         ORDER BY e.expires_at
-        LIMIT p_limit FOR UPDATE SKIP LOCKED);
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
+    LOOP
+        v_batch := v_batch || v_job_id;
+    END LOOP;
+    DELETE FROM postkit_queue.job_results r
+    WHERE r.namespace = p_namespace AND r.job_id = ANY (v_batch);
     GET DIAGNOSTICS results = ROW_COUNT;
     DELETE FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute < v_now - interval '2 hours';

@@ -12,7 +12,8 @@
 --     (grant_access), and nothing on the tables or sequences: it cannot read, write or lock
 --     them by hand.
 --   * Tenant isolation is row-level security forced on the owner too, so that it holds inside
---     the functions; the policies ask who the caller is (caller()), not who runs the function.
+--     the functions; the policy asks who the caller is (as caller() does), not who runs the
+--     function.
 --
 -- apply_privileges() is the current truth of ownership and grants; every install runs it last,
 -- so that functions a later version adds are owned, fenced and granted the same way. An upgrade
@@ -49,6 +50,20 @@ BEGIN
 END
 $$;
 
+-- Whether tenant isolation is on: jobs has the policy enable_tenant_isolation writes. Row-level
+-- security alone does not say so: a policy of the operator's own (or a test's) turns it on too.
+CREATE OR REPLACE FUNCTION postkit_queue.tenant_isolation_on()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT FROM pg_catalog.pg_policy p
+                   WHERE p.polrelid = 'postkit_queue.jobs'::regclass
+                     AND p.polname = 'tenant_isolation');
+END
+$$;
+
 -- The namespaces assigned to the caller or to a role it is a member of. The join with pg_roles
 -- skips assignments whose role was dropped since the last install.
 CREATE OR REPLACE FUNCTION postkit_queue.my_namespaces()
@@ -78,8 +93,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_isolated boolean := (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
-                           WHERE c.oid = 'postkit_queue.jobs'::regclass);
+    v_isolated boolean := postkit_queue.tenant_isolation_on();
 BEGIN
     -- A skip scan would step, row by row, over the rows the policies hide from such a caller.
     IF v_isolated AND NOT postkit_queue.caller_sees_all() THEN
@@ -139,7 +153,9 @@ BEGIN
 END
 $$;
 
--- assign_namespace: let p_role (and its members) use p_namespace once isolation is on.
+-- assign_namespace: let p_role (and its members) use p_namespace once isolation is on. Under
+-- isolation the policy names every assignment, so a new one is written into it at once
+-- (enable_tenant_isolation, which locks the queue's tables briefly).
 CREATE OR REPLACE FUNCTION postkit_queue.assign_namespace(p_namespace text, p_role name)
 RETURNS void
 LANGUAGE plpgsql
@@ -149,6 +165,7 @@ DECLARE
     v_role_oid oid;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.refuse_roles_on_citus('assign a namespace to a role');
     SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
@@ -156,6 +173,9 @@ BEGIN
     END IF;
     INSERT INTO postkit_queue.tenants (namespace, role_oid) VALUES (p_namespace, v_role_oid)
     ON CONFLICT DO NOTHING;
+    IF FOUND AND postkit_queue.tenant_isolation_on() THEN
+        PERFORM postkit_queue.enable_tenant_isolation();
+    END IF;
 END
 $$;
 
@@ -187,8 +207,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
-        WHERE c.oid = 'postkit_queue.jobs'::regclass)
+    IF postkit_queue.tenant_isolation_on()
        AND NOT postkit_queue.caller_sees_all()
        AND NOT p_namespace = ANY (postkit_queue.my_namespaces()) THEN
         RAISE EXCEPTION 'postkit: permission denied for namespace %', p_namespace
@@ -209,8 +228,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
-    IF (SELECT c.relrowsecurity FROM pg_catalog.pg_class c
-        WHERE c.oid = 'postkit_queue.jobs'::regclass)
+    IF postkit_queue.tenant_isolation_on()
        AND NOT postkit_queue.caller_sees_all()
        AND NOT p_namespace = ANY (postkit_queue.my_namespaces()) THEN
         RAISE EXCEPTION 'postkit: permission denied for namespace %', p_namespace
@@ -311,6 +329,7 @@ BEGIN
         RAISE EXCEPTION 'postkit: access must be producer, worker or operator, got %',
             coalesce(p_access, 'NULL') USING ERRCODE = 'PKQ11';
     END IF;
+    PERFORM postkit_queue.refuse_roles_on_citus('grant access to a role');
     SELECT r.oid INTO v_role_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
@@ -429,16 +448,58 @@ BEGIN
 END
 $$;
 
+-- The policy of tenant isolation, as an expression over a row's namespace: true when the
+-- caller sees every namespace (a superuser, or the queue's owner itself: caller_sees_all), or
+-- is a member of a role the row's namespace is assigned to. It is written out from the tenants
+-- table whenever the assignments change (assign_namespace), so that the policy itself holds
+-- no subquery and reads no table: Citus refuses a subquery in a policy on a distributed
+-- table, and a table read would run for every row on the node that holds the shard. It uses
+-- built-in functions only, inline, so that each row costs a few comparisons, one per assigned
+-- namespace, and one membership check (pg_has_role, from the session's cached memberships).
+-- Roles are written by OID, as tenants holds them: a role dropped and created again under the
+-- same name is another role and inherits nothing (pg_has_role of a dropped OID is false). The
+-- caller is caller()'s expression, inline: the role SET ROLE chose, else the session's;
+-- is_superuser follows that role too, not the function's owner.
+CREATE OR REPLACE FUNCTION postkit_queue.tenant_policy()
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_caller CONSTANT text :=
+        'COALESCE(NULLIF(pg_catalog.current_setting(''role''), ''none''), SESSION_USER)::name';
+    v_owner name := (SELECT r.rolname FROM pg_catalog.pg_roles r
+                     JOIN pg_catalog.pg_namespace n ON n.nspowner = r.oid
+                     WHERE n.nspname = 'postkit_queue');
+BEGIN
+    RETURN format('pg_catalog.current_setting(''is_superuser'')::boolean OR %s = %L',
+                  v_caller, v_owner)
+        || coalesce((
+            SELECT string_agg(format(' OR (namespace = %L AND (%s))', a.namespace, a.members),
+                              '' ORDER BY a.namespace)
+            FROM (SELECT t.namespace,
+                         string_agg(format('pg_catalog.pg_has_role(%s, %s::oid, ''MEMBER'')',
+                                           v_caller, t.role_oid), ' OR ' ORDER BY t.role_oid)
+                             AS members
+                  FROM postkit_queue.tenants t
+                  GROUP BY t.namespace) a), '');
+END
+$$;
+
 -- enable_tenant_isolation: turn on row-level security on every queue table, forced on the owner
--- too, since the API functions run as the owner. A caller that does not see everything sees,
--- pulls, settles and redrives only the rows of its own namespaces. Idempotent.
+-- too, since the API functions run as the owner, with the policy tenant_policy() writes. A
+-- caller that does not see everything sees, pulls, settles and redrives only the rows of its
+-- own namespaces. Idempotent; assign_namespace runs it again to write the new assignments
+-- into the policy. Writing a policy locks its table (ACCESS EXCLUSIVE) until the transaction
+-- ends, so each run waits for the transactions on the queue's tables, briefly.
 CREATE OR REPLACE FUNCTION postkit_queue.enable_tenant_isolation()
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_table text;
+    v_table  text;
+    v_policy text := postkit_queue.tenant_policy();
 BEGIN
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
                                    'queue_stats', 'queue_settings', 'flow_state', 'schedules',
@@ -446,14 +507,8 @@ BEGIN
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);
-        -- Scalar subqueries (the array one cast, so that ANY reads it as an array, not as a set
-        -- of rows): each runs once per statement, as an init plan, not once per row.
-        EXECUTE format('CREATE POLICY tenant_isolation ON postkit_queue.%1$I '
-                       'USING ((SELECT postkit_queue.caller_sees_all()) OR '
-                       'namespace = ANY ((SELECT postkit_queue.my_namespaces())::text[])) '
-                       'WITH CHECK ((SELECT postkit_queue.caller_sees_all()) OR '
-                       'namespace = ANY ((SELECT postkit_queue.my_namespaces())::text[]))',
-                       v_table);
+        EXECUTE format('CREATE POLICY tenant_isolation ON postkit_queue.%I '
+                       'USING (%s) WITH CHECK (%s)', v_table, v_policy, v_policy);
     END LOOP;
     -- Only the owner reads the assignments (my_namespaces runs as the owner).
     ALTER TABLE postkit_queue.tenants ENABLE ROW LEVEL SECURITY;

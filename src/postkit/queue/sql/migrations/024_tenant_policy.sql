@@ -1,0 +1,8 @@
+-- Migration 24: tenant isolation's policy holds no subquery and reads no table, as Citus
+-- requires of a policy on a distributed table: tenant_policy() writes the assignments into it
+-- as constants, and assign_namespace writes it again under isolation; whether isolation is on
+-- is its policy's presence (tenant_isolation_on). A queue placed on Citus takes no grant and
+-- no assignment (roles are recorded by OID). prune reads each batch before it deletes it, so
+-- that no plan takes more than its limit. Functions only: their current bodies are in
+-- schema/, and an upgrade of a database under isolation rewrites its policies (install.sql).
+-- schema: 231df53697d04f21
