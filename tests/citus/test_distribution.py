@@ -15,10 +15,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg import sql
 
 from postkit.cli import main
 from postkit.errors import InvalidAccessError, SchemaMismatchError
-from postkit.queue import install
+from postkit.queue import QueueClient, install
 from postkit.queue.admin import assign_namespace, distribute_on_citus, grant_access
 
 STAND_INS = """
@@ -138,6 +139,34 @@ def test_push_batch_is_planned_for_each_call_on_citus_and_once_per_session_elsew
     with coordinator.cursor() as cursor:
         distribute_on_citus(cursor)
     assert plan_mode() == ["plan_cache_mode=force_custom_plan"]
+
+
+def _notified_after_a_push(coordinator: psycopg.Connection, dsn: str) -> bool:
+    channel = coordinator.execute("SELECT postkit_queue.channel('shop', 'emails')").fetchone()
+    assert channel is not None
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel[0])))
+        QueueClient(coordinator.cursor(), namespace="shop").push("emails", {})
+        return any(True for _ in listener.notifies(timeout=0.5, stop_after=1))
+
+
+@pytest.mark.parametrize(("group", "notifies"), [(0, True), (3, False)])
+def test_on_citus_only_the_coordinator_notifies(
+    coordinator: psycopg.Connection, fresh_database: str, group: int, notifies: bool
+) -> None:
+    """A delegated push runs on the worker node that owns its namespace (group 3 here), where
+    no listener is and a NOTIFY would fail a two-phase commit; the coordinator is group 0."""
+    coordinator.execute("SET allow_system_table_mods = on")
+    coordinator.execute("CREATE TABLE pg_catalog.pg_dist_local_group (groupid integer)")
+    coordinator.execute("RESET allow_system_table_mods")
+    # Citus grants its metadata tables' reads to PUBLIC.
+    coordinator.execute("GRANT SELECT ON pg_catalog.pg_dist_local_group TO PUBLIC")
+    coordinator.execute("INSERT INTO pg_catalog.pg_dist_local_group VALUES (%s)", (group,))
+    assert _notified_after_a_push(coordinator, fresh_database)
+    with coordinator.cursor() as cursor:
+        distribute_on_citus(cursor)
+
+    assert _notified_after_a_push(coordinator, fresh_database) is notifies
 
 
 def test_a_second_run_after_an_upgrade_leaves_placed_tables_and_registers_every_function(

@@ -24,6 +24,7 @@ INTERNAL_SQL = {
     "my_namespaces",
     "notify",
     "on_citus",
+    "on_citus_coordinator",
     "queue_policy",
     "record_outcome",
     "record_outcomes",

@@ -2,7 +2,8 @@
 -- requires of a policy on a distributed table: tenant_policy() writes the assignments into it
 -- as constants, and assign_namespace writes it again under isolation; whether isolation is on
 -- is its policy's presence (tenant_isolation_on). A queue placed on Citus takes no grant and
--- no assignment (roles are recorded by OID). prune reads each batch before it deletes it, so
+-- no assignment (roles are recorded by OID), and notifies from its coordinator only
+-- (send_notification, on_citus_coordinator). prune reads each batch before it deletes it, so
 -- that no plan takes more than its limit. Functions only: their current bodies are in
 -- schema/, and an upgrade of a database under isolation rewrites its policies (install.sql).
--- schema: 231df53697d04f21
+-- schema: ae79c50914763fc1

@@ -20,6 +20,25 @@ BEGIN
 END
 $$;
 
+-- Whether this node is the coordinator of a Citus cluster: its group is 0 in Citus's
+-- pg_dist_local_group (each worker node has a group of its own). A server without Citus has
+-- no such catalog and counts as its own coordinator.
+CREATE OR REPLACE FUNCTION postkit_queue.on_citus_coordinator()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_group integer := 0;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL THEN
+        -- Dynamic: the catalog exists only where Citus is installed.
+        EXECUTE 'SELECT g.groupid FROM pg_catalog.pg_dist_local_group g' INTO v_group;
+    END IF;
+    RETURN coalesce(v_group, 0) = 0;
+END
+$$;
+
 -- refuse_roles_on_citus: grants and tenant assignments record roles by OID (grants, tenants,
 -- and the policy tenant_policy() writes), and each node of a Citus cluster gives a role its
 -- own OID, so that a check on a worker node would ask about another role, or none. Until roles
@@ -120,6 +139,10 @@ BEGIN
     ALTER FUNCTION postkit_queue.push_batch(
         text, text, jsonb, interval, integer, integer, text[], jsonb, text[])
         SET plan_cache_mode = force_custom_plan;
+    -- Notifications from the coordinator only (send_notification). The same holds after an
+    -- upgrade only once this runs again.
+    ALTER FUNCTION postkit_queue.send_notification(text, text)
+        SET postkit_queue.placement = 'citus';
     FOR v_function, v_namespace IN
         SELECT p.oid::regprocedure, coalesce((p.proargnames)[1] = 'p_namespace', false)
         FROM pg_proc p

@@ -613,19 +613,26 @@ END
 $$;
 
 -- Every notification the schema raises goes through here, so that one place decides where
--- notifications are raised (on Citus, a delegated call runs on a worker node, where no listener
--- is: docs/scaling.md). A session may SET postkit_queue.notify = off (a bulk load, a benchmark
--- of the cost); waiting workers then find the jobs at their next fallback poll, and waiters for
--- results when their timeout ends.
+-- notifications are raised. A session may SET postkit_queue.notify = off (a bulk load, a
+-- benchmark of the cost); waiting workers then find the jobs at their next fallback poll, and
+-- waiters for results when their timeout ends. On Citus (distribute_on_citus gives this
+-- function postkit_queue.placement = citus), a delegated call runs on a worker node, where no
+-- listener is, and a NOTIFY there would fail the two-phase commit of a transaction that spans
+-- nodes: only the coordinator notifies (docs/scaling.md).
 CREATE OR REPLACE FUNCTION postkit_queue.send_notification(p_channel text, p_payload text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off' THEN
-        PERFORM pg_notify(p_channel, p_payload);
+    IF coalesce(current_setting('postkit_queue.notify', true), '') = 'off' THEN
+        RETURN;
     END IF;
+    IF current_setting('postkit_queue.placement', true) = 'citus'
+       AND NOT postkit_queue.on_citus_coordinator() THEN
+        RETURN;
+    END IF;
+    PERFORM pg_notify(p_channel, p_payload);
 END
 $$;
 
