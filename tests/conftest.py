@@ -25,6 +25,10 @@ from psycopg import sql
 
 from postkit.embedded import EmbeddedServer
 from postkit.queue import QueueClient, install
+from tests import one_namespace_per_call
+
+# Under POSTKIT_TEST_ONE_NAMESPACE_PER_CALL=1, each SDK call names its namespace to the server.
+one_namespace_per_call.wrap_the_executor()
 
 
 @contextlib.contextmanager
@@ -75,6 +79,7 @@ def dsn(server_dsn: str) -> Iterator[str]:
     with new_database(server_dsn) as database:
         with psycopg.connect(database) as connection:
             install(connection)
+        one_namespace_per_call.apply_policies(database)
         yield database
 
 
