@@ -6,4 +6,4 @@
 -- (send_notification, on_citus_coordinator). prune reads each batch before it deletes it, so
 -- that no plan takes more than its limit. Functions only: their current bodies are in
 -- schema/, and an upgrade of a database under isolation rewrites its policies (install.sql).
--- schema: ae79c50914763fc1
+-- schema: c5b177dd594da7e6

@@ -472,17 +472,19 @@ DECLARE
                      JOIN pg_catalog.pg_namespace n ON n.nspowner = r.oid
                      WHERE n.nspname = 'postkit_queue');
 BEGIN
-    RETURN format('pg_catalog.current_setting(''is_superuser'')::boolean OR %s = %L',
-                  v_caller, v_owner)
+    -- A superuser first (one setting read), then the assigned namespaces (a comparison per
+    -- namespace before the row's, and one membership check), then the owner.
+    RETURN 'pg_catalog.current_setting(''is_superuser'')::boolean OR '
         || coalesce((
-            SELECT string_agg(format(' OR (namespace = %L AND (%s))', a.namespace, a.members),
+            SELECT string_agg(format('(namespace = %L AND (%s)) OR ', a.namespace, a.members),
                               '' ORDER BY a.namespace)
             FROM (SELECT t.namespace,
                          string_agg(format('pg_catalog.pg_has_role(%s, %s::oid, ''MEMBER'')',
                                            v_caller, t.role_oid), ' OR ' ORDER BY t.role_oid)
                              AS members
                   FROM postkit_queue.tenants t
-                  GROUP BY t.namespace) a), '');
+                  GROUP BY t.namespace) a), '')
+        || format('%s = %L', v_caller, v_owner);
 END
 $$;
 
