@@ -224,6 +224,65 @@ def test_namespaces_are_every_one_that_holds_anything_or_is_assigned(
     ]
 
 
+def test_a_session_sees_a_namespace_assigned_to_its_role_at_its_next_call(
+    database: str, tenants: tuple[str, str]
+) -> None:
+    """An assignment replaces tenant_access, and with it the plans that inlined it: a session
+    whose pulls of the namespace were planned (generically, after five) before the assignment
+    pulls its job after it, without reconnecting."""
+    role_a, _ = tenants
+    with psycopg.connect(database, autocommit=True) as connection:
+        QueueClient(connection.cursor(), namespace="tenant-b").push("emails", 1)
+    worker = as_role(database, role_a, "tenant-b")
+    for _ in range(6):
+        assert worker.pull("emails") is None
+
+    admin(database, lambda cursor: assign_namespace(cursor, "tenant-b", role_a))
+
+    assert worker.pull("emails") is not None
+
+
+def test_assigning_a_namespace_waits_for_no_open_transaction_on_the_queue(
+    database: str, tenants: tuple[str, str], make_role: Callable[[], str]
+) -> None:
+    """Under isolation an assignment rewrites no policy, so it takes no lock on the queue's
+    tables: a tenant's open transaction neither delays it nor deadlocks with it."""
+    busy = psycopg.connect(database)
+    QueueClient(busy.cursor(), namespace="tenant-a").push("emails", 1)  # left open
+    role = make_role()
+    try:
+        with psycopg.connect(database, autocommit=True) as connection:
+            connection.execute("SET lock_timeout = '2s'")
+            assign_namespace(connection.cursor(), "tenant-c", role)
+    finally:
+        busy.close()
+
+
+def test_a_superuser_demoted_stops_seeing_every_namespace_in_its_open_session(
+    database: str, tenants: tuple[str, str]
+) -> None:
+    role = f"postkit_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE ROLE {} LOGIN SUPERUSER").format(sql.Identifier(role)))
+        job_id = QueueClient(connection.cursor(), namespace="tenant-b").push("emails", 1)
+    try:
+        session = psycopg.connect(
+            psycopg.conninfo.make_conninfo(database, user=role), autocommit=True
+        )
+        client = QueueClient(session.cursor(), namespace="tenant-b")
+        assert client.get_job(job_id) is not None
+        with psycopg.connect(database, autocommit=True) as connection:
+            connection.execute(sql.SQL("ALTER ROLE {} NOSUPERUSER").format(sql.Identifier(role)))
+            grant_access(connection.cursor(), role, "worker")
+
+        assert client.get_job(job_id) is None
+        session.close()
+    finally:
+        with psycopg.connect(database, autocommit=True) as connection:
+            connection.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
 def test_under_isolation_an_operator_sees_only_its_assigned_namespaces(
     database: str, tenants: tuple[str, str], make_role: Callable[[], str]
 ) -> None:
@@ -368,8 +427,8 @@ def test_every_sdk_statement_schema_qualifies_its_functions_types_and_operators(
 
 def test_every_function_pins_its_search_path(database: str) -> None:
     """Pinned means a SET search_path, or a SQL-standard body (is_name, is_duration,
-    is_result, is_trace_context), whose names are bound when the function is created, so no
-    caller's search_path ever reaches it."""
+    is_result, is_trace_context, tenant_access), whose names are bound when the function is
+    created, so no caller's search_path ever reaches it."""
     with psycopg.connect(database) as connection:
         rows = connection.execute(
             "SELECT p.proname, coalesce(p.proconfig, '{}'), p.prosqlbody IS NOT NULL"
@@ -390,6 +449,7 @@ def test_every_function_pins_its_search_path(database: str) -> None:
         "is_name",
         "is_result",
         "is_trace_context",
+        "tenant_access",
     ]
 
 

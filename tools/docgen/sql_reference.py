@@ -31,8 +31,11 @@ INTERNAL_SQL = {
     "refuse_roles_on_citus",
     "require_operator",
     "set_paused",
+    "policy_caller",
+    "tenant_access",
     "tenant_isolation_on",
     "tenant_policy",
+    "write_tenant_access",
 }
 
 

@@ -66,9 +66,8 @@ def distribute_on_citus(cursor: Any) -> list[tuple[str, str]]:
 
 
 def assign_namespace(cursor: Any, namespace: str, role: str) -> None:
-    """Let ``role`` (and every role that is a member of it) use ``namespace``. Under tenant
-    isolation the policy names every assignment, so this writes it again, which locks each
-    queue table for a moment (ACCESS EXCLUSIVE: it waits for the transactions on it).
+    """Let ``role`` (and every role that is a member of it) use ``namespace``, from every
+    session's next statement on. It takes no lock on the queue's tables.
 
     Raises:
         InvalidAccessError: no such role, or a queue placed on Citus (docs/scaling.md).

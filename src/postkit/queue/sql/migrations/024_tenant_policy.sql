@@ -1,9 +1,10 @@
 -- Migration 24: tenant isolation's policy holds no subquery and reads no table, as Citus
--- requires of a policy on a distributed table: tenant_policy() writes the assignments into it
--- as constants, and assign_namespace writes it again under isolation; whether isolation is on
--- is its policy's presence (tenant_isolation_on). A queue placed on Citus takes no grant and
--- no assignment (roles are recorded by OID), and notifies from its coordinator only
--- (send_notification, on_citus_coordinator). prune reads each batch before it deletes it, so
+-- requires of a policy on a distributed table: it calls tenant_access, whose body holds the
+-- assignments as constants and which assign_namespace replaces (write_tenant_access); a
+-- caller sees everything when it holds the owner's privileges (pg_has_role, live); whether
+-- isolation is on is its policy's presence (tenant_isolation_on). A queue placed on Citus
+-- takes no grant, no assignment and no isolation (roles are recorded by OID), and notifies
+-- from its coordinator only (send_notification, on_citus_coordinator). prune reads each batch before it deletes it, so
 -- that no plan takes more than its limit. Functions only: their current bodies are in
 -- schema/, and an upgrade of a database under isolation rewrites its policies (install.sql).
--- schema: c5b177dd594da7e6
+-- schema: 3dd7113d56d9e0d3

@@ -40,7 +40,7 @@ END
 $$;
 
 -- refuse_roles_on_citus: grants and tenant assignments record roles by OID (grants, tenants,
--- and the policy tenant_policy() writes), and each node of a Citus cluster gives a role its
+-- tenant_access and tenant isolation's policy), and each node of a Citus cluster gives a role its
 -- own OID, so that a check on a worker node would ask about another role, or none. Until roles
 -- are known there by something every node shares, a queue placed on Citus takes neither, and
 -- distribute_on_citus refuses a queue that holds some.
@@ -94,10 +94,10 @@ BEGIN
                         'PostgreSQL the install needs no such step' USING ERRCODE = 'PKQ12';
     END IF;
     IF EXISTS (SELECT FROM postkit_queue.grants) OR EXISTS (SELECT FROM postkit_queue.tenants)
-    THEN
-        RAISE EXCEPTION 'postkit: this queue has grants or tenant assignments, which record '
-                        'roles by OID, and each Citus node gives a role its own: revoke them '
-                        '(revoke_access) before distributing (docs/scaling.md)'
+       OR postkit_queue.tenant_isolation_on() THEN
+        RAISE EXCEPTION 'postkit: this queue has grants, tenant assignments or tenant '
+                        'isolation, which record roles by OID, and each Citus node gives a '
+                        'role its own: distribute a queue without them (docs/scaling.md)'
             USING ERRCODE = 'PKQ12';
     END IF;
     -- One connection per node for this transaction's commands, so that the shards created

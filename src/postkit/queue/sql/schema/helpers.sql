@@ -625,14 +625,11 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF coalesce(current_setting('postkit_queue.notify', true), '') = 'off' THEN
-        RETURN;
+    IF coalesce(current_setting('postkit_queue.notify', true), '') <> 'off'
+       AND (current_setting('postkit_queue.placement', true) IS DISTINCT FROM 'citus'
+            OR postkit_queue.on_citus_coordinator()) THEN
+        PERFORM pg_notify(p_channel, p_payload);
     END IF;
-    IF current_setting('postkit_queue.placement', true) = 'citus'
-       AND NOT postkit_queue.on_citus_coordinator() THEN
-        RETURN;
-    END IF;
-    PERFORM pg_notify(p_channel, p_payload);
 END
 $$;
 

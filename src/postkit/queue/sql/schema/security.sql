@@ -33,20 +33,20 @@ BEGIN
 END
 $$;
 
--- Whether the caller sees every namespace: a superuser, or the queue's owner itself (the
--- non-superuser that installed it). Membership in the owner is not enough: the owner is
--- NOLOGIN without members, and a member could read the tables anyway.
+-- Whether the caller sees every namespace: a role that holds the privileges of the schema's
+-- owner, that is a superuser, the owner itself (the non-superuser that installed it), or a
+-- member that inherits from it (it could turn row-level security off anyway). Asked of the
+-- catalog each time (pg_has_role), so a superuser demoted, or a member removed, stops seeing
+-- everything at once.
 CREATE OR REPLACE FUNCTION postkit_queue.caller_sees_all()
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_caller name := postkit_queue.caller();
 BEGIN
-    RETURN coalesce((SELECT r.rolsuper OR r.oid = n.nspowner
-                     FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n
-                     WHERE r.rolname = v_caller AND n.nspname = 'postkit_queue'), false);
+    RETURN pg_has_role(postkit_queue.caller(),
+                       (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                        WHERE n.nspname = 'postkit_queue'), 'USAGE');
 END
 $$;
 
@@ -153,9 +153,8 @@ BEGIN
 END
 $$;
 
--- assign_namespace: let p_role (and its members) use p_namespace once isolation is on. Under
--- isolation the policy names every assignment, so a new one is written into it at once
--- (enable_tenant_isolation, which locks the queue's tables briefly).
+-- assign_namespace: let p_role (and its members) use p_namespace once isolation is on, from the
+-- next statement of every session (write_tenant_access; no lock on the queue's tables).
 CREATE OR REPLACE FUNCTION postkit_queue.assign_namespace(p_namespace text, p_role name)
 RETURNS void
 LANGUAGE plpgsql
@@ -173,8 +172,8 @@ BEGIN
     END IF;
     INSERT INTO postkit_queue.tenants (namespace, role_oid) VALUES (p_namespace, v_role_oid)
     ON CONFLICT DO NOTHING;
-    IF FOUND AND postkit_queue.tenant_isolation_on() THEN
-        PERFORM postkit_queue.enable_tenant_isolation();
+    IF FOUND THEN
+        PERFORM postkit_queue.write_tenant_access();
     END IF;
 END
 $$;
@@ -448,52 +447,90 @@ BEGIN
 END
 $$;
 
--- The policy of tenant isolation, as an expression over a row's namespace: true when the
--- caller sees every namespace (a superuser, or the queue's owner itself: caller_sees_all), or
--- is a member of a role the row's namespace is assigned to. It is written out from the tenants
--- table whenever the assignments change (assign_namespace), so that the policy itself holds
--- no subquery and reads no table: Citus refuses a subquery in a policy on a distributed
--- table, and a table read would run for every row on the node that holds the shard. It uses
--- built-in functions only, inline, so that each row costs a few comparisons, one per assigned
--- namespace, and one membership check (pg_has_role, from the session's cached memberships).
--- Roles are written by OID, as tenants holds them: a role dropped and created again under the
--- same name is another role and inherits nothing (pg_has_role of a dropped OID is false). The
--- caller is caller()'s expression, inline: the role SET ROLE chose, else the session's;
--- is_superuser follows that role too, not the function's owner.
+-- The caller as the policy names it: caller()'s expression, inline (the role SET ROLE chose,
+-- else the session's).
+CREATE OR REPLACE FUNCTION postkit_queue.policy_caller()
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN 'COALESCE(NULLIF(pg_catalog.current_setting(''role''), ''none''), SESSION_USER)::name';
+END
+$$;
+
+-- tenant_access: whether p_caller may use p_namespace under tenant isolation, by the
+-- assignments in tenants, written into this body as constants: write_tenant_access replaces
+-- it whenever they change (assign_namespace, enable_tenant_isolation), so that the policy
+-- calls it instead of reading a table. A SQL-standard body: its names are bound when it is
+-- written, and the planner inlines it into the policy, so a row costs a search of a constant
+-- array and a membership check per role of its namespace, without a function call; a
+-- replaced body replaces the plans that inlined it. Roles by OID, as tenants holds them: a
+-- role dropped and created again under the same name is another role and inherits nothing
+-- (pg_has_role of a dropped OID is false). Until the first assignment it grants nothing.
+CREATE OR REPLACE FUNCTION postkit_queue.tenant_access(p_namespace text, p_caller name)
+RETURNS boolean
+LANGUAGE sql STABLE
+RETURN false;
+
+-- write_tenant_access: give tenant_access the current assignments: for the first role of each
+-- namespace, the second, and so on, one pair of constant arrays (namespaces, role OIDs) and an
+-- array_position into them, so that the body's size, and the planning of every statement that
+-- inlines it, stays the same however many namespaces are assigned. Replacing a function takes
+-- no lock on the queue's tables, so assigning a namespace waits for no call; concurrent
+-- writers queue on the tenants table instead (two replacements of one function at once would
+-- fail).
+CREATE OR REPLACE FUNCTION postkit_queue.write_tenant_access()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_checks text;
+BEGIN
+    LOCK TABLE postkit_queue.tenants IN SHARE ROW EXCLUSIVE MODE;
+    SELECT string_agg(format('pg_catalog.pg_has_role(p_caller, (%L::pg_catalog.oid[])'
+                             '[pg_catalog.array_position(%L::pg_catalog.text[], p_namespace)], '
+                             '%L)', l.roles, l.namespaces, 'MEMBER'), ' OR ' ORDER BY l.rank)
+    INTO v_checks
+    FROM (SELECT r.rank, array_agg(r.role_oid ORDER BY r.namespace) AS roles,
+                 array_agg(r.namespace ORDER BY r.namespace) AS namespaces
+          FROM (SELECT t.namespace, t.role_oid,
+                       row_number() OVER (PARTITION BY t.namespace ORDER BY t.role_oid) AS rank
+                FROM postkit_queue.tenants t) r
+          GROUP BY r.rank) l;
+    -- The same signature as the definition above, which stays the one in the schema's files.
+    EXECUTE format('CREATE OR REPLACE FUNCTION %s(p_namespace text, p_caller name) '
+                   'RETURNS boolean LANGUAGE sql STABLE RETURN %s',
+                   'postkit_queue.tenant_access',
+                   coalesce('COALESCE(' || v_checks || ', false)', 'false'));
+END
+$$;
+
+-- The policy of tenant isolation: tenant_access lets the caller use the row's namespace, or
+-- the caller sees every namespace (caller_sees_all's test, inline, against the owner's OID
+-- written in as a constant). In that order: a row then costs one membership check, whoever
+-- asks, and a few comparisons. No subquery, no table read: Citus refuses a subquery in a policy on a distributed
+-- table, and a table read would run for every row on the node that holds the shard.
 CREATE OR REPLACE FUNCTION postkit_queue.tenant_policy()
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_caller CONSTANT text :=
-        'COALESCE(NULLIF(pg_catalog.current_setting(''role''), ''none''), SESSION_USER)::name';
-    v_owner name := (SELECT r.rolname FROM pg_catalog.pg_roles r
-                     JOIN pg_catalog.pg_namespace n ON n.nspowner = r.oid
-                     WHERE n.nspname = 'postkit_queue');
 BEGIN
-    -- A superuser first (one setting read), then the assigned namespaces (a comparison per
-    -- namespace before the row's, and one membership check), then the owner.
-    RETURN 'pg_catalog.current_setting(''is_superuser'')::boolean OR '
-        || coalesce((
-            SELECT string_agg(format('(namespace = %L AND (%s)) OR ', a.namespace, a.members),
-                              '' ORDER BY a.namespace)
-            FROM (SELECT t.namespace,
-                         string_agg(format('pg_catalog.pg_has_role(%s, %s::oid, ''MEMBER'')',
-                                           v_caller, t.role_oid), ' OR ' ORDER BY t.role_oid)
-                             AS members
-                  FROM postkit_queue.tenants t
-                  GROUP BY t.namespace) a), '')
-        || format('%s = %L', v_caller, v_owner);
+    RETURN format('postkit_queue.tenant_access(namespace, %1$s) '
+                  'OR pg_catalog.pg_has_role(%1$s, %2$s::pg_catalog.oid, %3$L)',
+                  postkit_queue.policy_caller(),
+                  (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                   WHERE n.nspname = 'postkit_queue'), 'USAGE');
 END
 $$;
 
 -- enable_tenant_isolation: turn on row-level security on every queue table, forced on the owner
 -- too, since the API functions run as the owner, with the policy tenant_policy() writes. A
 -- caller that does not see everything sees, pulls, settles and redrives only the rows of its
--- own namespaces. Idempotent; assign_namespace runs it again to write the new assignments
--- into the policy. Writing a policy locks its table (ACCESS EXCLUSIVE) until the transaction
--- ends, so each run waits for the transactions on the queue's tables, briefly.
+-- own namespaces. Idempotent. Writing a policy locks its table (ACCESS EXCLUSIVE) until the
+-- transaction ends; assigning a namespace later writes no policy (tenant_access).
 CREATE OR REPLACE FUNCTION postkit_queue.enable_tenant_isolation()
 RETURNS void
 LANGUAGE plpgsql
@@ -503,6 +540,8 @@ DECLARE
     v_table  text;
     v_policy text := postkit_queue.tenant_policy();
 BEGIN
+    PERFORM postkit_queue.refuse_roles_on_citus('turn on tenant isolation');
+    PERFORM postkit_queue.write_tenant_access();
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
                                    'queue_stats', 'queue_settings', 'flow_state', 'schedules',
                                    'workers'] LOOP
