@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -19,7 +20,7 @@ from psycopg import sql
 
 from postkit import errors
 from postkit.cli import main
-from postkit.queue import QueueClient
+from postkit.queue import QueueClient, install
 from postkit.queue.admin import assign_namespace, enable_tenant_isolation, grant_access
 from postkit.queue.listen import WorkListener
 from postkit.queue.protocol import queries
@@ -256,6 +257,68 @@ def test_assigning_a_namespace_waits_for_no_open_transaction_on_the_queue(
             assign_namespace(connection.cursor(), "tenant-c", role)
     finally:
         busy.close()
+
+
+def test_concurrent_assignments_all_take_effect_without_a_deadlock(
+    database: str, tenants: tuple[str, str], make_role: Callable[[], str]
+) -> None:
+    role = make_role()
+    barrier = threading.Barrier(3)
+    failures: list[BaseException] = []
+
+    def assign(worker: int) -> None:
+        with psycopg.connect(database, autocommit=True) as connection:
+            barrier.wait()
+            for i in range(10):
+                try:
+                    assign_namespace(connection.cursor(), f"race-{worker}-{i}", role)
+                except BaseException as exc:  # collected for the assertion below
+                    failures.append(exc)
+
+    threads = [threading.Thread(target=assign, args=(worker,)) for worker in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert failures == []
+    with psycopg.connect(database, autocommit=True) as connection:
+        granted = connection.execute(
+            "SELECT count(*) FROM generate_series(0, 2) w, generate_series(0, 9) i"
+            " WHERE postkit_queue.tenant_access(format('race-%%s-%%s', w, i), %s)",
+            (role,),
+        ).fetchone()
+    assert granted == (30,)
+
+
+def test_an_assignment_outside_read_committed_is_refused_before_anything_is_written(
+    database: str, tenants: tuple[str, str], make_role: Callable[[], str]
+) -> None:
+    """Its snapshot could miss an assignment committed meanwhile, which tenant_access's new
+    body would then leave out."""
+    role = make_role()
+    with psycopg.connect(database) as connection:
+        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(errors.InvalidAccessError, match="READ COMMITTED"):
+            assign_namespace(connection.cursor(), "tenant-rr", role)
+
+
+def test_an_install_forgets_a_dropped_roles_namespaces_in_tenant_access(
+    database: str, tenants: tuple[str, str]
+) -> None:
+    role_a, _ = tenants
+    with psycopg.connect(database, autocommit=True) as connection:
+        oid = connection.execute("SELECT %s::regrole::oid", (role_a,)).fetchone()
+        assert oid is not None
+        connection.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role_a)))
+        connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role_a)))
+        connection.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role_a)))
+        install(connection)
+        body = connection.execute(
+            "SELECT pg_get_functiondef('postkit_queue.tenant_access(text, name)'::regprocedure)"
+        ).fetchone()
+
+    assert body is not None and str(oid[0]) not in body[0]
 
 
 def test_a_superuser_demoted_stops_seeing_every_namespace_in_its_open_session(
