@@ -20,7 +20,12 @@ from psycopg import sql
 from postkit.cli import main
 from postkit.errors import InvalidAccessError, SchemaMismatchError
 from postkit.queue import QueueClient, install
-from postkit.queue.admin import assign_namespace, distribute_on_citus, grant_access
+from postkit.queue.admin import (
+    assign_namespace,
+    distribute_on_citus,
+    enable_tenant_isolation,
+    grant_access,
+)
 
 STAND_INS = """
 CREATE TABLE public.citus_calls (n serial, call text, object text, argument text, colocate text);
@@ -183,7 +188,7 @@ def test_a_second_run_after_an_upgrade_leaves_placed_tables_and_registers_every_
     assert len(calls(coordinator, "create_distributed_function")) == 2 * registered
 
 
-@pytest.mark.parametrize("record", ["grant", "assignment"])
+@pytest.mark.parametrize("record", ["grant", "assignment", "isolation"])
 def test_the_step_refuses_a_queue_whose_roles_are_recorded_by_oid(
     coordinator: psycopg.Connection, record: str
 ) -> None:
@@ -192,15 +197,17 @@ def test_the_step_refuses_a_queue_whose_roles_are_recorded_by_oid(
     with coordinator.cursor() as cursor:
         if record == "grant":
             grant_access(cursor, "pg_monitor", "producer")
-        else:
+        elif record == "assignment":
             assign_namespace(cursor, "shop", "pg_monitor")
+        else:
+            enable_tenant_isolation(cursor)
         with pytest.raises(SchemaMismatchError, match="record roles by OID"):
             distribute_on_citus(cursor)
 
     assert calls(coordinator, "create_distributed_table") == []
 
 
-def test_a_queue_placed_on_citus_takes_no_grant_and_no_assignment(
+def test_a_queue_placed_on_citus_takes_no_grant_no_assignment_and_no_isolation(
     coordinator: psycopg.Connection,
 ) -> None:
     with coordinator.cursor() as cursor:
@@ -209,6 +216,8 @@ def test_a_queue_placed_on_citus_takes_no_grant_and_no_assignment(
             grant_access(cursor, "pg_monitor", "producer")
         with pytest.raises(InvalidAccessError, match="placed on Citus"):
             assign_namespace(cursor, "shop", "pg_monitor")
+        with pytest.raises(InvalidAccessError, match="placed on Citus"):
+            enable_tenant_isolation(cursor)
 
     assert coordinator.execute("SELECT count(*) FROM postkit_queue.grants").fetchone() == (0,)
 
