@@ -7,4 +7,4 @@
 -- from its coordinator only (send_notification, on_citus_coordinator). prune reads each batch before it deletes it, so
 -- that no plan takes more than its limit. Functions only: their current bodies are in
 -- schema/, and an upgrade of a database under isolation rewrites its policies (install.sql).
--- schema: f9fecc59f42f457d
+-- schema: 7a8dc2961aaef611

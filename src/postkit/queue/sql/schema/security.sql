@@ -529,8 +529,9 @@ $$;
 -- The policy of tenant isolation: tenant_access lets the caller use the row's namespace, or
 -- the caller sees every namespace (caller_sees_all's test, inline, against the owner's OID
 -- written in as a constant). In that order: a row then costs one membership check, whoever
--- asks, and a few comparisons. No subquery, no table read: Citus refuses a subquery in a policy on a distributed
--- table, and a table read would run for every row on the node that holds the shard.
+-- asks, and a search of tenant_access's arrays. No subquery, no table read: Citus refuses a
+-- subquery in a policy on a distributed table, and a table read would run for every row on
+-- the node that holds the shard.
 CREATE OR REPLACE FUNCTION postkit_queue.tenant_policy()
 RETURNS text
 LANGUAGE plpgsql STABLE
