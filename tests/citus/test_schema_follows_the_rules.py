@@ -225,7 +225,7 @@ def test_no_policy_of_tenant_isolation_holds_a_subquery_or_reads_a_table(
         try:
             for role in roles:
                 connection.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
-            # Two roles share a namespace, one has two: the policy names every assignment.
+            # Two roles share a namespace, one has two (tenant_access holds them, below).
             for namespace, role in (("a", roles[0]), ("a", roles[1]), ("b", roles[1])):
                 connection.execute(
                     "SELECT postkit_queue.assign_namespace(%s, %s)", (namespace, role)

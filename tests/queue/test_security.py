@@ -174,7 +174,7 @@ def test_a_tenant_cannot_ack_or_redrive_another_tenants_jobs(
 def test_a_namespace_assigned_under_isolation_is_usable_at_once(
     database: str, tenants: tuple[str, str], make_role: Callable[[], str]
 ) -> None:
-    """The policy names every assignment: assigning writes it again, in the same call."""
+    """An assignment replaces tenant_access in the same call: the next call sees it."""
     late = make_role()
     admin(database, lambda cursor: grant_access(cursor, late, "worker"))
     with psycopg.connect(database, autocommit=True) as connection:
