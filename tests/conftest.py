@@ -25,7 +25,7 @@ from psycopg import sql
 
 from postkit.embedded import EmbeddedServer
 from postkit.queue import QueueClient, install
-from tests import one_namespace_per_call
+from tests import on_citus, one_namespace_per_call
 
 # Under POSTKIT_TEST_ONE_NAMESPACE_PER_CALL=1, each SDK call names its namespace to the server.
 one_namespace_per_call.wrap_the_executor()
@@ -65,10 +65,12 @@ def new_database(server_dsn: str) -> Iterator[str]:
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
+        on_citus.create_on_workers(server_dsn, name)
         yield psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        on_citus.drop_on_workers(server_dsn, name)
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +81,7 @@ def dsn(server_dsn: str) -> Iterator[str]:
     with new_database(server_dsn) as database:
         with psycopg.connect(database) as connection:
             install(connection)
+        on_citus.distribute(database)
         one_namespace_per_call.apply_policies(database)
         yield database
 

@@ -58,11 +58,25 @@ $$;
 
 @pytest.fixture
 def coordinator(fresh_database: str) -> Iterator[psycopg.Connection]:
-    """A database with the queue installed and Citus's functions stood in for."""
+    """A database with the queue installed and Citus's functions stood in for. The step gives
+    the queue's owner, a role of the whole server, LOGIN: it goes back to NOLOGIN afterwards,
+    or the other databases' installs would refuse it."""
     with psycopg.connect(fresh_database, autocommit=True) as connection:
         install(connection)
         connection.execute(STAND_INS)
-        yield connection
+        try:
+            yield connection
+        finally:
+            connection.execute("ALTER ROLE postkit_queue_owner NOLOGIN")
+
+
+def owner_can_log_in(connection: psycopg.Connection) -> bool:
+    row = connection.execute(
+        "SELECT r.rolcanlogin FROM pg_roles r JOIN pg_namespace n ON n.nspowner = r.oid"
+        " WHERE n.nspname = 'postkit_queue'"
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
 
 
 def calls(connection: psycopg.Connection, call: str) -> list[tuple[str, str | None, str | None]]:
@@ -108,9 +122,26 @@ def test_the_tables_without_a_namespace_and_the_tenants_become_reference_tables(
     assert "postkit_queue.jobs" not in referenced
 
 
+# The calls that make jobs ready for others: they run on the coordinator, where the listeners
+# of their notifications are (tests/citus/test_schema_follows_the_rules.py checks the list).
+ON_THE_COORDINATOR = {
+    "push",
+    "push_batch",
+    "redrive",
+    "set_paused",
+    "pause_queue",
+    "resume_queue",
+    "configure_queue",
+    "update_queue_settings",
+    "fire_schedule",
+    "fire_schedule_run",
+}
+
+
 def test_each_function_taking_a_namespace_is_delegated_by_it_and_every_helper_is_created(
     coordinator: psycopg.Connection,
 ) -> None:
+    """All but the calls that make jobs ready, which run on the coordinator."""
     with coordinator.cursor() as cursor:
         distribute_on_citus(cursor)
 
@@ -120,14 +151,27 @@ def test_each_function_taking_a_namespace_is_delegated_by_it_and_every_helper_is
     }
     functions = coordinator.execute(
         "SELECT p.oid::regprocedure::text, coalesce((p.proargnames)[1] = 'p_namespace', false) "
+        "AND p.proname <> ALL (%s) "
         "FROM pg_proc p WHERE p.pronamespace = 'postkit_queue'::regnamespace "
-        "AND p.proname <> 'distribute_on_citus'"
+        "AND p.proname <> 'distribute_on_citus'",
+        (sorted(ON_THE_COORDINATOR),),
     ).fetchall()
     assert set(registered) == {name for name, _ in functions}
-    for name, namespaced in functions:
-        expected = ("p_namespace", "postkit_queue.jobs") if namespaced else (None, "default")
+    for name, delegated in functions:
+        expected = ("p_namespace", "postkit_queue.jobs") if delegated else (None, "default")
         assert registered[name] == expected, name
     assert registered["postkit_queue.pull(text,text,text,interval,integer)"][0] == "p_namespace"
+    pushes = [name for name in registered if name.startswith("postkit_queue.push(")]
+    assert pushes and all(registered[name][0] is None for name in pushes)
+
+
+def test_the_owner_logs_in_since_citus_reaches_the_other_nodes_as_the_current_user(
+    coordinator: psycopg.Connection,
+) -> None:
+    assert not owner_can_log_in(coordinator)
+    distribute_on_citus(coordinator.cursor())
+    assert owner_can_log_in(coordinator)
+    install(coordinator)  # an upgrade on Citus keeps the owner that logs in
 
 
 def test_push_batch_is_planned_for_each_call_on_citus_and_once_per_session_elsewhere(

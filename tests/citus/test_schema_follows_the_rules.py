@@ -14,6 +14,7 @@ from pglast.parser import parse_sql_json
 from psycopg import sql
 
 from postkit.queue import install
+from tests.citus.modification_rules import Catalog, modification_violations
 from tests.citus.sql_rules import (
     Function,
     Schema,
@@ -256,4 +257,63 @@ def test_no_policy_of_tenant_isolation_holds_a_subquery_or_reads_a_table(
         if expression
         for violation in policy_violations(table, expression, reading)
     ]
+    assert not found, "\n".join(map(str, found))
+
+
+# Delegated calls that may raise a wake-up: a worker's loop, which gains most from running
+# whole on the namespace's node. Delegated alone (outside a transaction block), their wake-ups
+# reach no listener, which finds the job at its fallback poll, or the result at its next read
+# (docs/scaling.md). Every other function that may notify runs on the coordinator on Citus.
+WAKE_UPS_LEFT_TO_THE_POLL = {
+    "ack": "a kept result, a freed flow slot",
+    "ack_batch": "as ack, for a batch",
+    "ack_many": "as ack, for a batch",
+    "fail": "a dead letter's result, a freed flow slot",
+    "nack": "a retry due at once, a freed flow slot",
+    "release": "the released job",
+    "tick_timeouts": "a rescued job, a freed flow slot",
+}
+
+
+def test_every_call_that_may_notify_runs_on_the_coordinator_or_is_a_workers_call(
+    functions: list[tuple[Function, str, str]], catalog: psycopg.Connection
+) -> None:
+    """Only the API's functions are called alone, and so delegated; a helper runs inside the
+    body that calls it."""
+    calls = {
+        function.name: (
+            called_functions(function.definition)
+            if language == "plpgsql"
+            else set(re.findall(r"postkit_queue\.(\w+)\(", source))
+        )
+        for function, language, source in functions
+    }
+    notifying = {"send_notification"}
+    while grown := {name for name, callees in calls.items() if callees & notifying} - notifying:
+        notifying |= grown
+    (placement,) = [
+        source for function, _, source in functions if function.name == "distribute_on_citus"
+    ]
+    listed = re.search(r"p\.proname <> ALL \(ARRAY\[(.*?)\]\)", placement, re.DOTALL)
+    assert listed is not None
+    on_the_coordinator = set(re.findall(r"'(\w+)'", listed.group(1)))
+    api = {name for (name,) in catalog.execute("SELECT name FROM postkit_queue.api")}
+    delegated = {function.name for function, _, _ in functions if function.namespace_parameter}
+    delegated = (delegated & api) - on_the_coordinator
+    assert sorted(notifying & delegated) == sorted(WAKE_UPS_LEFT_TO_THE_POLL)
+    assert on_the_coordinator <= notifying, "listed without cause"
+
+
+def test_no_modification_holds_what_citus_refuses_in_one(
+    functions: list[tuple[Function, str, str]], catalog: psycopg.Connection, schema: Schema
+) -> None:
+    """A STABLE function over a column, a CASE or COALESCE over one that is not IMMUTABLE, or
+    one that is not IMMUTABLE in RETURNING (modification_rules.py)."""
+    analyzed = Catalog.read(catalog)
+    found: list[Violation] = []
+    for function, language, _ in functions:
+        if language == "plpgsql":
+            found.extend(
+                modification_violations(catalog, analyzed, function, schema.sharded_tables)
+            )
     assert not found, "\n".join(map(str, found))

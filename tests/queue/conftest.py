@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from postkit.queue import QueueClient, install
-from tests import one_namespace_per_call, signals
+from tests import on_citus, one_namespace_per_call, signals
 
 BLOCK_TIMEOUT = 10.0
 
@@ -72,6 +72,7 @@ def database(fresh_database: str) -> str:
     """A database of this test's own, with the queue installed."""
     with psycopg.connect(fresh_database) as connection:
         install(connection)
+    on_citus.distribute(fresh_database)
     one_namespace_per_call.apply_policies(fresh_database)
     return fresh_database
 

@@ -26,6 +26,8 @@ from postkit.queue import (
     QueueClient,
     ResultListener,
     limits,
+    listen,
+    listen_async,
     protocol,
 )
 from tests.signals import query_start, wait_until_idle_after
@@ -53,6 +55,15 @@ def settler(connect: Callable[..., psycopg.Connection[Any]], namespace: str) -> 
 def observer(connect: Callable[..., psycopg.Connection[Any]]) -> psycopg.Connection[Any]:
     """An autocommit connection that watches pg_stat_activity."""
     return connect(autocommit=True)
+
+
+@pytest.fixture(autouse=True)
+def reads_only_when_notified(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waits here read a result again only when a notification names it (or the timeout
+    ends), so that a wait that returns before its timeout shows the notification came; the
+    fallback read of every RESULT_POLL_INTERVAL seconds has a test of its own."""
+    for module in (listen, listen_async):
+        monkeypatch.setattr(module, "RESULT_POLL_INTERVAL", 600.0)
 
 
 @pytest.fixture
@@ -486,6 +497,32 @@ def test_a_wait_that_timed_out_reads_the_job_once_more_at_its_end(
     with psycopg.connect(dsn, autocommit=True) as connection:
         listener = ResultListener(connection, namespace)
         assert listener.wait_for_result(job_id, timeout=0.2).value == "quietly"
+
+
+def test_a_settle_that_sent_no_notification_is_found_by_the_next_read_before_the_timeout(
+    waiter: Waiter,
+    client: QueueClient,
+    settler: QueueClient,
+    observer: psycopg.Connection[Any],
+    pool: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As a settle delegated to a Citus worker node does (docs/scaling.md): the wait reads the
+    result again every RESULT_POLL_INTERVAL seconds."""
+    for module in (listen, listen_async):
+        monkeypatch.setattr(module, "RESULT_POLL_INTERVAL", 0.2)
+    job_id = pushed(client)
+    started = time.monotonic()
+    waiting = wait_in_background(pool, waiter, observer, job_id, timeout=60)
+
+    job = settler.pull(Q)
+    assert job is not None
+    settler.cursor.execute("SET postkit_queue.notify = off")
+    assert settler.ack(job, result="quietly")
+    result = waiting.result(timeout=15)
+
+    assert (result.state, result.value) == ("completed", "quietly")
+    assert time.monotonic() - started < 60, "found by a read before the timeout"
 
 
 def test_wait_for_result_refuses_a_connection_that_is_not_in_autocommit_mode(

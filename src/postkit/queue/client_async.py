@@ -390,9 +390,10 @@ class AsyncQueueClient(AsyncOperations):
     async def wait_for_result(self, job_id: int, *, timeout: float) -> JobResult:
         """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return
         :meth:`result` then: completed, dead, or unknown. It waits for the notification its
-        queue sends when the job completes or is dead-lettered, not by polling; the queue must
-        keep results (``configure_queue(retain_results=...)``), or only the read at the end of
-        the timeout sees the job finished.
+        queue sends when the job completes or is dead-lettered, and reads again at least every
+        :data:`~postkit.queue.listen_async.RESULT_POLL_INTERVAL` seconds in case one never
+        comes; the queue must keep results (``configure_queue(retain_results=...)``), or a
+        completed job is unknown once its row is gone.
 
         It waits on the client's own connection, which must be a psycopg 3 connection in
         autocommit mode: LISTEN takes effect only outside a transaction, and the client never

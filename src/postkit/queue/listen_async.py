@@ -30,6 +30,11 @@ from postkit.queue.records import UNFINISHED_STATES, JobResult
 
 T = TypeVar("T")
 
+RESULT_POLL_INTERVAL = 1.0
+"""How long a wait for a result goes at most without reading it again (seconds): a result
+whose announcement never reaches the listener (a session that turned notifications off, a
+settle delegated to a Citus worker node: docs/scaling.md) costs at most this much latency."""
+
 
 class AsyncWorkListener:
     """Waits until a job may be ready in some queues of one namespace.
@@ -181,8 +186,9 @@ class AsyncResultListener:
         It LISTENs first and reads the result next, so a job that finished before the wait
         began is found at once; then each notification that names the job makes it read the
         result again. The job's queue must keep results (``retain_results``): only its settles
-        are announced. Any other job is read once more when the timeout ends, which also
-        covers a notification that never came (a session that turned them off).
+        are announced. Any job is also read again each :data:`RESULT_POLL_INTERVAL` seconds, so a
+        notification that never came (a session that turned them off, a settle on a Citus
+        worker node) delays its result by at most that.
 
         Raises:
             ResultTimeoutError: the job has not finished when the timeout ends; its
@@ -204,7 +210,7 @@ class AsyncResultListener:
                     f"job {job_id} has not finished after {seconds:g} s: it is {result.state}",
                     result,
                 )
-            await self._named(job_id, deadline)
+            await self._named(job_id, min(deadline, time.monotonic() + RESULT_POLL_INTERVAL))
 
     async def _named(self, job_id: int, deadline: float) -> None:
         """Return once a notification on the results channel names ``job_id``, or once

@@ -85,7 +85,8 @@ DECLARE
     v_sharded   boolean;
     v_placed    boolean;
     v_function  regprocedure;
-    v_namespace boolean;
+    v_delegated boolean;
+    v_owner     name;
 BEGIN
     IF to_regproc('pg_catalog.create_distributed_table') IS NULL
        OR to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
@@ -139,26 +140,53 @@ BEGIN
     ALTER FUNCTION postkit_queue.push_batch(
         text, text, jsonb, interval, integer, integer, text[], jsonb, text[])
         SET plan_cache_mode = force_custom_plan;
+    -- Citus runs a statement on a shard of another node through a connection it opens as the
+    -- current user, and inside every function that is the queue's owner: a call in a
+    -- transaction block, which Citus does not delegate, plans each statement on the
+    -- coordinator and sends it to the node of the namespace. So the owner logs in (no
+    -- password: pg_hba.conf lets its connections in from the cluster's nodes alone), as
+    -- owner_role allows where Citus is.
+    SELECT r.rolname INTO v_owner FROM pg_roles r
+    JOIN pg_namespace n ON n.nspowner = r.oid
+    WHERE n.nspname = 'postkit_queue' AND NOT r.rolcanlogin;
+    IF FOUND THEN
+        EXECUTE format('ALTER ROLE %I LOGIN', v_owner);
+    END IF;
     -- Notifications from the coordinator only (send_notification). The same holds after an
     -- upgrade only once this runs again.
     ALTER FUNCTION postkit_queue.send_notification(text, text)
         SET postkit_queue.placement = 'citus';
-    FOR v_function, v_namespace IN
-        SELECT p.oid::regprocedure, coalesce((p.proargnames)[1] = 'p_namespace', false)
-        FROM pg_proc p
+    -- The calls that make jobs ready for others run on the coordinator, where the listeners
+    -- are, so that their notifications reach them whether the call comes in a transaction
+    -- block or alone: Citus plans each of their statements there and sends it to the node of
+    -- the namespace, as it does for any call in a transaction block. The calls of a worker's
+    -- loop (pull, ack, nack, release, tick_timeouts...) stay delegated: a wake-up they raise
+    -- (a retry due at once, a rescued job, a freed flow slot, a kept result) reaches the
+    -- listeners when the call is made in a transaction block, and else at their fallback poll.
+    -- tests/citus checks that every other function that may notify is listed here.
+    FOR v_function, v_delegated, placement IN
+        SELECT p.oid::regprocedure, w.delegated,
+               CASE WHEN w.delegated THEN 'delegated to the node of its namespace'
+                    WHEN n.namespaced THEN 'runs on the coordinator, each statement sent to '
+                                           'the node of its namespace'
+                    ELSE 'created on every node, runs where it is called' END
+        FROM pg_proc p,
+             LATERAL (SELECT coalesce((p.proargnames)[1] = 'p_namespace', false)) n(namespaced),
+             LATERAL (SELECT n.namespaced AND p.proname <> ALL (ARRAY[
+                          'push', 'push_batch', 'redrive', 'set_paused', 'pause_queue',
+                          'resume_queue', 'configure_queue', 'update_queue_settings',
+                          'fire_schedule', 'fire_schedule_run'])) w(delegated)
         WHERE p.pronamespace = 'postkit_queue'::regnamespace
           AND p.proname <> 'distribute_on_citus'
         ORDER BY p.oid::regprocedure::text
     LOOP
         object := v_function::text;
-        IF v_namespace THEN
+        IF v_delegated THEN
             EXECUTE 'SELECT pg_catalog.create_distributed_function($1, $2, '
                     'colocate_with := ''postkit_queue.jobs'')'
                 USING v_function, 'p_namespace';
-            placement := 'delegated to the node of its namespace';
         ELSE
             EXECUTE 'SELECT pg_catalog.create_distributed_function($1)' USING v_function;
-            placement := 'created on every node, runs where it is called';
         END IF;
         RETURN NEXT;
     END LOOP;

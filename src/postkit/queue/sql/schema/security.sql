@@ -274,8 +274,11 @@ BEGIN
         SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = 'postkit_queue_owner';
     END IF;
     -- A role of that name that someone could log in as, or act as through membership, would
-    -- own every job: refuse to hand the queue to it.
-    IF v_role.rolcanlogin OR v_role.rolsuper OR v_role.rolbypassrls OR v_role.rolcreaterole
+    -- own every job: refuse to hand the queue to it. On a server with Citus it logs in:
+    -- Citus connects to the other nodes as the current user, who is the owner inside the
+    -- functions (distribute_on_citus gives it LOGIN; pg_hba.conf lets in only the nodes).
+    IF (v_role.rolcanlogin AND to_regclass('pg_catalog.pg_dist_partition') IS NULL)
+       OR v_role.rolsuper OR v_role.rolbypassrls OR v_role.rolcreaterole
        OR v_role.rolcreatedb OR v_role.rolreplication
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
                   WHERE m.roleid = v_role.oid OR m.member = v_role.oid) THEN

@@ -156,15 +156,20 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_deleted bigint;
+    v_now     timestamptz := postkit_queue.clock();
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     IF p_older_than IS NULL THEN
         RAISE EXCEPTION 'postkit: older_than must not be null' USING ERRCODE = 'PKQ05';
     END IF;
     PERFORM postkit_queue.check_duration('older_than', p_older_than, true, interval '3650 days');
+    -- Lost for three heartbeats as the difference of two timestamps, which is IMMUTABLE:
+    -- Citus refuses a STABLE operator over a column in a modification, and timestamptz minus
+    -- an interval is STABLE (its time zone), where it computes v_now - p_older_than once.
     DELETE FROM postkit_queue.workers w
     WHERE w.namespace = p_namespace
-      AND w.heartbeat_at < postkit_queue.clock() - greatest(p_older_than, 3 * w.heartbeat_interval);
+      AND w.heartbeat_at < v_now - p_older_than
+      AND v_now - w.heartbeat_at > 3 * w.heartbeat_interval;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
 END

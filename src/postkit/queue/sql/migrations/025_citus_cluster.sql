@@ -1,0 +1,10 @@
+-- Migration 25: what a real Citus cluster showed (issue 16). Citus reaches another node's
+-- shards through connections it opens as the current user, the queue's owner inside every
+-- function, so on a server with Citus the owner may log in (owner_role) and the placement
+-- step gives it LOGIN (distribute_on_citus). The calls that make jobs ready for others (push,
+-- push_batch, redrive, resuming, the queue's settings, firing schedules) run on the
+-- coordinator there, so that their notifications reach the listeners; a worker's calls stay
+-- delegated. prune_workers compares the difference of two timestamps, not a column minus an
+-- interval, which Citus refuses in a modification. Functions only: their current bodies are
+-- in schema/.
+-- schema: de3b69fe7d88e469
