@@ -33,7 +33,7 @@ import psycopg
 from pglast import ast
 from pglast.stream import RawStream
 
-from tests.citus.sql_rules import _PARSED_SCHEMA, SCHEMA, Function, Violation
+from tests.citus.sql_rules import SCHEMA, Function, Violation, _find, parsed_body, unparsed
 
 # The row of the body's variables, and the prefix of a %ROWTYPE variable's row.
 _VARIABLES = "pk_plpgsql_variables"
@@ -325,49 +325,26 @@ def _ast_nodes(node: Any) -> Iterator[Any]:
             yield from _ast_nodes(item)
 
 
-def _parsed(definition: str) -> Any:
-    """The body as libpg_query's PL/pgSQL parser reads it (see sql_rules: the schema renamed,
-    arrays of records as text[])."""
-    text = definition.replace(f"{SCHEMA}.", f"{_PARSED_SCHEMA}.")
-    text = re.sub(r"\b(record|public\.\w+)\[\]", "text[]", text, flags=re.IGNORECASE)
-    return pglast.parse_plpgsql(text)
-
-
-def _unparsed(sql: str) -> str:
-    return sql.replace(f"{_PARSED_SCHEMA}.", f"{SCHEMA}.")
-
-
 def _variables(definition: str) -> tuple[dict[str, str], dict[str, str], set[str]]:
     """The body's variables: scalars and their types, %ROWTYPE rows and their tables, and the
     names of records (whose fields have no type until run)."""
-    tree = _parsed(definition)
+    tree = parsed_body(definition)
     scalars: dict[str, str] = {}
     rows: dict[str, str] = {}
-    for datum in _json_nodes(tree, "PLpgSQL_var"):
-        type_name = _unparsed(datum["datatype"]["PLpgSQL_type"]["typname"])
+    for datum in _find(tree, "PLpgSQL_var"):
+        type_name = unparsed(datum["datatype"]["PLpgSQL_type"]["typname"])
         if type_name.lower().endswith("%rowtype"):
             rows[datum["refname"]] = type_name[: -len("%rowtype")]
         else:
             scalars[datum["refname"]] = type_name
-    records = {datum["refname"] for datum in _json_nodes(tree, "PLpgSQL_rec")}
+    records = {datum["refname"] for datum in _find(tree, "PLpgSQL_rec")}
     return scalars, rows, records
 
 
-def _json_nodes(node: Any, kind: str) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == kind:
-                yield value
-            yield from _json_nodes(value, kind)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _json_nodes(item, kind)
-
-
 def _statements(definition: str) -> Iterator[str]:
-    for expression in _json_nodes(_parsed(definition), "PLpgSQL_expr"):
+    for expression in _find(parsed_body(definition), "PLpgSQL_expr"):
         if expression.get("parseMode", 0) == 0:
-            yield _unparsed(expression["query"])
+            yield unparsed(expression["query"])
 
 
 def modification_violations(

@@ -88,11 +88,9 @@ def violations(function: Function, schema: Schema) -> list[Violation]:
     text = function.definition.replace(f"{SCHEMA}.", f"{_PARSED_SCHEMA}.")
     # Arrays of rows are row variables too (record_outcomes(v_done, ...) passes rows whole).
     row_arrays = set(re.findall(r"\b(\w+)\s+(?:record|public\.\w+)\[\]", text, re.IGNORECASE))
-    # Nor does it take arrays of records in declarations; the rules do not need their type.
-    text = re.sub(r"\b(record|public\.\w+)\[\]", "text[]", text, flags=re.IGNORECASE)
     if not re.search(r"\bLANGUAGE\s+plpgsql\b", text, re.IGNORECASE):
         raise ValueError(f"{function.name} is not PL/pgSQL")
-    tree = pglast.parse_plpgsql(text)
+    tree = parsed_body(function.definition)
     records = {rec["refname"] for rec in _find(tree, "PLpgSQL_rec")} | row_arrays
     found: list[Violation] = []
     if function.namespace_parameter is not None:
@@ -115,6 +113,20 @@ def violations(function: Function, schema: Schema) -> list[Violation]:
             checker.check(statement["stmt"])
             found.extend(checker.found)
     return found
+
+
+def parsed_body(definition: str) -> Any:
+    """A PL/pgSQL function's ``pg_get_functiondef`` as libpg_query's parser takes it: the
+    queue's schema renamed (see ``_PARSED_SCHEMA``; :func:`unparsed` names it again), and arrays
+    of records declared as text[], which it does not take either (no rule needs their type)."""
+    text = definition.replace(f"{SCHEMA}.", f"{_PARSED_SCHEMA}.")
+    text = re.sub(r"\b(record|public\.\w+)\[\]", "text[]", text, flags=re.IGNORECASE)
+    return pglast.parse_plpgsql(text)
+
+
+def unparsed(sql: str) -> str:
+    """SQL taken from :func:`parsed_body`'s tree, naming the queue's schema again."""
+    return sql.replace(f"{_PARSED_SCHEMA}.", f"{SCHEMA}.")
 
 
 _DYNAMIC_STATEMENTS = (
@@ -453,10 +465,8 @@ def policy_violations(
 
 def called_functions(definition: str) -> set[str]:
     """The names of the queue's functions a PL/pgSQL body calls."""
-    text = definition.replace(f"{SCHEMA}.", f"{_PARSED_SCHEMA}.")
-    text = re.sub(r"\b(record|public\.\w+)\[\]", "text[]", text, flags=re.IGNORECASE)
     called: set[str] = set()
-    for expression in _find(pglast.parse_plpgsql(text), "PLpgSQL_expr"):
+    for expression in _find(parsed_body(definition), "PLpgSQL_expr"):
         sql = _as_statement(expression["query"], expression.get("parseMode", 0))
         for call in _find(json.loads(parse_sql_json(sql)), "FuncCall"):
             schema, name = _function_name(call)

@@ -16,7 +16,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from postkit.cli import main
 from postkit.queue import QueueClient, ResultListener, listen
 from tests import on_citus
 
@@ -191,3 +193,16 @@ def test_the_owner_logs_in_for_the_statements_the_coordinator_sends(
         "WHERE n.nspname = 'postkit_queue'"
     ).fetchone()
     assert row == (True,)
+
+
+def test_install_citus_places_a_new_queue_and_says_how(fresh_database: str) -> None:
+    placed = CliRunner().invoke(main, ["install", "--citus", "--dsn", fresh_database])
+
+    assert placed.exit_code == 0, placed.output
+    assert "distributed on Citus: " in placed.output
+    assert "delegated to the node of their namespace" in placed.output
+    with psycopg.connect(fresh_database) as connection:
+        queue = QueueClient(connection.cursor(), namespace=NAMESPACES[4])
+        job_id = queue.push(Q, {})
+        job = queue.pull(Q)
+        assert job is not None and job.id == job_id and queue.ack(job)

@@ -662,6 +662,25 @@ def test_an_install_refuses_a_schema_someone_else_created_first(fresh_database: 
     assert owner == role
 
 
+def test_an_owner_role_that_can_log_in_is_refused_where_no_citus_needs_it(
+    fresh_database: str,
+) -> None:
+    """Only Citus, which reaches other nodes as the owner, needs the owner to log in
+    (distribute_on_citus gives it LOGIN); anywhere else a login owner would own every job."""
+    with psycopg.connect(fresh_database, autocommit=True) as connection:
+        connection.execute(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+            "'postkit_queue_owner') THEN CREATE ROLE postkit_queue_owner NOLOGIN; END IF; END $$"
+        )
+        connection.execute("ALTER ROLE postkit_queue_owner LOGIN")
+        try:
+            with pytest.raises(errors.InvalidAccessError, match="can log in"):
+                install(connection)
+        finally:
+            connection.execute("ALTER ROLE postkit_queue_owner NOLOGIN")
+        assert connection.execute("SELECT to_regnamespace('postkit_queue')").fetchone() == (None,)
+
+
 def test_an_install_refuses_a_superuser_session_acting_as_the_database_owner(
     fresh_database: str,
 ) -> None:
@@ -837,22 +856,3 @@ def test_under_isolation_a_tenant_neither_sees_nor_touches_another_tenants_worke
     assert sneaky.worker_heartbeat("w1") is False
     assert sneaky.deregister_worker("w1") is False
     assert QueueClient(theirs_operator.cursor, namespace="ours").workers() == []
-
-
-def test_an_owner_role_that_can_log_in_is_refused_where_no_citus_needs_it(
-    fresh_database: str,
-) -> None:
-    """Only Citus, which reaches other nodes as the owner, needs the owner to log in
-    (distribute_on_citus gives it LOGIN); anywhere else a login owner would own every job."""
-    with psycopg.connect(fresh_database, autocommit=True) as connection:
-        connection.execute(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
-            "'postkit_queue_owner') THEN CREATE ROLE postkit_queue_owner NOLOGIN; END IF; END $$"
-        )
-        connection.execute("ALTER ROLE postkit_queue_owner LOGIN")
-        try:
-            with pytest.raises(errors.InvalidAccessError, match="can log in"):
-                install(connection)
-        finally:
-            connection.execute("ALTER ROLE postkit_queue_owner NOLOGIN")
-        assert connection.execute("SELECT to_regnamespace('postkit_queue')").fetchone() == (None,)

@@ -161,9 +161,11 @@ def install(
         click.echo("tenant isolation is on: each role sees only its own namespaces")
     if placed:
         tables = sum(1 for name, _ in placed if "(" not in name)
+        delegated = sum(1 for _, placement in placed if placement.startswith("delegated"))
         click.echo(
             f"distributed on Citus: {tables} tables and {len(placed) - tables} functions "
-            "(each call runs on the node of its namespace)"
+            f"({delegated} delegated to the node of their namespace; pushes and the other "
+            "calls that wake workers run on the coordinator, where the listeners are)"
         )
 
 
