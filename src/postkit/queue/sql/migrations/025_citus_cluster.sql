@@ -7,4 +7,4 @@
 -- delegated. prune_workers compares the difference of two timestamps, not a column minus an
 -- interval, which Citus refuses in a modification. Functions only: their current bodies are
 -- in schema/.
--- schema: de3b69fe7d88e469
+-- schema: 5584a3a5935387ca

@@ -66,10 +66,13 @@ $$;
 --     reference tables, whole on every node;
 --   * every function registered with Citus, which creates it on every node: one that takes
 --     the namespace first with p_namespace as its distribution argument, so that a call
---     `SELECT ... FROM postkit_queue.f(namespace, ...)` is delegated to the node that owns the
---     namespace and runs there whole; the helpers without it, so that they exist where the
---     delegated bodies call them (Citus does not see calls inside PL/pgSQL bodies as
---     dependencies).
+--     `SELECT ... FROM postkit_queue.f(namespace, ...)` made alone is delegated to the node
+--     that owns the namespace and runs there whole; the calls that make jobs ready for others
+--     (push, push_batch, redrive...) without it, so that they run on the coordinator, where
+--     their notifications reach the listeners; the helpers without it, so that they exist
+--     where the delegated bodies call them (Citus does not see calls inside PL/pgSQL bodies
+--     as dependencies);
+--   * the queue's owner given LOGIN, since Citus reaches the other nodes as the current user.
 -- The catalog, not a list, says what to distribute, so a table or a function added later is
 -- covered: after an upgrade, run it again; a table Citus already holds (pg_dist_partition) is
 -- left as it is, and every function is registered again, the new ones included.

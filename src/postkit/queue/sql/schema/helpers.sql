@@ -615,9 +615,9 @@ $$;
 -- Every notification the schema raises goes through here, so that one place decides where
 -- notifications are raised. A session may SET postkit_queue.notify = off (a bulk load, a
 -- benchmark of the cost); waiting workers then find the jobs at their next fallback poll, and
--- waiters for results when their timeout ends. On Citus (distribute_on_citus gives this
--- function postkit_queue.placement = citus), a delegated call runs on a worker node, where no
--- listener is, and a NOTIFY there would fail the two-phase commit of a transaction that spans
+-- waiters for results at their next read (every second). On Citus (distribute_on_citus gives
+-- this function postkit_queue.placement = citus), a delegated call runs on a worker node, where
+-- no listener is, and a NOTIFY there would fail the two-phase commit of a transaction that spans
 -- nodes: only the coordinator notifies (docs/scaling.md).
 CREATE OR REPLACE FUNCTION postkit_queue.send_notification(p_channel text, p_payload text)
 RETURNS void
