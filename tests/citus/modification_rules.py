@@ -148,13 +148,60 @@ def parse_node_tree(tree: str) -> Any:
     return value()
 
 
-def _children(node: Any) -> Iterator[Any]:
+def _children(node: Any, *, into_subqueries: bool = False) -> Iterator[Any]:
+    """What a walk visits below ``node``: Citus's walker stops at a subquery (a statement of
+    its own), PostgreSQL's contain_mutable_functions goes into it."""
     if isinstance(node, list):
         yield from node
     elif isinstance(node, dict):
         for key, values in node.items():
-            if key != "node" and not (node["node"] == "SUBLINK" and key == "subselect"):
-                yield from values
+            if key == "node" or (
+                node["node"] == "SUBLINK" and key == "subselect" and not into_subqueries
+            ):
+                continue
+            yield from values
+
+
+# The field that holds the type an expression node yields, for the node kinds that name it.
+_RESULT_TYPES = {
+    "VAR": "vartype",
+    "CONST": "consttype",
+    "PARAM": "paramtype",
+    "FUNCEXPR": "funcresulttype",
+    "OPEXPR": "opresulttype",
+    "NULLIFEXPR": "opresulttype",
+    "RELABELTYPE": "resulttype",
+    "COERCEVIAIO": "resulttype",
+    "ARRAYCOERCEEXPR": "resulttype",
+    "FIELDSELECT": "resulttype",
+    "COALESCEEXPR": "coalescetype",
+    "CASEEXPR": "casetype",
+    "MINMAXEXPR": "minmaxtype",
+    "AGGREF": "aggtype",
+    "WINDOWFUNC": "wintype",
+    "ROWEXPR": "row_typeid",
+    "ARRAYEXPR": "array_typeid",
+    "COERCETODOMAIN": "resulttype",
+}
+_BOOLEAN = 16
+_YIELDS_BOOLEAN = {
+    "BOOLEXPR",
+    "SCALARARRAYOPEXPR",
+    "NULLTEST",
+    "BOOLEANTEST",
+    "DISTINCTEXPR",
+    "ROWCOMPAREEXPR",
+}
+
+
+def _result_type(node: Any) -> int | None:
+    """The type ``node`` yields, or None where the tree does not say (a subquery's)."""
+    if not isinstance(node, dict):
+        return None
+    if node["node"] in _YIELDS_BOOLEAN:
+        return _BOOLEAN
+    field_name = _RESULT_TYPES.get(node["node"])
+    return _first(node, field_name) if field_name else None
 
 
 def _first(node: Node, key: str) -> int:
@@ -189,22 +236,23 @@ class _Walk:
             opnos = node["opnos"][0] if node["opnos"] else []
             functions.extend(self.catalog.operator_functions[int(o)] for o in opnos[1:])
         elif kind == "COERCEVIAIO":
+            # The argument's output function and the result's input function.
             functions.append(self.catalog.io_functions[_first(node, "resulttype")][0])
-            argument = node["arg"][0]
-            typed = {"VAR": "vartype", "CONST": "consttype", "PARAM": "paramtype"}
-            if isinstance(argument, dict) and argument["node"] in typed:
-                type_oid = _first(argument, typed[argument["node"]])
-                functions.append(self.catalog.io_functions[type_oid][1])
+            argument_type = _result_type(node["arg"][0])
+            if argument_type is None:
+                return "s"  # an output function this walk cannot name: not IMMUTABLE, to be safe
+            functions.append(self.catalog.io_functions[argument_type][1])
         elif kind in ("SQLVALUEFUNCTION", "NEXTVALUEEXPR"):
             return "s" if kind == "SQLVALUEFUNCTION" else "v"
         flags = {self.catalog.volatility[f] for f in functions}
         return "v" if "v" in flags else "s" if "s" in flags else "i"
 
     def mutable(self, node: Any) -> bool:
-        """contain_mutable_functions: anything below that is not IMMUTABLE."""
-        if isinstance(node, dict) and self.own_volatility(node) != "i":
+        """contain_mutable_functions: anything below that is not IMMUTABLE, subqueries
+        included."""
+        if isinstance(node, dict) and "node" in node and self.own_volatility(node) != "i":
             return True
-        return any(self.mutable(child) for child in _children(node))
+        return any(self.mutable(child) for child in _children(node, into_subqueries=True))
 
     def walk(self, node: Any, where: str) -> None:
         if isinstance(node, list):
@@ -245,9 +293,14 @@ class Modification:
     tables: list[str]
     """Every FROM item beside it (UPDATE ... FROM, DELETE ... USING, ``excluded``)."""
     checked: list[tuple[str, str]]
-    """(where, expression) that must hold no STABLE call over a column (the SET list, the
-    WHERE clause, ON CONFLICT's SET and WHERE)."""
+    """(where, expression) that must hold no STABLE call over a column, nor a CASE or COALESCE
+    over one that is not IMMUTABLE (an UPDATE's SET list, the WHERE clause)."""
+    immutable: list[tuple[str, str]]
+    """(where, expression) that must hold nothing that is not IMMUTABLE, over columns or not:
+    ON CONFLICT's SET (unless a bare column), its WHERE and its arbiter's WHERE."""
     returning: list[str]
+    unchecked: list[str]
+    """What the walk cannot analyze (``SET (a, b) = ...``), reported as such."""
 
 
 def _deparse(node: Any) -> str:
@@ -268,7 +321,12 @@ def modifications(sql: str, sharded: frozenset[str]) -> Iterator[Modification]:
     for raw in pglast.parse_sql(sql):
         for node in _ast_nodes(raw.stmt):
             if isinstance(node, ast.UpdateStmt) and sharded_table(node.relation):
-                checked = [(f"SET {t.name}", _deparse(t.val)) for t in node.targetList or ()]
+                targets = list(node.targetList or ())
+                checked = [
+                    (f"SET {t.name}", _deparse(t.val))
+                    for t in targets
+                    if not isinstance(t.val, ast.MultiAssignRef)
+                ]
                 if node.whereClause is not None:
                     checked.append(("WHERE", _deparse(node.whereClause)))
                 yield Modification(
@@ -276,7 +334,13 @@ def modifications(sql: str, sharded: frozenset[str]) -> Iterator[Modification]:
                     _relation(node.relation),
                     [_deparse(item) for item in node.fromClause or ()],
                     checked,
+                    [],
                     _returning(node),
+                    [
+                        f"SET ({t.name}, ...) = ..."
+                        for t in targets
+                        if isinstance(t.val, ast.MultiAssignRef)
+                    ],
                 )
             elif isinstance(node, ast.DeleteStmt) and sharded_table(node.relation):
                 yield Modification(
@@ -284,29 +348,42 @@ def modifications(sql: str, sharded: frozenset[str]) -> Iterator[Modification]:
                     _relation(node.relation),
                     [_deparse(item) for item in node.usingClause or ()],
                     [("WHERE", _deparse(node.whereClause))] if node.whereClause else [],
+                    [],
                     _returning(node),
+                    [],
                 )
             elif isinstance(node, ast.InsertStmt) and sharded_table(node.relation):
                 conflict = node.onConflictClause
-                checked = []
-                if (
+                arbiter = conflict.infer.whereClause if conflict and conflict.infer else None
+                if arbiter is not None:
+                    # The arbiter's columns are the table's: no excluded row beside it.
+                    where = [("ON CONFLICT's arbiter WHERE", _deparse(arbiter))]
+                    yield Modification(sql, _relation(node.relation), [], [], where, [], [])
+                immutable: list[tuple[str, str]] = []
+                updates = (
                     conflict is not None
                     and conflict.action == pglast.enums.OnConflictAction.ONCONFLICT_UPDATE
-                ):
-                    checked = [
+                )
+                if updates:
+                    # A bare column passes whatever its type (Citus: "DO UPDATE SET col_1
+                    # = table.col_1").
+                    immutable += [
                         (f"ON CONFLICT SET {t.name}", _deparse(t.val))
                         for t in conflict.targetList or ()
+                        if not isinstance(t.val, ast.ColumnRef)
                     ]
                     if conflict.whereClause is not None:
-                        checked.append(("ON CONFLICT WHERE", _deparse(conflict.whereClause)))
+                        immutable.append(("ON CONFLICT WHERE", _deparse(conflict.whereClause)))
                 table = f"{SCHEMA}.{node.relation.relname}"
-                if checked or node.returningClause:
+                if immutable or node.returningClause:
                     yield Modification(
                         sql,
                         _relation(node.relation),
-                        [f"{table} AS excluded"] if checked else [],
-                        checked,
+                        [f"{table} AS excluded"] if updates else [],
+                        [],
+                        immutable,
                         _returning(node),
+                        [],
                     )
 
 
@@ -399,8 +476,9 @@ def _check(
             expression = re.sub(rf"\b{re.escape(name)}\b", _field_variable(name), expression)
         return expression
 
-    found: list[Violation] = []
+    found = [violation(f"not analyzed: {what}") for what in modification.unchecked]
     parts = [("checked", where, expression) for where, expression in modification.checked]
+    parts += [("immutable", where, expression) for where, expression in modification.immutable]
     if modification.returning:
         parts.append(("returning", "RETURNING", ", ".join(modification.returning)))
     for part, where, expression in parts:
@@ -413,10 +491,10 @@ def _check(
         }
         expressions = [entry["expr"] for entry in tree["targetList"][0]]
         walk = _Walk(catalog, columns)
-        if part == "returning":
+        if part in ("returning", "immutable"):
             if walk.mutable(expressions):
                 found.append(
-                    violation(f"a function that is not IMMUTABLE in RETURNING: {expression}")
+                    violation(f"a function that is not IMMUTABLE in {where}: {expression}")
                 )
             continue
         walk.walk(expressions, where)

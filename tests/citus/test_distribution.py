@@ -26,12 +26,24 @@ from postkit.queue.admin import (
     enable_tenant_isolation,
     grant_access,
 )
+from tests import on_citus
+from tests.conftest import new_database
 
-STAND_INS = """
-CREATE TABLE public.citus_calls (n serial, call text, object text, argument text, colocate text);
+# On a real Citus cluster the stand-ins would clash with Citus's own objects, and the role
+# changes below would reach every node: tests/citus/test_on_a_cluster.py runs there instead.
+pytestmark = pytest.mark.skipif(on_citus.ENABLED, reason="stand-ins for Citus, not Citus")
+
+# Citus's table of placed tables, whose presence tells the schema that Citus is installed.
+CITUS_CATALOG = """
 SET allow_system_table_mods = on;
 CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass PRIMARY KEY);
 RESET allow_system_table_mods;
+"""
+
+STAND_INS = (
+    CITUS_CATALOG
+    + """
+CREATE TABLE public.citus_calls (n serial, call text, object text, argument text, colocate text);
 CREATE FUNCTION pg_catalog.create_distributed_table(
     table_name regclass, distribution_column text, colocate_with text DEFAULT 'default')
 RETURNS void LANGUAGE sql AS $$
@@ -54,6 +66,7 @@ RETURNS void LANGUAGE sql AS $$
             colocate_with)
 $$;
 """
+)
 
 
 @pytest.fixture
@@ -171,7 +184,18 @@ def test_the_owner_logs_in_since_citus_reaches_the_other_nodes_as_the_current_us
     assert not owner_can_log_in(coordinator)
     distribute_on_citus(coordinator.cursor())
     assert owner_can_log_in(coordinator)
-    install(coordinator)  # an upgrade on Citus keeps the owner that logs in
+
+
+def test_a_first_install_where_citus_is_takes_the_owner_that_logs_in(
+    coordinator: psycopg.Connection, server_dsn: str
+) -> None:
+    """Another database of the same server, with Citus (its catalog stood in for), installed
+    after the owner was given LOGIN."""
+    distribute_on_citus(coordinator.cursor())
+    with new_database(server_dsn) as other, psycopg.connect(other, autocommit=True) as second:
+        second.execute(CITUS_CATALOG)
+        install(second)
+        assert owner_can_log_in(second)
 
 
 def test_push_batch_is_planned_for_each_call_on_citus_and_once_per_session_elsewhere(
@@ -284,3 +308,18 @@ def test_install_citus_on_plain_postgresql_says_why_in_one_line(fresh_database: 
     assert result.exit_code == 1
     assert "runs on a Citus coordinator" in result.output
     assert "Traceback" not in result.output
+
+
+def test_where_citus_is_an_owner_that_logs_in_with_a_password_is_refused(
+    coordinator: psycopg.Connection, server_dsn: str
+) -> None:
+    """A password someone knows would let them in as the owner of every job."""
+    distribute_on_citus(coordinator.cursor())
+    coordinator.execute("ALTER ROLE postkit_queue_owner PASSWORD 'known'")
+    try:
+        with new_database(server_dsn) as other, psycopg.connect(other, autocommit=True) as second:
+            second.execute(CITUS_CATALOG)
+            with pytest.raises(InvalidAccessError, match="with a password"):
+                install(second)
+    finally:
+        coordinator.execute("ALTER ROLE postkit_queue_owner PASSWORD NULL")

@@ -47,9 +47,9 @@ $function$"""
         "AND w.heartbeat_at < v_now - 3 * w.heartbeat_interval;",
         "UPDATE postkit_queue.jobs j SET worker_id = to_char(j.run_at, 'YYYY') "
         "WHERE j.namespace = p_namespace;",
-        "INSERT INTO postkit_queue.queue_stats AS s (namespace, queue, minute, slot) "
-        "VALUES (p_namespace, 'q', v_now, 0) ON CONFLICT (namespace, queue, minute, slot) "
-        "DO UPDATE SET minute = excluded.minute + p_delay;",
+        # A cast through text calls the argument's output function: timestamp's is STABLE.
+        "UPDATE postkit_queue.jobs j SET worker_id = (j.run_at AT TIME ZONE 'UTC')::text "
+        "WHERE j.namespace = p_namespace;",
     ],
 )
 def test_a_stable_function_over_a_column_breaks_the_rule(
@@ -94,15 +94,60 @@ def test_case_or_coalesce_over_a_function_that_is_not_immutable_breaks_the_rule(
     assert any("CASE or COALESCE" in d for d in broken(analyzer, statement))
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace "
+        "RETURNING j.id, now() - j.created_at;",
+        # PostgreSQL's contain_mutable_functions, which Citus asks here, looks into subqueries.
+        "DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace "
+        "RETURNING j.id, (SELECT now());",
+    ],
+)
 def test_a_function_that_is_not_immutable_in_returning_breaks_the_rule(
+    analyzer: tuple[psycopg.Connection[Any], Catalog], statement: str
+) -> None:
+    assert any("RETURNING" in d for d in broken(analyzer, statement))
+
+
+UPSERT = (
+    "INSERT INTO postkit_queue.queue_stats AS s (namespace, queue, minute, slot, completed) "
+    "VALUES (p_namespace, 'q', v_now, 0, 1) ON CONFLICT (namespace, queue, minute, slot) "
+)
+
+
+@pytest.mark.parametrize(
+    "conflict",
+    [
+        # Citus asks IMMUTABLE of ON CONFLICT's SET, columns or not (only a bare column
+        # passes), of its WHERE, and of the arbiter's WHERE.
+        "DO UPDATE SET minute = v_now + p_delay;",
+        "DO UPDATE SET completed = s.completed + 1 WHERE s.minute < now();",
+    ],
+)
+def test_a_function_that_is_not_immutable_in_on_conflict_breaks_the_rule(
+    analyzer: tuple[psycopg.Connection[Any], Catalog], conflict: str
+) -> None:
+    assert any("ON CONFLICT" in d for d in broken(analyzer, UPSERT + conflict))
+
+
+def test_an_on_conflict_update_of_columns_and_immutable_arithmetic_passes(
+    analyzer: tuple[psycopg.Connection[Any], Catalog],
+) -> None:
+    conflict = "DO UPDATE SET completed = s.completed + excluded.completed, minute = v_now;"
+
+    assert broken(analyzer, UPSERT + conflict) == []
+
+
+def test_a_multiple_assignment_is_reported_as_not_analyzed(
     analyzer: tuple[psycopg.Connection[Any], Catalog],
 ) -> None:
     statement = (
-        "DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace "
-        "RETURNING j.id, now() - j.created_at;"
+        "UPDATE postkit_queue.jobs j SET (attempts, priority) = (0, 1) "
+        "WHERE j.namespace = p_namespace;"
     )
 
-    assert any("RETURNING" in d for d in broken(analyzer, statement))
+    assert any("not analyzed" in d for d in broken(analyzer, statement))
 
 
 def test_a_records_field_of_no_one_type_is_reported_unchecked(

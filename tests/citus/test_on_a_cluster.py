@@ -163,6 +163,8 @@ def test_a_push_wakes_the_listeners_on_the_coordinator(
 def test_a_result_settled_on_a_worker_node_reaches_the_waiter_by_its_next_read(
     client_of: Callable[[str, bool], QueueClient], dsn: str
 ) -> None:
+    """The ack is made alone, so Citus delegates it to a worker node, where it raises no
+    notification: only the wait's periodic read finds the result before the timeout."""
     namespace = NAMESPACES[3]
     producer = client_of(namespace, True)
     producer.configure_queue(Q, retain_results=3600)

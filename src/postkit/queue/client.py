@@ -392,7 +392,7 @@ class QueueClient(Operations):
         """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return
         :meth:`result` then: completed, dead, or unknown. It waits for the notification its
         queue sends when the job completes or is dead-lettered, and reads again at least every
-        :data:`~postkit.queue.listen_async.RESULT_POLL_INTERVAL` seconds in case one never
+        ``RESULT_POLL_INTERVAL`` seconds (1, in its listen module) in case one never
         comes; the queue must keep results (``configure_queue(retain_results=...)``), or a
         completed job is unknown once its row is gone.
 

@@ -7,4 +7,4 @@
 -- delegated. prune_workers compares the difference of two timestamps, not a column minus an
 -- interval, which Citus refuses in a modification. Functions only: their current bodies are
 -- in schema/.
--- schema: 5584a3a5935387ca
+-- schema: bef4c619de2ff6e9

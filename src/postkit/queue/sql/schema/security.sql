@@ -263,6 +263,7 @@ DECLARE
     v_owner oid := (SELECT n.nspowner FROM pg_catalog.pg_namespace n
                     WHERE n.nspname = 'postkit_queue');
     v_role  pg_catalog.pg_roles%ROWTYPE;
+    v_logs_in_for_citus boolean := false;
 BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_owner) THEN
         RETURN v_owner;
@@ -274,17 +275,25 @@ BEGIN
         SELECT * INTO v_role FROM pg_catalog.pg_roles r WHERE r.rolname = 'postkit_queue_owner';
     END IF;
     -- A role of that name that someone could log in as, or act as through membership, would
-    -- own every job: refuse to hand the queue to it. On a server with Citus it logs in:
-    -- Citus connects to the other nodes as the current user, who is the owner inside the
-    -- functions (distribute_on_citus gives it LOGIN; pg_hba.conf lets in only the nodes).
-    IF (v_role.rolcanlogin AND to_regclass('pg_catalog.pg_dist_partition') IS NULL)
+    -- own every job: refuse to hand the queue to it. On a server with Citus it logs in, with
+    -- no password: Citus connects to the other nodes as the current user, who is the owner
+    -- inside the functions (distribute_on_citus gives it LOGIN; pg_hba.conf must let it in
+    -- from the cluster's nodes alone). Reached only when the schema's owner is a superuser,
+    -- so the installer is one and may read pg_authid.
+    IF v_role.rolcanlogin AND to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        v_logs_in_for_citus := NOT EXISTS (SELECT FROM pg_catalog.pg_authid a
+                                           WHERE a.oid = v_role.oid
+                                             AND a.rolpassword IS NOT NULL);
+    END IF;
+    IF (v_role.rolcanlogin AND NOT v_logs_in_for_citus)
        OR v_role.rolsuper OR v_role.rolbypassrls OR v_role.rolcreaterole
        OR v_role.rolcreatedb OR v_role.rolreplication
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
                   WHERE m.roleid = v_role.oid OR m.member = v_role.oid) THEN
-        RAISE EXCEPTION 'postkit: the role postkit_queue_owner exists but can log in, has a '
-                        'special attribute, or has members or roles of its own; it cannot own '
-                        'the queue. Drop it, or make it a plain NOLOGIN role without members.'
+        RAISE EXCEPTION 'postkit: the role postkit_queue_owner exists but can log in (with a '
+                        'password, where Citus is), has a special attribute, or has members or '
+                        'roles of its own; it cannot own the queue. Drop it, or make it a '
+                        'plain NOLOGIN role without members.'
             USING ERRCODE = 'PKQ11';
     END IF;
     RETURN v_role.oid;

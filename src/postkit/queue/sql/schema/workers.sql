@@ -165,7 +165,8 @@ BEGIN
     PERFORM postkit_queue.check_duration('older_than', p_older_than, true, interval '3650 days');
     -- Lost for three heartbeats as the difference of two timestamps, which is IMMUTABLE:
     -- Citus refuses a STABLE operator over a column in a modification, and timestamptz minus
-    -- an interval is STABLE (its time zone), where it computes v_now - p_older_than once.
+    -- an interval is STABLE (it reads the time zone). v_now - p_older_than, over no column,
+    -- Citus computes once, before it sends the DELETE.
     DELETE FROM postkit_queue.workers w
     WHERE w.namespace = p_namespace
       AND w.heartbeat_at < v_now - p_older_than
