@@ -35,7 +35,7 @@ from pglast.stream import RawStream
 
 from tests.citus.sql_rules import SCHEMA, Function, Violation, _find, parsed_body, unparsed
 
-# The row of the body's variables, and the prefix of a %ROWTYPE variable's row.
+# The alias of the row of the body's variables (and of its rows' and records' fields).
 _VARIABLES = "pk_plpgsql_variables"
 
 Node = dict[str, Any]
@@ -297,8 +297,7 @@ class Modification:
     over one that is not IMMUTABLE (an UPDATE's SET list, the WHERE clause)."""
     immutable: list[tuple[str, str]]
     """(where, expression) that must hold nothing that is not IMMUTABLE, over columns or not:
-    ON CONFLICT's SET (unless a bare column), its WHERE and its arbiter's WHERE."""
-    returning: list[str]
+    RETURNING, ON CONFLICT's SET (unless a bare column), its WHERE and its arbiter's WHERE."""
     unchecked: list[str]
     """What the walk cannot analyze (``SET (a, b) = ...``), reported as such."""
 
@@ -334,7 +333,6 @@ def modifications(sql: str, sharded: frozenset[str]) -> Iterator[Modification]:
                     _relation(node.relation),
                     [_deparse(item) for item in node.fromClause or ()],
                     checked,
-                    [],
                     _returning(node),
                     [
                         f"SET ({t.name}, ...) = ..."
@@ -348,7 +346,6 @@ def modifications(sql: str, sharded: frozenset[str]) -> Iterator[Modification]:
                     _relation(node.relation),
                     [_deparse(item) for item in node.usingClause or ()],
                     [("WHERE", _deparse(node.whereClause))] if node.whereClause else [],
-                    [],
                     _returning(node),
                     [],
                 )
@@ -358,7 +355,7 @@ def modifications(sql: str, sharded: frozenset[str]) -> Iterator[Modification]:
                 if arbiter is not None:
                     # The arbiter's columns are the table's: no excluded row beside it.
                     where = [("ON CONFLICT's arbiter WHERE", _deparse(arbiter))]
-                    yield Modification(sql, _relation(node.relation), [], [], where, [], [])
+                    yield Modification(sql, _relation(node.relation), [], [], where, [])
                 immutable: list[tuple[str, str]] = []
                 updates = (
                     conflict is not None
@@ -381,15 +378,17 @@ def modifications(sql: str, sharded: frozenset[str]) -> Iterator[Modification]:
                         _relation(node.relation),
                         [f"{table} AS excluded"] if updates else [],
                         [],
-                        immutable,
-                        _returning(node),
+                        immutable + _returning(node),
                         [],
                     )
 
 
-def _returning(statement: Any) -> list[str]:
+def _returning(statement: Any) -> list[tuple[str, str]]:
+    """RETURNING's list as one part (its expressions may name one another's columns)."""
     clause = statement.returningClause
-    return [_deparse(target.val) for target in (clause.exprs if clause else ())]
+    if clause is None:
+        return []
+    return [("RETURNING", ", ".join(_deparse(target.val) for target in clause.exprs))]
 
 
 def _ast_nodes(node: Any) -> Iterator[Any]:
@@ -402,10 +401,9 @@ def _ast_nodes(node: Any) -> Iterator[Any]:
             yield from _ast_nodes(item)
 
 
-def _variables(definition: str) -> tuple[dict[str, str], dict[str, str], set[str]]:
+def _variables(tree: Any) -> tuple[dict[str, str], dict[str, str], set[str]]:
     """The body's variables: scalars and their types, %ROWTYPE rows and their tables, and the
     names of records (whose fields have no type until run)."""
-    tree = parsed_body(definition)
     scalars: dict[str, str] = {}
     rows: dict[str, str] = {}
     for datum in _find(tree, "PLpgSQL_var"):
@@ -418,8 +416,8 @@ def _variables(definition: str) -> tuple[dict[str, str], dict[str, str], set[str
     return scalars, rows, records
 
 
-def _statements(definition: str) -> Iterator[str]:
-    for expression in _find(parsed_body(definition), "PLpgSQL_expr"):
+def _statements(tree: Any) -> Iterator[str]:
+    for expression in _find(tree, "PLpgSQL_expr"):
         if expression.get("parseMode", 0) == 0:
             yield unparsed(expression["query"])
 
@@ -431,9 +429,10 @@ def modification_violations(
     sharded: frozenset[str],
 ) -> list[Violation]:
     """Every modification in ``function``'s PL/pgSQL body that Citus would refuse."""
-    scalars, rows, records = _variables(function.definition)
+    tree = parsed_body(function.definition)
+    scalars, rows, records = _variables(tree)
     found: list[Violation] = []
-    for statement in _statements(function.definition):
+    for statement in _statements(tree):
         for modification in modifications(statement, sharded):
             found.extend(
                 _check(connection, catalog, function, modification, scalars, rows, records)
@@ -479,8 +478,6 @@ def _check(
     found = [violation(f"not analyzed: {what}") for what in modification.unchecked]
     parts = [("checked", where, expression) for where, expression in modification.checked]
     parts += [("immutable", where, expression) for where, expression in modification.immutable]
-    if modification.returning:
-        parts.append(("returning", "RETURNING", ", ".join(modification.returning)))
     for part, where, expression in parts:
         tree = _analyzed(connection, typed_fields(expression), from_items)
         entries = {i + 1: rte for i, rte in enumerate(tree["rtable"][0] if tree["rtable"] else [])}
@@ -491,7 +488,7 @@ def _check(
         }
         expressions = [entry["expr"] for entry in tree["targetList"][0]]
         walk = _Walk(catalog, columns)
-        if part in ("returning", "immutable"):
+        if part == "immutable":
             if walk.mutable(expressions):
                 found.append(
                     violation(f"a function that is not IMMUTABLE in {where}: {expression}")
