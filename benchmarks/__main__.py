@@ -7,6 +7,7 @@
     python -m benchmarks flow [--dsn DSN] [--quick]
     python -m benchmarks sql-costs [--dsn DSN] [--runs N]
     python -m benchmarks claim-layouts [--dsn DSN] [--runs N]
+    python -m benchmarks producers [--dsn DSN] [--quick] [--runs N]
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy and RQ (on Redis) on the same server (install them with
@@ -28,7 +29,10 @@ queues of one worker, and writes flow.md (flow-quick.md with ``--quick``; benchm
 sql_costs.md (benchmarks/sql_costs.py). ``claim-layouts`` compares, under pgbench, the claim
 Postkit makes (a rewrite of the job's row) with claims in a narrow table of their own and with
 indexes that do not name the state (a HOT claim), in plain SQL, and writes claim_layouts.md
-(benchmarks/claim_layouts.py).
+(benchmarks/claim_layouts.py). ``producers`` measures what a push costs the application's own
+transaction, at 1, 16 and 64 producers, against the same transaction without it and with a
+bare INSERT of the job's row, and the producers' commit tail while workers drain, and writes
+producers.md (benchmarks/producers.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -52,6 +56,7 @@ from benchmarks import (
     latency,
     notify_cost,
     pg,
+    producers,
     report,
     roundtrip,
     sql_costs,
@@ -305,6 +310,7 @@ def main() -> None:
             "flow",
             "sql-costs",
             "claim-layouts",
+            "producers",
             "all",
         ],
         nargs="?",
@@ -416,6 +422,13 @@ def main() -> None:
         return
     if args.runs is None:
         args.runs = 1 if args.quick else 3
+    if args.which == "producers":
+        text = producers.run(
+            args.dsn, quick=args.quick, runs=args.runs, command=suite.command_line()
+        )
+        name = "producers-quick" if args.quick else "producers"
+        print(text, f"-> {write_result(name, text)}", sep="\n")
+        return
     if args.which == "run":
         sys.exit(run_comparison(args))
     if args.which in ("sql-costs", "claim-layouts"):

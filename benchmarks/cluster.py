@@ -59,6 +59,13 @@ class OwnedCluster:
                         )
                     )
                 connection.execute("SELECT pg_reload_conf()")
+                restart = connection.execute(
+                    "SELECT EXISTS (SELECT FROM pg_settings WHERE pending_restart)"
+                ).fetchone()
+            if restart and restart[0]:
+                # A setting read only at start (max_connections): restart to apply it.
+                self._server.stop()
+                dsn = self._server.restart()
         return dsn
 
     def stop(self) -> None:

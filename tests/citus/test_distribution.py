@@ -219,8 +219,16 @@ def _notified_after_a_push(coordinator: psycopg.Connection, dsn: str) -> bool:
     assert channel is not None
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel[0])))
+        listener.execute("SELECT postkit_queue.request_wakeup('shop', ARRAY['emails'])")
         QueueClient(coordinator.cursor(), namespace="shop").push("emails", {})
-        return any(True for _ in listener.notifies(timeout=0.5, stop_after=1))
+        notified = any(True for _ in listener.notifies(timeout=0.5, stop_after=1))
+        # A node that cannot notify leaves the request to one that can.
+        [(requested,)] = listener.execute(
+            "SELECT requested_at IS NOT NULL FROM postkit_queue.wakeups"
+            " WHERE namespace = 'shop' AND queue = 'emails'"
+        ).fetchall()
+        assert requested is not notified
+        return notified
 
 
 @pytest.mark.parametrize(("group", "notifies"), [(0, True), (3, False)])

@@ -168,6 +168,9 @@ def test_listeners_get_one_notification_for_a_batch(
     ).fetchone()
     assert channel is not None
     listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel[0])))
+    listener.execute(
+        "SELECT postkit_queue.request_wakeup(%s, ARRAY[%s])", (queue.namespace, Q)
+    )  # as a waiting worker does
 
     queue.push_batch(Q, list(range(100)))
     conn.commit()

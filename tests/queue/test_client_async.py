@@ -261,6 +261,7 @@ def test_release_returns_the_job_and_its_attempt_and_notifies(
         "SELECT postkit_queue.channel(%s, %s)", (namespace, Q)
     ).fetchall()
     listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    listener.execute("SELECT postkit_queue.request_wakeup(%s, ARRAY[%s])", (namespace, Q))
 
     assert side.release(job) is True
     side.commit()

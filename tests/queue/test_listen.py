@@ -107,11 +107,20 @@ def wait_until_listening(observer: psycopg.Connection[Any], pid: int, before: da
 
 
 def listen_raw(observer: psycopg.Connection[Any], namespace: str, queue: str) -> str:
+    """LISTEN on the queue's channel and request a wake-up, as a waiting worker does."""
     [(channel,)] = observer.execute(
         "SELECT postkit_queue.channel(%s, %s)", (namespace, queue)
     ).fetchall()
     observer.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    request_wakeup(observer, namespace, queue)
     return str(channel)
+
+
+def request_wakeup(observer: psycopg.Connection[Any], namespace: str, queue: str) -> bool:
+    [(made,)] = observer.execute(
+        "SELECT postkit_queue.request_wakeup(%s, ARRAY[%s])", (namespace, queue)
+    ).fetchall()
+    return bool(made)
 
 
 def test_a_committed_push_wakes_a_waiting_listener_before_its_fallback_poll(
@@ -305,3 +314,116 @@ def test_listeners_of_other_queues_and_namespaces_are_not_woken(
     assert own.wait_for_work(timeout=30) is True
     assert other_queue.wait_for_work(timeout=0.5) is False
     assert other_namespace.wait_for_work(timeout=0.5) is False
+
+
+# Wake-up requests: a push notifies only a worker that waits, and only once per request.
+
+
+def test_a_push_notifies_nobody_while_no_worker_has_requested_a_wakeup(
+    producer: QueueClient, observer: psycopg.Connection[Any], namespace: str
+) -> None:
+    [(channel,)] = observer.execute(
+        "SELECT postkit_queue.channel(%s, %s)", (namespace, Q)
+    ).fetchall()
+    observer.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+
+    assert list(observer.notifies(timeout=0.5)) == []
+
+
+def test_only_the_push_that_takes_the_request_notifies(
+    producer: QueueClient, observer: psycopg.Connection[Any], namespace: str
+) -> None:
+    channel = listen_raw(observer, namespace, Q)
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+    producer.push(Q, {"n": 2})
+    producer.cursor.connection.commit()
+
+    assert [note.channel for note in observer.notifies(timeout=1)] == [channel]
+
+
+def test_a_request_taken_by_a_rolled_back_push_stands_for_the_next_push(
+    producer: QueueClient, observer: psycopg.Connection[Any], namespace: str
+) -> None:
+    channel = listen_raw(observer, namespace, Q)
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.rollback()
+    assert list(observer.notifies(timeout=0.3)) == []
+
+    producer.push(Q, {"n": 2})
+    producer.cursor.connection.commit()
+    assert [note.channel for note in observer.notifies(timeout=1)] == [channel]
+
+
+def test_a_push_never_waits_for_the_transaction_that_took_the_request(
+    producer: QueueClient,
+    observer: psycopg.Connection[Any],
+    namespace: str,
+    connect: Callable[..., psycopg.Connection[Any]],
+) -> None:
+    channel = listen_raw(observer, namespace, Q)
+    producer.push(Q, {"n": 1})  # takes the request; its transaction stays open
+    second = QueueClient(connect().cursor(), namespace=namespace)
+    done = threading.Event()
+
+    def push_and_commit() -> None:
+        second.push(Q, {"n": 2})
+        second.cursor.connection.commit()
+        done.set()
+
+    thread = threading.Thread(target=push_and_commit)
+    thread.start()
+    thread.join(timeout=10)
+    assert done.is_set(), "the second push waited for the first one's transaction"
+    assert list(observer.notifies(timeout=0.3)) == [], "the taker alone notifies"
+
+    producer.cursor.connection.commit()
+    assert [note.channel for note in observer.notifies(timeout=1)] == [channel]
+
+
+def test_waiting_again_before_any_push_makes_no_new_request(
+    observer: psycopg.Connection[Any], namespace: str
+) -> None:
+    assert request_wakeup(observer, namespace, Q) is True
+    assert request_wakeup(observer, namespace, Q) is False
+
+
+def test_a_job_pushed_before_the_request_and_committed_after_the_look_is_found_soon(
+    open_listener: OpenListener, producer: QueueClient, observer: psycopg.Connection[Any]
+) -> None:
+    """The push reads no request (none is made yet) and notifies nobody; the listener looks,
+    finds nothing committed, and waits: its next look, a few milliseconds on, finds the job."""
+    listener = open_listener()
+    listener.listen()
+    producer.push(Q, {"n": 1})  # before the request; committed only once the listener waits
+    results: list[bool] = []
+    before = query_start(observer, listener.backend_pid)
+    thread = threading.Thread(target=lambda: results.append(listener.wait_for_work(timeout=60)))
+    started = time.monotonic()
+    thread.start()
+    wait_until_listening(observer, listener.backend_pid, before)
+    producer.cursor.connection.commit()
+    thread.join(timeout=30)
+
+    assert results == [True]
+    assert time.monotonic() - started < 30, "found by a look, not by the 60 s timeout"
+    assert listener.listener.notifications == 0, "no notification announced it"
+
+
+def test_a_queue_whose_limits_hold_jobs_back_notifies_without_a_request(
+    producer: QueueClient, observer: psycopg.Connection[Any], namespace: str
+) -> None:
+    """Its workers' look leaves its ready jobs out (the limit may hold them back), so they
+    depend on the notifications sent while they were busy, as before requests."""
+    producer.configure_queue(Q, concurrency=1)
+    producer.cursor.connection.commit()
+    [(channel,)] = observer.execute(
+        "SELECT postkit_queue.channel(%s, %s)", (namespace, Q)
+    ).fetchall()
+    observer.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    producer.push(Q, {"n": 1})
+    producer.cursor.connection.commit()
+
+    assert [note.channel for note in observer.notifies(timeout=1)] == [channel]

@@ -490,8 +490,9 @@ def test_every_sdk_statement_schema_qualifies_its_functions_types_and_operators(
 
 def test_every_function_pins_its_search_path(database: str) -> None:
     """Pinned means a SET search_path, or a SQL-standard body (is_name, is_duration,
-    is_result, is_trace_context, tenant_access), whose names are bound when the function is
-    created, so no caller's search_path ever reaches it."""
+    is_result, is_trace_context, tenant_access, and the policy's defaults push folds in),
+    whose names are bound when the function is created, so no caller's search_path ever
+    reaches it."""
     with psycopg.connect(database) as connection:
         rows = connection.execute(
             "SELECT p.proname, coalesce(p.proconfig, '{}'), p.prosqlbody IS NOT NULL"
@@ -508,6 +509,8 @@ def test_every_function_pins_its_search_path(database: str) -> None:
     ]
     assert unpinned == []
     assert sorted(name for name, _, bound_at_creation in rows if bound_at_creation) == [
+        "default_max_attempts",
+        "default_max_payload_bytes",
         "is_duration",
         "is_name",
         "is_result",

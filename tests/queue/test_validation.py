@@ -510,6 +510,24 @@ def test_a_queue_can_lower_its_payload_limit_and_push_batch_honours_it(
     assert queue.push(Q, {"small": 1}) is not None
 
 
+def test_a_push_to_a_queue_with_a_settings_row_honours_its_payload_limit_and_attempts(
+    queue: QueueClient, connect: Callable[..., psycopg.Connection], namespace: str
+) -> None:
+    """The common push reads the queue's settings row itself, without queue_policy."""
+    queue.configure_queue(Q, max_payload_bytes=100, max_attempts=3)
+    queue.cursor.connection.commit()
+
+    with pytest.raises(errors.InvalidPayloadError, match="at most 100"):
+        queue.push(Q, {"large": "y" * 200})
+    queue.cursor.connection.rollback()
+    assert count_jobs(connect, namespace) == 0
+
+    job_id = queue.push(Q, {"small": 1})
+    assert job_id is not None
+    job = queue.get_job(job_id)
+    assert job is not None and job.max_attempts == 3
+
+
 def test_a_payload_limit_out_of_range_is_refused(queue: QueueClient) -> None:
     with pytest.raises(errors.InvalidPayloadError, match="max_payload_bytes"):
         queue.configure_queue(Q, max_payload_bytes=0)

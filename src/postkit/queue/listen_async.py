@@ -1,10 +1,13 @@
 """Waiting without polling: for work, and for a job's result, with LISTEN/NOTIFY.
 
-Every push (and every retry, rescue or release) notifies its queue's channel when its
-transaction commits. A work listener holds one autocommit connection that LISTENs on the
-channels of its queues, and the listener's ``wait_for_work`` blocks until a notification
-arrives, the earliest delayed job falls due, or the timeout passes. The timeout is only a
-fallback poll: a missed notification costs latency, never a job.
+A work listener holds one autocommit connection that LISTENs on the channels of its queues.
+Before each wait it requests a wake-up (``postkit_queue.request_wakeup``), and the first push
+(or retry, rescue, release) that commits after the request notifies the queue's channel; the
+pushes of a queue no worker waits on notify nobody, so that their commits never queue for
+NOTIFY's database-wide lock. The listener's ``wait_for_work`` blocks until a notification
+arrives, the earliest delayed job falls due, or the timeout passes, and looks again for due
+jobs soon after a new request (see its docstring). The timeout is only a fallback poll: a
+missed notification costs latency, never a job.
 
 In a queue that keeps results (``retain_results``), every completed or dead-lettered job is
 announced on its namespace's results channel, the job ids as payload. A result listener LISTENs
@@ -29,6 +32,10 @@ from postkit.queue.protocol import checks as check
 from postkit.queue.records import UNFINISHED_STATES, JobResult
 
 T = TypeVar("T")
+
+FIRST_RECHECK = 0.002
+"""After a new wake-up request, a waiting worker looks for due jobs again after this many
+seconds, then after twice as long, and so on (see ``WorkListener.wait_for_work``)."""
 
 RESULT_POLL_INTERVAL = 1.0
 """How long a wait for a result goes at most without reading it again (seconds): a result
@@ -91,8 +98,18 @@ class AsyncWorkListener:
     async def wait_for_work(self, timeout: float = 5.0) -> bool:
         """Block until a job may be ready, or ``timeout`` seconds pass.
 
-        Returns at once when a job of these queues is already due. Otherwise waits for a
+        Requests a wake-up first (``postkit_queue.request_wakeup``: a push notifies only a
+        queue on which a worker asked, and only the first push after the request does), then
+        returns at once when a job of these queues is already due. Otherwise waits for a
         notification, but no longer than until the earliest delayed job falls due.
+
+        After a new request, the wait is cut into short ones, :data:`FIRST_RECHECK` seconds and
+        doubling, each followed by another look for due jobs. They find the jobs no
+        notification announces: one whose transaction read no request because it pushed
+        before the request was committed and commits after the look, and one committed while
+        the push that took the request is still in progress (a long transaction, or one that
+        rolls back). Such a job waits about as long as the worker had waited when it committed,
+        never the whole timeout.
 
         Returns:
             True when woken because a job may be ready (a notification, or a due job); False
@@ -101,14 +118,27 @@ class AsyncWorkListener:
             them), and the timeout is the fallback poll that still finds the job.
         """
         await self.listen()
-        due = await self._run(protocol.next_run_at(self._namespace, self._queues))
-        if due.seconds is not None and due.seconds <= 0:
-            return True
-        wait = timeout if due.seconds is None else min(timeout, due.seconds)
-        async for _ in self._connection.notifies(timeout=max(wait, 0.0), stop_after=1):
-            self.notifications += 1
-            return True
-        return wait < timeout
+        deadline = time.monotonic() + timeout
+        recheck = (
+            FIRST_RECHECK
+            if await self._run(protocol.request_wakeup(self._namespace, self._queues))
+            else timeout
+        )
+        while True:
+            due = await self._run(protocol.next_run_at(self._namespace, self._queues))
+            if due.seconds is not None and due.seconds <= 0:
+                return True
+            now = time.monotonic()
+            until = deadline if due.seconds is None else min(deadline, now + due.seconds)
+            wait_until = min(until, now + recheck)
+            recheck *= 2
+            async for _ in self._connection.notifies(
+                timeout=max(wait_until - now, 0.0), stop_after=1
+            ):
+                self.notifications += 1
+                return True
+            if wait_until >= until:
+                return until < deadline
 
     async def close(self) -> None:
         await self._connection.close()

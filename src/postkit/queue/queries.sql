@@ -200,6 +200,9 @@ FROM postkit_queue.outcomes_since(%(namespace)s, %(since)s::pg_catalog.timestamp
 SELECT postkit_queue.release(
     %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
+-- name: request_wakeup
+SELECT postkit_queue.request_wakeup(%(namespace)s, %(queues)s::pg_catalog.text[]) AS made;
+
 -- name: next_run_at
 SELECT postkit_queue.next_run_at(%(namespace)s, %(queues)s::pg_catalog.text[]) AS next_run_at,
        postkit_queue.clock() AS now;

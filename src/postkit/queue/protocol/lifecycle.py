@@ -160,6 +160,14 @@ def next_run_at(namespace: str, queues: list[str]) -> Call[NextDue]:
     )
 
 
+def request_wakeup(namespace: str, queues: list[str]) -> Call[bool]:
+    """Ask to be notified by the next transaction that makes a job of these queues ready (run
+    it in a transaction of its own, before the last look for jobs). True when it made a
+    request that was not there (see ``WorkListener.wait_for_work``)."""
+    params = check.base(namespace, queues=check.queue_list(queues))
+    return Call("request_wakeup", params, lambda rows: bool(rows[0]["made"]))
+
+
 def next_schedule_at(namespace: str) -> Call[NextDue]:
     """When the namespace's next active schedule falls due (None: it has none)."""
     return Call("next_schedule_at", check.base(namespace), read.next_due)

@@ -52,6 +52,18 @@ BEGIN
 END
 $$;
 
+-- The built-in defaults of a queue's policy that push reads without calling queue_policy. A
+-- SQL-standard function of one constant is inlined and folded into the statement that calls it.
+CREATE OR REPLACE FUNCTION postkit_queue.default_max_attempts()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+RETURN 20;
+
+CREATE OR REPLACE FUNCTION postkit_queue.default_max_payload_bytes()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+RETURN 1048576;
+
 -- A queue's policy: its settings row (queue_settings) over the built-in defaults: max_attempts
 -- 20, visibility timeout 30 s, backoff from 1 s to 1 h, not paused, completed jobs deleted at
 -- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB, results not
@@ -80,13 +92,14 @@ BEGIN
          concurrency, rate_limit, rate_period, group_concurrency, group_ordered
     FROM postkit_queue.queue_settings s
     WHERE s.namespace = p_namespace AND s.queue = p_queue;
-    max_attempts := coalesce(max_attempts, 20);
+    max_attempts := coalesce(max_attempts, postkit_queue.default_max_attempts());
     visibility_timeout := coalesce(visibility_timeout, interval '30 seconds');
     backoff_base := coalesce(backoff_base, interval '1 second');
     backoff_cap := coalesce(backoff_cap, interval '1 hour');
     paused := coalesce(paused, false);
     retain_dead := coalesce(retain_dead, interval '30 days');
-    max_payload_bytes := coalesce(max_payload_bytes, 1048576);
+    max_payload_bytes := coalesce(max_payload_bytes,
+                                  postkit_queue.default_max_payload_bytes());
     group_ordered := coalesce(group_ordered, false);
 END
 $$;
@@ -612,15 +625,66 @@ BEGIN
 END
 $$;
 
+-- request_wakeup: a worker about to wait for work on these queues asks to be notified by the
+-- next transaction that makes a job of one of them ready (notify, below). Call it before the
+-- last look for jobs (next_run_at), in a transaction of its own: the request must be committed
+-- before that look. Returns whether it made a request that was not there: only then may a
+-- transaction in progress have pushed without seeing one, and the worker looks again soon
+-- (WorkListener.wait_for_work). A request already made, or taken by a transaction still in
+-- progress (which notifies when it commits, or restores the request when it rolls back), is
+-- left as it is, so a worker that waits again before any push writes nothing. A lost request
+-- costs a fallback poll, never a job: its commit does not wait for the WAL flush.
+CREATE OR REPLACE FUNCTION postkit_queue.request_wakeup(p_namespace text, p_queues text[])
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now   timestamptz := postkit_queue.clock();
+    v_queue text;
+    v_made  boolean := false;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_queue_names(p_queues);
+    -- In name order: two workers inserting their first requests for the same queues wait for
+    -- each other in one order, never in a cycle.
+    FOR v_queue IN SELECT DISTINCT q.queue FROM unnest(p_queues) AS q(queue) ORDER BY 1 LOOP
+        PERFORM FROM postkit_queue.wakeups w
+        WHERE w.namespace = p_namespace AND w.queue = v_queue;
+        IF NOT FOUND THEN
+            INSERT INTO postkit_queue.wakeups (namespace, queue, requested_at)
+            VALUES (p_namespace, v_queue, v_now)
+            ON CONFLICT (namespace, queue) DO NOTHING;
+            v_made := true;
+            CONTINUE;
+        END IF;
+        PERFORM FROM postkit_queue.wakeups w
+        WHERE w.namespace = p_namespace AND w.queue = v_queue AND w.requested_at IS NULL
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE postkit_queue.wakeups w SET requested_at = v_now
+            WHERE w.namespace = p_namespace AND w.queue = v_queue;
+            v_made := true;
+        END IF;
+    END LOOP;
+    IF v_made THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    RETURN v_made;
+END
+$$;
+
 -- Every notification the schema raises goes through here, so that one place decides where
--- notifications are raised. A session may SET postkit_queue.notify = off (a bulk load, a
--- benchmark of the cost); waiting workers then find the jobs at their next fallback poll, and
--- waiters for results at their next read (every second). On Citus (distribute_on_citus gives
--- this function postkit_queue.placement = citus), a delegated call runs on a worker node, where
--- no listener is, and a NOTIFY there would fail the two-phase commit of a transaction that spans
--- nodes: only the coordinator notifies (docs/scaling.md).
+-- notifications are raised; it returns whether it raised one. A session may SET
+-- postkit_queue.notify = off (a bulk load, a benchmark of the cost); waiting workers then find
+-- the jobs at their next fallback poll, and waiters for results at their next read (every
+-- second). On Citus (distribute_on_citus gives this function postkit_queue.placement = citus),
+-- a delegated call runs on a worker node, where no listener is, and a NOTIFY there would fail
+-- the two-phase commit of a transaction that spans nodes: only the coordinator notifies
+-- (docs/scaling.md).
 CREATE OR REPLACE FUNCTION postkit_queue.send_notification(p_channel text, p_payload text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -629,22 +693,68 @@ BEGIN
        AND (current_setting('postkit_queue.placement', true) IS DISTINCT FROM 'citus'
             OR postkit_queue.on_citus_coordinator()) THEN
         PERFORM pg_notify(p_channel, p_payload);
+        RETURN true;
     END IF;
+    RETURN false;
 END
 $$;
 
--- Tell listeners of a queue that a job may be ready, when the current transaction commits.
--- PostgreSQL delivers identical notifications (same channel, same payload) of one transaction
--- once, so a transaction that pushes a thousand jobs to a queue sends one notification and takes
--- the commit-time notify lock once.
-CREATE OR REPLACE FUNCTION postkit_queue.notify(p_namespace text, p_queue text)
+-- Wake the workers waiting on a queue, when the current transaction commits: every change that
+-- makes a job ready calls it, after its write. It notifies only when a worker asked to be woken
+-- (request_wakeup, above), and only the transaction that takes the request (clears it) does.
+-- PostgreSQL holds NOTIFY's lock, one for the whole database, from the start of a notifying
+-- commit to its end, WAL flush included, so notifying commits run one at a time: 16 producers
+-- pushing a job each lost three quarters of their rate to it, and while workers drained, their
+-- queue on that lock fed itself (benchmarks/results/producers.md). Now a producer that finds no
+-- request (every worker busy, or one woken already) reads one row and commits as any
+-- transaction does, and each request costs one notifying commit.
+--
+-- The request is taken with SKIP LOCKED: a transaction that finds it taken by another still in
+-- progress leaves the notification to that one and never waits for it. If that one is long,
+-- or rolls back (which restores the request), the jobs committed meanwhile are found by the
+-- waiting worker's next look, which it makes sooner the sooner after its request
+-- (WorkListener.wait_for_work), as it finds those of a transaction that read no request
+-- because it pushed while the request was being made. A notification that cannot be raised
+-- here (notify = off, a Citus worker node) leaves the request for one that can.
+--
+-- A queue with a concurrency or group limit notifies without a request, as every change did
+-- before requests: its workers' look (next_run_at) leaves its ready jobs out, since the limit
+-- may hold them back, so it cannot find a job that no notification announced, and its
+-- listeners need the notifications sent while they were busy, which wait on their connection.
+-- p_held_back says whether the queue has such a limit, when the caller read it already (push
+-- reads the queue's settings row anyway); NULL: read it here.
+CREATE OR REPLACE FUNCTION postkit_queue.notify(
+    p_namespace text, p_queue text, p_held_back boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+    v_held_back boolean := p_held_back;
 BEGIN
-    PERFORM postkit_queue.send_notification(
-        postkit_queue.channel_name(p_namespace, p_queue), '');
+    -- A primary-key probe of wakeups.
+    PERFORM FROM postkit_queue.wakeups w
+    WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.requested_at IS NOT NULL
+    FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        IF postkit_queue.send_notification(
+                postkit_queue.channel_name(p_namespace, p_queue), '') THEN
+            UPDATE postkit_queue.wakeups w SET requested_at = NULL
+            WHERE w.namespace = p_namespace AND w.queue = p_queue;
+        END IF;
+        RETURN;
+    END IF;
+    IF v_held_back IS NULL THEN
+        SELECT s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered
+        INTO v_held_back
+        FROM postkit_queue.queue_settings s
+        WHERE s.namespace = p_namespace AND s.queue = p_queue;
+    END IF;
+    IF v_held_back THEN
+        PERFORM postkit_queue.send_notification(
+            postkit_queue.channel_name(p_namespace, p_queue), '');
+    END IF;
 END
 $$;
 
@@ -749,7 +859,7 @@ BEGIN
             FROM postkit_queue.queue_settings s
             WHERE s.namespace = p_namespace AND s.queue = v_queue;
             IF v_limited THEN
-                PERFORM postkit_queue.notify(p_namespace, v_queue);
+                PERFORM postkit_queue.notify(p_namespace, v_queue, true);
             END IF;
         END IF;
     END LOOP;

@@ -30,6 +30,16 @@
 -- A delay is at most 3650 days, said in days because '10 years' compares as 3600 of them.
 -- p_trace_context is the producer's trace context (check_trace_context), kept with the job.
 -- p_group_key puts the job in a group of its queue, for the queue's group limits (flow.sql).
+--
+-- A push runs inside the application's own transaction, so its cost is the application's:
+-- the common push (no delay, attempts, key or backoff of its own) is three statements, each
+-- planned once per session: a primary-key probe of the queue's settings row (its max_attempts,
+-- payload limit and flow limits), the INSERT, and a primary-key probe of wakeups (notify's,
+-- which it calls only when a worker waits or the queue's limits need it). The names of a queue
+-- that has a settings row were checked when the row was written (every function that writes
+-- one checks them, and no caller may write the table), so only a push to a queue without one
+-- pays for check_name's regular expressions. Any other call, and any call that fails a check,
+-- takes the second path, where each check raises its precise error.
 CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_namespace    text,
     p_queue        text,
@@ -48,34 +58,61 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_now    timestamptz := postkit_queue.clock();
-    v_id     bigint;
-    v_policy record;
+    v_now          timestamptz;
+    v_id           bigint;
+    v_policy       record;
+    v_max_attempts integer;
+    v_max_payload  integer;
+    v_held_back    boolean;  -- a concurrency or group limit (notify)
 BEGIN
-    -- The common push (two names, a payload, a priority, perhaps a trace context, no other
-    -- option) passes in one expression; anything else goes through every check, which raise
-    -- the precise error.
-    IF NOT coalesce(postkit_queue.is_name(p_namespace) AND postkit_queue.is_name(p_queue)
-                    AND p_payload IS NOT NULL AND p_priority BETWEEN -32768 AND 32767
-                    AND p_delay IS NULL
-                    AND p_max_attempts IS NULL AND p_unique_key IS NULL
-                    AND p_backoff_base IS NULL AND p_backoff_cap IS NULL
-                    AND (p_trace_context IS NULL
-                         OR postkit_queue.is_trace_context(p_trace_context))
-                    AND (p_group_key IS NULL OR postkit_queue.is_name(p_group_key)), false) THEN
-        PERFORM postkit_queue.check_name('namespace', p_namespace, true);
-        PERFORM postkit_queue.check_name('queue', p_queue, true);
-        PERFORM postkit_queue.check_name('unique_key', p_unique_key, false);
-        PERFORM postkit_queue.check_name('group_key', p_group_key, false);
-        PERFORM postkit_queue.check_priority(p_priority);
-        PERFORM postkit_queue.check_max_attempts(p_max_attempts);
-        PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '3650 days');
-        PERFORM postkit_queue.check_duration('backoff_base', p_backoff_base, false,
-                                             interval '1 day');
-        PERFORM postkit_queue.check_duration('backoff_cap', p_backoff_cap, false,
-                                             interval '30 days');
-        PERFORM postkit_queue.check_trace_context('trace_context', p_trace_context);
+    SELECT s.max_attempts, s.max_payload_bytes,
+           s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered
+    INTO v_max_attempts, v_max_payload, v_held_back
+    FROM postkit_queue.queue_settings s
+    WHERE s.namespace = p_namespace AND s.queue = p_queue;
+    -- A payload straight from the client is never compressed, and then pg_column_size is
+    -- payload_size.
+    IF (FOUND OR coalesce(postkit_queue.is_name(p_namespace)
+                          AND postkit_queue.is_name(p_queue), false))
+       AND p_payload IS NOT NULL AND p_priority BETWEEN -32768 AND 32767
+       AND p_delay IS NULL AND p_max_attempts IS NULL AND p_unique_key IS NULL
+       AND p_backoff_base IS NULL AND p_backoff_cap IS NULL
+       AND (p_trace_context IS NULL
+            OR coalesce(postkit_queue.is_trace_context(p_trace_context), false))
+       AND (p_group_key IS NULL OR coalesce(postkit_queue.is_name(p_group_key), false))
+       AND pg_column_compression(p_payload) IS NULL
+       AND pg_column_size(p_payload)
+           <= coalesce(v_max_payload, postkit_queue.default_max_payload_bytes())
+       AND coalesce(current_setting('postkit_queue.clock_offset', true), '') = '' THEN
+        v_now := statement_timestamp();  -- clock(), without a test's offset
+        INSERT INTO postkit_queue.jobs AS j (
+            namespace, queue, payload, priority, run_at, max_attempts, created_at,
+            trace_context, group_key)
+        VALUES (
+            p_namespace, p_queue, p_payload, p_priority, v_now,
+            coalesce(v_max_attempts, postkit_queue.default_max_attempts()), v_now, p_trace_context,
+            p_group_key)
+        RETURNING j.id INTO v_id;
+        -- notify's first probe, here, so that a push no worker waits for calls nothing more.
+        PERFORM FROM postkit_queue.wakeups w
+        WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.requested_at IS NOT NULL;
+        IF FOUND OR v_held_back THEN
+            PERFORM postkit_queue.notify(p_namespace, p_queue, coalesce(v_held_back, false));
+        END IF;
+        RETURN v_id;
     END IF;
+
+    v_now := postkit_queue.clock();
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_name('unique_key', p_unique_key, false);
+    PERFORM postkit_queue.check_name('group_key', p_group_key, false);
+    PERFORM postkit_queue.check_priority(p_priority);
+    PERFORM postkit_queue.check_max_attempts(p_max_attempts);
+    PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '3650 days');
+    PERFORM postkit_queue.check_duration('backoff_base', p_backoff_base, false, interval '1 day');
+    PERFORM postkit_queue.check_duration('backoff_cap', p_backoff_cap, false, interval '30 days');
+    PERFORM postkit_queue.check_trace_context('trace_context', p_trace_context);
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     PERFORM postkit_queue.check_payload(p_queue, p_payload, v_policy.max_payload_bytes);
 

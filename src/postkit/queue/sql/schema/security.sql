@@ -576,7 +576,7 @@ BEGIN
     PERFORM postkit_queue.write_tenant_access();
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
                                    'queue_stats', 'queue_settings', 'flow_state', 'schedules',
-                                   'workers'] LOOP
+                                   'workers', 'wakeups'] LOOP
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);
@@ -601,7 +601,7 @@ WITH listed (name, access) AS (VALUES
     ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
     ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),
     ('extend_visibility', 'worker'), ('release', 'worker'), ('tick_timeouts', 'worker'),
-    ('next_run_at', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
+    ('next_run_at', 'worker'), ('request_wakeup', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
     ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
     ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),
     ('dead_letters', 'worker'), ('search_dead_letters', 'worker'),

@@ -236,6 +236,19 @@ CREATE TABLE postkit_queue.flow_state (
     PRIMARY KEY (namespace, queue)
 );
 
+-- Wake-up requests: the queues on which a worker waits for a notification. A worker about to
+-- wait sets requested_at (request_wakeup), and the first transaction that makes a job of the
+-- queue ready takes the request: it clears it and notifies (notify, helpers.sql). So while
+-- every worker is busy, a push reads one row here, writes nothing and notifies nothing, and
+-- its commit never queues for NOTIFY's database-wide lock. A row per queue that ever had a
+-- waiting worker; the updates are HOT (no indexed column changes), hence the free space.
+CREATE TABLE postkit_queue.wakeups (
+    namespace    text        NOT NULL,
+    queue        text        NOT NULL,
+    requested_at timestamptz,
+    PRIMARY KEY (namespace, queue)
+) WITH (fillfactor = 50);
+
 -- Recurring jobs: a schedule pushes a job to a queue on a 5-field cron expression in a time
 -- zone, or every fixed interval. The SDK computes each next run time (croniter); the database
 -- owns which schedules are due and fires each due run exactly once, however many tickers run.

@@ -1,0 +1,15 @@
+-- Migration 26: a push notifies only a worker that waits (issue 27). A worker about to wait
+-- requests a wake-up for its queues (request_wakeup, wakeups), and the first transaction that
+-- makes a job of the queue ready takes the request and notifies (notify); the others notify
+-- nobody, so their commits no longer queue for NOTIFY's database-wide lock. send_notification
+-- returns whether it notified, and notify takes whether the queue's flow limits hold jobs back,
+-- so their old signatures go before the current functions are defined.
+DROP FUNCTION IF EXISTS postkit_queue.send_notification(text, text);
+DROP FUNCTION IF EXISTS postkit_queue.notify(text, text);
+CREATE TABLE postkit_queue.wakeups (
+    namespace    text        NOT NULL,
+    queue        text        NOT NULL,
+    requested_at timestamptz,
+    PRIMARY KEY (namespace, queue)
+) WITH (fillfactor = 50);
+-- schema: 2947603c8360ddb8
