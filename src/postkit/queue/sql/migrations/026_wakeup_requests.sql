@@ -12,4 +12,4 @@ CREATE TABLE postkit_queue.wakeups (
     requested_at timestamptz,
     PRIMARY KEY (namespace, queue)
 ) WITH (fillfactor = 50);
--- schema: 2947603c8360ddb8
+-- schema: e804daccfb8f57ac

@@ -712,8 +712,8 @@ $$;
 -- The request is taken with SKIP LOCKED: a transaction that finds it taken by another still in
 -- progress leaves the notification to that one and never waits for it. If that one is long,
 -- or rolls back (which restores the request), the jobs committed meanwhile are found by the
--- waiting worker's next look, which it makes sooner the sooner after its request
--- (WorkListener.wait_for_work), as it finds those of a transaction that read no request
+-- waiting worker's next look (WorkListener.wait_for_work: after a new request it looks again
+-- 2 ms later, then 4, 8...). The same looks find the job of a transaction that read no request
 -- because it pushed while the request was being made. A notification that cannot be raised
 -- here (notify = off, a Citus worker node) leaves the request for one that can.
 --
