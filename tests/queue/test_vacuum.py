@@ -118,3 +118,22 @@ def test_a_worker_vacuums_the_jobs_table_after_draining_a_burst(
         worker.stop()
         thread.join(30)
     assert worker.stats.processed == 6000
+
+
+def test_a_vacuum_keeps_the_empty_pages_of_a_drained_backlog_so_it_never_locks_out_pushes(
+    session: psycopg.Connection,
+) -> None:
+    """Cutting them off would take ACCESS EXCLUSIVE on the jobs table, which every push and
+    claim waits for."""
+    session.execute(
+        "SELECT count(*) FROM postkit_queue.push_batch('drained', 'q',"
+        " (SELECT jsonb_agg(g) FROM generate_series(1, 5000) AS g))"
+    )
+    session.execute("DELETE FROM postkit_queue.jobs WHERE namespace = 'drained'")
+    size = "SELECT pg_relation_size('postkit_queue.jobs')"
+    before = session.execute(size).fetchone()
+
+    JobsVacuum(threshold=0).vacuum_if_due(session)
+
+    assert before is not None and before[0] > 0
+    assert session.execute(size).fetchone() == before

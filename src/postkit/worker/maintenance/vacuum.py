@@ -16,8 +16,10 @@ So each worker runs this service, next to retention on a connection of their own
 so a large table is vacuumed no more than 5% of the time. A role that may not vacuum the table
 (not its owner; from PostgreSQL 17, no MAINTAIN privilege) leaves it to autovacuum: the service
 logs that once and runs no more. VACUUM never blocks claims, pushes or acks (it takes SHARE
-UPDATE EXCLUSIVE, which row changes do not conflict with), and while a long transaction holds
-the horizon back it can remove nothing, which is why the wait also grows with its cost.
+UPDATE EXCLUSIVE, which row changes do not conflict with, and the table's vacuum_truncate =
+false keeps it from cutting off empty pages under ACCESS EXCLUSIVE), and while a long
+transaction holds the horizon back it can remove nothing, which is why the wait also grows
+with its cost.
 """
 
 from __future__ import annotations

@@ -52,7 +52,13 @@ CREATE TABLE postkit_queue.jobs (
     autovacuum_vacuum_scale_factor = 0.01,
     autovacuum_vacuum_threshold = 1000,
     autovacuum_analyze_scale_factor = 0.02,
-    autovacuum_vacuum_cost_delay = 0
+    autovacuum_vacuum_cost_delay = 0,
+    -- A VACUUM that finds empty pages at the table's end (a drained backlog) would cut them off
+    -- under an ACCESS EXCLUSIVE lock, which stops every push and claim while it lasts: with 64
+    -- producers pushing while workers drained, the worker's vacuum service sat in that phase
+    -- (Timeout:VacuumTruncate) and the producers' commit tail grew. The pages stay, and the
+    -- next pushes fill them.
+    vacuum_truncate = false
 );
 
 -- Serves pull: one range scan over the pending rows of one (namespace, queue) in pull order.
