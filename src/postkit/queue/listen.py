@@ -100,7 +100,8 @@ class WorkListener:
         """Block until a job may be ready, or ``timeout`` seconds pass.
 
         Requests a wake-up first (``postkit_queue.request_wakeup``: a push notifies only a
-        queue on which a worker asked, and only the first push after the request does), then
+        queue on which a worker asked, and only the first push after the request does; a queue
+        with a concurrency or group limit notifies at every change), then
         returns at once when a job of these queues is already due. Otherwise waits for a
         notification, but no longer than until the earliest delayed job falls due.
 
