@@ -7,7 +7,7 @@
     python -m benchmarks flow [--dsn DSN] [--quick]
     python -m benchmarks sql-costs [--dsn DSN] [--runs N]
     python -m benchmarks claim-layouts [--dsn DSN] [--runs N]
-    python -m benchmarks producers [--dsn DSN] [--quick] [--runs N]
+    python -m benchmarks producers [--dsn DSN] [--quick] [--runs N] [--oban-python PATH]
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy and RQ (on Redis) on the same server (install them with
@@ -387,6 +387,11 @@ def main() -> None:
         action="store_true",
         help="replace only the measured workloads' numbers in the existing result file",
     )
+    producer = parser.add_argument_group("producers")
+    producer.add_argument(
+        "--oban-python",
+        help="a Python 3.12+ with oban installed, to measure Oban's insert beside Postkit's push",
+    )
     dashboard = parser.add_argument_group("dashboard-reads")
     dashboard.add_argument(
         "--calls", type=int, default=21, help="timed calls of each read (default 21)"
@@ -424,7 +429,11 @@ def main() -> None:
         args.runs = 1 if args.quick else 3
     if args.which == "producers":
         text = producers.run(
-            args.dsn, quick=args.quick, runs=args.runs, command=suite.command_line()
+            args.dsn,
+            quick=args.quick,
+            runs=args.runs,
+            command=suite.command_line(),
+            oban_python=args.oban_python,
         )
         name = "producers-quick" if args.quick else "producers"
         print(text, f"-> {write_result(name, text)}", sep="\n")

