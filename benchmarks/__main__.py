@@ -2,6 +2,7 @@
 
     python -m benchmarks run [--quick|--long] [--only LIB,...] [--workloads W1,...] [--runs N]
                              [--dsn DSN] [--no-also-autovacuum-off] [--every-library]
+                             [--oban-python PATH]
     python -m benchmarks [latency|notify|roundtrip|all] [--dsn DSN] [--runs N]
     python -m benchmarks dashboard-reads [--dsn DSN] [--calls N] [--jobs N] [--dead N] [--no-http]
     python -m benchmarks flow [--dsn DSN] [--quick]
@@ -10,12 +11,14 @@
     python -m benchmarks producers [--dsn DSN] [--quick] [--runs N] [--oban-python PATH]
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
-procrastinate, Chancy and RQ (on Redis) on the same server (install them with
-``pip install -e '.[bench]'``) and writes comparison.md, comparison.png and comparison.json to
-benchmarks/results/ (``comparison-quick.*`` with ``--quick``). Without ``--dsn`` it starts a
-PostgreSQL cluster of its own with default settings (benchmarks/cluster.py; POSTKIT_DSN and
-DATABASE_URL do not apply to ``run``), and then a second one with autovacuum off for the
-sustained drain's second column. ``--quick`` is a smoke run (small counts, no sweep, one
+procrastinate, Chancy, RQ (on Redis), awa and DBOS on the same server (install them with
+``pip install -e '.[bench]'``), and Oban for Python with ``--oban-python PATH`` (a Python 3.12+
+where ``oban`` is installed), and writes comparison.md, comparison.png and comparison.json to
+benchmarks/results/ (``comparison-quick.*`` with ``--quick``). Its ``producers`` workload runs
+``producers`` (below) in the same run and puts its tables in comparison.md. Without ``--dsn``
+it starts a PostgreSQL cluster of its own with default settings (benchmarks/cluster.py;
+POSTKIT_DSN and DATABASE_URL do not apply to ``run``), and then a second one with autovacuum
+off for the sustained drain's second column. ``--quick`` is a smoke run (small counts, no sweep, one
 cluster); the default is the full preset (benchmarks/workloads.py ``FULL``, about 25 minutes
 on 2 cores) and ``--long`` adds a 5,000,000-job backlog and 5 minutes of endurance.
 ``latency``, ``notify`` and ``roundtrip`` are Postkit's own micro-benchmarks;
@@ -63,7 +66,7 @@ from benchmarks import (
     suite,
     workloads,
 )
-from benchmarks.adapters import LIBRARIES
+from benchmarks.adapters import LIBRARIES, oban
 from benchmarks.cluster import OwnedCluster
 from benchmarks.common import Spread, database, environment, write_result
 from postkit.embedded import resolve_dsn
@@ -162,7 +165,12 @@ def run_roundtrip(dsn: str, runs: int) -> str:
 
 
 def run_comparison(args: argparse.Namespace) -> int:
-    libraries = _choices(args.only, LIBRARIES, "--only")
+    if args.oban_python:
+        os.environ[oban.PYTHON_VARIABLE] = args.oban_python
+    every = LIBRARIES if args.oban_python else tuple(lib for lib in LIBRARIES if lib != "oban")
+    libraries = _choices(args.only, every, "--only")
+    if "oban" in libraries and not args.oban_python:
+        raise SystemExit("--only oban: Oban needs --oban-python PATH (Python 3.12+ with oban)")
     selected = _choices(args.workloads, suite.WORKLOADS, "--workloads")
     scale = workloads.QUICK if args.quick else workloads.LONG if args.long else workloads.FULL
     overrides = {
@@ -204,6 +212,15 @@ def run_comparison(args: argparse.Namespace) -> int:
             _configs(result),
             None,
             runs=args.off_runs,
+        )
+    if "producers" in selected:
+        log.info("the producer's transaction (benchmarks/producers.py), on a cluster of its own")
+        result["producers"] = producers.run(
+            args.dsn,
+            quick=args.quick,
+            runs=args.runs,
+            command=suite.command_line(),
+            oban_python=args.oban_python,
         )
     paths = [suite.save(result, name), *report.write(result, name)]
     print(report.markdown(result))
@@ -387,10 +404,11 @@ def main() -> None:
         action="store_true",
         help="replace only the measured workloads' numbers in the existing result file",
     )
-    producer = parser.add_argument_group("producers")
+    producer = parser.add_argument_group("producers (and run)")
     producer.add_argument(
         "--oban-python",
-        help="a Python 3.12+ with oban installed, to measure Oban's insert beside Postkit's push",
+        help="a Python 3.12+ with oban installed: Oban's insert beside Postkit's push, and (run)"
+        " Oban for Python among the libraries",
     )
     dashboard = parser.add_argument_group("dashboard-reads")
     dashboard.add_argument(

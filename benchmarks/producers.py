@@ -44,6 +44,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import adapters, pg
+from benchmarks.adapters import oban
 from benchmarks.cluster import OwnedCluster
 from benchmarks.common import Spread, environment, percentile
 from benchmarks.floor import _pgbench, pgbench_path
@@ -158,25 +159,10 @@ def _procrastinate_enqueue(dsn: str) -> str:
 ENQUEUES = {"pgqueuer": _pgqueuer_enqueue, "procrastinate": _procrastinate_enqueue}
 
 
-def _in_python(python: str, code: str) -> str:
-    """What ``code`` prints, run by the interpreter ``python``."""
-    return subprocess.run(
-        [python, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-
-
-def _oban_query(python: str, name: str) -> str:
-    """One of Oban's bundled queries, as Oban loads it (its ``Query._load_file``, the tables
-    named in the ``public`` prefix), from ``python``: Oban for Python needs Python 3.12+."""
-    return _in_python(python, f"from oban._query import Query; print(Query._load_file({name!r}))")
-
-
 def _install_oban(python: str, dsn: str) -> tuple[str, str]:
     """Oban's schema in ``dsn`` (its install.sql), and its version and ``Oban.insert`` of one
     job: its insert_job.sql, the job's fields written in as constants."""
-    version = _in_python(python, "import importlib.metadata as m; print(m.version('oban'))").strip()
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(_oban_query(python, "install.sql").encode())
+    oban.install(python, dsn)
     values = {
         "args": "'{\"customer\": 1}'::jsonb",
         "inserted_at": "NULL::timestamp",
@@ -189,7 +175,7 @@ def _install_oban(python: str, dsn: str) -> tuple[str, str]:
         "tags": "'{}'",
         "worker": "'bench.Bench'",
     }
-    return version, _oban_query(python, "insert_job.sql") % values
+    return oban.version(python), oban.query(python, "insert_job.sql") % values
 
 
 class Bench:

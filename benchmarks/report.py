@@ -301,6 +301,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     lines += _headline(report)
+    lines += _cpu_section(report)
     lines += ["", "## Enqueue and idle latency", ""]
     lines += _enqueue_table(report)
     lines += _curves(report)
@@ -315,6 +316,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         *targets_table(report),
     ]
+    lines += _producers_section(report)
     lines += _sweep_section(report)
     lines += _settings_section(report, off)
     lines += _workload_notes(report)
@@ -413,6 +415,45 @@ def _headline(report: dict[str, Any]) -> list[str]:
             "during a drain.",
         ]
     return lines
+
+
+def _cpu_section(report: dict[str, Any]) -> list[str]:
+    """Where a job's time goes in the sustained drain: the worker processes' CPU and the
+    server's, per job, against the wall time per job the machine's cores give."""
+    libraries: dict[str, dict[str, Any]] = report["libraries"]
+    cores = int(report["meta"].get("cores", 1))
+    rows = []
+    for name, library in libraries.items():
+        rate = _median(report, name, "drain_sustained")
+        client = _median(report, name, "cpu_client_us")
+        if not rate or client is None:
+            continue
+        server = _median(report, name, "cpu_server_us")
+        wall = 1e6 / rate
+        total = client + (server or 0.0)
+        rows.append(
+            f"| {_title(name, library)} | {rate:,.0f} | {wall:,.1f} | {client:,.1f} | "
+            + (f"{server:,.1f}" if server is not None else "-")
+            + f" | {total / (wall * cores):.0%} |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "## Where a job's time goes (W1s)",
+        "",
+        "CPU time per job over the sustained drain's span, read from /proc: the worker "
+        "processes' (user and system, children included) and the server's (the postmaster and "
+        f"every process under it: backends, WAL writer, checkpointer, autovacuum). On {cores} "
+        "cores the wall time per job is cores x that of a CPU second: the last column is the "
+        "share of the machine the two use; the rest is waiting (round trips, locks, I/O, "
+        "the harness's polls).",
+        "",
+        "| library | jobs/s | wall us per job | worker CPU us per job | server CPU us per job "
+        "| machine busy |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def _enqueue_table(report: dict[str, Any]) -> list[str]:
@@ -625,6 +666,18 @@ def _floor_section(report: dict[str, Any]) -> list[str]:
             "(the listener's, its claim's round trip, the handler thread's).",
         ]
     return lines
+
+
+def _producers_section(report: dict[str, Any]) -> list[str]:
+    """The producer's transaction (benchmarks/producers.py's report, its headings one level
+    down), measured in the same run on a cluster of its own."""
+    text: str | None = report.get("producers")
+    if not text:
+        return []
+    lines = text.strip().splitlines()
+    lines[0] = "## The producer's transaction (on a cluster of its own, in the same run)"
+    lines[1:] = [f"#{line}" if line.startswith("#") else line for line in lines[1:]]
+    return ["", *lines]
 
 
 def _sweep_section(report: dict[str, Any]) -> list[str]:

@@ -28,7 +28,10 @@ from benchmarks.common import RESULTS
 
 log = logging.getLogger("benchmarks")
 
-WORKLOADS = ("W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor")
+WORKLOADS = ("W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor", "producers")
+SERVER_WORKLOADS = ("floor", "producers")
+"""Workloads of the server rather than of a library: pgbench's floor, and the producer's
+transaction (benchmarks/producers.py, run by ``run_comparison`` on a cluster of its own)."""
 
 PRESET_LIMITS: dict[str, tuple[str, ...]] = {
     "W3": ("postkit", "pgqueuer"),
@@ -65,6 +68,7 @@ def run(
             "command": command,
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
             "machine": f"{platform.node()}: {os.cpu_count()} cores, Linux {platform.release()}",
+            "cores": os.cpu_count(),
             "python": platform.python_version(),
             "server": server,
             "settings": pg.server_settings(server_dsn),
@@ -94,7 +98,8 @@ def run(
             wanted = [
                 workload
                 for workload in selected
-                if workload != "floor" and name in (limits or {}).get(workload, (name,))
+                if workload not in SERVER_WORKLOADS
+                and name in (limits or {}).get(workload, (name,))
             ]
             report["libraries"][name] = run_library(
                 load(name)(server_dsn),
@@ -106,7 +111,9 @@ def run(
                 (chosen or {}).get(name),
             )
             report["libraries"][name]["skipped"] = [
-                workload for workload in selected if workload not in wanted and workload != "floor"
+                workload
+                for workload in selected
+                if workload not in wanted and workload not in SERVER_WORKLOADS
             ]
     finally:
         if bench_floor is not None:
@@ -265,7 +272,7 @@ WORKLOAD_METRICS = {
         "drain_burst",
         "commits_per_job",
     ),
-    "W1s": ("drain_sustained",),
+    "W1s": ("drain_sustained", "cpu_"),
     "W2": ("latency_",),
     "W3": ("drain_backlog",),
     "W4": ("endurance_", "storage_", "dead_tuples_end", "peak_rss_mb", "rss_"),
@@ -301,8 +308,9 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             for what, message in library["errors"].items():
                 if what.split("@")[0] == workload:
                     target["errors"][what] = message
-    if "floor" in new:
-        old["floor"] = new["floor"]
+    for workload in SERVER_WORKLOADS:
+        if workload in new:
+            old[workload] = new[workload]
     return old
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import socket
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import pg
-from benchmarks.adapters import Adapter, WorkerConfig, Workers
+from benchmarks.adapters import Adapter, WorkerConfig, Workers, children
 from benchmarks.common import percentile
 from benchmarks.floor import Floor
 
@@ -169,11 +170,15 @@ class Vacuumer:
 
 @dataclass(frozen=True)
 class Drained:
-    """A timed drain: the rate, how many jobs it covered, and whether it hit the time cap."""
+    """A timed drain: the rate, how many jobs it covered, and whether it hit the time cap;
+    and, over the same span, the CPU the worker processes and the server's processes used,
+    in microseconds per job (None where not measured: a backend other than PostgreSQL)."""
 
     rate: float
     jobs: int
     capped: bool
+    client_us: float | None = None
+    server_us: float | None = None
 
 
 def drain(
@@ -187,16 +192,21 @@ def drain(
     of recording completions late (Chancy flushes them once a second)."""
     target = total - (jobs if jobs is not None else total)
     samples: list[tuple[float, int, int]] = []
+    cpu: list[tuple[float, float]] = []
+    server = adapter.server_pid()
     stalled_after = time.perf_counter() + 120  # nothing claimed by then: give up
     start: float | None = None
+    first = 0
     while True:
         asked = time.perf_counter()
         unclaimed, unfinished = adapter.progress()
         spent = time.perf_counter() - asked
         samples.append((asked, unclaimed, unfinished))
+        cpu.append((cpu_seconds(workers.pids()), cpu_seconds(_tree(server)) if server else 0.0))
         if start is None and unclaimed < total:
-            before = [at for at, unclaimed, _ in samples if unclaimed >= total]
-            start = before[-1] if before else workers.started_at
+            before = [i for i, (_, unclaimed, _) in enumerate(samples) if unclaimed >= total]
+            first = before[-1] if before else 0
+            start = samples[first][0] if before else workers.started_at
         if unfinished <= target:
             break
         if start is not None and asked - start > cap:
@@ -208,9 +218,37 @@ def drain(
         time.sleep(min(0.5, max(0.02, 5 * spent)))
     assert start is not None
     end, _, unfinished = samples[-1]
+    done = max(1, total - unfinished)
     return Drained(
-        (total - unfinished) / max(end - start, 1e-6), total - unfinished, unfinished > target
+        (total - unfinished) / max(end - start, 1e-6),
+        total - unfinished,
+        unfinished > target,
+        (cpu[-1][0] - cpu[first][0]) / done * 1e6,
+        (cpu[-1][1] - cpu[first][1]) / done * 1e6 if server else None,
     )
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU the processes ``pids`` have used so far (those that ended are
+    not counted: a drain's processes live until it is read)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / _TICK
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its children: a postmaster and the server's processes (backends,
+    autovacuum, the WAL writer, the checkpointer...)."""
+    return [pid, *children(pid)]
 
 
 def fresh(adapter: Adapter) -> None:
@@ -300,7 +338,12 @@ def w1s(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float
     """Sustained: a large backlog (preloaded with the library's bulk path; W1 already times
     batch enqueue) drained to the end, or for ``drain_cap`` seconds."""
     drained = preloaded_drain(adapter, config, scale, scale.w1s_jobs)
-    return {"drain_sustained": drained.rate, "drain_sustained_jobs": drained.jobs}
+    result = {"drain_sustained": drained.rate, "drain_sustained_jobs": drained.jobs}
+    if drained.client_us is not None:
+        result["cpu_client_us"] = drained.client_us
+    if drained.server_us is not None:
+        result["cpu_server_us"] = drained.server_us
+    return result
 
 
 def reachable(jobs: int, rate: float | None, scale: Scale) -> int:

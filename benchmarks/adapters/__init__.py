@@ -28,7 +28,17 @@ import psycopg
 
 from benchmarks import pg
 
-LIBRARIES = ("postkit", "postkit_defaults", "pgqueuer", "procrastinate", "chancy", "rq")
+LIBRARIES = (
+    "postkit",
+    "postkit_defaults",
+    "pgqueuer",
+    "procrastinate",
+    "chancy",
+    "rq",
+    "awa",
+    "dbos",
+    "oban",
+)
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,16 @@ class Adapter(ABC):
 
     def version(self) -> str:
         return importlib.metadata.version(self.distribution)
+
+    def server_pid(self) -> int | None:
+        """The postmaster's pid, when the server runs on this machine (its processes' CPU is
+        then read from /proc); None for another backend or a remote server."""
+        if self.backend != "PostgreSQL":
+            return None
+        row = self._monitor().execute("SELECT pg_backend_pid()").fetchone()
+        self.monitor_transactions += 1
+        assert row is not None
+        return _parent(int(row[0]))
 
     def describe_backend(self) -> dict[str, str]:
         """Facts about a non-PostgreSQL backend for the report (PostgreSQL's are shared)."""
@@ -331,7 +351,7 @@ class CommandWorkers(Workers):
         while pending:
             pid = pending.pop()
             found.append(pid)
-            pending += _children(pid)
+            pending += children(pid)
         return found
 
     def log_tail(self) -> str:
@@ -364,7 +384,7 @@ def _command_line(pid: int) -> list[str]:
         return []
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     found: list[int] = []
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
@@ -388,6 +408,18 @@ def _status_bytes(pid: int, field: str) -> int:
     return 0
 
 
+def _parent(pid: int) -> int | None:
+    """The parent of the process ``pid``, if it runs on this machine."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("PPid:"):
+                    return int(line.split()[1]) or None
+    except OSError:
+        pass
+    return None
+
+
 def load(name: str) -> type[Adapter]:
     """The adapter class of ``name`` (one of :data:`LIBRARIES`)."""
     if name not in LIBRARIES:
@@ -404,5 +436,6 @@ __all__ = [
     "CommandWorkers",
     "WorkerConfig",
     "Workers",
+    "children",
     "load",
 ]
