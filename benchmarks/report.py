@@ -560,6 +560,7 @@ def _endurance_section(report: dict[str, Any]) -> list[str]:
         ("rss_start_mb", "W4 worker RSS after 10% (MB)", 0),
         ("rss_end_mb", "W4 worker RSS at end (MB)", 0),
         ("peak_rss_mb", "W4 worker peak RSS (MB)", 0),
+        ("endurance_snapshot", "W4 jobs/s, a snapshot held", 0),
         ("held_without", "W5 jobs/s", 0),
         ("held_with", "W5 jobs/s, xmin held", 0),
         ("held_dead_tuples", "W5 dead tuples, held", 0),
@@ -598,7 +599,38 @@ def _endurance_section(report: dict[str, Any]) -> list[str]:
             + " |"
         )
     lines += _transactional_note(report)
+    lines += _timeline(report)
     return lines
+
+
+def _timeline(report: dict[str, Any]) -> list[str]:
+    """W4's throughput in each tenth of its time."""
+    rows = [
+        f"| {_title(name, library)} | "
+        + " | ".join(cell(library, f"endurance_decile_{k}") for k in range(1, 11))
+        + " |"
+        for name, library in report["libraries"].items()
+        if spread(library, "endurance_decile_1")
+    ]
+    if not rows:
+        return []
+    held = report["meta"]["scale"].get("snapshot_seconds", 0)
+    return [
+        "",
+        "W4's throughput over time, jobs/s in each tenth of its time"
+        + (
+            f"; a reader held one snapshot (REPEATABLE READ) for {held:.0f} s from the start of "
+            "its middle phase (after the first tenth of the jobs), the rate while it held it "
+            "in the column above"
+            if held
+            else ""
+        )
+        + ":",
+        "",
+        "| library | " + " | ".join(f"{k}0%" for k in range(1, 11)) + " |",
+        "|---" * 11 + "|",
+        *rows,
+    ]
 
 
 def _transactional_note(report: dict[str, Any]) -> list[str]:

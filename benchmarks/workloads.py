@@ -8,6 +8,7 @@ interval adapts to the cost of the count (five times its duration, 20 ms to 0.5 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import math
@@ -57,6 +58,9 @@ class Scale:
     """Longest pgbench's single insert runs after each single enqueue (W1)."""
     process_counts: tuple[int, ...] = (1, 2, 4, 8)
     """The processes curve: the chosen configuration's drain at each process count."""
+    snapshot_seconds: float = 0.0
+    """W4: how long a reader holds a snapshot from the start of its middle phase (0: none),
+    so that no VACUUM can remove what the workers delete meanwhile."""
     vacuum_every: float = 0.0
     """Seconds between VACUUMs of the library's database while workers run (0: never); the
     suite sets it when the server's autovacuum is off, to stand in for it."""
@@ -83,7 +87,9 @@ LONG = Scale(
     **{
         **vars(FULL),
         "backlogs": (1_000_000, 5_000_000),
-        "endurance_seconds": 300.0,
+        # 10,000,000 jobs through at the least, with a snapshot held for 60 s.
+        "endurance_seconds": 3600.0,
+        "snapshot_seconds": 60.0,
         "held_seconds": 60.0,
     }
 )
@@ -504,6 +510,34 @@ class Steady:
 
     samples: list[tuple[float, int]]
 
+    @classmethod
+    def joined(cls, *parts: Steady) -> Steady:
+        """One timeline of consecutive phases, jobs counted from the first's start."""
+        samples: list[tuple[float, int]] = []
+        for part in parts:
+            offset = samples[-1][1] if samples else 0
+            samples += [(at, offset + done) for at, done in part.samples]
+        return cls(samples)
+
+    def between(self, start: float, end: float) -> float:
+        """Jobs per second between the times ``start`` and ``end`` (jobs done at a time
+        between two samples interpolated linearly)."""
+        return (self._done_at(end) - self._done_at(start)) / max(end - start, 1e-6)
+
+    def _done_at(self, at: float) -> float:
+        times = [sample[0] for sample in self.samples]
+        after = min(max(bisect.bisect_right(times, at), 1), len(times) - 1)
+        (t0, d0), (t1, d1) = self.samples[after - 1], self.samples[after]
+        if t1 <= t0:
+            return float(d1)
+        return d0 + (d1 - d0) * min(max((at - t0) / (t1 - t0), 0.0), 1.0)
+
+    def deciles(self) -> list[float]:
+        """Jobs per second in each tenth of the timeline's time."""
+        begin, end = self.samples[0][0], self.samples[-1][0]
+        step = (end - begin) / 10
+        return [self.between(begin + k * step, begin + (k + 1) * step) for k in range(10)]
+
     def rate(self, low: float = 0.0, high: float = 1.0) -> float:
         """Jobs per second between the fractions ``low`` and ``high`` of completed jobs."""
         done = self.samples[-1][1]
@@ -513,6 +547,35 @@ class Steady:
         if last[0] <= first[0][0]:
             first = self.samples[:1]
         return (last[1] - first[0][1]) / max(last[0] - first[0][0], 1e-6)
+
+
+@contextlib.contextmanager
+def held_snapshot(dsn: str, seconds: float) -> Iterator[list[float]]:
+    """For the ``with`` body, a reader holding one snapshot (REPEATABLE READ, after its first
+    read) for ``seconds`` from the start, in a thread of its own; yields, once it let go, the
+    ``perf_counter`` span it held it (empty if ``seconds`` is 0)."""
+    span: list[float] = []
+    if not seconds:
+        yield span
+        return
+    released = threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(dsn) as reader:
+            reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            reader.execute("SELECT count(*) FROM pg_class").fetchone()  # the snapshot is taken
+            span.append(time.perf_counter())
+            released.wait(seconds)
+            reader.rollback()
+            span.append(time.perf_counter())
+
+    holder = threading.Thread(target=hold, name="snapshot", daemon=True)
+    holder.start()
+    try:
+        yield span
+    finally:
+        released.set()
+        holder.join()
 
 
 def steady(
@@ -560,14 +623,15 @@ def w4(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]
         )
         early = adapter.storage()
         rss_early = workers.rss_bytes()
-        middle, pushed = steady(
-            adapter,
-            workers,
-            scale,
-            jobs=half,
-            seconds=scale.endurance_seconds * 0.45,
-            pushed=pushed,
-        )
+        with held_snapshot(adapter.dsn, scale.snapshot_seconds) as snapshot:
+            middle, pushed = steady(
+                adapter,
+                workers,
+                scale,
+                jobs=half,
+                seconds=scale.endurance_seconds * 0.45,
+                pushed=pushed,
+            )
         halfway = adapter.storage()
         tail, _ = steady(
             adapter,
@@ -582,7 +646,12 @@ def w4(adapter: Adapter, config: WorkerConfig, scale: Scale) -> dict[str, float]
         rss = workers.peak_rss_bytes()
     adapter.clear()
     head_jobs, tail_jobs = head.samples[-1][1], tail.samples[-1][1]
+    timeline = Steady.joined(head, middle, tail)
+    series = {f"endurance_decile_{k}": rate for k, rate in enumerate(timeline.deciles(), 1)}
+    if snapshot:
+        series["endurance_snapshot"] = timeline.between(*snapshot)
     return {
+        **series,
         "endurance_jobs": float(head_jobs + middle.samples[-1][1] + tail_jobs),
         "endurance_start": head.rate(0.1, 1.0),
         "endurance_end": tail.rate(max(0.0, 1 - head_jobs / max(1, tail_jobs)), 1.0),
