@@ -16,6 +16,7 @@ import pytest
 
 from postkit import errors
 from postkit.queue import Job, limits, protocol
+from postkit.queue.protocol.checks import json_text
 
 US = timedelta(microseconds=1)
 TOKEN = "00000000-0000-0000-0000-000000000000"
@@ -101,7 +102,8 @@ def result_text(size: int) -> str:
     jsonb text's."""
     value: dict[str, Any] = {"numbers": [1e-07, 1e16, -0.0, 2.5], "text": 'é\n"', "pad": ""}
     value["pad"] = "x" * (size - limits.result_bytes(value, json.dumps(value)))
-    text = json.dumps(value, ensure_ascii=False)
+    # As the SDK writes it (1e16 as 10000000000000000.0, which jsonb keeps as a float).
+    text = json_text(value, limits.RESULT_SEPARATORS)
     assert limits.result_bytes(value, text) == size
     return text
 

@@ -345,6 +345,20 @@ def test_the_sdk_measures_a_result_as_postgresql_writes_it(
     assert limits.result_bytes(value, checked.text) == measured
 
 
+def test_a_result_keeps_the_type_of_each_number(client: QueueClient, settler: QueueClient) -> None:
+    value = {"floats": [2.0**53, 1e16, 2.5e16, 1e300, 0.5], "ints": [2**53 + 1, 10**16]}
+    job_id = client.push(Q, {})
+    job = settler.pull(Q)
+    assert job is not None and job.id == job_id
+    assert settler.ack(job, result=value)
+
+    kept = client.result(job_id).value
+
+    assert kept == value
+    assert [type(number) for number in kept["floats"]] == [float] * 5
+    assert [type(number) for number in kept["ints"]] == [int] * 2
+
+
 # ---------------------------------------------------------------------------------------------
 # Waiting.
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,14 @@ def circular() -> list[Any]:
     return loop
 
 
+def nested(depth: int) -> list[Any]:
+    """A list nested ``depth`` deep: past the interpreter's recursion limit at 3,000."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def as_namespace(namespace: Any) -> Callable[[QueueClient], QueueClient]:
     return lambda client: QueueClient(client.cursor, namespace=namespace)
 
@@ -59,6 +67,15 @@ CASES: dict[str, Bad] = {
     "payload-nul-in-value": Bad(Payload, "NUL", lambda q, j: q.push(Q, {"x": "a\u0000b"})),
     "payload-nul-in-key": Bad(Payload, "NUL", lambda q, j: q.push(Q, {"\u0000": 1})),
     "payload-nul-after-backslash": Bad(Payload, "NUL", lambda q, j: q.push(Q, "\\\u0000")),
+    "payload-lone-surrogate": Bad(Payload, "surrogate", lambda q, j: q.push(Q, {"x": "\ud800"})),
+    "payload-lone-surrogate-key": Bad(Payload, "surrogate", lambda q, j: q.push(Q, {"\udfff": 1})),
+    "payload-nested-3000-deep": Bad(Payload, "payload", lambda q, j: q.push(Q, nested(3000))),
+    "push-batch-lone-surrogate": Bad(
+        Payload, "surrogate", lambda q, j: q.push_batch(Q, [1, "\ud800"])
+    ),
+    "push-batch-nested-3000-deep": Bad(
+        Payload, "payload", lambda q, j: q.push_batch(Q, [1, nested(3000)])
+    ),
     # Queue names.
     "queue-empty": Bad(Name, "queue", lambda q, j: q.push("", 1)),
     "queue-blank": Bad(Name, "queue", lambda q, j: q.push(" \t ", 1)),
@@ -422,6 +439,48 @@ HOSTILE = {
     # Once refused as blank: E'\v' in SQL is the letter v, not a vertical tab.
     "letter-v": "v",
 }
+
+
+# Floats whose value is an integer, around and past 2^53 where json.dumps switches to an
+# exponent, beside ints of the same size and ordinary floats.
+FLOATS = [2.0**53 - 1, 2.0**53, 2.0**53 + 2, 1e16, 2.5e16, -2.5e16, 1.2345678901234568e17]
+FLOATS += [1e300, 3.0, 0.1, 1e-07, 1.5e-300]
+INTS = [2**53 - 1, 2**53, 2**53 + 1, 10**16, 25 * 10**15, 10**40, -(2**63)]
+
+
+def types(value: Any) -> Any:
+    """``value``'s shape with each number replaced by its type's name."""
+    if isinstance(value, dict):
+        return {key: types(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [types(item) for item in value]
+    return type(value).__name__
+
+
+@pytest.mark.parametrize("push", ["push", "push_batch"])
+def test_numbers_come_back_with_the_type_and_value_they_were_pushed_with(
+    queue: QueueClient, push: str
+) -> None:
+    payload = {"floats": FLOATS, "ints": INTS, "nested": [{"at": 2.5e16, "n": 2**53 + 1}]}
+    if push == "push":
+        queue.push(Q, payload)
+    else:
+        queue.push_batch(Q, [payload])
+
+    job = queue.pull(Q)
+
+    assert job is not None
+    assert job.payload == payload
+    assert types(job.payload) == types(payload)
+
+
+def test_a_negative_zero_comes_back_as_zero_since_postgresql_has_none(queue: QueueClient) -> None:
+    queue.push(Q, {"z": -0.0})
+
+    job = queue.pull(Q)
+
+    assert job is not None
+    assert repr(job.payload["z"]) == "0.0"
 
 
 @pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())

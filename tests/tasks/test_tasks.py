@@ -141,6 +141,13 @@ class Opaque:
     pass
 
 
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def contains_itself() -> list[Any]:
     looped: list[Any] = []
     looped.append(looped)
@@ -165,6 +172,9 @@ def contains_itself() -> list[Any]:
         (({1: "a"},), {}, "argument user_id has the key 1, a int: JSON object keys are text"),
         (({"a": [math.nan]},), {}, "argument user_id['a'][0] is nan, which JSON cannot carry"),
         ((contains_itself(),), {}, "argument user_id[0] contains itself"),
+        (("a\ud800",), {}, "argument user_id holds a lone surrogate"),
+        (({"\udfff": 1},), {}, "argument user_id has a key that holds a lone surrogate"),
+        ((nested(3000),), {}, "argument user_id is nested too deeply for JSON"),
     ],
     ids=[
         "missing",
@@ -178,6 +188,9 @@ def contains_itself() -> list[Any]:
         "int-key",
         "nan",
         "cycle",
+        "lone-surrogate",
+        "lone-surrogate-key",
+        "nested-3000-deep",
     ],
 )
 def test_arguments_that_do_not_fit_raise_before_any_sql(

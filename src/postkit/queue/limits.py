@@ -230,6 +230,8 @@ def _json_bytes(value: Any) -> int:
         return len(int.__repr__(value))
     if isinstance(value, float):
         plain = format(Decimal(float.__repr__(value)), "f")
+        if "." not in plain:
+            plain += ".0"  # an integral float past 1e16 is sent with a zero fraction (json_text)
         return len(plain) - (plain.startswith("-") and Decimal(plain) == 0)
     if isinstance(value, Mapping):
         parts = [_key_bytes(key) + 2 + _json_bytes(item) for key, item in value.items()]
@@ -239,7 +241,12 @@ def _json_bytes(value: Any) -> int:
 
 
 def _key_bytes(key: Any) -> int:
-    """The bytes of a dict key as json.dumps writes it: a string, whatever its Python type."""
+    return len(key_text(key).encode("utf-8"))
+
+
+def key_text(key: Any) -> str:
+    """A dict key as json.dumps writes it (without ``ensure_ascii``): a JSON string, whatever
+    the key's Python type."""
     if isinstance(key, str):
         text = key
     elif key is True or key is False or key is None:
@@ -248,7 +255,7 @@ def _key_bytes(key: Any) -> int:
         text = float.__repr__(key)
     else:
         text = int.__repr__(key)
-    return len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+    return json.dumps(text, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from postkit.errors import InvalidArgumentsError, PermanentError
 from postkit.queue import limits
 from postkit.tasks.models import ModelArgument, is_model, model_arguments
 
-_JSON_SCALARS = (str, int, bool, type(None))
+_JSON_SCALARS = (int, bool, type(None))  # str has a check of its own: _check_text
 
 
 class Signature:
@@ -320,6 +320,9 @@ def _check_json(value: Any, where: str, active: set[int]) -> None:
     bool, None, a finite float, and lists and dicts (with str keys) of these. Exact types
     only: a tuple comes back as a list, an enum or a str subclass as a plain value."""
     kind = type(value)
+    if kind is str:
+        _check_text(value, f"argument {where}")
+        return
     if kind in _JSON_SCALARS:
         return
     if kind is float:
@@ -340,6 +343,7 @@ def _check_json(value: Any, where: str, active: set[int]) -> None:
                         f"argument {where} has the key {key!r}, a {type(key).__name__}: JSON "
                         "object keys are text"
                     )
+                _check_text(key, f"argument {where} has a key that")
                 _check_json(item, f"{where}[{key!r}]", active)
         active.discard(id(value))
         return
@@ -351,6 +355,19 @@ def _check_json(value: Any, where: str, active: set[int]) -> None:
         "str, int, float, bool, None, or lists and dicts (with str keys) of them, e.g. a "
         "datetime as its isoformat()"
     )
+
+
+def _check_text(text: str, what: str) -> None:
+    """Raise InvalidArgumentsError if ``text`` holds a lone surrogate, which has no UTF-8
+    form, so no PostgreSQL text (nor jsonb) can hold it."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentsError(
+            f"{what} holds a lone surrogate, which JSON text in PostgreSQL cannot carry"
+        ) from None
 
 
 def _shown(payload: Any) -> str:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 from postkit import errors
@@ -153,14 +154,65 @@ def run_at(value: object, *, delay: object) -> datetime | None:
     return value
 
 
+# A float json.dumps writes with a positive exponent (1e16 and beyond): its value is integral,
+# and PostgreSQL stores it in jsonb as a numeric of scale 0 and writes every digit back without
+# a fraction, which reads back as an int. The pattern may also match inside a string; that
+# costs only the slower writing below.
+_EXPONENT_FLOAT = re.compile(r"[0-9]e\+[0-9]")
+
+
+def json_text(value: object, separators: tuple[str, str]) -> str:
+    """``value`` as JSON text, as json.dumps writes it without ``ensure_ascii`` and without
+    NaN, except that a float written with a positive exponent is written in plain digits with
+    a fraction of zero (``2.5e+16`` as ``25000000000000000.0``), which jsonb keeps, so that it
+    reads back as a float.
+
+    Raises:
+        TypeError, ValueError, RecursionError: as json.dumps.
+    """
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=separators)
+    if _EXPONENT_FLOAT.search(text) is None:
+        return text
+    return _plain_json(value, separators)
+
+
+def _plain_json(value: Any, separators: tuple[str, str]) -> str:
+    """:func:`json_text`'s slow path, for a value json.dumps wrote (so finite, acyclic)."""
+    if isinstance(value, float):
+        shown = float.__repr__(value)
+        # The shortest digits that read back as the float (its repr's), with zeros after.
+        return format(Decimal(shown), "f") + ".0" if "e+" in shown else shown
+    if isinstance(value, Mapping):
+        items = (
+            limits.key_text(key) + separators[1] + _plain_json(item, separators)
+            for key, item in value.items()
+        )
+        return "{" + separators[0].join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + separators[0].join(_plain_json(item, separators) for item in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
 def payload(value: object) -> str:
+    """A payload as the JSON text it is bound as.
+
+    Raises:
+        InvalidPayloadError: not JSON-serializable (or nested past the recursion limit), holds
+            a NUL character or a lone surrogate (which no text column stores).
+    """
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        text = json_text(value, (",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise errors.InvalidPayloadError(f"payload is not JSON-serializable: {exc}") from exc
     # The substring test spares the common payload the regular expression.
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise errors.InvalidPayloadError("payload must not contain a NUL character (\\u0000)")
+    # The driver encodes the text as UTF-8 when it sends it; an ASCII text always encodes.
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise errors.InvalidPayloadError("payload must not contain lone surrogates") from exc
     return text
 
 
@@ -184,9 +236,7 @@ def result(value: object) -> CheckedResult | None:
     if value is None or isinstance(value, CheckedResult):
         return value
     try:
-        text = json.dumps(
-            value, ensure_ascii=False, allow_nan=False, separators=limits.RESULT_SEPARATORS
-        )
+        text = json_text(value, limits.RESULT_SEPARATORS)
     except (TypeError, ValueError, RecursionError) as exc:
         raise errors.InvalidResultError(f"result is not JSON-serializable: {exc}") from exc
     if "\\u0000" in text and _JSON_NUL.search(text):
