@@ -243,6 +243,31 @@ def test_help_teaches_with_an_example_handler_module() -> None:
 
 
 @pytest.mark.parametrize(
+    ("worker_id", "processes", "message"),
+    [
+        (
+            "w" * 127,
+            "2",
+            f"with --processes 2 the processes claim as ID-0 to ID-1, and '{'w' * 127}-1' is "
+            "129 characters long; the limit is 128",
+        ),
+        ("w" * 129, "1", "the worker id is 129 characters long; the limit is 128"),
+    ],
+    ids=["valid-alone-too-long-with-processes", "too-long-alone"],
+)
+def test_a_worker_id_some_process_could_not_claim_under_is_refused_before_any_starts(
+    tasks_dir: Path, dsn: str, worker_id: str, processes: str, message: str
+) -> None:
+    result = run_cli(
+        tasks_dir, "tasks", "--worker-id", worker_id, "--processes", processes, "--dsn", dsn
+    )
+
+    assert result.returncode == 2, result.stderr
+    assert message in " ".join(result.stderr.split())
+    assert len(import_pids(tasks_dir)) == 1  # the command's own import: no process started
+
+
+@pytest.mark.parametrize(
     ("module_text", "spec", "message"),
     [
         ("x = 1\n", "tasks", "tasks defines no Handlers or App; create one with `handlers = "),

@@ -278,6 +278,24 @@ def child_metrics_port(port: int, index: int) -> int:
     return port + index
 
 
+def _check_worker_id(worker_id: str, processes: int) -> None:
+    """Refuse, before any process starts, a worker id that a process would claim under and
+    the SQL module refuses: with --processes N, the longest is ID-(N-1)."""
+    from postkit.queue.limits import name_problem
+
+    longest = worker_id if processes == 1 else f"{worker_id}-{processes - 1}"
+    problem = name_problem(longest)
+    if problem is None:
+        return
+    if processes == 1:
+        raise click.BadParameter(f"the worker id {problem}", param_hint="'--worker-id'")
+    raise click.BadParameter(
+        f"with --processes {processes} the processes claim as ID-0 to ID-{processes - 1}, and "
+        f"{longest!r} {problem}",
+        param_hint="'--worker-id'",
+    )
+
+
 _SET_PER_CHILD = frozenset({"processes", "worker_id", "supervised", "dsn", "metrics_port"})
 """The worker parameters the supervisor sets for each child itself: one process, a worker id
 and a metrics port of its own, and the DSN through the environment, not the command line that
@@ -468,6 +486,8 @@ def worker(
             f"it registers {', '.join(map(repr, handlers))}",
             param_hint="'--queue'",
         )
+    if worker_id is not None:
+        _check_worker_id(worker_id, processes)
     if metrics_port is not None:
         from postkit.worker.metrics import require_prometheus_client
 
