@@ -32,6 +32,15 @@ def test_help_lists_the_commands_with_an_example() -> None:
     assert "postkit sql | psql" in output
 
 
+def test_python_dash_m_postkit_is_the_postkit_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "postkit", "sql"], capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == run("sql")[1]
+
+
 @pytest.mark.parametrize("command", ["install", "sql", "demo"])
 def test_every_command_has_help(command: str) -> None:
     code, output = run(command, "--help")
