@@ -46,6 +46,39 @@ def test_a_short_token_is_refused(dsn: str) -> None:
         DashboardSettings(dsn=dsn, token="short")
 
 
+@pytest.mark.parametrize(
+    "token",
+    [" " * 16, "\t" * 20, TOKEN + "\n", " " + TOKEN, TOKEN + " ", "a-token\nlong-enough-1234"],
+    ids=["spaces", "tabs", "trailing-newline", "leading-space", "trailing-space", "newline"],
+)
+def test_a_blank_or_white_space_padded_token_is_refused(dsn: str, token: str) -> None:
+    with pytest.raises(ConfigurationError, match="must not be blank, start or end with white"):
+        DashboardSettings(dsn=dsn, token=token, host="0.0.0.0")
+
+
+def test_the_command_refuses_a_token_read_with_its_trailing_newline(dsn: str) -> None:
+    result = CliRunner().invoke(
+        main, ["dashboard", "--dsn", dsn, "--host", "0.0.0.0", "--token", TOKEN + "\n"]
+    )
+
+    assert result.exit_code == 2
+    assert "white space" in result.output
+
+
+def test_a_non_ascii_token_opens_the_dashboard_by_bearer_and_by_login(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    token = "mot-de-passe-très-sûr-🔑"
+    with serve_dashboard(namespaces=(namespace,), token=token) as http:
+        bearer = http.get("/api/meta", headers={"authorization": f"Bearer {token}".encode()})
+        wrong = http.get("/api/meta", headers={"authorization": f"Bearer {token}x".encode()})
+        login = http.get("/login", params={"token": token})
+        meta = http.get("/api/meta")
+
+    assert (bearer.status_code, wrong.status_code) == (200, 401)
+    assert (login.status_code, meta.status_code) == (303, 200)
+
+
 def test_without_a_token_a_request_for_another_host_name_is_refused(
     serve_dashboard: ServeDashboard, namespace: str
 ) -> None:

@@ -44,7 +44,8 @@ _EXTRA_HINT = "the dashboard needs its extra: pip install 'postkit[dashboard]'"
     "--token",
     envvar="POSTKIT_DASHBOARD_TOKEN",
     metavar="TOKEN",
-    help="Require this token (16+ characters) from every visitor: open /login?token=TOKEN "
+    help="Require this token (16+ characters, no white space at its ends) from every visitor: "
+    "open /login?token=TOKEN "
     "once in a browser, or send 'Authorization: Bearer TOKEN'. Default: "
     "$POSTKIT_DASHBOARD_TOKEN.",
 )

@@ -107,8 +107,10 @@ class Guard:
         assert self.settings.token is not None
         expected = self.settings.token.encode()
         bearer = headers.get("authorization", "")
+        # Compared as bytes of UTF-8: the header's bytes, which _headers decoded as Latin-1,
+        # are those of the token a client sent as UTF-8.
         if bearer.lower().startswith("bearer ") and hmac.compare_digest(
-            bearer[7:].strip().encode(), expected
+            bearer[7:].strip().encode("latin-1"), expected
         ):
             return True
         # Parsed as browsers write it: http.cookies drops every cookie of a header when one

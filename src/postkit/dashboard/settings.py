@@ -52,6 +52,16 @@ class DashboardSettings:
     csrf_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
     def __post_init__(self) -> None:
+        if self.token is not None and (
+            self.token != self.token.strip() or not self.token.isprintable()
+        ):
+            # A token read from a file keeps its newline; a header or an address bar cannot
+            # carry it, and a blank token guards nothing.
+            raise ConfigurationError(
+                "the dashboard token must not be blank, start or end with white space, or hold "
+                "a newline or another control character: strip it (a file read with "
+                '--token "$(cat FILE)" loses its trailing newline)'
+            )
         if self.token is not None and len(self.token) < 16:
             raise ConfigurationError(
                 "the dashboard token must be at least 16 characters; "
