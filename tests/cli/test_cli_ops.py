@@ -412,7 +412,7 @@ def test_a_queue_name_the_namespace_never_saw_is_refused_with_a_hint(
     client.push("emails", {})
     commit(client)
 
-    output = fails_cleanly(run(*args), code=1)
+    output = fails_cleanly(run(*args), code=2)
 
     assert "'sned_otp' is unknown in namespace" in output
     assert "Did you mean 'send_otp'?" in output
@@ -422,7 +422,7 @@ def test_a_queue_name_the_namespace_never_saw_is_refused_with_a_hint(
 
 
 def test_the_hint_of_an_empty_namespace_says_it_has_no_queues(run: Run) -> None:
-    output = fails_cleanly(run("queue", "pause", "send_otp"), code=1)
+    output = fails_cleanly(run("queue", "pause", "send_otp"), code=2)
 
     assert "The namespace has no queues yet. Pass --create to use a new queue name." in output
 
@@ -431,8 +431,8 @@ def test_a_read_only_command_offers_no_create(run: Run, client: QueueClient) -> 
     client.push("send_otp", {})
     commit(client)
 
-    assert "--create" not in fails_cleanly(run("jobs", "sned_otp"), code=1)
-    assert "--create" in fails_cleanly(run("push", "sned_otp", "{}"), code=1)
+    assert "--create" not in fails_cleanly(run("jobs", "sned_otp"), code=2)
+    assert "--create" in fails_cleanly(run("push", "sned_otp", "{}"), code=2)
 
 
 def test_create_accepts_a_new_queue_name(run: Run, client: QueueClient) -> None:

@@ -35,16 +35,10 @@ from postkit.cli import (
     worker,
     workers,
 )
+from postkit.cli.console import BadArgument
 from postkit.errors import PostkitError, ValidationError
 
 __all__ = ["main"]
-
-
-class _BadValue(click.ClickException):
-    """A value the SDK or the SQL module refused (a ValidationError): a bad argument, exit code
-    2 as for click's own, but one `Error:` line without the usage hint."""
-
-    exit_code = 2
 
 
 class _FriendlyGroup(click.Group):
@@ -55,7 +49,7 @@ class _FriendlyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ValidationError as exc:
-            raise _BadValue(_one_line(exc)) from exc
+            raise BadArgument(_one_line(exc)) from exc
         except (PostkitError, psycopg.Error) as exc:
             raise click.ClickException(_one_line(exc)) from exc
 

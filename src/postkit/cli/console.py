@@ -22,6 +22,15 @@ from postkit.errors import SchemaNotInstalledError
 from postkit.queue import QueueClient, installed_version, latest_version
 
 _KNOWN_SHOWN = 10
+
+
+class BadArgument(click.ClickException):
+    """A value the command, the SDK or the SQL module refused: a bad argument, exit code 2 as
+    for click's own, but one `Error:` line without the usage hint."""
+
+    exit_code = 2
+
+
 """Known queues named in an unknown queue's error; the rest are counted."""
 
 
@@ -87,7 +96,7 @@ def require_known_queue(
         message += " The namespace has no queues yet."
     if create is not None:
         message += " Pass --create to use a new queue name."
-    raise click.ClickException(message)
+    raise BadArgument(message)
 
 
 def payload_text(payload: Any, payload_error: str | None) -> str:
