@@ -275,6 +275,27 @@ def test_postkit_worker_refuses_several_processes_from_the_command_line(
     assert "postkit_worker takes no --processes" in capsys.readouterr().err
 
 
+def test_postkit_worker_help_lists_only_the_options_it_takes(
+    django_db: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from django.core.management import ManagementUtility
+
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility(["manage.py", "postkit_worker", "--help"]).execute()
+    shown = capsys.readouterr().out
+
+    assert exited.value.code == 0
+    assert "Usage: manage.py postkit_worker" in shown and "--queue" in shown
+    options = {
+        word.rstrip(",")
+        for line in shown.splitlines()
+        if line.startswith("  -")
+        for word in line.split()[:2]
+    }
+    assert "--queue" in options
+    assert "--dsn" not in options and "--processes" not in options
+
+
 def test_postkit_worker_runs_the_handlers_on_djangos_database(
     django_db: None, django_dsn: str, observer: QueueClient
 ) -> None:

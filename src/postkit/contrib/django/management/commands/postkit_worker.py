@@ -10,9 +10,11 @@ use the ORM. ``--processes`` stays 1: a child process would start without Django
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from typing import Any
 
+import click
 from django.core.management.base import BaseCommand, CommandError
 
 _OWN = frozenset({"--dsn", "--processes"})
@@ -38,6 +40,17 @@ def worker_arguments(arguments: list[str]) -> list[str]:
     return [*arguments, "--dsn", dsn()]
 
 
+def _without_own_options(command: click.Command) -> click.Command:
+    """``command`` with the options this command refuses (``--dsn``, ``--processes``) left out
+    of its help."""
+    shown = copy.copy(command)
+    shown.params = [copy.copy(param) for param in command.params]
+    for param in shown.params:
+        if isinstance(param, click.Option) and _OWN & set(param.opts):
+            param.hidden = True
+    return shown
+
+
 class Command(BaseCommand):
     help = "Run `postkit worker MODULE [options]` on Django's database (--help: its options)."
 
@@ -61,8 +74,9 @@ class Command(BaseCommand):
         from postkit.contrib.django import settings
 
         namespace, _ = settings()
-        worker.main(
-            args=["--help"] if {"-h", "--help"} & set(arguments) else worker_arguments(arguments),
+        asked_help = bool({"-h", "--help"} & set(arguments))
+        (_without_own_options(worker) if asked_help else worker).main(
+            args=["--help"] if asked_help else worker_arguments(arguments),
             prog_name="manage.py postkit_worker",
             # The settings' namespace is --namespace's default (an App's own namespace wins).
             default_map={"namespace": namespace},
