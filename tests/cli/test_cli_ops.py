@@ -844,7 +844,10 @@ def test_stats_watch_rates_count_the_jobs_settled_between_redraws_and_ctrl_c_sto
                 assert time.monotonic() < deadline, frames
                 frames.append(json.loads(watcher.stdout.readline()))
             watcher.send_signal(signal.SIGINT)
-            code = watcher.wait(timeout=10)
+            # Read what it wrote meanwhile: with the pipe full, its exit would block on the
+            # flush of its last frames, and wait() alone would never return.
+            watcher.communicate(timeout=10)
+            code = watcher.returncode
         finally:
             if watcher.poll() is None:
                 watcher.kill()
