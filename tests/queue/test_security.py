@@ -490,7 +490,8 @@ def test_every_sdk_statement_schema_qualifies_its_functions_types_and_operators(
 
 def test_every_function_pins_its_search_path(database: str) -> None:
     """Pinned means a SET search_path, or a SQL-standard body (is_name, is_duration,
-    is_result, is_trace_context, tenant_access, and the policy's defaults push folds in),
+    longest_effect, is_result, is_trace_context, tenant_access, and the policy's defaults push
+    folds in),
     whose names are bound when the function is created, so no caller's search_path ever
     reaches it."""
     with psycopg.connect(database) as connection:
@@ -515,6 +516,7 @@ def test_every_function_pins_its_search_path(database: str) -> None:
         "is_name",
         "is_result",
         "is_trace_context",
+        "longest_effect",
         "tenant_access",
     ]
 

@@ -668,6 +668,26 @@ SQL_CASES: dict[str, tuple[str, str, str]] = {
             ("save_schedule", "'s', 'q', '{}', now() + interval '1 minute', ", "every"),
         ]
     },
+    # At most the limit with a month as 30 days, as intervals compare; past it with a month's
+    # longest, 31 days: the clock would move further than the limit from some day.
+    **{
+        f"{function}-{argument}-months-past-the-limit": (
+            f"SELECT postkit_queue.{function}(%(ns)s, {arguments}p_{argument} => "
+            f"interval '{months}')",
+            "PKQ05",
+            "too long",
+        )
+        for function, arguments, argument, months in [
+            ("push", "'q', '1', ", "delay", "10 years 50 days"),
+            ("push_batch", "'q', '[1]', ", "delay", "10 years 50 days"),
+            ("push", "'q', '1', ", "backoff_cap", "1 month"),
+            ("nack", "1, p_worker_id => 'w', ", "backoff", "1 month"),
+            ("configure_queue", "'q', ", "backoff_cap", "1 month"),
+            ("configure_queue", "'q', ", "retain_completed", "10 years 50 days"),
+            ("configure_queue", "'q', ", "retain_dead", "10 years 50 days"),
+            ("purge_dead_letters", "", "older_than", "10 years 50 days"),
+        ]
+    },
     "push-delay-negative-months": (
         "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_delay => interval '-1 month +31 days')",
         "PKQ05",

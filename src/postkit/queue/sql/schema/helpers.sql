@@ -393,8 +393,9 @@ BEGIN
     THEN
         RETURN;
     END IF;
-    IF NOT isfinite(p_value) OR p_value > p_max THEN
-        RAISE EXCEPTION 'postkit: % of % is too long; the limit is %', p_what, p_value, p_max
+    IF NOT isfinite(p_value) OR postkit_queue.longest_effect(p_value) > p_max THEN
+        RAISE EXCEPTION 'postkit: % of % is too long; the limit is % (a month counts as 31 '
+                        'days)', p_what, p_value, p_max
             USING ERRCODE = 'PKQ05';
     END IF;
     IF date_trunc('month', p_value) < interval '0' OR extract(day FROM p_value) < 0
@@ -409,17 +410,34 @@ BEGIN
 END
 $$;
 
+-- The longest a duration can move the clock: its months counted as 31 days each, their
+-- longest, and its days and time as they are. Interval comparison counts a month as 30 days,
+-- so '10 years 50 days' compares below '3650 days' while it moves the clock further than that
+-- from any day; a limit compared with this is never passed, whatever the day the duration
+-- starts. date_trunc('month', x) keeps x's months alone (interval subtraction is field by
+-- field). Months past 100,000 (8,333 years, past every limit) count as 100,000, so that no
+-- interval overflows the days; an infinite one is itself.
+CREATE OR REPLACE FUNCTION postkit_queue.longest_effect(p_value interval)
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+RETURN CASE WHEN NOT pg_catalog.isfinite(p_value) THEN p_value
+            ELSE pg_catalog.make_interval(
+                     days => GREATEST(LEAST(extract(year FROM p_value) * 12
+                                            + extract(month FROM p_value), 100000),
+                                      -100000)::integer * 31)
+                 + (p_value - pg_catalog.date_trunc('month', p_value)) END;
+
 -- The duration rule, once, for the fast paths (inlined, as is_name): no negative field (see
--- Input checks above), positive or, where p_allow_zero, zero, and at most p_max. NULL for
--- NULL. date_trunc('month', x) keeps x's months alone, and x - date_trunc('day', x) its time
--- alone (interval subtraction is field by field).
+-- Input checks above), positive or, where p_allow_zero, zero, and at most p_max by its longest
+-- effect on the clock (longest_effect). NULL for NULL. x - date_trunc('day', x) keeps x's time
+-- alone.
 CREATE OR REPLACE FUNCTION postkit_queue.is_duration(p_value interval, p_allow_zero boolean, p_max interval)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 RETURN date_trunc('month', p_value) >= interval '0'
    AND extract(day FROM p_value) >= 0
    AND p_value - date_trunc('day', p_value) >= interval '0'
-   AND p_value <= p_max
+   AND postkit_queue.longest_effect(p_value) <= p_max
    AND (p_value > interval '0' OR (p_allow_zero AND p_value = interval '0'));
 
 CREATE OR REPLACE FUNCTION postkit_queue.check_job_id(p_job_id bigint)

@@ -1,0 +1,5 @@
+-- Migration 27: a duration's limit is checked by the longest it can move the clock, a month
+-- counted as 31 days (longest_effect, used by is_duration and check_duration): interval
+-- comparison counted a month as 30 days, so '10 years 50 days' passed a limit of 3650 days.
+-- The functions' bodies are in schema/helpers.sql; this version makes an upgrade apply them.
+-- schema: 5f277923d8fb9aef
