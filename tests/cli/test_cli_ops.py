@@ -756,6 +756,28 @@ def test_job_shows_a_live_job_and_its_attempts(run: Run, client: QueueClient) ->
     assert claimed[0] == f"Job {running} of queue emails: running (attempt 1 of 20)"
     assert any(line.split() == ["worker", "server-a"] for line in claimed)
     assert as_json(run("job", str(running), "--json"))["job"]["worker_id"] == "server-a"
+    assert as_json(run("job", str(running), "--json"))["claim_expired"] is False
+
+
+def test_job_shows_an_expired_claim_as_expired_and_what_returns_it(
+    run: Run, client: QueueClient, namespace: str
+) -> None:
+    """No worker or ticker runs in the namespace: the claim ended and nothing reclaimed it."""
+    job_id = client.push("emails", {"n": 1})
+    assert client.pull("emails", worker_id="server-a", visibility_timeout=0.01) is not None
+    commit(client)
+    time.sleep(0.05)
+
+    shown = ok(run("job", str(job_id))).output.splitlines()
+    found = as_json(run("job", str(job_id), "--json"))
+
+    assert shown[0] == (
+        f"Job {job_id} of queue emails: claim expired (attempt 1 of 20): no worker holds it, "
+        "and the next tick_timeouts returns it to pending"
+    )
+    assert any(line.strip().startswith("claim ended") for line in shown)
+    assert any(f"postkit tick --namespace {namespace}" in line for line in shown)
+    assert found["claim_expired"] is True and found["state"] == "running"
 
 
 def test_job_of_a_job_nothing_is_known_of_is_one_error_line(run: Run, client: QueueClient) -> None:

@@ -364,21 +364,40 @@ def job(job_id: int, namespace: str, dsn: str | None, as_json: bool) -> None:
     with connect(dsn, namespace) as (_, client):
         result = client.result(job_id)
         found = None if result.state in ("completed", "unknown") else client.get_job(job_id)
+        now = client.clock()
     if result.state == "unknown":
         raise click.ClickException(
             f"no job {job_id} in namespace {namespace!r}: never pushed, in another namespace, "
             "or completed in a queue that keeps no results (keep them: postkit queue "
             "configure QUEUE --retain-results 1d)"
         )
+    expired = _claim_expired(result, found, now)
     if as_json:
-        echo_json({**to_jsonable(result), "job": found})
+        echo_json({**to_jsonable(result), "job": found, "claim_expired": expired})
         return
-    click.echo(f"Job {job_id} of queue {result.queue}: {_job_state(result, found)}")
-    click.echo(render_fields(_job_fields(result, found, namespace)))
+    click.echo(f"Job {job_id} of queue {result.queue}: {_job_state(result, found, expired)}")
+    click.echo(render_fields(_job_fields(result, found, namespace, expired)))
 
 
-def _job_state(result: JobResult, found: Job | None) -> str:
+def _claim_expired(result: JobResult, found: Job | None, now: datetime) -> bool:
+    """Whether a running job's claim has ended by the database's clock: its worker is gone or
+    late, and the job waits for a tick_timeouts (any worker of the namespace, or `postkit
+    tick`) to return it to pending."""
+    return (
+        found is not None
+        and result.state == "running"
+        and found.visible_until is not None
+        and found.visible_until <= now
+    )
+
+
+def _job_state(result: JobResult, found: Job | None, expired: bool) -> str:
     """The headline of `postkit job`: the state, and the attempts."""
+    if found is not None and expired:
+        return (
+            f"claim expired (attempt {found.attempts} of {found.max_attempts}): no worker "
+            "holds it, and the next tick_timeouts returns it to pending"
+        )
     if found is not None and result.state == "running":
         return f"running (attempt {found.attempts} of {found.max_attempts})"
     if found is not None and result.state != "dead":
@@ -389,7 +408,9 @@ def _job_state(result: JobResult, found: Job | None) -> str:
     return f"{result.state}{attempts}"
 
 
-def _job_fields(result: JobResult, found: Job | None, namespace: str) -> list[tuple[str, object]]:
+def _job_fields(
+    result: JobResult, found: Job | None, namespace: str, expired: bool
+) -> list[tuple[str, object]]:
     """The lines of `postkit job` under its headline."""
     if result.state == "completed":
         return [
@@ -410,7 +431,17 @@ def _job_fields(result: JobResult, found: Job | None, namespace: str) -> list[tu
         fields.append((when, f"{format_time(found.run_at)} UTC"))
     if found is not None and result.state == "running":
         fields.append(("worker", found.worker_id))
-        fields.append(("claim ends", f"{format_time(found.visible_until)} UTC"))
+        if expired:
+            fields.append(("claim ended", f"{format_time(found.visible_until)} UTC"))
+            fields.append(
+                (
+                    "returned by",
+                    "any worker of the namespace (its tick_timeouts), or: "
+                    f"postkit tick{namespace_argument(namespace)}",
+                )
+            )
+        else:
+            fields.append(("claim ends", f"{format_time(found.visible_until)} UTC"))
     if found is not None and result.state != "dead" and found.errors:
         fields.append(("last error", last_error(found.errors)))
     if result.state == "dead":
