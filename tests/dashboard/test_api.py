@@ -3,6 +3,7 @@ and each action, as the page uses them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -272,6 +273,20 @@ def test_a_job_shows_its_payload_errors_and_claim(api: httpx.Client, q: QueueCli
     assert [(e["error"], e["worker_id"]) for e in data["errors"]] == [("provider down", "w1")]
     assert data["visible_until"] is not None
     assert data["claim_token"] is None  # the fence stays with the worker
+
+
+def test_a_running_job_past_its_claim_deadline_shows_its_claim_expired(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    held = q.push(Q, {"n": 1})
+    expired = q.push(Q, {"n": 2})
+    assert q.pull(Q, worker_id="w1") is not None  # the default claim: 30 s
+    assert q.pull(Q, worker_id="w2", visibility_timeout=0.01) is not None
+    time.sleep(0.05)
+
+    assert ok(api.get(f"jobs/{held}"))["claim_expired"] is False
+    assert ok(api.get(f"jobs/{expired}"))["claim_expired"] is True
+    assert ok(api.get(f"jobs/{expired}"))["job"]["state"] == "running"
 
 
 def test_a_job_deeper_than_python_can_decode_shows_why_not_a_crash(

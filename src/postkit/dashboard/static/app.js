@@ -367,8 +367,12 @@ async function viewJob(main, jobId) {
       "created_at", "worker_id", "claimed_at", "visible_until", "failed_at", "unique_key"]) {
       const value = job[key];
       if (value === null || value === undefined) continue;
+      const shown = /_at$|run_at|visible_until/.test(key) ? fmtTime(value) : String(value);
+      const expired = key === "state" && data.claim_expired
+        ? " (claim expired: no worker holds it; the next tick_timeouts, by any worker or postkit tick, returns it to pending)"
+        : "";
       fields.push(h("dt", {}, key === "visible_until" ? "claim deadline" : key),
-        h("dd", { "data-field": key }, /_at$|run_at|visible_until/.test(key) ? fmtTime(value) : String(value)));
+        h("dd", { "data-field": key }, shown + expired));
     }
   }
   // An entry that is not an object (written by hand) shows as its text.
