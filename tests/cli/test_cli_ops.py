@@ -503,7 +503,7 @@ def test_push_prints_the_new_job_with_the_options_given(run: Run, client: QueueC
 def test_push_says_the_job_is_ready_or_when_it_is_due_never_that_it_runs(
     run: Run, client: QueueClient
 ) -> None:
-    client.pause_queue("send_otp")
+    client.push("send_otp", {})
     commit(client)
 
     ready = ok(run("push", "send_otp", "{}")).output
@@ -519,6 +519,49 @@ def test_push_says_the_job_is_ready_or_when_it_is_due_never_that_it_runs(
         f"{job.run_at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC.\n"
     )
     assert "run" not in ready + due
+
+
+def test_push_to_a_paused_queue_says_no_worker_takes_it_until_it_is_resumed(
+    run: Run, client: QueueClient, namespace: str
+) -> None:
+    client.pause_queue("send_otp")
+    commit(client)
+
+    text = ok(run("push", "send_otp", "{}")).output
+    pushed = as_json(run("push", "send_otp", "{}", "--json"))
+
+    assert re.fullmatch(
+        r"Pushed job \d+ to queue send_otp; it is ready now, but queue send_otp is paused: no "
+        rf"worker takes it until postkit queue resume send_otp --namespace {namespace}\.\n",
+        text,
+    )
+    assert pushed["paused"] is True
+
+
+def test_push_by_a_producer_that_may_not_read_the_queues_state_says_only_ready(
+    dsn: str, namespace: str, client: QueueClient
+) -> None:
+    client.pause_queue("send_otp")
+    commit(client)
+    role = f"pk_cli_producer_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        try:
+            grant_access(admin.cursor(), role, "producer")
+            as_producer = psycopg.conninfo.make_conninfo(dsn, user=role)
+            arguments = ["push", "send_otp", "{}", "--dsn", as_producer, "--namespace", namespace]
+            text = ok(CliRunner().invoke(main, arguments)).output
+            pushed = as_json(CliRunner().invoke(main, [*arguments, "--json"]))
+        finally:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+    assert re.fullmatch(r"Pushed job \d+ to queue send_otp; it is ready now\.\n", text)
+    assert pushed["paused"] is None
 
 
 def test_push_reads_the_payload_from_stdin(run: Run, client: QueueClient) -> None:

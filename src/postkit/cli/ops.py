@@ -37,7 +37,7 @@ from postkit.cli.output import (
     render_table,
     shorten,
 )
-from postkit.errors import InvalidStateError
+from postkit.errors import InvalidStateError, PermissionDeniedError
 from postkit.queue import Job, JobCursor, JobResult, QueueClient, limits
 from postkit.queue.protocol import JOB_STATES as _JOB_STATES
 from postkit.queue.records import Outcomes, QueueStats, to_jsonable
@@ -529,6 +529,7 @@ def push(
         )
         job = None if job_id is None else client.get_job(job_id)
         connection.commit()
+        paused = _paused(connection, client, queue)
     if as_json:
         echo_json(
             {
@@ -536,6 +537,7 @@ def push(
                 "queue": queue,
                 "run_at": None if job is None else job.run_at,
                 "deduplicated": job_id is None,
+                "paused": paused,
             }
         )
     elif job_id is None:
@@ -544,14 +546,29 @@ def push(
             f"queue {queue}."
         )
     else:
-        # Ready or due: whether a worker takes it then depends on workers and on the queue
-        # being paused, which a producer's role cannot read.
         when = (
             "is ready now"
             if delay is None or job is None
             else f"is due at {format_time(job.run_at)} UTC"
         )
+        if paused:
+            when += (
+                f", but queue {queue} is paused: no worker takes it until "
+                f"postkit queue resume {queue}{namespace_argument(namespace)}"
+            )
         click.echo(f"Pushed job {job_id} to queue {queue}; it {when}.")
+
+
+def _paused(connection: psycopg.Connection[Any], client: QueueClient, queue: str) -> bool | None:
+    """Whether ``queue`` is paused, or None when the role may not read it (stats is an
+    operator's call; a producer's role may push without it)."""
+    try:
+        rows = client.stats(queue)
+    except (PermissionDeniedError, psycopg.errors.InsufficientPrivilege):
+        connection.rollback()
+        return None
+    connection.rollback()  # read-only: hold no snapshot
+    return any(row.paused for row in rows)
 
 
 @click.command()
