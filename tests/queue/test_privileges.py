@@ -249,7 +249,7 @@ def test_a_producer_login_pushes_from_the_command_line_to_a_queue_the_namespace_
     )
 
     assert known.returncode == 0, known.stdout + known.stderr
-    assert typo.returncode == 1 and "Did you mean 'emails'?" in typo.stderr, typo.stderr
+    assert typo.returncode == 2 and "Did you mean 'emails'?" in typo.stderr, typo.stderr
 
 
 def test_a_worker_login_runs_a_worker_through_its_ticks(
