@@ -184,8 +184,7 @@ def test_a_notification_that_wakes_the_worker_is_counted_once(
     # The listener's short re-looks after its wake-up request may find the job before the
     # notification is read; the notification is then read, and counted, at its next wait.
     wait_until(
-        lambda: value(scrape(url(worker)), "postkit_notifications_total", namespace=namespace)
-        >= 1,
+        lambda: value(scrape(url(worker)), "postkit_notifications_total", namespace=namespace) >= 1,
         "the notification to be counted",
     )
     assert value(scrape(url(worker)), "postkit_notifications_total", namespace=namespace) == 1
