@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from postkit import errors
-from postkit.queue import Job, NackOutcome, QueueClient
+from postkit.queue import Job, NackOutcome, QueueClient, executor, protocol
 from postkit.queue.client import REMEMBERED_CLAIMS
 from postkit.queue.protocol import JobRef
 
@@ -999,3 +999,17 @@ def test_a_failed_job_stays_claimed_if_the_caller_rolls_back(
 
     assert queue.get_job(job.id) == job
     assert queue.dead_letters() == []
+
+
+def test_a_call_committed_asynchronously_turns_synchronous_commit_off_for_its_transaction_only(
+    connect: Callable[..., psycopg.Connection[Any]], namespace: str
+) -> None:
+    connection = connect()
+    call = protocol.tick_timeouts(namespace, limit=1).committed_asynchronously()
+
+    executor.run(connection.cursor(), call, given_to=None)
+    inside = connection.execute("SHOW synchronous_commit").fetchone()
+    connection.commit()
+    after = connection.execute("SHOW synchronous_commit").fetchone()
+
+    assert (inside, after) == (("off",), ("on",))

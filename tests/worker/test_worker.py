@@ -1217,3 +1217,45 @@ def test_the_queues_a_worker_serves_stay_known_once_their_jobs_are_done(
     assert next_item(done, "the worker never ran its job") == job_id
     wait_until(gone(client, job_id), "the job to be acked")
     assert {Q, "idle"} <= set(client.known_queues())
+
+
+def test_a_worker_leaves_no_setting_on_any_session_it_used(
+    dsn: str, namespace: str, client: QueueClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its pool's, its listener's and its maintenance's: each connection, as it is closed,
+    holds only the server's settings (and the claim's resume point, a hint of the SQL module
+    that docs/guarantees.md describes), so a pool or a pooler in session mode that hands it on
+    hands on nothing of the worker's."""
+    probe = f"pk-settings-{uuid.uuid4().hex[:8]}"
+    worker_dsn = psycopg.conninfo.make_conninfo(dsn, application_name=probe)
+    left: dict[int, list[tuple[str, str]]] = {}
+    close = psycopg.Connection.close
+
+    def inspect_then_close(connection: psycopg.Connection[Any]) -> None:
+        if (
+            not connection.closed
+            and connection.info.parameter_status("application_name") == probe
+            and connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        ):
+            left[connection.info.backend_pid] = connection.execute(
+                "SELECT name, setting FROM pg_catalog.pg_settings"
+                " WHERE source = 'session' AND name NOT LIKE 'postkit_queue.resume_%'"
+            ).fetchall()
+        close(connection)
+
+    monkeypatch.setattr(psycopg.Connection, "close", inspect_then_close)
+    handlers = Handlers()
+    handlers.add(Q, lambda job: None)
+    handlers.add("written", lambda job, cursor: None, transactional=True)
+    with worker_threads() as run:
+        worker = run(Worker(worker_dsn, handlers, namespace=namespace, **QUIET))
+        client.push_batch(Q, [{} for _ in range(20)])
+        client.push_batch("written", [{} for _ in range(5)])
+        wait_until(lambda: worker.stats.acked == 25, "the worker to settle every job")
+        time.sleep(0.5)  # idle: the listener waits, and claims on the next push's notification
+        client.push(Q, {})
+        wait_until(lambda: worker.stats.acked == 26, "the worker to settle the last push")
+
+    # The pool's connections, the listener's and the maintenance's, each inspected.
+    assert len(left) >= 3, left
+    assert all(settings == [] for settings in left.values()), left

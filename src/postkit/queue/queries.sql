@@ -467,12 +467,17 @@ SELECT pg_catalog.pg_advisory_unlock(x'706b76616375756d'::bigint) AS unlocked;
 SELECT pg_catalog.pg_notify(%(channel)s, '');
 
 -- name: asynchronous_commit
--- The worker's session setting: its bookkeeping commits without waiting for the WAL flush.
-SET synchronous_commit TO off;
-
--- name: durable_commit
--- A transactional handler's transaction: its writes are the application's, and commit durably.
-SET LOCAL synchronous_commit TO on;
+-- A worker's call, committed without waiting for the WAL flush: a claim or an ack lost in a
+-- crash is a redelivery, which at-least-once delivery allows. Inside the parentheses stands
+-- the call's own statement, run in autocommit: one statement, one transaction.
+-- set_config(..., true) lasts until that transaction ends, so nothing stays on the session for
+-- whoever uses it next (a pool's next borrower, a shared pooler's next client); the commit
+-- reads the setting, so it does not matter which row sets it. A call that returns no row sets nothing and commits
+-- durably, as any statement does: the calls that settle jobs always return one.
+SELECT r.* FROM (
+{statement}
+) AS r
+WHERE pg_catalog.set_config('synchronous_commit', 'off', true) IS NOT NULL;
 
 -- name: purge_queue_before
 SELECT postkit_queue.purge_queue_before(

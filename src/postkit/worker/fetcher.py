@@ -34,7 +34,7 @@ from postkit.worker.claims import Claims
 from postkit.worker.job_executor import JobExecutor
 from postkit.worker.metrics import Recorder
 from postkit.worker.outcomes import OutcomeLog
-from postkit.worker.pool import WorkerPool, asynchronous_commit
+from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
 
 logger = logging.getLogger("postkit.worker")
@@ -305,7 +305,6 @@ class Fetcher:
             try:
                 if listener is None:
                     listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
-                    asynchronous_commit(listener.connection)  # it claims, as the pool does
                     with self.claims.lock:
                         self._listener = listener
                     if backoff.failures:

@@ -31,7 +31,6 @@ import psycopg
 import psycopg_pool
 
 from postkit.queue import Job, Outcome, QueueClient, protocol
-from postkit.queue.executor import run as run_call
 from postkit.queue.protocol import CheckedResult
 from postkit.worker import tracing
 from postkit.worker.backoff import Backoff
@@ -287,8 +286,6 @@ class JobExecutor:
             handler_ran = False
             try:
                 with self._transaction(spec) as cursor:
-                    # The handler's writes are the application's: they commit durably.
-                    run_call(cursor, protocol.durable_commit(), given_to=None)
                     handler_ran = True
                     value = spec.function(job, cursor)
                     if not self.claims.claim_outcome(job):
@@ -365,8 +362,6 @@ class JobExecutor:
         try:
             with self._pool.connection() as connection, connection.transaction():
                 cursor = connection.cursor()
-                # The handlers' writes are the application's: they commit durably.
-                run_call(cursor, protocol.durable_commit(), given_to=None)
                 for index, job in enumerate(jobs):
                     if index and time.monotonic() - began > budget:
                         left = jobs[index:]

@@ -10,15 +10,20 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg_pool
 
-from postkit.queue import QueueClient, executor, protocol
+from postkit.queue import QueueClient, protocol
 
 T = TypeVar("T")
 
 
-def asynchronous_commit(connection: psycopg.Connection[Any]) -> None:
-    """The worker's bookkeeping commits without waiting for the WAL flush: a claim or ack lost
-    in a crash is a redelivery, which at-least-once delivery allows."""
-    executor.run(connection, protocol.asynchronous_commit(), given_to=None)
+class WorkerClient(QueueClient):
+    """The worker's client: each of its calls is a statement in autocommit, its own
+    transaction, and commits without waiting for the WAL flush. A claim or ack lost in a crash
+    is a redelivery, which at-least-once delivery allows. The setting is the transaction's, so
+    a connection keeps no trace of it: a transactional handler's transaction, on the same
+    pooled connection, commits durably (it uses a plain :class:`QueueClient`)."""
+
+    def _run(self, call: protocol.Call[T]) -> T:
+        return super()._run(call.committed_asynchronously())
 
 
 class WorkerPool:
@@ -42,7 +47,6 @@ class WorkerPool:
                     if pooler
                     else {"autocommit": True}
                 ),
-                configure=None if pooler else asynchronous_commit,
                 # While the server is away the pool's own reconnect attempts back off (1 s,
                 # 2 s, 4 s, ...), so that after a long outage its next attempt could come many
                 # seconds after the server is back. An attempt gives up after a second
@@ -67,7 +71,8 @@ class WorkerPool:
             yield connection
 
     def client_on(self, connection: psycopg.Connection[Any]) -> QueueClient:
-        return QueueClient(connection.cursor(), namespace=self.namespace)
+        """A :class:`WorkerClient` on ``connection``, which must be in autocommit."""
+        return WorkerClient(connection.cursor(), namespace=self.namespace)
 
     def resize(self, change: int) -> None:
         """Grow (or shrink back) by ``change`` connections: a handler past its timeout keeps
@@ -84,4 +89,4 @@ class WorkerPool:
         self._pool.close(timeout=5)
 
 
-__all__ = ["WorkerPool", "asynchronous_commit"]
+__all__ = ["WorkerClient", "WorkerPool"]

@@ -20,11 +20,12 @@ What the runtime does for you:
 - **Batching.** Jobs that succeed are acknowledged in batches: each round trip to the database
   acknowledges every job that finished since the last one and claims as many new jobs as there
   are free slots, in one statement and one transaction. The worker's own transactions (claims,
-  acks, retries) commit asynchronously (``synchronous_commit = off``): if the database crashes
+  acks, retries) commit asynchronously (``synchronous_commit = off``, set for each of those
+  transactions alone: a connection keeps no setting of the worker's): if the database crashes
   in the instant after such a commit, the claim or ack is lost and the job is simply delivered
   again, which at-least-once delivery allows. Transactional handlers commit synchronously.
 - **Pooler mode** (``pooler=True``): through PgBouncer in transaction mode the worker keeps no
-  session state (no prepared statements, no session settings, no LISTEN, no advisory lock) and
+  session state (no prepared statements, no LISTEN, no advisory lock) and
   polls every ``poll_interval`` (1 s by default).
 - **Outcomes.** A handler that returns acks its job. :class:`~postkit.errors.PermanentError`
   fails it into the dead-letter queue, :class:`~postkit.errors.RetryLater` retries it after the
@@ -168,8 +169,7 @@ class Worker:
             pooler: ``dsn`` leads to a pooler in transaction mode (PgBouncer's
                 ``pool_mode = transaction``), where consecutive statements of one connection
                 may run on different server sessions. Pooler mode keeps no session state:
-                no prepared statements (``prepare_threshold=None``), no session settings (the
-                worker's bookkeeping then commits synchronously), no LISTEN (a notification
+                no prepared statements (``prepare_threshold=None``), no LISTEN (a notification
                 would reach whichever client holds the server session next): the worker polls
                 every ``poll_interval`` instead, and says so in its log. The vacuum service,
                 which holds a session-level advisory lock, is off.
@@ -270,7 +270,7 @@ class Worker:
                 ],
                 backoff=Backoff.claim_path(),
                 pooler=pooler,
-                asynchronous_commit=not pooler,
+                asynchronous_commit=True,
             ),
             Maintenance(
                 dsn,
@@ -281,7 +281,7 @@ class Worker:
                 ],
                 backoff=Backoff.housekeeping(),
                 pooler=pooler,
-                asynchronous_commit=not pooler,
+                asynchronous_commit=True,
             ),
         ]
 

@@ -91,8 +91,6 @@ from postkit.queue.protocol.scheduling import (
     set_schedule_paused,
 )
 from postkit.queue.protocol.session import (
-    asynchronous_commit,
-    durable_commit,
     schema_probe,
     schema_version,
 )
@@ -121,7 +119,6 @@ __all__ = [
     "ack_and_pull",
     "ack_batch",
     "ack_many",
-    "asynchronous_commit",
     "cancel",
     "channels",
     "check_cron",
@@ -134,7 +131,6 @@ __all__ = [
     "delete_schedule",
     "deregister_worker",
     "due_schedules",
-    "durable_commit",
     "extend_visibility",
     "fail",
     "fire_schedule",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import cache
 from importlib import resources
@@ -50,15 +50,26 @@ class Call(Generic[T]):
     identifiers: Mapping[str, str] | None = None
     """Names the statement holds as ``{key}`` where no parameter may stand (LISTEN's
     channel): each is written into it quoted as an identifier."""
+    asynchronous: bool = False
+    """Commit without waiting for the WAL flush (:meth:`committed_asynchronously`)."""
 
     @property
     def sql(self) -> str:
         statement = queries()[self.name]
-        if self.identifiers is None:
-            return statement
-        return statement.format_map(
-            {key: _identifier(name) for key, name in self.identifiers.items()}
-        )
+        if self.identifiers is not None:
+            statement = statement.format_map(
+                {key: _identifier(name) for key, name in self.identifiers.items()}
+            )
+        if self.asynchronous:
+            return queries()["asynchronous_commit"].format(statement=statement)
+        return statement
+
+    def committed_asynchronously(self) -> Call[T]:
+        """This call, committing without waiting for the WAL flush: for a statement that is its
+        own transaction (autocommit), as a worker's claims and settlements are. The setting is
+        the transaction's (``set_config(..., true)``), never the session's. Run inside a
+        caller's transaction, it would make that whole transaction's commit asynchronous."""
+        return replace(self, asynchronous=True)
 
 
 def _identifier(name: str) -> str:

@@ -1,20 +1,8 @@
-"""What a session asks of the database itself: how long each commit waits (the settings a
-worker sets on its connections), and which version of the schema is installed."""
+"""What a session asks of the database itself: which version of the schema is installed."""
 
 from __future__ import annotations
 
 from postkit.queue.protocol.call import Call
-
-
-def asynchronous_commit() -> Call[None]:
-    """Commit without waiting for the WAL flush, for the rest of the session."""
-    return Call("asynchronous_commit", {}, lambda rows: None)
-
-
-def durable_commit() -> Call[None]:
-    """Commit the current transaction only once its WAL is flushed, whatever the session's
-    setting."""
-    return Call("durable_commit", {}, lambda rows: None)
 
 
 def schema_probe() -> Call[tuple[bool, bool]]:

@@ -29,7 +29,7 @@ from postkit.worker.maintenance.report import RoundReport
 from postkit.worker.maintenance.rescue import Rescue
 from postkit.worker.maintenance.schedules import Schedules
 from postkit.worker.maintenance.service import Service
-from postkit.worker.pool import asynchronous_commit as commit_asynchronously
+from postkit.worker.pool import WorkerClient
 from postkit.worker.threads import start_thread
 
 logger = logging.getLogger("postkit.worker")
@@ -82,8 +82,9 @@ class Maintenance:
             services: run in this order when several fall due at once.
             backoff: the waits between tries after database errors.
             pooler: ``dsn`` leads to a pooler in transaction mode: no prepared statements.
-            asynchronous_commit: commit without waiting for the WAL flush (the worker's
-                bookkeeping; a lost rescue or prune is done again at the next run).
+            asynchronous_commit: each call commits without waiting for the WAL flush (the
+                worker's bookkeeping; a lost rescue or prune is done again at the next run),
+                a setting of its own transaction (:class:`WorkerClient`).
         """
         self.dsn = dsn
         self.namespace = namespace
@@ -125,7 +126,7 @@ class Maintenance:
         report = RoundReport()
         connection = self._connect()
         try:
-            client = QueueClient(connection.cursor(), namespace=self.namespace)
+            client = self._client(connection)
             try:
                 for service in self.services:
                     service.run(connection, client, report, eager=True)
@@ -181,7 +182,7 @@ class Maintenance:
                     try:
                         if connection is None:
                             connection = self._connect()
-                        client = QueueClient(connection.cursor(), namespace=self.namespace)
+                        client = self._client(connection)
                         for index in ready:
                             due[index] = time.monotonic() + self.services[index].run(
                                 connection, client, done
@@ -225,7 +226,7 @@ class Maintenance:
                 deadline = threading.Timer(_STOP_TIMEOUT, _cut, (connection,))
                 deadline.start()
                 try:
-                    client = QueueClient(connection.cursor(), namespace=self.namespace)
+                    client = self._client(connection)
                     for service in stopping:
                         service.stop(client)
                 finally:
@@ -251,9 +252,11 @@ class Maintenance:
             **({"prepare_threshold": None} if self.pooler else {}),
             **options,
         )
-        if self.asynchronous_commit:
-            commit_asynchronously(connection)
         return connection
+
+    def _client(self, connection: psycopg.Connection[Any]) -> QueueClient:
+        kind = WorkerClient if self.asynchronous_commit else QueueClient
+        return kind(connection.cursor(), namespace=self.namespace)
 
     def _connect(self) -> psycopg.Connection[Any]:
         connection = self._open()
