@@ -467,8 +467,20 @@ def test_objects_planted_in_public_cannot_hijack_an_sdk_statement_or_a_function(
     assert hijacks == []
 
 
-# Words before "(" that the grammar binds to pg_catalog, or that are not function calls.
-NOT_CALLS = {"coalesce", "extract", "in", "any", "exists", "operator", "select", "then", "vacuum"}
+# Words before "(" that the grammar binds to pg_catalog, or that are not function calls (FROM
+# before a subquery).
+NOT_CALLS = {
+    "coalesce",
+    "extract",
+    "from",
+    "in",
+    "any",
+    "exists",
+    "operator",
+    "select",
+    "then",
+    "vacuum",
+}
 
 
 def test_every_sdk_statement_schema_qualifies_its_functions_types_and_operators() -> None:
