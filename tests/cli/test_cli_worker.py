@@ -745,3 +745,28 @@ def test_postkit_worker_refuses_a_namespace_other_than_the_apps(
         f"where its tasks push; leave --namespace out, or make it {namespace!r}"
     ) in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_processes_stop_when_their_supervisor_is_killed_with_sigkill(
+    start_worker: Callable[..., WorkerProcess],
+    make_client: Callable[..., QueueClient],
+    tasks_dir: Path,
+    namespace: str,
+) -> None:
+    client = make_client(autocommit=True)
+    supervisor = start_worker("--processes", "2", "--concurrency", "1")
+
+    def children() -> list[int]:
+        return [pid for pid in import_pids(tasks_dir) if pid != supervisor.pid]
+
+    first, second = wait_until(lambda: children() if len(children()) == 2 else [], "2 children")
+    wait_until(lambda: len(client.workers()) == 2, "both processes to register")
+    os.kill(supervisor.pid, signal.SIGKILL)
+
+    wait_until(
+        lambda: not any(is_our_worker(pid, namespace) for pid in (first, second)),
+        "the children to stop after their supervisor died",
+    )
+    # Each stopped as on SIGTERM, deregistering (a killed worker would stay registered).
+    assert client.workers() == []
+    assert supervisor.output().count("is gone: stopping") == 2, supervisor.output()

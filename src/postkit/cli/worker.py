@@ -70,7 +70,7 @@ SIGTERM or Ctrl-C stops claiming; claimed jobs get --grace-period seconds to fin
 those not started are released to run elsewhere; a job whose handler still runs keeps its
 claim until the handler returns or --handler-timeout passes. A second signal exits at once.
 With --processes N, a supervisor runs N worker processes, restarts any that dies, and passes
-signals on.
+signals on; if the supervisor is killed (even by SIGKILL), each process stops as on SIGTERM.
 """
 
 
@@ -472,8 +472,10 @@ def worker(
 ) -> None:
     from postkit.cli.logs import ThroughputReport, configure_logging
     from postkit.worker import Worker
-    from postkit.worker.supervisor import Supervisor
+    from postkit.worker.supervisor import Supervisor, follow_supervisor
 
+    if supervised:
+        follow_supervisor()  # die with the supervisor, however it dies
     loaded = load_handlers(module)
     handlers, name = loaded.handlers, loaded.name
     if loaded.app is not None:

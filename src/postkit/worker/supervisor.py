@@ -10,14 +10,21 @@
   passed on too, and makes the children exit at once.
 
 Children run in a session of their own, so a Ctrl-C in a terminal reaches only the supervisor,
-which passes it on once.
+which passes it on once. They die with it all the same, whatever kills it (an OOM kill, a
+SIGKILL, a signal to its process group alone): each holds the read end of a pipe, the
+lifeline, whose write end only the supervisor holds. When the supervisor's process ends, by any
+means, the kernel closes that end, and each child stops as on SIGTERM (:func:`follow_supervisor`):
+its running jobs finish within the grace period and the rest are released.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +37,9 @@ logger = logging.getLogger("postkit.supervisor")
 
 _POLL = 0.1
 """Seconds between checks on the children."""
+
+LIFELINE = "POSTKIT_SUPERVISOR_FD"
+"""The environment variable that gives a child the file descriptor of its lifeline's read end."""
 
 
 @dataclass
@@ -70,6 +80,7 @@ class Supervisor:
         self.env = dict(env) if env is not None else None
         self.healthy_after = healthy_after
         self._signals: list[int] = []
+        self._lifeline = -1
         self._forwarded = 0
         self._clean = True
 
@@ -81,6 +92,10 @@ class Supervisor:
             signum: signal.signal(signum, self._on_signal)
             for signum in (signal.SIGTERM, signal.SIGINT)
         }
+        # Both ends are kept from the children, but the read end is passed to each one
+        # (pass_fds): the write end stays in this process alone, so it closes when this
+        # process ends, however it ends.
+        self._lifeline, lifeline_end = os.pipe()
         try:
             for child in self.children:
                 self._start(child)
@@ -95,6 +110,8 @@ class Supervisor:
             for child in self.children:  # only if the loop itself failed
                 if child.process is not None and child.process.poll() is None:
                     child.process.send_signal(signal.SIGTERM)
+            os.close(self._lifeline)
+            os.close(lifeline_end)
         return 0 if self._clean else 1
 
     @property
@@ -124,7 +141,15 @@ class Supervisor:
                     child.process.send_signal(signal.SIGTERM)
 
     def _start(self, child: _Child) -> None:
-        child.process = subprocess.Popen(child.command, env=self.env, start_new_session=True)
+        child.process = subprocess.Popen(
+            child.command,
+            env={
+                **(self.env if self.env is not None else os.environ),
+                LIFELINE: str(self._lifeline),
+            },
+            start_new_session=True,
+            pass_fds=(self._lifeline,),
+        )
         child.started = time.monotonic()
         child.restart_at = None
         logger.info(
@@ -178,6 +203,30 @@ class Supervisor:
         return {**fields, **more}
 
 
+def follow_supervisor() -> None:
+    """In a child of a :class:`Supervisor`: when the supervisor is gone, send this process
+    SIGTERM, which stops a worker gracefully. Nothing is ever written to the lifeline; its read
+    returns end-of-file once the supervisor's process has ended. Outside a supervisor (no
+    lifeline in the environment), does nothing."""
+    descriptor = os.environ.pop(LIFELINE, None)
+    if descriptor is None:
+        return
+    supervisor = os.getppid()
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(int(descriptor), 1):
+                pass
+        logger.warning(
+            "the supervisor (pid %d) is gone: stopping",
+            supervisor,
+            extra={"event": "supervisor_gone"},
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="postkit-lifeline", daemon=True).start()
+
+
 def _signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -185,4 +234,4 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-__all__ = ["Supervisor"]
+__all__ = ["LIFELINE", "Supervisor", "follow_supervisor"]
