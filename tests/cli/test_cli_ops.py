@@ -911,7 +911,7 @@ def test_stats_watch_rates_count_the_jobs_settled_between_redraws_and_ctrl_c_sto
             watcher.send_signal(signal.SIGINT)
             # Read what it wrote meanwhile: with the pipe full, its exit would block on the
             # flush of its last frames, and wait() alone would never return.
-            watcher.communicate(timeout=10)
+            watcher.communicate(timeout=30)
             code = watcher.returncode
         finally:
             if watcher.poll() is None:

@@ -4,7 +4,6 @@ it (its result), and pushing or cancelling one job."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -229,8 +228,10 @@ def _watch_stats(
                 return
             time.sleep(interval)
     except KeyboardInterrupt:
-        with contextlib.suppress(psycopg.Error):
-            connection.rollback()  # Ctrl-C may have cancelled a query halfway
+        # Ctrl-C may have come halfway through a call, with the connection between a query and
+        # its result: nothing more is sent on it, or waited for. Closing it ends the session,
+        # and the server rolls back its read-only transaction.
+        connection.close()
         click.echo("Stopped.", err=True)
 
 
