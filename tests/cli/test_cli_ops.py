@@ -888,6 +888,9 @@ def test_stats_watch_rates_count_the_jobs_settled_between_redraws_and_ctrl_c_sto
             [sys.executable, "-m", "postkit.cli", "stats", "--watch", "--json",
              "--interval", "0.1", "--dsn", dsn, "--namespace", namespace],
             stdout=subprocess.PIPE, stderr=stderr, text=True,
+            # As from a terminal: a suite run as a background job (`cmd &` in a script) passes
+            # SIGINT on ignored, and Python then never turns it into Ctrl-C.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         try:
             assert watcher.stdout is not None
