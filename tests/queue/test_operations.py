@@ -636,6 +636,27 @@ def test_pausing_and_configuring_a_queue_leave_each_others_settings_alone(
     assert (policy.paused, policy.max_attempts) == (True, 4)
 
 
+def test_configure_queue_changes_the_settings_given_and_keeps_the_others(
+    queue: QueueClient,
+) -> None:
+    queue.configure_queue(Q, max_attempts=3, retain_dead=3600, retain_results=60)
+
+    policy = queue.configure_queue(Q, backoff_base=2)
+
+    assert (policy.max_attempts, policy.retain_dead, policy.retain_results) == (3, 3600.0, 60.0)
+    assert policy.backoff_base == 2.0
+
+
+def test_configure_queue_puts_a_setting_given_as_none_back_to_the_built_in_default(
+    queue: QueueClient,
+) -> None:
+    queue.configure_queue(Q, max_attempts=3, retain_completed=60, backoff_cap=10)
+
+    policy = queue.configure_queue(Q, max_attempts=None, retain_completed=None)
+
+    assert (policy.max_attempts, policy.retain_completed, policy.backoff_cap) == (20, None, 10.0)
+
+
 def test_update_queue_settings_changes_the_settings_given_and_keeps_the_others(
     queue: QueueClient,
 ) -> None:

@@ -423,23 +423,24 @@ class AsyncOperations:
         self,
         queue: str,
         *,
-        max_attempts: int | None = None,
-        visibility_timeout: Duration | None = None,
-        backoff_base: Duration | None = None,
-        backoff_cap: Duration | None = None,
-        retain_completed: Duration | None = None,
-        retain_dead: Duration | None = None,
-        max_payload_bytes: int | None = None,
-        retain_results: Duration | None = None,
+        max_attempts: int | Keep | None = KEEP,
+        visibility_timeout: Duration | Keep | None = KEEP,
+        backoff_base: Duration | Keep | None = KEEP,
+        backoff_cap: Duration | Keep | None = KEEP,
+        retain_completed: Duration | Keep | None = KEEP,
+        retain_dead: Duration | Keep | None = KEEP,
+        max_payload_bytes: int | Keep | None = KEEP,
+        retain_results: Duration | Keep | None = KEEP,
         concurrency: int | Keep | None = KEEP,
         rate: Rate | Keep | None = KEEP,
         group_concurrency: int | Keep | None = KEEP,
         group_ordered: bool | Keep = KEEP,
     ) -> QueuePolicy:
-        """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept; None
-        restores the built-in default (max_attempts 20, visibility timeout 30 s, backoff from
-        1 s doubling up to 1 h, completed jobs deleted at once, dead letters kept 30 days,
-        payloads up to 1 MiB, results not kept).
+        """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept. A
+        setting not given keeps its value; None restores the built-in default (max_attempts
+        20, visibility timeout 30 s, backoff from 1 s doubling up to 1 h, completed jobs
+        deleted at once, dead letters kept 30 days, payloads up to 1 MiB, results not kept),
+        as ``default`` does in ``postkit queue configure``.
         ``retain_results`` keeps the result of each job completed from then on (what its
         handler returned: ``ack(job, result=...)``) that long, for :meth:`result` and
         :meth:`wait_for_result`; at most 3650 days.
@@ -504,8 +505,8 @@ class AsyncOperations:
         group_ordered: bool | None = None,
         reset: Sequence[str] = (),
     ) -> QueuePolicy:
-        """Change some settings of ``queue`` and keep the others, unlike
-        :meth:`configure_queue`: a setting given is set, a setting named in ``reset``
+        """Change some settings of ``queue`` and keep the others, as :meth:`configure_queue`
+        does, with resets by name: a setting given is set, a setting named in ``reset``
         (``"max_attempts"``, ``"retain_dead"``, ...; the flow limits as ``"concurrency"``,
         ``"rate"``, ``"group_concurrency"``, ``"group_ordered"``) goes back to the built-in
         default (no limit), and every other one keeps its value. Two updates of one queue at

@@ -119,13 +119,13 @@ T = TypeVar("T")
 
 
 class Keep(enum.Enum):
-    """The default of a flow limit in ``configure_queue``: the queue keeps the limit it has."""
+    """The default of each setting in ``configure_queue``: the queue keeps the value it has."""
 
     KEEP = "keep"
 
 
 KEEP = Keep.KEEP
-"""A flow limit not given to ``configure_queue``: the queue keeps the one it has."""
+"""A setting not given to ``configure_queue``: the queue keeps the one it has."""
 
 Rate = tuple[int, Duration]
 """A rate limit: at most so many claims (int) in any window of so long (seconds or a
@@ -201,28 +201,22 @@ def configure_queue(
     namespace: str,
     queue: str,
     *,
-    max_attempts: int | None,
-    visibility_timeout: Duration | None,
-    backoff_base: Duration | None,
-    backoff_cap: Duration | None,
-    retain_completed: Duration | None,
-    retain_dead: Duration | None,
-    max_payload_bytes: int | None,
-    retain_results: Duration | None,
+    max_attempts: int | Keep | None = KEEP,
+    visibility_timeout: Duration | Keep | None = KEEP,
+    backoff_base: Duration | Keep | None = KEEP,
+    backoff_cap: Duration | Keep | None = KEEP,
+    retain_completed: Duration | Keep | None = KEEP,
+    retain_dead: Duration | Keep | None = KEEP,
+    max_payload_bytes: int | Keep | None = KEEP,
+    retain_results: Duration | Keep | None = KEEP,
     concurrency: int | Keep | None = KEEP,
     rate: Rate | Keep | None = KEEP,
     group_concurrency: int | Keep | None = KEEP,
     group_ordered: bool | Keep = KEEP,
 ) -> Call[QueuePolicy]:
-    """Set every job default and retention of ``queue`` (None: the built-in default) and the
-    flow limits given (None: no limit), keeping the flow limits not given: one
-    update_queue_settings call that resets what is None."""
-    given = {
-        "concurrency": concurrency,
-        "rate": rate,
-        "group_concurrency": group_concurrency,
-        "group_ordered": group_ordered,
-    }
+    """Set the settings of ``queue`` that are given, keeping the others; None puts a setting
+    back to its built-in default (for a flow limit: none): one update_queue_settings call that
+    resets what is None."""
     settings = {
         "max_attempts": max_attempts,
         "visibility_timeout": visibility_timeout,
@@ -232,20 +226,23 @@ def configure_queue(
         "retain_dead": retain_dead,
         "max_payload_bytes": max_payload_bytes,
         "retain_results": retain_results,
+        "concurrency": concurrency,
+        "rate": rate,
+        "group_concurrency": group_concurrency,
+        "group_ordered": group_ordered,
     }
     reset = [name for name, value in settings.items() if value is None]
-    reset += [name for name, value in given.items() if value is None]
     return update_queue_settings(
         namespace,
         queue,
-        max_attempts=max_attempts,
-        visibility_timeout=visibility_timeout,
-        backoff_base=backoff_base,
-        backoff_cap=backoff_cap,
-        retain_completed=retain_completed,
-        retain_dead=retain_dead,
-        max_payload_bytes=max_payload_bytes,
-        retain_results=retain_results,
+        max_attempts=_given(max_attempts),
+        visibility_timeout=_given(visibility_timeout),
+        backoff_base=_given(backoff_base),
+        backoff_cap=_given(backoff_cap),
+        retain_completed=_given(retain_completed),
+        retain_dead=_given(retain_dead),
+        max_payload_bytes=_given(max_payload_bytes),
+        retain_results=_given(retain_results),
         concurrency=_given(concurrency),
         rate=_given(rate),
         group_concurrency=_given(group_concurrency),
@@ -255,7 +252,7 @@ def configure_queue(
 
 
 def _given(value: T | Keep) -> T | None:
-    """A flow limit as update_queue_settings takes it: None when it is to be kept."""
+    """A setting as update_queue_settings takes it: None when it is to be kept."""
     return None if isinstance(value, Keep) else value
 
 
