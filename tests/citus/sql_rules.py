@@ -443,26 +443,6 @@ class _StatementChecker:
                 self.violation("notify", f"pg_notify() outside postkit_queue.{NOTIFY_HELPER}")
 
 
-def policy_violations(
-    table: str, expression: str, table_reading_functions: frozenset[str]
-) -> list[Violation]:
-    """What breaks the ``policy`` rule in a row-level security policy's expression (as
-    ``pg_policies`` prints it): Citus refuses a policy with a subquery on a distributed table,
-    and a function that reads a table would read it on the shard's node for every row."""
-    sql = f"SELECT {expression.replace(f'{SCHEMA}.', f'{_PARSED_SCHEMA}.')}"
-    tree = json.loads(parse_sql_json(sql))
-    found = []
-    if any(True for _ in _find(tree, "SubLink")):
-        found.append(Violation(table, "policy", expression, "a subquery in a policy"))
-    for call in _find(tree, "FuncCall"):
-        schema, name = _function_name(call)
-        if schema == SCHEMA and name in table_reading_functions:
-            found.append(
-                Violation(table, "policy", expression, f"{name}() reads a table in a policy")
-            )
-    return found
-
-
 def called_functions(definition: str) -> set[str]:
     """The names of the queue's functions a PL/pgSQL body calls."""
     called: set[str] = set()

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from pglast.parser import parse_sql_json
-from psycopg import sql
 
-from postkit.queue import install
 from tests.citus.modification_rules import Catalog, modification_violations
 from tests.citus.sql_rules import (
     Function,
@@ -21,7 +18,6 @@ from tests.citus.sql_rules import (
     Violation,
     called_functions,
     planned_generically,
-    policy_violations,
     violations,
 )
 
@@ -210,54 +206,6 @@ def test_every_identity_column_is_bigint(catalog: psycopg.Connection) -> None:
         "WHERE table_schema = 'postkit_queue' AND is_identity = 'YES' AND data_type <> 'bigint'"
     ).fetchall()
     assert rows == []
-
-
-def test_no_policy_of_tenant_isolation_holds_a_subquery_or_reads_a_table(
-    fresh_database: str, functions: list[tuple[Function, str, str]]
-) -> None:
-    reading = frozenset(
-        function.name
-        for function, language, source in functions
-        if re.search(r"\b(?:FROM|JOIN)\s+postkit_queue\.\w+", source, re.IGNORECASE)
-    )
-    roles = [f"pk_citus_tenant_{uuid.uuid4().hex[:10]}" for _ in range(2)]
-    with psycopg.connect(fresh_database, autocommit=True) as connection:
-        install(connection)
-        try:
-            for role in roles:
-                connection.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
-            # Two roles share a namespace, one has two (tenant_access holds them, below).
-            for namespace, role in (("a", roles[0]), ("a", roles[1]), ("b", roles[1])):
-                connection.execute(
-                    "SELECT postkit_queue.assign_namespace(%s, %s)", (namespace, role)
-                )
-            connection.execute("SELECT postkit_queue.enable_tenant_isolation()")
-            policies = connection.execute(
-                "SELECT tablename, qual, with_check FROM pg_policies "
-                "WHERE schemaname = 'postkit_queue'"
-            ).fetchall()
-            access = connection.execute(
-                "SELECT pg_get_functiondef('postkit_queue.tenant_access(text, name)'::regprocedure)"
-            ).fetchone()
-        finally:
-            for role in roles:
-                connection.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
-    assert policies
-    assert all("tenant_access(namespace" in qual for _, qual, _ in policies)
-    # Two roles share a namespace, one has two: the assignments are in tenant_access's body,
-    # one membership check per rank of role within a namespace (two here), which holds no
-    # subquery and reads no table either.
-    assert access is not None and access[0].count("pg_has_role") == 2
-    body = re.split(r"\nRETURN ", access[0], maxsplit=1)[1]
-    assert not policy_violations("tenant_access", body.strip().rstrip(";"), reading)
-    found = [
-        violation
-        for table, qual, with_check in policies
-        for expression in (qual, with_check)
-        if expression
-        for violation in policy_violations(table, expression, reading)
-    ]
-    assert not found, "\n".join(map(str, found))
 
 
 # Delegated calls that may raise a wake-up: a worker's loop, which gains most from running

@@ -9,7 +9,6 @@ from tests.citus.sql_rules import (
     Function,
     Schema,
     planned_generically,
-    policy_violations,
     violations,
 )
 
@@ -172,23 +171,6 @@ def test_a_notification_outside_the_helper_breaks_the_notify_rule(statement: str
 
 def test_dynamic_sql_in_a_function_that_takes_a_namespace_breaks_the_dynamic_rule() -> None:
     assert rules_broken("EXECUTE format('DELETE FROM postkit_queue.%I', 'jobs');") == {"dynamic"}
-
-
-def test_a_policy_with_a_subquery_or_a_table_read_breaks_the_policy_rule() -> None:
-    reading = frozenset({"my_namespaces"})
-    assert {
-        v.rule
-        for v in policy_violations(
-            "jobs", "namespace = ANY ((SELECT postkit_queue.my_namespaces())::text[])", reading
-        )
-    } == {"policy"}
-    assert policy_violations("jobs", "namespace = ANY (postkit_queue.my_namespaces())", reading)
-    assert (
-        policy_violations(
-            "jobs", "pg_has_role(postkit_queue.caller(), 'postkit_tenants', 'MEMBER')", reading
-        )
-        == []
-    )
 
 
 def test_a_function_without_a_plan_mode_of_its_own_is_planned_as_its_caller_plans() -> None:

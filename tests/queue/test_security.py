@@ -174,7 +174,7 @@ def test_a_tenant_cannot_ack_or_redrive_another_tenants_jobs(
 def test_a_namespace_assigned_under_isolation_is_usable_at_once(
     database: str, tenants: tuple[str, str], make_role: Callable[[], str]
 ) -> None:
-    """An assignment replaces tenant_access in the same call: the next call sees it."""
+    """The policy reads the assignments at each statement: the next call sees a new one."""
     late = make_role()
     admin(database, lambda cursor: grant_access(cursor, late, "worker"))
     with psycopg.connect(database, autocommit=True) as connection:
@@ -228,9 +228,9 @@ def test_namespaces_are_every_one_that_holds_anything_or_is_assigned(
 def test_a_session_sees_a_namespace_assigned_to_its_role_at_its_next_call(
     database: str, tenants: tuple[str, str]
 ) -> None:
-    """An assignment replaces tenant_access, and with it the plans that inlined it: a session
-    whose pulls of the namespace were planned (generically, after five) before the assignment
-    pulls its job after it, without reconnecting."""
+    """A session whose pulls of the namespace were planned (generically, after five) before the
+    assignment pulls its job after it, without reconnecting: the plans read the assignments
+    when they run, not when they are made."""
     role_a, _ = tenants
     with psycopg.connect(database, autocommit=True) as connection:
         QueueClient(connection.cursor(), namespace="tenant-b").push("emails", 1)
@@ -282,30 +282,29 @@ def test_concurrent_assignments_all_take_effect_without_a_deadlock(
         thread.join()
 
     assert failures == []
-    with psycopg.connect(database, autocommit=True) as connection:
-        granted = connection.execute(
-            "SELECT count(*) FROM generate_series(0, 2) w, generate_series(0, 9) i"
-            " WHERE postkit_queue.tenant_access(format('race-%%s-%%s', w, i), %s)",
-            (role,),
-        ).fetchone()
-    assert granted == (30,)
+    admin(database, lambda cursor: grant_access(cursor, role, "operator"))
+    assert as_role(database, role, "race-0-0").namespaces() == sorted(
+        f"race-{worker}-{i}" for worker in range(3) for i in range(10)
+    )
 
 
-def test_an_assignment_outside_read_committed_is_refused_before_anything_is_written(
+def test_an_assignment_under_repeatable_read_takes_effect_when_it_commits(
     database: str, tenants: tuple[str, str], make_role: Callable[[], str]
 ) -> None:
-    """Its snapshot could miss an assignment committed meanwhile, which tenant_access's new
-    body would then leave out."""
     role = make_role()
+    admin(database, lambda cursor: grant_access(cursor, role, "operator"))
     with psycopg.connect(database) as connection:
         connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        with pytest.raises(errors.InvalidAccessError, match="READ COMMITTED"):
-            assign_namespace(connection.cursor(), "tenant-rr", role)
+        assign_namespace(connection.cursor(), "tenant-rr", role)
+
+    assert as_role(database, role, "tenant-rr").namespaces() == ["tenant-rr"]
 
 
-def test_an_install_forgets_a_dropped_roles_namespaces_in_tenant_access(
+def test_an_install_forgets_a_dropped_roles_assignments(
     database: str, tenants: tuple[str, str]
 ) -> None:
+    """A role created again under the dropped one's name, or given its OID after a restore,
+    inherits none of its namespaces."""
     role_a, _ = tenants
     with psycopg.connect(database, autocommit=True) as connection:
         oid = connection.execute("SELECT %s::regrole::oid", (role_a,)).fetchone()
@@ -314,11 +313,75 @@ def test_an_install_forgets_a_dropped_roles_namespaces_in_tenant_access(
         connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role_a)))
         connection.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role_a)))
         install(connection)
-        body = connection.execute(
-            "SELECT pg_get_functiondef('postkit_queue.tenant_access(text, name)'::regprocedure)"
+        kept = connection.execute(
+            "SELECT count(*) FROM postkit_queue.tenants WHERE role_oid = %s", oid
         ).fetchone()
 
-    assert body is not None and str(oid[0]) not in body[0]
+    assert kept == (0,)
+
+
+# Every definition the catalog holds as a node tree, printed as SQL.
+DEPARSED_CATALOG = {
+    "function": "SELECT pg_get_functiondef(oid) FROM pg_proc WHERE prokind IN ('f', 'p')",
+    "view": "SELECT pg_get_viewdef(oid) FROM pg_class WHERE relkind IN ('v', 'm')",
+    "default": "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef",
+    "constraint": "SELECT pg_get_constraintdef(oid) FROM pg_constraint",
+    "index": "SELECT pg_get_indexdef(indexrelid) FROM pg_index",
+    "trigger": "SELECT pg_get_triggerdef(oid) FROM pg_trigger",
+    "policy": "SELECT concat(qual, ' ', with_check) FROM pg_policies",
+}
+
+
+def test_a_tenant_learns_no_other_tenants_namespace_from_any_catalog(
+    database: str, make_role: Callable[[], str]
+) -> None:
+    """Every relation of pg_catalog and information_schema the tenant's login may read, row by
+    row: no text in them names a namespace assigned to another role (pg_proc's bodies and
+    pg_policy's expressions are readable by every role)."""
+    secret = f"secret-{uuid.uuid4().hex[:8]}"
+    tenant, other = make_role(), make_role()
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(tenant)))
+        cursor = connection.cursor()
+        grant_access(cursor, tenant, "operator")
+        grant_access(cursor, other, "operator")
+        assign_namespace(cursor, "tenant-own", tenant)
+        assign_namespace(cursor, secret, other)
+        enable_tenant_isolation(cursor)
+        QueueClient(cursor, namespace=secret).push("emails", {"for": "other"})
+    login = psycopg.conninfo.make_conninfo(database, user=tenant)
+    found: list[str] = []
+    with psycopg.connect(login, autocommit=True) as connection:
+        relations = connection.execute(
+            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname IN ('pg_catalog', 'information_schema')"
+            "   AND c.relkind IN ('r', 'v', 'm')"
+            "   AND has_table_privilege(c.oid, 'SELECT')"
+        ).fetchall()
+        assert len(relations) > 100
+        for (relation,) in relations:
+            try:
+                rows = connection.execute(
+                    sql.SQL("SELECT t::text FROM {} t WHERE strpos(t::text, %s) > 0").format(
+                        sql.SQL(relation)
+                    ),
+                    (secret,),
+                ).fetchall()
+            except psycopg.errors.InsufficientPrivilege:
+                continue  # a view over a table the login may not read (pg_user_mappings)
+            found += [f"{relation}: {row[0][:200]}" for row in rows]
+        # Catalogs keep function bodies, defaults and checks as node trees, whose constants
+        # are binary: the functions that print them as SQL read them as any role may.
+        for kind, query in DEPARSED_CATALOG.items():
+            rows = connection.execute(
+                f"SELECT d FROM ({query}) t(d) WHERE strpos(d, %s) > 0", (secret,)
+            ).fetchall()
+            found += [f"{kind}: {row[0][:200]}" for row in rows]
+        own = QueueClient(connection.cursor(), namespace="tenant-own").namespaces()
+
+    assert own == ["tenant-own"]
+    assert found == []
 
 
 def test_a_superuser_demoted_stops_seeing_every_namespace_in_its_open_session(
@@ -502,8 +565,7 @@ def test_every_sdk_statement_schema_qualifies_its_functions_types_and_operators(
 
 def test_every_function_pins_its_search_path(database: str) -> None:
     """Pinned means a SET search_path, or a SQL-standard body (is_name, is_duration,
-    longest_effect, is_result, is_trace_context, tenant_access, and the policy's defaults push
-    folds in),
+    longest_effect, is_result, is_trace_context, and the policy's defaults push folds in),
     whose names are bound when the function is created, so no caller's search_path ever
     reaches it."""
     with psycopg.connect(database) as connection:
@@ -529,7 +591,6 @@ def test_every_function_pins_its_search_path(database: str) -> None:
         "is_result",
         "is_trace_context",
         "longest_effect",
-        "tenant_access",
     ]
 
 

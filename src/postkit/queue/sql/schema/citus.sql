@@ -40,7 +40,7 @@ END
 $$;
 
 -- refuse_roles_on_citus: grants and tenant assignments record roles by OID (grants, tenants,
--- tenant_access and tenant isolation's policy), and each node of a Citus cluster gives a role its
+-- and tenant isolation's policy), and each node of a Citus cluster gives a role its
 -- own OID, so that a check on a worker node would ask about another role, or none. Until roles
 -- are known there by something every node shares, a queue placed on Citus takes neither, and
 -- distribute_on_citus refuses a queue that holds some.

@@ -154,7 +154,8 @@ END
 $$;
 
 -- assign_namespace: let p_role (and its members) use p_namespace once isolation is on, from the
--- next statement of every session (write_tenant_access; no lock on the queue's tables).
+-- next statement of every session: tenant isolation's policy reads the tenants table at each
+-- statement, so an assignment takes no lock on the queue's tables and rewrites nothing.
 CREATE OR REPLACE FUNCTION postkit_queue.assign_namespace(p_namespace text, p_role name)
 RETURNS void
 LANGUAGE plpgsql
@@ -170,14 +171,8 @@ BEGIN
         RAISE EXCEPTION 'postkit: no role named %', coalesce(p_role, 'NULL')
             USING ERRCODE = 'PKQ11';
     END IF;
-    -- Before the row: two assignments that each inserted theirs would then wait for each
-    -- other's lock in write_tenant_access.
-    LOCK TABLE postkit_queue.tenants IN SHARE ROW EXCLUSIVE MODE;
     INSERT INTO postkit_queue.tenants (namespace, role_oid) VALUES (p_namespace, v_role_oid)
     ON CONFLICT DO NOTHING;
-    IF FOUND THEN
-        PERFORM postkit_queue.write_tenant_access();
-    END IF;
 END
 $$;
 
@@ -456,16 +451,10 @@ BEGIN
     -- functions added since.
     DELETE FROM postkit_queue.grants g
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid);
-    -- tenant_access forgets them too: an OID reused later (after a restore into another
-    -- cluster, say) must not inherit a dropped role's namespaces.
-    IF EXISTS (SELECT FROM postkit_queue.tenants t
-               WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = t.role_oid))
-    THEN
-        LOCK TABLE postkit_queue.tenants IN SHARE ROW EXCLUSIVE MODE;
-        DELETE FROM postkit_queue.tenants t
-        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = t.role_oid);
-        PERFORM postkit_queue.write_tenant_access();
-    END IF;
+    -- So are assignments: an OID reused later (after a restore into another cluster, say)
+    -- must not inherit a dropped role's namespaces.
+    DELETE FROM postkit_queue.tenants t
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = t.role_oid);
     PERFORM postkit_queue.apply_grant(g.role_oid, g.access) FROM postkit_queue.grants g;
 END
 $$;
@@ -482,87 +471,40 @@ BEGIN
 END
 $$;
 
--- tenant_access: whether p_caller may use p_namespace under tenant isolation, by the
--- assignments in tenants, written into this body as constants: write_tenant_access replaces
--- it whenever they change (assign_namespace, enable_tenant_isolation), so that the policy
--- calls it instead of reading a table. A SQL-standard body: its names are bound when it is
--- written, and the planner inlines it into the policy, so a row costs a search of a constant
--- array and a membership check per role of its namespace, without a function call; a
--- replaced body replaces the plans that inlined it. Roles by OID, as tenants holds them: a
--- role dropped and created again under the same name is another role and inherits nothing
--- (pg_has_role of a dropped OID is false). Until the first assignment it grants nothing.
-CREATE OR REPLACE FUNCTION postkit_queue.tenant_access(p_namespace text, p_caller name)
-RETURNS boolean
-LANGUAGE sql STABLE
-RETURN false;
-
--- write_tenant_access: give tenant_access the current assignments: for the first role of each
--- namespace, the second, and so on, one pair of constant arrays (namespaces, role OIDs) and an
--- array_position into them, so that the planning of every statement that inlines it costs what
--- it does with one assignment (the search of the arrays, at each row, grows with them: about
--- 55 us a row with 5,000 namespaces, a linear scan in C). Replacing a function takes
--- no lock on the queue's tables, so assigning a namespace waits for no call; concurrent
--- writers queue on the tenants table instead (two replacements of one function at once would
--- fail).
-CREATE OR REPLACE FUNCTION postkit_queue.write_tenant_access()
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_checks text;
-BEGIN
-    -- The body is built from this transaction's snapshot: under REPEATABLE READ or
-    -- SERIALIZABLE it could miss an assignment committed since, and the function's replacement
-    -- raises no conflict, so the assignment would be lost until the next one.
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'postkit: namespaces are assigned in a READ COMMITTED transaction, not %',
-            upper(current_setting('transaction_isolation')) USING ERRCODE = 'PKQ11';
-    END IF;
-    LOCK TABLE postkit_queue.tenants IN SHARE ROW EXCLUSIVE MODE;
-    SELECT string_agg(format('pg_catalog.pg_has_role(p_caller, (%L::pg_catalog.oid[])'
-                             '[pg_catalog.array_position(%L::pg_catalog.text[], p_namespace)], '
-                             '%L)', l.roles, l.namespaces, 'MEMBER'), ' OR ' ORDER BY l.rank)
-    INTO v_checks
-    FROM (SELECT r.rank, array_agg(r.role_oid ORDER BY r.namespace) AS roles,
-                 array_agg(r.namespace ORDER BY r.namespace) AS namespaces
-          FROM (SELECT t.namespace, t.role_oid,
-                       row_number() OVER (PARTITION BY t.namespace ORDER BY t.role_oid) AS rank
-                FROM postkit_queue.tenants t) r
-          GROUP BY r.rank) l;
-    -- The same signature as the definition above, which stays the one in the schema's files.
-    EXECUTE format('CREATE OR REPLACE FUNCTION %s(p_namespace text, p_caller name) '
-                   'RETURNS boolean LANGUAGE sql STABLE RETURN %s',
-                   'postkit_queue.tenant_access',
-                   coalesce('COALESCE(' || v_checks || ', false)', 'false'));
-END
-$$;
-
--- The policy of tenant isolation: tenant_access lets the caller use the row's namespace, or
--- the caller sees every namespace (caller_sees_all's test, inline, against the owner's OID
--- written in as a constant). In that order: a row then costs one membership check, whoever
--- asks, and a search of tenant_access's arrays. No subquery, no table read: Citus refuses a
--- subquery in a policy on a distributed table, and a table read would run for every row on
--- the node that holds the shard.
-CREATE OR REPLACE FUNCTION postkit_queue.tenant_policy()
+-- The policy of tenant isolation on p_table: the caller sees every namespace (caller_sees_all's
+-- test, inline, against the owner's OID written in as a constant), or the row's namespace is
+-- assigned to a role the caller is a member of. The assignments stay in the tenants table,
+-- which only the owner reads: written into a function's body or the policy's text, as they
+-- once were, they would be readable by every role (pg_proc and pg_policy are public), and each
+-- tenant would learn the others' namespaces. An OR evaluates its arms in order, so a caller
+-- that sees everything never reads tenants; a tenant's row costs a probe of tenants' primary
+-- key (namespace first, usually one assignment) and a membership check, planned with the
+-- statement, so that an assignment takes effect at every session's next statement. Citus
+-- refuses a subquery in a policy on a distributed table; a queue placed on Citus takes no
+-- isolation (refuse_roles_on_citus).
+CREATE OR REPLACE FUNCTION postkit_queue.tenant_policy(p_table text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN format('postkit_queue.tenant_access(namespace, %1$s) '
-                  'OR pg_catalog.pg_has_role(%1$s, %2$s::pg_catalog.oid, %3$L)',
+    -- The row's column by its table's name: inside the subquery, a bare "namespace" would be
+    -- the assignment's own.
+    RETURN format('pg_catalog.pg_has_role(%1$s, %2$s::pg_catalog.oid, %3$L) '
+                  'OR EXISTS (SELECT FROM postkit_queue.tenants assigned '
+                  'WHERE assigned.namespace OPERATOR(pg_catalog.=) %5$I.namespace '
+                  'AND pg_catalog.pg_has_role(%1$s, assigned.role_oid, %4$L))',
                   postkit_queue.policy_caller(),
                   (SELECT n.nspowner FROM pg_catalog.pg_namespace n
-                   WHERE n.nspname = 'postkit_queue'), 'USAGE');
+                   WHERE n.nspname = 'postkit_queue'), 'USAGE', 'MEMBER', p_table);
 END
 $$;
 
 -- enable_tenant_isolation: turn on row-level security on every queue table, forced on the owner
--- too, since the API functions run as the owner, with the policy tenant_policy() writes. A
+-- too, since the API functions run as the owner, with the policy tenant_policy writes. A
 -- caller that does not see everything sees, pulls, settles and redrives only the rows of its
 -- own namespaces. Idempotent. Writing a policy locks its table (ACCESS EXCLUSIVE) until the
--- transaction ends; assigning a namespace later writes no policy (tenant_access).
+-- transaction ends; assigning a namespace later writes no policy (tenant_policy).
 CREATE OR REPLACE FUNCTION postkit_queue.enable_tenant_isolation()
 RETURNS void
 LANGUAGE plpgsql
@@ -570,13 +512,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_table  text;
-    v_policy text := postkit_queue.tenant_policy();
+    v_policy text;
 BEGIN
     PERFORM postkit_queue.refuse_roles_on_citus('turn on tenant isolation');
-    PERFORM postkit_queue.write_tenant_access();
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
                                    'queue_stats', 'queue_settings', 'flow_state', 'schedules',
                                    'workers', 'wakeups'] LOOP
+        v_policy := postkit_queue.tenant_policy(v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I', v_table);

@@ -1,0 +1,28 @@
+-- Migration 28: tenant isolation's policy reads the assignments from the tenants table, which
+-- only the owner reads, instead of calling tenant_access, whose body held them as constants
+-- that every role could read in pg_proc: each tenant learnt the others' namespaces. The
+-- policies that call tenant_access go before it does; one stands in on jobs, so that the
+-- install's last step (tenant_isolation, an upgrade under isolation) writes the current ones
+-- in the same transaction. tenant_policy takes the table whose rows the policy's subquery
+-- compares.
+DO $migration$
+DECLARE
+    v_table text;
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_policy p
+               WHERE p.polrelid = 'postkit_queue.jobs'::pg_catalog.regclass
+                 AND p.polname = 'tenant_isolation') THEN
+        FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
+                                       'queue_stats', 'queue_settings', 'flow_state',
+                                       'schedules', 'workers', 'wakeups'] LOOP
+            EXECUTE pg_catalog.format('DROP POLICY IF EXISTS tenant_isolation ON postkit_queue.%I',
+                                      v_table);
+        END LOOP;
+        CREATE POLICY tenant_isolation ON postkit_queue.jobs USING (false);
+    END IF;
+END
+$migration$;
+DROP FUNCTION IF EXISTS postkit_queue.write_tenant_access();
+DROP FUNCTION IF EXISTS postkit_queue.tenant_access(text, name);
+DROP FUNCTION IF EXISTS postkit_queue.tenant_policy();
+-- schema: 802aadfa3e0d9a6f
