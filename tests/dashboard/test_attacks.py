@@ -238,14 +238,18 @@ def test_a_job_whose_error_history_holds_entries_that_are_not_objects_is_still_l
 # -------------------------------------------------------------------------------------------
 
 
-def test_a_typed_token_with_spaces_plus_slash_and_equals_opens_the_dashboard(
+def test_a_token_with_spaces_plus_slash_and_equals_opens_the_dashboard_by_the_form(
     serve_dashboard: ServeDashboard, namespace: str
 ) -> None:
-    """As `openssl rand -base64` makes it, or a passphrase, typed into the address bar (which
-    sends a space as %20 and keeps + as it is)."""
+    """As `openssl rand -base64` makes it, or a passphrase, typed into the login form (which
+    sends a space as + and a + as %2B)."""
     token = "correct horse+battery/staple=="
     with serve_dashboard(namespaces=(namespace,), token=token) as http:
-        login = http.get("/login?token=correct%20horse+battery/staple==")
+        login = http.post(
+            "/login",
+            content=b"token=correct+horse%2Bbattery%2Fstaple%3D%3D",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
         meta = http.get("/api/meta")
 
     assert login.status_code == 303, login.text
@@ -257,7 +261,7 @@ def test_a_token_of_any_text_makes_a_cookie_that_opens_the_dashboard(
 ) -> None:
     token = 'semi;colon "quoted" back\\slash,comma'
     with serve_dashboard(namespaces=(namespace,), token=token) as http:
-        login = http.get("/login", params={"token": token})
+        login = http.post("/login", data={"token": token})
         meta = http.get("/api/meta")
 
     assert login.status_code == 303, login.text
@@ -268,7 +272,7 @@ def test_the_login_cookie_never_holds_the_token(
     serve_dashboard: ServeDashboard, namespace: str
 ) -> None:
     with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
-        cookie = http.get("/login", params={"token": TOKEN}).headers["set-cookie"]
+        cookie = http.post("/login", data={"token": TOKEN}).headers["set-cookie"]
 
     assert TOKEN not in cookie
 
@@ -279,7 +283,7 @@ def test_the_login_cookie_counts_among_cookies_other_servers_of_the_host_set(
     """A browser sends a host's cookies to every port of it: a notebook or a dev server on
     127.0.0.1 adds its own, in whatever form it likes."""
     with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
-        http.get("/login", params={"token": TOKEN})
+        http.post("/login", data={"token": TOKEN})
         ours = http.cookies["postkit_dashboard"]
         http.cookies.clear()
         theirs = 'prefs={"theme": "dark"}; session=a b'

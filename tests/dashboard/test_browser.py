@@ -140,3 +140,24 @@ def test_an_operator_watches_inspects_redrives_and_pauses_in_a_real_browser(
             )
             assert q.queue_policy("send_otp").concurrency == 7
             screenshot(browser, tmp_path, "limits")
+
+
+def test_a_visitor_logs_in_with_the_form_and_the_token_stays_out_of_the_history(
+    browser: Any, serve_dashboard: ServeDashboard, namespace: str, tmp_path: Path
+) -> None:
+    token = "correct horse+battery/staple=="
+    with serve_dashboard(namespaces=(namespace,), token=token) as http:
+        base = str(http.base_url).rstrip("/")
+        browser.get(f"{base}/")
+        wait_for(browser, lambda d: d.current_url == f"{base}/login", "the login form")
+        screenshot(browser, tmp_path, "login")
+        browser.find_element(By.ID, "token").send_keys(token)
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_for(browser, lambda d: d.find_elements(By.ID, "nav"), "the overview")
+        addresses = browser.execute_script(
+            "return performance.getEntriesByType('navigation').map(e => e.name)"
+            ".concat([location.href, document.referrer])"
+        )
+
+    assert browser.current_url.startswith(f"{base}/")
+    assert all("staple" not in address and "token=" not in address for address in addresses)

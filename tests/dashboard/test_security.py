@@ -72,7 +72,7 @@ def test_a_non_ascii_token_opens_the_dashboard_by_bearer_and_by_login(
     with serve_dashboard(namespaces=(namespace,), token=token) as http:
         bearer = http.get("/api/meta", headers={"authorization": f"Bearer {token}".encode()})
         wrong = http.get("/api/meta", headers={"authorization": f"Bearer {token}x".encode()})
-        login = http.get("/login", params={"token": token})
+        login = http.post("/login", data={"token": token})
         meta = http.get("/api/meta")
 
     assert (bearer.status_code, wrong.status_code) == (200, 401)
@@ -94,7 +94,7 @@ def test_with_a_token_every_request_must_carry_it(
     serve_dashboard: ServeDashboard, namespace: str
 ) -> None:
     with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
-        for path in ("/", "/api/meta", f"/api/ns/{namespace}/overview", "/static/app.js"):
+        for path in ("/api/meta", f"/api/ns/{namespace}/overview", "/static/app.js"):
             assert http.get(path).status_code == 401, path
         assert http.get("/api/meta", headers={"authorization": "Bearer wrong"}).status_code == 401
         assert (
@@ -106,12 +106,54 @@ def test_login_with_the_token_sets_a_strict_httponly_cookie_that_opens_the_pages
     serve_dashboard: ServeDashboard, namespace: str
 ) -> None:
     with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
-        assert http.get("/login", params={"token": "wrong-token-wrong-token"}).status_code == 401
-        login = http.get("/login", params={"token": TOKEN})
+        assert http.post("/login", data={"token": "wrong-token-wrong-token"}).status_code == 401
+        login = http.post("/login", data={"token": TOKEN})
         assert login.status_code == 303
         cookie = login.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
         assert http.get("/api/meta").status_code == 200  # the client keeps the cookie
+
+
+def test_a_browser_without_the_cookie_is_sent_to_a_login_form_that_posts_the_token(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    """The token travels in the form's body: never in an address, so never in the browser's
+    history or a log of requests."""
+    with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
+        page = http.get("/")
+        form = http.get("/login")
+
+    assert (page.status_code, page.headers["location"]) == (303, "/login")
+    assert form.status_code == 200
+    assert form.headers["content-type"].startswith("text/html")
+    assert '<form method="post" action="/login">' in form.text
+    assert 'name="token" type="password"' in form.text
+
+
+def test_a_token_in_the_login_address_is_refused_and_sets_no_cookie(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
+        login = http.get("/login", params={"token": TOKEN})
+        meta = http.get("/api/meta")
+
+    assert login.status_code == 400
+    assert "set-cookie" not in login.headers
+    assert "history" in login.text
+    assert meta.status_code == 401
+
+
+def test_a_login_posted_from_another_origin_is_refused(
+    serve_dashboard: ServeDashboard, namespace: str
+) -> None:
+    """Login CSRF: a page elsewhere would log the visitor into a dashboard of its choosing."""
+    with serve_dashboard(namespaces=(namespace,), token=TOKEN) as http:
+        login = http.post(
+            "/login", data={"token": TOKEN}, headers={"origin": "https://evil.example"}
+        )
+
+    assert login.status_code == 403
+    assert "set-cookie" not in login.headers
 
 
 def test_an_action_without_the_pages_csrf_token_is_refused_and_changes_nothing(

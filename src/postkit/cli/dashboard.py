@@ -45,8 +45,8 @@ _EXTRA_HINT = "the dashboard needs its extra: pip install 'postkit[dashboard]'"
     envvar="POSTKIT_DASHBOARD_TOKEN",
     metavar="TOKEN",
     help="Require this token (16+ characters, no white space at its ends) from every visitor: "
-    "open /login?token=TOKEN "
-    "once in a browser, or send 'Authorization: Bearer TOKEN'. Default: "
+    "type it once into the form at /login in a browser, or send 'Authorization: Bearer "
+    "TOKEN'. Default: "
     "$POSTKIT_DASHBOARD_TOKEN.",
 )
 @click.option(
@@ -110,7 +110,7 @@ def dashboard(
         err=True,
     )
     if token:
-        click.echo(f"Open http://{shown_host}:{port}/login?token=<your token> once.", err=True)
+        click.echo(f"Log in once at http://{shown_host}:{port}/login with the token.", err=True)
     if embedded:
         click.echo(
             "No DSN given: showing the embedded PostgreSQL. For data to look at, run "

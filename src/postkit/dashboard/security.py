@@ -6,10 +6,13 @@ In order, for every request:
    whose ``Host`` is a loopback name: a web page elsewhere that points its own domain at
    127.0.0.1 (DNS rebinding) gets 421, never the data.
 2. **Token.** With a token, every request carries it, as ``Authorization: Bearer <token>``
-   (scripts, Prometheus) or as the HttpOnly, SameSite=Strict cookie that ``/login?token=...``
-   sets for a browser (a digest of the token, so that any token text makes a valid cookie),
-   found among whatever cookies other servers on the host set (a browser sends a host's
-   cookies to every port of it). Compared in constant time.
+   (scripts, Prometheus) or as the HttpOnly, SameSite=Strict cookie that the form at
+   ``/login`` sets for a browser (a digest of the token, so that any token text makes a valid
+   cookie), found among whatever cookies other servers on the host set (a browser sends a
+   host's cookies to every port of it). Compared in constant time. The form POSTs the token,
+   so that it stays out of the address bar, the browser's history and access logs; a token in
+   the login URL's query is refused. A browser that asks for the page without the cookie is
+   sent to the form.
 3. **Actions.** Every change is a POST. Under ``--read-only`` each is refused (403). Otherwise
    it must carry the CSRF token of this process (``X-Postkit-CSRF``, which the page reads from
    ``/api/meta``; another site can neither read it nor send a custom header without a CORS
@@ -23,8 +26,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from html import escape
 from typing import Any
-from urllib.parse import unquote, unquote_plus, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -59,6 +63,9 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
+        if self.settings.token is not None and scope["path"] == "/login":
+            await self._login(scope, headers, receive, send)
+            return
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             await _respond(send, *refusal)
@@ -78,18 +85,17 @@ class Guard:
         host = headers.get("host", "")
         if settings.token is None and not is_loopback(_hostname(host)):
             return 421, {"error": f"this dashboard answers on loopback only, not {host!r}"}, []
-        if settings.token is not None:
-            if scope["path"] == "/login":
-                return self._login(scope)
-            if not self._authenticated(headers):
-                return (
-                    401,
-                    {
-                        "error": "this dashboard needs its token: open /login?token=<token> "
-                        "once, or send Authorization: Bearer <token>"
-                    },
-                    [(b"www-authenticate", b'Bearer realm="postkit"')],
-                )
+        if settings.token is not None and not self._authenticated(headers):
+            if scope["method"] == "GET" and scope["path"] == "/":
+                return 303, {"error": "log in first"}, [(b"location", b"/login")]
+            return (
+                401,
+                {
+                    "error": "this dashboard needs its token: log in at /login once, or send "
+                    "Authorization: Bearer <token>"
+                },
+                [(b"www-authenticate", b'Bearer realm="postkit"')],
+            )
         if scope["method"] in _SAFE_METHODS:
             return None
         if settings.read_only:
@@ -128,24 +134,89 @@ class Guard:
             b"postkit-dashboard-cookie:" + self.settings.token.encode()
         ).hexdigest()
 
-    def _login(self, scope: Scope) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
+    async def _login(
+        self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send
+    ) -> None:
+        """GET shows the form; POST checks the token it sends and sets the cookie."""
         assert self.settings.token is not None
+        if scope["method"] != "POST":
+            if scope.get("query_string"):
+                await _page(send, 400, _URL_TOKEN_REFUSED)
+            else:
+                await _page(send, 200, "")
+            return
+        origin = headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != headers.get("host", ""):
+            await _page(send, 403, f"cross-origin login from {origin!r} refused")
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await _page(send, 413, "the form sent more than a token")
+            return
+        given = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).get("token", [])
         expected = self.settings.token.encode()
-        typed = _query_value(scope.get("query_string", b"").decode("latin-1"), "token")
-        if not any(hmac.compare_digest(given.encode(), expected) for given in typed):
-            return 401, {"error": "wrong token"}, []
+        if not (len(given) == 1 and hmac.compare_digest(given[0].encode(), expected)):
+            await _page(send, 401, "wrong token")
+            return
         cookie = f"{COOKIE}={self._cookie_value()}; Path=/; HttpOnly; SameSite=Strict"
-        return 303, {"ok": True}, [(b"location", b"/"), (b"set-cookie", cookie.encode())]
+        await _respond(
+            send, 303, {"ok": True}, [(b"location", b"/"), (b"set-cookie", cookie.encode())]
+        )
 
 
-def _query_value(query: str, name: str) -> tuple[str, str]:
-    """A query parameter read both ways a ``+`` is meant: as typed into an address bar, which
-    keeps it (a base64 token's ``+``), and as a form encoder writes a space."""
-    for part in query.split("&"):
-        key, _, value = part.partition("=")
-        if key == name:
-            return unquote(value), unquote_plus(value)
-    return "", ""
+_URL_TOKEN_REFUSED = (
+    "a token in the address is refused: it would stay in the browser's history and the "
+    "server's logs. Type it here instead."
+)
+
+# The login form: plain HTML, no script and no style of its own (the page's CSS needs the
+# cookie), posting to itself; the message is escaped.
+_LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Postkit dashboard: log in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"></head>
+<body><main><h1>Postkit dashboard</h1>{message}
+<form method="post" action="/login">
+<label for="token">Token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<button type="submit">Log in</button>
+</form></main></body></html>
+"""
+
+_MAX_LOGIN_BODY = 64 * 1024
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request's body, or None past the size a token's form can take."""
+    body = b""
+    while True:
+        message = await receive()
+        body += bytes(message.get("body", b""))
+        if len(body) > _MAX_LOGIN_BODY:
+            return None
+        if not message.get("more_body", False):
+            return body
+
+
+async def _page(send: Send, status: int, message: str) -> None:
+    shown = f'<p role="alert">{escape(message)}</p>' if message else ""
+    data = _LOGIN_PAGE.format(message=shown).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/html; charset=utf-8"),
+                (b"content-length", str(len(data)).encode()),
+                # A form posted under no-referrer says "Origin: null", which the login
+                # refuses; same-origin lets it name this one, and tells nothing elsewhere.
+                *[
+                    (name, b"same-origin" if name == b"referrer-policy" else value)
+                    for name, value in _SECURITY_HEADERS
+                ],
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
 
 
 def _headers(scope: Scope) -> dict[str, str]:

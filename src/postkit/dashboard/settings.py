@@ -36,7 +36,7 @@ class DashboardSettings:
         namespaces: the namespaces it shows; empty means every namespace the role may see.
         read_only: refuse every action (pause, purge, cancel, retry, redrive) with 403.
         token: when set, every request must carry it (``Authorization: Bearer``, or the
-            cookie that ``/login?token=`` sets). Required to bind beyond loopback.
+            cookie that the form at ``/login`` sets). Required to bind beyond loopback.
         host, port: where it listens; the allowed ``Host`` headers follow from them.
         refresh_seconds: how often the pages poll for new figures.
     """
