@@ -167,6 +167,31 @@ def test_a_claim_waits_for_the_turn_before_it_and_counts_that_turns_claims(
     commit(second)
 
 
+def test_a_limit_set_while_claims_without_one_are_in_flight_counts_them(
+    make_client: MakeClient, wait_until_blocked: WaitUntilBlocked, executor: ThreadPoolExecutor
+) -> None:
+    """The limit waits for the claims made without it, and the claims after the limit wait
+    for it: whatever order the commits come in, a claim under the limit counts every job
+    running, whatever limit (or none) it was claimed under."""
+    unlimited, operator, limited = make_client(), make_client(), make_client()
+    for n in range(6):
+        unlimited.push(Q, {"n": n})
+    commit(unlimited)
+    assert len(unlimited.pull_batch(Q, worker_id="w", limit=3)) == 3  # not committed yet
+
+    setting = executor.submit(operator.configure_queue, Q, concurrency=1)
+    wait_until_blocked(operator, unlimited, setting)
+    claiming = executor.submit(limited.pull, Q)
+    wait_until_blocked(limited, operator, claiming)
+    commit(unlimited)
+    assert setting.result(timeout=BLOCK_TIMEOUT).concurrency == 1
+    commit(operator)
+
+    assert claiming.result(timeout=BLOCK_TIMEOUT) is None, "three run already, the limit is one"
+    commit(limited)
+    assert running(limited) == 3
+
+
 def test_a_claim_that_rolls_back_leaves_its_slot_to_the_turn_after_it(
     make_client: MakeClient, wait_until_blocked: WaitUntilBlocked, executor: ThreadPoolExecutor
 ) -> None:

@@ -4,7 +4,8 @@
 -- policies that call tenant_access go before it does; one stands in on jobs, so that the
 -- install's last step (tenant_isolation, an upgrade under isolation) writes the current ones
 -- in the same transaction. tenant_policy takes the table whose rows the policy's subquery
--- compares.
+-- compares. A claim holds its queue's claims_lock shared, and a change of flow limits takes it
+-- exclusive, so that a limit counts the claims made without it (functions only).
 DO $migration$
 DECLARE
     v_table text;
@@ -25,4 +26,4 @@ $migration$;
 DROP FUNCTION IF EXISTS postkit_queue.write_tenant_access();
 DROP FUNCTION IF EXISTS postkit_queue.tenant_access(text, name);
 DROP FUNCTION IF EXISTS postkit_queue.tenant_policy();
--- schema: 802aadfa3e0d9a6f
+-- schema: a6c763b530b0f476

@@ -193,6 +193,9 @@ BEGIN
         PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
         PERFORM postkit_queue.check_limit(p_limit, 1000);
     END IF;
+    -- Shared until the transaction ends: a change of the queue's flow limits waits for this
+    -- claim, and a claim that waited for one reads the new policy (claims_lock).
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(postkit_queue.claims_lock(p_namespace, p_queue));
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     v_timeout := coalesce(p_visibility_timeout, v_policy.visibility_timeout);
     IF NOT coalesce(postkit_queue.is_duration(v_timeout, false, interval '12 hours'), false) THEN

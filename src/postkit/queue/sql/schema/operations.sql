@@ -660,6 +660,12 @@ BEGIN
     END IF;
     PERFORM postkit_queue.check_flow_limits(
         p_concurrency, p_rate_limit, p_rate_period, p_group_concurrency, p_group_ordered);
+    IF p_concurrency IS NOT NULL OR p_rate_limit IS NOT NULL OR p_group_concurrency IS NOT NULL
+       OR p_group_ordered THEN
+        -- Waits for the queue's claims in flight, and the claims after it wait for this
+        -- transaction: each then counts what the others claimed (claims_lock).
+        PERFORM pg_catalog.pg_advisory_xact_lock(postkit_queue.claims_lock(p_namespace, p_queue));
+    END IF;
 
     INSERT INTO postkit_queue.queue_settings AS s (
         namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
