@@ -199,3 +199,37 @@ def test_a_role_without_operator_access_starts_with_a_warning_and_changes_no_pol
         "could not apply the tasks' queue policies (send_otp: max_attempts 3): permission "
         "denied for function update_queue_settings"
     )
+
+
+def test_a_task_that_keeps_results_writes_the_queues_retention_and_its_value_is_kept(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    @app.task(queue="totals", retain_results=3600)
+    def total(*amounts: float) -> float:
+        return sum(amounts)
+
+    start_worker(app)
+    job_id = total.push(client.cursor, 1.5, 2.5)
+    assert job_id is not None
+
+    assert client.wait_for_result(job_id, timeout=15).value == 4.0
+    assert client.queue_policy("totals").retain_results == 3600
+
+
+def test_a_value_returned_on_a_queue_that_keeps_no_results_is_reported_once(
+    app: App, start_worker: StartWorker, client: QueueClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(queue="totals")
+    def total(*amounts: float) -> float:
+        return sum(amounts)
+
+    with caplog.at_level(logging.WARNING, logger="postkit.worker"):
+        start_worker(app, concurrency=1)
+        ids = [total.push(client.cursor, n) for n in (1, 2, 3)]
+        for job_id in ids:
+            wait_until(gone(client, job_id), f"job {job_id} to be acked")
+
+    discarded = [r for r in caplog.records if getattr(r, "event", None) == "results_discarded"]
+    assert len(discarded) == 1
+    assert "retain_results" in discarded[0].getMessage()
+    assert client.result(ids[0]).state == "unknown"

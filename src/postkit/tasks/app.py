@@ -65,6 +65,7 @@ class App:
         backoff_base: Duration | None = ...,
         backoff_cap: Duration | None = ...,
         visibility_timeout: Duration | None = ...,
+        retain_results: Duration | None = ...,
         timeout: float | None = ...,
         priority: int = ...,
         unique_by: Sequence[str] = ...,
@@ -80,6 +81,7 @@ class App:
         backoff_base: Duration | None = ...,
         backoff_cap: Duration | None = ...,
         visibility_timeout: Duration | None = ...,
+        retain_results: Duration | None = ...,
         timeout: float | None = ...,
         priority: int = ...,
         unique_by: Sequence[str] = ...,
@@ -95,6 +97,7 @@ class App:
         backoff_base: Duration | None = None,
         backoff_cap: Duration | None = None,
         visibility_timeout: Duration | None = None,
+        retain_results: Duration | None = None,
         timeout: float | None = None,
         priority: int = 0,
         unique_by: Sequence[str] = (),
@@ -122,6 +125,10 @@ class App:
                 overrides the claim's length). A setting the task leaves out stays the
                 operator's (``postkit queue configure``); one it declares is the code's, and
                 each worker start writes it again over an operator's change.
+            retain_results: how long the queue keeps what each job's function returns, for
+                ``QueueClient.result`` and ``wait_for_result``: a queue policy like the three
+                above. A queue keeps no results unless told: a worker whose handler returns a
+                value on such a queue logs once, at WARNING, that it is discarded.
             timeout: the handler's maximum run time in seconds (``Handlers.add(timeout=)``).
             priority: the jobs' priority unless a push says otherwise.
             unique_by: names of the function's parameters whose values key each job: while
@@ -166,6 +173,7 @@ class App:
             ("backoff_base", backoff_base),
             ("backoff_cap", backoff_cap),
             ("visibility_timeout", visibility_timeout),
+            ("retain_results", retain_results),
         ):
             check.duration(what, duration)
         check.required_integer(
@@ -181,6 +189,7 @@ class App:
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
             visibility_timeout=visibility_timeout,
+            retain_results=retain_results,
             timeout=timeout,
             priority=priority,
             unique_by=tuple(unique_by),
@@ -210,9 +219,9 @@ class App:
         self, cursor: Any, *, queues: Collection[str] | None = None
     ) -> dict[str, QueuePolicy]:
         """Write each task's queue policy settings (max_attempts, backoff_base, backoff_cap,
-        visibility_timeout: those it declares) to its queue with ``update_queue_settings``,
-        in the caller's transaction on ``cursor``; the caller commits. Logs each queue's
-        change on the ``postkit.tasks`` logger.
+        visibility_timeout, retain_results: those it declares) to its queue with
+        ``update_queue_settings``, in the caller's transaction on ``cursor``; the caller
+        commits. Logs each queue's change on the ``postkit.tasks`` logger.
 
         ``queues``: only these queues' tasks (default: every task's).
 

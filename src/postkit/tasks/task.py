@@ -35,6 +35,7 @@ class TaskSettings:
     backoff_base: Duration | None = None
     backoff_cap: Duration | None = None
     visibility_timeout: Duration | None = None
+    retain_results: Duration | None = None
     timeout: float | None = None
     priority: int = 0
     unique_by: tuple[str, ...] = ()
@@ -52,6 +53,7 @@ class TaskSettings:
             "backoff_base": self.backoff_base,
             "backoff_cap": self.backoff_cap,
             "visibility_timeout": self.visibility_timeout,
+            "retain_results": self.retain_results,
         }
         return {name: value for name, value in settings.items() if value is not None}
 

@@ -12,7 +12,9 @@ as JSON on the handler's own thread; the SQL module keeps it when the job's queu
 (``retain_results``) and drops it otherwise. A value that cannot be a result (not
 JSON-serializable, over 1 MiB as JSON text) does not fail the job, whose work is done: it is
 acked without a result (its result reads as None) and the worker logs why, at WARNING the first
-time for each queue and at DEBUG after that.
+time for each queue and at DEBUG after that. The first value a queue's handler returns, the
+worker reads the queue's policy, and if the queue keeps no results it logs at WARNING, once,
+that what its handlers return is discarded and how to keep it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
+from postkit import errors
 from postkit.queue import Job, Outcome, QueueClient, protocol
 from postkit.queue.protocol import CheckedResult
 from postkit.worker import tracing
@@ -104,8 +107,10 @@ class JobExecutor:
         )
         self._batched_lock = threading.Lock()
         self._settle_backoff = Backoff.housekeeping(jitter=0.0)
-        # The queues whose handlers returned a value that cannot be kept, logged at WARNING once.
+        # The queues whose handlers returned a value that cannot be kept, logged at WARNING once,
+        # and those whose policy was read for whether they keep results at all.
         self._unkept_queues: set[str] = set()
+        self._keeping_checked: set[str] = set()
         self._unkept_lock = threading.Lock()
 
     def start(self, pool: WorkerPool, *, with_event_loop: bool) -> None:
@@ -260,6 +265,11 @@ class JobExecutor:
         for a value that cannot be a result (logged; see the module docstring)."""
         if value is None:
             return None
+        with self._unkept_lock:
+            unchecked = job.queue not in self._keeping_checked
+            self._keeping_checked.add(job.queue)
+        if unchecked:
+            self._warn_if_results_discarded(job)
         try:
             return protocol.checked_result(value)
         except Exception as exc:  # an InvalidResultError, or whatever a strange value raises
@@ -276,6 +286,28 @@ class JobExecutor:
                 extra=job_fields(job, "result_dropped"),
             )
             return None
+
+    def _warn_if_results_discarded(self, job: Job) -> None:
+        """Log at WARNING when ``job``'s queue keeps no results: the SQL module then drops
+        what its handlers return, which would otherwise go unnoticed until someone waits for
+        a result that never comes."""
+        assert self._pool is not None
+        try:
+            with self._pool.connection() as connection:
+                policy = self._pool.client_on(connection).queue_policy(job.queue)
+        except (psycopg.Error, psycopg_pool.PoolTimeout, errors.PostkitError) as exc:
+            logger.debug("could not read queue %s's policy: %s", job.queue, exc)
+            return
+        if policy.retain_results is None:
+            logger.warning(
+                "queue %s keeps no results, so what its handlers return is discarded (job %d "
+                "returned a value): keep them with @app.task(..., retain_results=...) or "
+                "`postkit queue configure %s --retain-results 1d`, or return None",
+                job.queue,
+                job.id,
+                job.queue,
+                extra=job_fields(job, "results_discarded"),
+            )
 
     def _run_transactional(self, job: Job, spec: HandlerSpec) -> bool:
         """The handler's writes and the ack share one transaction: both commit, or neither.
