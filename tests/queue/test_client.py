@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -870,6 +871,20 @@ def test_get_job_sees_a_running_job_with_its_claim(queue: QueueClient) -> None:
     assert (seen.state, seen.worker_id, seen.claim_token) == ("running", "w1", job.claim_token)
 
 
+def test_get_job_says_a_running_job_whose_claim_ended_has_an_expired_claim(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    """No worker holds it any more, yet it stays running until a tick_timeouts reclaims it."""
+    job = claimed(queue, worker_id="w1")
+    assert job.claim_expired is False
+    assert queue.get_job(job.id).claim_expired is False  # type: ignore[union-attr]
+
+    shift_clock(queue, 31)  # past the 30-second claim, by the queue's clock
+    seen = queue.get_job(job.id)
+
+    assert seen is not None and (seen.state, seen.claim_expired) == ("running", True)
+
+
 def test_get_job_sees_a_dead_job_with_its_failure_time(queue: QueueClient) -> None:
     job = claimed(queue)
     queue.fail(job, error="bad address")
@@ -944,7 +959,7 @@ def test_tick_timeouts_reclaims_claims_of_its_own_namespace_only(
     shift_clock(queue, 11)  # the clock is per session: both clients see it moved
 
     assert other.tick_timeouts() == 0
-    assert queue.get_job(job.id) == job
+    assert queue.get_job(job.id) == dataclasses.replace(job, claim_expired=True)
     assert queue.tick_timeouts() == 1
 
 

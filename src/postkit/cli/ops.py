@@ -365,31 +365,18 @@ def job(job_id: int, namespace: str, dsn: str | None, as_json: bool) -> None:
     with connect(dsn, namespace) as (_, client):
         result = client.result(job_id)
         found = None if result.state in ("completed", "unknown") else client.get_job(job_id)
-        now = client.clock()
     if result.state == "unknown":
         raise click.ClickException(
             f"no job {job_id} in namespace {namespace!r}: never pushed, in another namespace, "
             "or completed in a queue that keeps no results (keep them: postkit queue "
             "configure QUEUE --retain-results 1d)"
         )
-    expired = _claim_expired(result, found, now)
+    expired = found is not None and found.claim_expired
     if as_json:
         echo_json({**to_jsonable(result), "job": found, "claim_expired": expired})
         return
     click.echo(f"Job {job_id} of queue {result.queue}: {_job_state(result, found, expired)}")
     click.echo(render_fields(_job_fields(result, found, namespace, expired)))
-
-
-def _claim_expired(result: JobResult, found: Job | None, now: datetime) -> bool:
-    """Whether a running job's claim has ended by the database's clock: its worker is gone or
-    late, and the job waits for a tick_timeouts (any worker of the namespace, or `postkit
-    tick`) to return it to pending."""
-    return (
-        found is not None
-        and result.state == "running"
-        and found.visible_until is not None
-        and found.visible_until <= now
-    )
 
 
 def _job_state(result: JobResult, found: Job | None, expired: bool) -> str:

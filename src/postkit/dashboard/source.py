@@ -256,10 +256,7 @@ class DashboardSource:
             "job": None if job is None else _job_detail(job),
             # Running past its deadline: no worker holds it, and it waits for a tick_timeouts
             # (any worker of the namespace, or `postkit tick`) to return it to pending.
-            "claim_expired": job is not None
-            and job.state == "running"
-            and job.visible_until is not None
-            and job.visible_until <= now,
+            "claim_expired": job is not None and job.claim_expired,
             "lineage": to_jsonable(lineage),
             "result": outcome,
         }

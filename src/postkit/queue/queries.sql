@@ -126,7 +126,7 @@ SELECT pg_catalog.count(*) AS reclaimed FROM postkit_queue.tick_timeouts(%(names
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at,
-       j.trace_context::pg_catalog.text AS trace_context, j.group_key
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key, j.claim_expired
 FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
 
 -- name: dead_letters

@@ -117,6 +117,12 @@ class Job(_RecordMapping):
     group_key: str | None = None
     """The group its push put it in (``push(group_key=...)``), which its queue's group limits
     (``configure_queue(group_concurrency=..., group_ordered=...)``) apply to; None: no group."""
+    claim_expired: bool = False
+    """True when ``get_job`` found the job running past its claim's deadline, by the
+    database's clock: no worker holds it any more (its worker died, or is late with a
+    heartbeat), and it stays 'running' until a ``tick_timeouts`` of the namespace (any
+    running worker's, or ``postkit tick``) returns it to the queue. False from the other
+    calls."""
 
 
 UNFINISHED_STATES = (JobState.PENDING.value, JobState.SCHEDULED.value, JobState.RUNNING.value)

@@ -89,6 +89,7 @@ def job(row: dict[str, Any]) -> Job:
         trace_context=_trace_context(row["trace_context"]),
         age=row.get("age"),
         group_key=row.get("group_key"),
+        claim_expired=bool(row.get("claim_expired")),
     )
 
 

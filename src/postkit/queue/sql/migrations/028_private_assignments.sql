@@ -5,7 +5,8 @@
 -- install's last step (tenant_isolation, an upgrade under isolation) writes the current ones
 -- in the same transaction. tenant_policy takes the table whose rows the policy's subquery
 -- compares. A claim holds its queue's claims_lock shared, and a change of flow limits takes it
--- exclusive, so that a limit counts the claims made without it (functions only).
+-- exclusive, so that a limit counts the claims made without it. get_job says whether a running
+-- job's claim has expired (claim_expired), a new column of its result.
 DO $migration$
 DECLARE
     v_table text;
@@ -26,4 +27,5 @@ $migration$;
 DROP FUNCTION IF EXISTS postkit_queue.write_tenant_access();
 DROP FUNCTION IF EXISTS postkit_queue.tenant_access(text, name);
 DROP FUNCTION IF EXISTS postkit_queue.tenant_policy();
--- schema: a6c763b530b0f476
+DROP FUNCTION IF EXISTS postkit_queue.get_job(text, bigint);
+-- schema: 3c8c33ff2600c730

@@ -689,13 +689,17 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 
 -- get_job: one live job, or a dead-lettered one (state 'dead'). No row: unknown or completed.
+-- claim_expired: the job is running past its claim's deadline by the queue's clock, so no
+-- worker holds it any more (its worker died, or is late with a heartbeat); it stays 'running'
+-- until a tick_timeouts of the namespace (any worker's, or `postkit tick`) returns it to the
+-- queue or dead-letters it.
 CREATE OR REPLACE FUNCTION postkit_queue.get_job(p_namespace text, p_job_id bigint)
 RETURNS TABLE (
     namespace text, id bigint, queue text, state text, payload jsonb, priority smallint,
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
     errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb,
-    group_key text)
+    group_key text, claim_expired boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -707,13 +711,14 @@ BEGIN
     SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at, j.attempts,
            j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
            j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context,
-           j.group_key
+           j.group_key,
+           j.state = 'running' AND j.visible_until <= postkit_queue.clock()
     FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     UNION ALL
     SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL, d.attempts,
            d.max_attempts, d.unique_key, d.worker_id, NULL, NULL, NULL, d.errors, d.created_at,
-           d.failed_at, d.trace_context, d.group_key
+           d.failed_at, d.trace_context, d.group_key, false
     FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
 END
