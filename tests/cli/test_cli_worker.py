@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -76,7 +77,9 @@ def build_report(job):
 class WorkerProcess:
     """A `postkit worker` process, its output in a file."""
 
-    def __init__(self, args: list[str], cwd: Path, log_path: Path) -> None:
+    def __init__(
+        self, args: list[str], cwd: Path, log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.log_path = log_path
         self._log: IO[str] = log_path.open("w")
         self.process = subprocess.Popen(
@@ -85,6 +88,7 @@ class WorkerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             text=True,
+            env=env,
         )
 
     @property
@@ -609,17 +613,57 @@ def test_processes_share_the_work_a_killed_one_is_restarted_and_sigterm_stops_al
     assert re.search(r"^\[postkit\] pool-[01]: [\d,]+ attempts? settled in ", output, re.M)
 
 
+def test_an_idle_worker_of_four_processes_holds_one_connection_each_and_one_more(
+    tasks_dir: Path,
+    dsn: str,
+    namespace: str,
+    make_client: Callable[..., QueueClient],
+    connect: Callable[..., psycopg.Connection[Any]],
+) -> None:
+    """Each process listens on one connection, which also carries its registry heartbeat,
+    rescues and schedules; the first holds one more for retention and vacuum; the pools open
+    connections for work and close them once unused (docs/operations.md). Sampled for a few
+    seconds, so that every maintenance round in between is counted too."""
+    application = f"pk-idle-{namespace}"[:63]
+    named = psycopg.conninfo.make_conninfo(dsn, application_name=application)
+    worker = WorkerProcess(
+        ["tasks", "--namespace", namespace, "--processes", "4", "--concurrency", "4"],
+        cwd=tasks_dir,
+        log_path=tasks_dir / "worker-idle.log",
+        env={**os.environ, "POSTKIT_DSN": named},
+    )
+    client = make_client(autocommit=True)
+    monitor = connect(autocommit=True)
+
+    def held() -> int:
+        row = monitor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    try:
+        wait_until(lambda: len(client.workers()) == 4, "the four processes to register")
+        wait_until(lambda: held() <= 5, "the pools to close their unused connections", 60)
+        samples = [held() for _ in range(40) if not time.sleep(0.1)]
+        assert max(samples) <= 5, (samples, worker.output())
+    finally:
+        worker.process.send_signal(signal.SIGTERM)
+        worker.wait()
+        worker.close()
+
+
 def test_the_children_get_every_option_given_but_the_ones_the_supervisor_sets_for_each() -> None:
     """Every parameter of `postkit worker`, given a value other than its default, reaches a
     child as given: an option added to the command needs nothing more to reach the children."""
     command = main.commands["worker"]
-    per_child = {"processes", "worker_id", "supervised", "dsn", "metrics_port"}
+    per_child = {"processes", "worker_id", "supervised", "no_housekeeping", "dsn", "metrics_port"}
     given = ["tasks:handlers", "-q", "emails", "-q", "reports", "-c", "3", "--prefetch", "0"]
     given += ["--namespace", "shop", "--visibility-timeout", "12.5", "--grace-period", "0"]
     given += ["--handler-timeout", "0.25", "--poll-interval", "1e-3", "--pooler", "-v"]
     given += ["--report-interval", "0", "--vacuum-interval", "7", "--log-format", "json"]
     given += ["--metrics-host", "0.0.0.0"]
-    given += ["--processes", "3", "--worker-id", "pool", "--supervised", "--dsn", "postgresql://x"]
+    given += ["--processes", "3", "--worker-id", "pool", "--supervised", "--no-housekeeping"]
+    given += ["--dsn", "postgresql://x"]
     given += ["--metrics-port", "9100"]
     defaults = command.make_context("worker", ["tasks"]).params
     parent = command.make_context("worker", given).params

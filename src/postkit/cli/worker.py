@@ -296,10 +296,12 @@ def _check_worker_id(worker_id: str, processes: int) -> None:
     )
 
 
-_SET_PER_CHILD = frozenset({"processes", "worker_id", "supervised", "dsn", "metrics_port"})
+_SET_PER_CHILD = frozenset(
+    {"processes", "worker_id", "supervised", "no_housekeeping", "dsn", "metrics_port"}
+)
 """The worker parameters the supervisor sets for each child itself: one process, a worker id
-and a metrics port of its own, and the DSN through the environment, not the command line that
-`ps` shows."""
+and a metrics port of its own, housekeeping in the first child only, and the DSN through the
+environment, not the command line that `ps` shows."""
 
 
 def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[str]:
@@ -445,6 +447,8 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     help="json: one JSON object per line, with the event fields.",
 )
 @click.option("--supervised", is_flag=True, hidden=True)
+# A supervisor's children after the first: retention and vacuum are the first one's.
+@click.option("--no-housekeeping", "no_housekeeping", is_flag=True, hidden=True)
 @dsn_option
 @click.pass_context
 def worker(
@@ -468,6 +472,7 @@ def worker(
     verbose: bool,
     log_format: str,
     supervised: bool,
+    no_housekeeping: bool,
     dsn: str | None,
 ) -> None:
     from postkit.cli.logs import ThroughputReport, configure_logging
@@ -523,6 +528,7 @@ def worker(
                 *(sys.executable, "-m", "postkit.cli", "worker"),
                 *child_arguments(ctx.command, ctx.params),
                 *("--processes", "1", "--worker-id", f"{base}-{index}", "--supervised"),
+                *(("--no-housekeeping",) if index > 0 else ()),
                 *(
                     ("--metrics-port", str(child_metrics_port(metrics_port, index)))
                     if metrics_port is not None
@@ -554,6 +560,7 @@ def worker(
         vacuum_interval=vacuum_interval or None,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        housekeeping=not no_housekeeping,
     )
     report.worker_id = runner.worker_id
     runner.run()

@@ -7,8 +7,13 @@ statement and one transaction. With several queues, each claim gives every queue
 rotating start, up to its equal share of the free slots before the queues that filled theirs
 get the rest: a queue with a deep backlog cannot crowd out another's jobs. When the queues run
 dry the fetcher waits: for a notification
-(a listener thread on a connection of its own, see ``postkit.queue.listen``), for a slot to
-free, or for the fallback poll. In pooler mode there is no listener and it polls.
+(a listener thread on a connection of its own, see ``postkit.queue.listen``) or for a slot to
+free. The listener's every wait begins with a look for due jobs, at least every poll_interval:
+that is the fallback poll for a missed notification, on the listener's connection, so that an
+idle worker uses no pooled connection and its pool closes them. Between its waits the listener
+also runs the claim path's maintenance (the registry's heartbeat, rescues, schedules) on that
+connection. In pooler mode there is no listener: the claim loop polls, and the maintenance runs
+on a connection of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from postkit.queue.protocol import CheckedResult
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.job_executor import JobExecutor
+from postkit.worker.maintenance import Maintenance, RoundReport
 from postkit.worker.metrics import Recorder
 from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool
@@ -63,7 +69,16 @@ class Fetcher:
         pooler: bool,
         stopping: threading.Event,
         closed: threading.Event,
+        maintenance: Maintenance | None = None,
+        on_round: Callable[[RoundReport], None] | None = None,
+        on_refusal: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """
+        Args:
+            maintenance: services the listener runs on its connection between waits (not in
+                pooler mode); ``on_round`` is called with what each round did, and
+                ``on_refusal`` with a step the database refused (the worker then stops).
+        """
         self.claims = claims
         self.executor = executor
         self.outcomes = outcomes
@@ -79,6 +94,9 @@ class Fetcher:
         self.pooler = pooler
         self._stopping = stopping
         self._closed = closed
+        self.maintenance = maintenance
+        self._on_round = on_round
+        self._on_refusal = on_refusal
         self._queues_registered = False
         self._next_queue = 0
         # Set by the listener thread when a job may be ready; cleared by the claim loop.
@@ -139,14 +157,16 @@ class Fetcher:
                     # look for some. With every slot taken it stays out of the way; a
                     # notification meanwhile waits on its connection for the next look.
                     self._idle.set()
-                # The fallback poll: a notification may have been missed. Without a listener
-                # none can come: poll at least every second until it is back (or for good,
-                # every poll_interval, in pooler mode).
-                poll = (
-                    self.poll_interval
-                    if self._listener or self.pooler
-                    else min(self.poll_interval, _LISTENER_DOWN_POLL)
-                )
+                # The fallback poll: a notification may have been missed. With a listener
+                # it looks itself (every wait of it begins with a look for due jobs); without
+                # one none can come: poll at least every second until it is back (or for good,
+                # every poll_interval, in pooler mode). A listener that fails wakes this loop.
+                if self.pooler:
+                    poll = self.poll_interval
+                elif self._listener is not None:
+                    poll = math.inf
+                else:
+                    poll = min(self.poll_interval, _LISTENER_DOWN_POLL)
                 next_poll = last_look + poll
                 with claims.lock:
                     claims.lock.wait_for(
@@ -156,7 +176,7 @@ class Fetcher:
                             or self._work_hint.is_set()
                             or self._stopping.is_set()
                         ),
-                        timeout=max(next_poll - now, 0.0),
+                        timeout=None if poll == math.inf else max(next_poll - now, 0.0),
                     )
                 self._idle.clear()
                 if time.monotonic() >= next_poll:
@@ -311,12 +331,13 @@ class Fetcher:
                         logger.info("listener reconnected", extra={"event": "db_back"})
                         self.metrics.reconnected("listener")
                     backoff.reset()
-                if not self._idle.wait(self.poll_interval):
+                wait = min(self.poll_interval, self._maintain(listener.connection))
+                if not self._idle.wait(wait):
                     continue
                 if self._closed.is_set():
                     break
                 received = listener.notifications
-                woken = listener.wait_for_work(timeout=self.poll_interval)
+                woken = listener.wait_for_work(timeout=wait)
                 if woken:
                     if self._closed.is_set():
                         break
@@ -341,6 +362,9 @@ class Fetcher:
                     raise
                 with self.claims.lock:
                     self._listener = None
+                    # The claim loop waits on the listener: it polls until it is back.
+                    self._work_hint.set()
+                    self.claims.lock.notify_all()
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
                         listener.close()
@@ -364,6 +388,20 @@ class Fetcher:
             with contextlib.suppress(psycopg.Error):
                 listener.close()
 
+    def _maintain(self, connection: psycopg.Connection[Any]) -> float:
+        """Run the maintenance services that are due on the listener's ``connection``; return
+        the seconds until the next falls due. A database error is the listener's to retry; a
+        refused step (a privilege, the schema) stops the worker, through ``on_refusal``."""
+        if self.maintenance is None:
+            return math.inf
+        try:
+            return self.maintenance.run_due(connection, self._on_round)
+        except errors.PostkitError as exc:
+            self.maintenance = None
+            if self._on_refusal is not None:
+                self._on_refusal(exc)
+            return math.inf
+
     def stop_listener(self, thread: threading.Thread) -> None:
         """Make the listener thread close its connection and end: its wait is cut short by a
         notification on its wake channel. Called once the worker is closed."""
@@ -380,7 +418,13 @@ class Fetcher:
                 # refusal (an administrator revoked it from PUBLIC) leaves the listener to end
                 # at its next timeout, as a lost connection does.
                 run_call(connection, protocol.wake(listener.wake_channel), given_to=None)
-        thread.join(timeout=5)
+        # A maintenance step stuck behind a lock holds the thread in a statement: cancel it.
+        deadline = time.monotonic() + 5
+        thread.join(timeout=0.5)
+        while thread.is_alive() and listener is not None and time.monotonic() < deadline:
+            with contextlib.suppress(psycopg.Error):
+                listener.connection.cancel_safe(timeout=1.0)
+            thread.join(timeout=0.1)
 
     def _claim_on_wake(self, connection: psycopg.Connection[Any]) -> None:
         """Claim for the free slots right away when a notification wakes the listener: on the

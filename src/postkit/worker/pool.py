@@ -26,6 +26,11 @@ class WorkerClient(QueueClient):
         return super()._run(call.committed_asynchronously())
 
 
+POOL_MAX_IDLE = 10.0
+"""Seconds a pooled connection stays open unused before the pool closes it (one at a time,
+one check every such period)."""
+
+
 class WorkerPool:
     """A pool of autocommit connections, each call on one of them with a :class:`QueueClient`
     of the worker's namespace."""
@@ -36,8 +41,11 @@ class WorkerPool:
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
             psycopg_pool.ConnectionPool(
                 dsn,
-                min_size=1,
+                # Opened on demand and closed after a while unused: an idle worker holds its
+                # listener's connection only (docs/operations.md counts them).
+                min_size=0,
                 max_size=max_size,
+                max_idle=POOL_MAX_IDLE,
                 # Autocommit: each of the worker's calls is one statement, hence one
                 # transaction and one round trip; a transactional handler opens a transaction
                 # on the connection it takes (see connection).
@@ -89,4 +97,4 @@ class WorkerPool:
         self._pool.close(timeout=5)
 
 
-__all__ = ["WorkerClient", "WorkerPool"]
+__all__ = ["POOL_MAX_IDLE", "WorkerClient", "WorkerPool"]

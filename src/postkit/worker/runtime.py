@@ -134,11 +134,17 @@ class Worker:
         pooler: bool = False,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        housekeeping: bool = True,
     ) -> None:
         """
         Args:
-            dsn: the database; the worker opens a pool of ``concurrency + 2`` connections, one
-                more to listen on (none in pooler mode) and two for maintenance.
+            dsn: the database. The worker holds one connection to listen on, which also
+                carries its heartbeat in the registry, rescues and schedules, and one for
+                housekeeping (retention and vacuum); its pool opens up to ``concurrency + 2``
+                more while it works and closes each after 10 s unused. An idle worker holds
+                two; busy, at most ``concurrency + 4``. In pooler mode there is no listener,
+                the claim path's maintenance has a connection of its own, and the pool keeps
+                one open.
             handlers: a :class:`Handlers`, or a mapping of queue name to handler function.
             queues: the queues to work (default: every queue with a handler).
             concurrency: how many jobs run at once.
@@ -180,6 +186,9 @@ class Worker:
                 the worker never imports it.
             metrics_host: the address the metrics are served on; ``0.0.0.0`` for every
                 interface.
+            housekeeping: run retention and the vacuum service here. ``postkit worker
+                --processes N`` leaves them to its first process: they serve the whole
+                namespace, and each more process would hold a connection for them.
 
         Raises:
             ValueError: a queue has no handler, or a number is out of range.
@@ -252,26 +261,28 @@ class Worker:
         # Rescue and schedules are quick and due often; retention and vacuum may take long
         # (a big batch, a lock, a VACUUM): two runners, so neither kind waits on the other.
         # The first also keeps the worker in the registry, so it runs until the worker is
-        # closed (its claims settled or released); the second stops as the shutdown begins.
-        self._maintenance = [
-            Maintenance(
-                dsn,
-                namespace,
-                [
-                    Registry(
-                        self.worker_id,
-                        kind="worker",
-                        queues=self.queues,
-                        concurrency=concurrency,
-                        interval=tick_interval,
-                    ),
-                    Rescue(interval=tick_interval, jitter=0.5),
-                    Schedules(interval=_SCHEDULE_LOOK),
-                ],
-                backoff=Backoff.claim_path(),
-                pooler=pooler,
-                asynchronous_commit=True,
-            ),
+        # closed (its claims settled or released): on the listener's connection, between its
+        # waits, or in pooler mode on a thread and a connection of its own. The second stops
+        # as the shutdown begins.
+        self._claim_path = Maintenance(
+            dsn,
+            namespace,
+            [
+                Registry(
+                    self.worker_id,
+                    kind="worker",
+                    queues=self.queues,
+                    concurrency=concurrency,
+                    interval=tick_interval,
+                ),
+                Rescue(interval=tick_interval, jitter=0.5),
+                Schedules(interval=_SCHEDULE_LOOK),
+            ],
+            backoff=Backoff.claim_path(),
+            pooler=pooler,
+            asynchronous_commit=True,
+        )
+        self._housekeeping = (
             Maintenance(
                 dsn,
                 namespace,
@@ -282,8 +293,10 @@ class Worker:
                 backoff=Backoff.housekeeping(),
                 pooler=pooler,
                 asynchronous_commit=True,
-            ),
-        ]
+            )
+            if housekeeping
+            else None
+        )
 
     # ---------------------------------------------------------------------------------------
     # Lifecycle
@@ -342,6 +355,9 @@ class Worker:
             pooler=self.pooler,
             stopping=self._stopping,
             closed=self._closed,
+            maintenance=None if self.pooler else self._claim_path,
+            on_round=self._log_round,
+            on_refusal=self._fail,
         )
         heartbeat = Heartbeat(
             self._claims,
@@ -353,15 +369,22 @@ class Worker:
         threads = _Threads(
             heartbeat=start_thread(heartbeat.run, "heartbeat"),
             listener=None if self.pooler else start_thread(fetcher.listen, "listener"),
-            maintenance=[
+            claim_path=(
                 start_thread(
-                    functools.partial(self._run_maintenance, maintenance, until),
-                    f"maintenance-{number}",
+                    functools.partial(self._run_maintenance, self._claim_path, self._closed),
+                    "maintenance-claim-path",
                 )
-                for number, (maintenance, until) in enumerate(
-                    zip(self._maintenance, (self._closed, self._stopping), strict=True), 1
+                if self.pooler
+                else None
+            ),
+            housekeeping=(
+                start_thread(
+                    functools.partial(self._run_maintenance, self._housekeeping, self._stopping),
+                    "maintenance-housekeeping",
                 )
-            ],
+                if self._housekeeping is not None
+                else None
+            ),
             reporter=(
                 start_thread(self._report_loop, "report")
                 if self.report_interval and self._report
@@ -437,9 +460,13 @@ class Worker:
         try:
             maintenance.run_forever(until, self._log_round)
         except BaseException as exc:
-            if self._failure is None:
-                self._failure = exc
-            self.stop()
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop the worker for ``exc``, which :meth:`run` raises once it has shut down."""
+        if self._failure is None:
+            self._failure = exc
+        self.stop()
 
     def _log_round(self, done: RoundReport) -> None:
         if done.reclaimed:
@@ -473,17 +500,19 @@ class Worker:
                 extra={"event": "pruned"},
             )
 
-    def _stop_maintenance(self, threads: list[threading.Thread], *, first: bool) -> None:
-        """Wait for the maintenance threads to end, cancelling the statement each one waits
-        on (a step stuck behind a lock must not hold the shutdown), for up to 5 seconds: the
-        housekeeping runner's as the shutdown begins (``first``), the claim path's runner's,
-        with the registry, once the worker is closed."""
+    @staticmethod
+    def _stop_maintenance(maintenance: Maintenance | None, thread: threading.Thread | None) -> None:
+        """Wait for a maintenance thread to end, cancelling the statement it waits on (a step
+        stuck behind a lock must not hold the shutdown), for up to 5 seconds."""
         deadline = time.monotonic() + 5
-        pairs = list(zip(self._maintenance, threads, strict=True))
-        for maintenance, thread in pairs[1:] if first else pairs[:1]:
-            while thread.is_alive() and time.monotonic() < deadline:
-                maintenance.interrupt()
-                thread.join(timeout=0.1)
+        while (
+            maintenance is not None
+            and thread is not None
+            and thread.is_alive()
+            and time.monotonic() < deadline
+        ):
+            maintenance.interrupt()
+            thread.join(timeout=0.1)
 
     # ---------------------------------------------------------------------------------------
     # Shutdown.
@@ -497,7 +526,7 @@ class Worker:
         times out. A job is never released while its handler runs: another worker would run
         it a second time, at once."""
         self._stopping.set()  # the claim loop may have ended on an error: stop the others
-        self._stop_maintenance(threads.maintenance, first=True)
+        self._stop_maintenance(self._housekeeping, threads.housekeeping)
         fetcher.drain(time.monotonic() + self.grace_period)
         claims = self._claims
         with claims.lock:
@@ -533,10 +562,13 @@ class Worker:
             )
         fetcher.drain(math.inf)
         self._closed.set()
-        self._stop_maintenance(threads.maintenance, first=False)  # the registry leaves last
         heartbeat.wake()
+        # The registry leaves last: the claim path's runner deregisters the worker as it ends,
+        # on its thread, or after the listener that lent it its connection.
+        self._stop_maintenance(self._claim_path, threads.claim_path)
         if threads.listener is not None:
             fetcher.stop_listener(threads.listener)
+            self._claim_path.stop_services()
         if threads.reporter is not None:
             threads.reporter.join(timeout=5)
         self._executor.stop()
@@ -558,7 +590,9 @@ class _Threads:
 
     heartbeat: threading.Thread
     listener: threading.Thread | None
-    maintenance: list[threading.Thread]
+    claim_path: threading.Thread | None
+    """The claim path's maintenance, in pooler mode only: else the listener runs it."""
+    housekeeping: threading.Thread | None
     reporter: threading.Thread | None
 
 

@@ -94,6 +94,7 @@ class Maintenance:
         self.asynchronous_commit = asynchronous_commit
         self._lock = threading.Lock()
         self._connection: psycopg.Connection[Any] | None = None
+        self._due: list[float] | None = None  # when each service falls due (monotonic)
 
     @classmethod
     def for_tick(cls, dsn: str, namespace: str, *, interval: float) -> Maintenance:
@@ -160,7 +161,6 @@ class Maintenance:
         Raises:
             postkit.errors.PostkitError: a step was refused (a missing privilege or schema).
         """
-        due = [time.monotonic()] * len(self.services)
         connection: psycopg.Connection[Any] | None = None
         ended = threading.Event()
 
@@ -175,45 +175,67 @@ class Maintenance:
         start_thread(interrupt_on_stop, "maintenance-stop")
         try:
             while not stop.is_set():
-                now = time.monotonic()
-                ready = [index for index, at in enumerate(due) if at <= now]
-                if ready:
-                    done = RoundReport()
-                    try:
-                        if connection is None:
-                            connection = self._connect()
-                        client = self._client(connection)
-                        for index in ready:
-                            due[index] = time.monotonic() + self.services[index].run(
-                                connection, client, done
-                            )
-                        self.backoff.reset()
-                    except psycopg.Error as exc:
-                        if connection is not None:
-                            self._forget(connection)
-                            connection = None
-                        if stop.is_set():
-                            break  # interrupted by the stop
-                        delay = self.backoff.failure()
-                        on_error(exc, delay)
-                        stop.wait(delay)
-                        continue
-                    finally:
-                        done.at = datetime.now(timezone.utc)
-                        if report is not None and done.anything:
-                            report(done)
-                wait = min(due) - time.monotonic()
-                stop.wait(None if wait == math.inf else max(wait, 0.0))
+                try:
+                    if connection is None:
+                        connection = self._connect()
+                    wait = self.run_due(connection, report)
+                    self.backoff.reset()
+                except psycopg.Error as exc:
+                    if connection is not None:
+                        self._forget(connection)
+                        connection = None
+                    if stop.is_set():
+                        break  # interrupted by the stop
+                    delay = self.backoff.failure()
+                    on_error(exc, delay)
+                    stop.wait(delay)
+                    continue
+                stop.wait(None if wait == math.inf else wait)
         finally:
             ended.set()
             if connection is not None:
                 self._forget(connection)
-        self._stop_services()
+        self.stop_services()
 
-    def _stop_services(self) -> None:
+    def run_due(
+        self,
+        connection: psycopg.Connection[Any],
+        report: Callable[[RoundReport], None] | None = None,
+    ) -> float:
+        """Run each service that is due (all of them at the first call), in order, on
+        ``connection``: this runner's own, or one its caller lends it between uses of its own
+        (the worker's listener). Call ``report`` with what the round did, if anything. Returns
+        the seconds until the next service falls due.
+
+        Raises:
+            psycopg.Error: the connection failed; the services that did not run stay due.
+            postkit.errors.PostkitError: a step was refused (a missing privilege or schema).
+        """
+        now = time.monotonic()
+        if self._due is None:
+            self._due = [now] * len(self.services)
+        due = self._due
+        ready = [index for index, at in enumerate(due) if at <= now]
+        if ready:
+            done = RoundReport()
+            try:
+                client = self._client(connection)
+                for index in ready:
+                    due[index] = time.monotonic() + self.services[index].run(
+                        connection, client, done
+                    )
+            finally:
+                done.at = datetime.now(timezone.utc)
+                if report is not None and done.anything:
+                    report(done)
+        return max(min(due, default=math.inf) - time.monotonic(), 0.0)
+
+    def stop_services(self) -> None:
         """Let each service undo what running left (the registry deregisters), on a connection
         :meth:`interrupt` does not cancel: the stop that ended the runner must not cut this
-        short. A database error is logged; the runner stops all the same."""
+        short. A database error is logged; the runner stops all the same. :meth:`run_forever`
+        calls it as it returns; whoever lends :meth:`run_due` its connection calls it after
+        the last round."""
         stopping = [s for s in self.services if type(s).stop is not Service.stop]
         if not stopping:
             return
