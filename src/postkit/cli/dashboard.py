@@ -7,7 +7,7 @@ import click
 from postkit.cli.console import require_schema
 from postkit.cli.options import dsn_option
 from postkit.cli.output import mask_password
-from postkit.embedded import choose_dsn, resolve_dsn
+from postkit.embedded import choose_dsn, default_data_dir, resolve_dsn
 from postkit.errors import ConfigurationError
 
 _EXTRA_HINT = "the dashboard needs its extra: pip install 'postkit[dashboard]'"
@@ -113,7 +113,8 @@ def dashboard(
         click.echo(f"Log in once at http://{shown_host}:{port}/login with the token.", err=True)
     if embedded:
         click.echo(
-            "No DSN given: showing the embedded PostgreSQL. For data to look at, run "
+            f"No DSN given: showing the embedded PostgreSQL in {default_data_dir()}. For data "
+            "to look at, run "
             "`postkit demo` in another terminal.",
             err=True,
         )

@@ -7,7 +7,7 @@ import json
 import click
 
 from postkit.cli.options import dsn_option, json_option
-from postkit.embedded import resolve_dsn
+from postkit.embedded import choose_dsn, default_data_dir, resolve_dsn
 
 
 @click.command()
@@ -30,6 +30,12 @@ def demo(dsn: str | None, as_json: bool, users: int) -> None:
     # Imported here: the story's worker runtime and process pool are no cost to other commands.
     from postkit.cli.demo_story import render_summary, run_demo
 
+    if choose_dsn(dsn).dsn is None and not as_json:
+        click.echo(
+            f"No DSN given: the demo runs on the embedded PostgreSQL in {default_data_dir()} "
+            "(postkit db status shows it).",
+            err=True,
+        )
     summary = run_demo(
         resolve_dsn(dsn), users=users, say=(lambda _line: None) if as_json else click.echo
     )

@@ -14,7 +14,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _DSN_HELP = (
     "PostgreSQL connection string. Default: $POSTKIT_DSN, then $DATABASE_URL, then an embedded "
-    "PostgreSQL in $POSTKIT_DATA_DIR (started on demand)."
+    "PostgreSQL, started on demand in $POSTKIT_DATA_DIR or the user's data directory (postkit "
+    "db status shows it)."
 )
 
 
