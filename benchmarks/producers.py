@@ -374,7 +374,7 @@ def report(result: dict[str, Any], *, env: str, runs: int, seconds: int, command
     ]
     libraries = [("postkit", "push"), *((peer, peer) for peer in result["peers"])]
     for library, script in libraries:
-        version = result["peers"].get(library, importlib.metadata.version("postkit"))
+        version = result["peers"].get(library, importlib.metadata.version("postkit-queue"))
         cells = [
             f"{med(script, clients) / med('plain', clients):.2f} ({med(script, clients):,.0f})"
             for clients in PRODUCERS

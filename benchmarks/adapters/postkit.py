@@ -22,7 +22,7 @@ QUEUE = "bench"
 
 class PostkitAdapter(Adapter):
     name = "postkit"
-    distribution = "postkit"
+    distribution = "postkit-queue"
     configs: ClassVar[tuple[WorkerConfig, ...]] = (
         WorkerConfig(1, 32),
         WorkerConfig(2, 8),

@@ -24,7 +24,7 @@ class ConfigurationError(PostkitError):
 
 class MetricsUnavailableError(PostkitError):
     """Metrics were asked for but cannot be served: prometheus_client is not installed
-    (``pip install 'postkit[metrics]'``), or the metrics address cannot be bound."""
+    (``pip install 'postkit-queue[metrics]'``), or the metrics address cannot be bound."""
 
 
 class SchemaNotInstalledError(PostkitError):

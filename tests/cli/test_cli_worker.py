@@ -559,7 +559,7 @@ def test_metrics_port_without_prometheus_client_is_one_line_naming_the_extra(
     assert result.returncode == 1
     assert result.stderr == (
         "Error: metrics need prometheus_client, which is not installed: "
-        "pip install 'postkit[metrics]'\n"
+        "pip install 'postkit-queue[metrics]'\n"
     )
 
 

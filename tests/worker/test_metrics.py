@@ -262,7 +262,7 @@ def test_metrics_without_prometheus_client_fail_at_once_naming_the_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import raises ImportError
 
-    with pytest.raises(MetricsUnavailableError, match=r"pip install 'postkit\[metrics\]'"):
+    with pytest.raises(MetricsUnavailableError, match=r"pip install 'postkit-queue\[metrics\]'"):
         Worker(worker_dsn, {Q: lambda job: None}, namespace=namespace, metrics_port=9100)
 
 

@@ -94,7 +94,7 @@ def main() -> None:
     \b
     Watching it:
       postkit dashboard              the web dashboard on http://127.0.0.1:8181 (needs
-                                     pip install 'postkit[dashboard]')
+                                     pip install 'postkit-queue[dashboard]')
 
     \b
     Without a DSN (--dsn, POSTKIT_DSN, DATABASE_URL) each command starts an embedded

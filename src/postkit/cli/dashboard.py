@@ -10,7 +10,7 @@ from postkit.cli.output import mask_password
 from postkit.embedded import choose_dsn, default_data_dir, resolve_dsn
 from postkit.errors import ConfigurationError
 
-_EXTRA_HINT = "the dashboard needs its extra: pip install 'postkit[dashboard]'"
+_EXTRA_HINT = "the dashboard needs its extra: pip install 'postkit-queue[dashboard]'"
 
 
 @click.command()

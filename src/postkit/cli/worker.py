@@ -429,7 +429,7 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     default=None,
     metavar="PORT",
     help="Serve Prometheus metrics on http://HOST:PORT/metrics; with --processes N, process i "
-    "serves on PORT+i. Needs prometheus_client: pip install 'postkit[metrics]'.",
+    "serves on PORT+i. Needs prometheus_client: pip install 'postkit-queue[metrics]'.",
 )
 @click.option(
     "--metrics-host",

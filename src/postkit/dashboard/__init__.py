@@ -1,6 +1,6 @@
 """The web dashboard: ``postkit dashboard``, or :func:`create_app` under any ASGI server.
 
-Needs the ``dashboard`` extra (``pip install 'postkit[dashboard]'``: Starlette and uvicorn).
+Needs the ``dashboard`` extra (``pip install 'postkit-queue[dashboard]'``: Starlette and uvicorn).
 ``settings`` says what it shows and to whom, ``security`` guards every request, ``source``
 reads and acts through the SDK, ``app`` maps the API onto them, ``metrics`` serves Prometheus,
 and ``static/`` holds the page.

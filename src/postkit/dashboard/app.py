@@ -244,7 +244,7 @@ def _metrics_endpoint(source: DashboardSource) -> Callable[[Request], Awaitable[
             from postkit.dashboard.metrics import render_metrics
         except ImportError:
             return JSONResponse(
-                {"error": "metrics need prometheus_client: pip install 'postkit[metrics]'"},
+                {"error": "metrics need prometheus_client: pip install 'postkit-queue[metrics]'"},
                 status_code=501,
             )
         try:

@@ -1,11 +1,11 @@
 """The trace context a push records: the current OpenTelemetry span's, as a W3C carrier.
 
-OpenTelemetry is optional (``pip install postkit[otel]``) and never imported here. A span can be
-current only in a program that imported ``opentelemetry.trace`` (every tracer, the SDK's too,
-comes from it), so a push first looks that module up in ``sys.modules``: a dictionary lookup,
-and without OpenTelemetry nothing else happens. With it, the W3C trace-context propagator
-writes the current span's ``traceparent`` and ``tracestate``; it is made once, on the first
-push that has a span to propagate.
+OpenTelemetry is optional (``pip install 'postkit-queue[otel]'``) and never imported here. A
+span can be current only in a program that imported ``opentelemetry.trace`` (every tracer, the
+SDK's too, comes from it), so a push first looks that module up in ``sys.modules``: a
+dictionary lookup, and without OpenTelemetry nothing else happens. With it, the W3C
+trace-context propagator writes the current span's ``traceparent`` and ``tracestate``; it is
+made once, on the first push that has a span to propagate.
 
 The carrier is the W3C one whatever propagator the application configured globally: the
 worker reads it back with the same propagator, and a global one may add baggage, which is

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 Connection = Literal["claims", "listener"]
 """Which of the worker's connections came back: the claim loop's pool, or the listener's own."""
 
-INSTALL_HINT = "pip install 'postkit[metrics]'"
+INSTALL_HINT = "pip install 'postkit-queue[metrics]'"
 
 
 class Recorder:

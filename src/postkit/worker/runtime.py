@@ -182,7 +182,7 @@ class Worker:
             metrics_port: serve Prometheus metrics on this port while :meth:`run` runs
                 (0: a free port, see :attr:`metrics_address`), from a registry of the
                 worker's own: see ``postkit.worker.prometheus`` for what they are. Needs
-                prometheus_client (``pip install 'postkit[metrics]'``); without this option
+                prometheus_client (``pip install 'postkit-queue[metrics]'``); without this option
                 the worker never imports it.
             metrics_host: the address the metrics are served on; ``0.0.0.0`` for every
                 interface.
