@@ -42,6 +42,7 @@ from postkit.worker.metrics import Recorder
 from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
+from postkit.worker.server_guard import ServerGuard
 
 logger = logging.getLogger("postkit.worker")
 
@@ -72,12 +73,15 @@ class Fetcher:
         maintenance: Maintenance | None = None,
         on_round: Callable[[RoundReport], None] | None = None,
         on_refusal: Callable[[BaseException], None] | None = None,
+        guard: ServerGuard | None = None,
     ) -> None:
         """
         Args:
             maintenance: services the listener runs on its connection between waits (not in
                 pooler mode); ``on_round`` is called with what each round did, and
                 ``on_refusal`` with a step the database refused (the worker then stops).
+            guard: checks the listener's server as it connects; a failover it follows makes
+                the listener reconnect (server_guard.py).
         """
         self.claims = claims
         self.executor = executor
@@ -95,6 +99,7 @@ class Fetcher:
         self._stopping = stopping
         self._closed = closed
         self.maintenance = maintenance
+        self.guard = guard
         self._on_round = on_round
         self._on_refusal = on_refusal
         self._queues_registered = False
@@ -320,11 +325,30 @@ class Fetcher:
         the schema missing), of the listener's statements or of the claim it makes when woken,
         is retried the same way."""
         listener: WorkListener | None = None
+        generation = 0
         backoff = Backoff.claim_path()
         while not self._closed.is_set():
             try:
+                if (
+                    listener is not None
+                    and self.guard is not None
+                    and generation != self.guard.generation
+                ):
+                    # A failover: the listener's server is the former primary.
+                    with contextlib.suppress(psycopg.Error):
+                        listener.close()
+                    listener = None
                 if listener is None:
                     listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+                    if self.guard is not None:
+                        try:
+                            self.guard.check(listener.connection)
+                        except psycopg.Error:
+                            with contextlib.suppress(psycopg.Error):
+                                listener.close()
+                            listener = None
+                            raise
+                        generation = self.guard.generation
                     with self.claims.lock:
                         self._listener = listener
                     if backoff.failures:

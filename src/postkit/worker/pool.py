@@ -11,6 +11,7 @@ import psycopg
 import psycopg_pool
 
 from postkit.queue import QueueClient, protocol
+from postkit.worker.server_guard import ServerGuard
 
 T = TypeVar("T")
 
@@ -35,7 +36,16 @@ class WorkerPool:
     """A pool of autocommit connections, each call on one of them with a :class:`QueueClient`
     of the worker's namespace."""
 
-    def __init__(self, dsn: str, *, namespace: str, max_size: int, pooler: bool, name: str) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        namespace: str,
+        max_size: int,
+        pooler: bool,
+        name: str,
+        guard: ServerGuard | None = None,
+    ) -> None:
         self.namespace = namespace
         self._resizing = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
@@ -62,6 +72,9 @@ class WorkerPool:
                 # retries (at most a second apart) start fresh attempts.
                 reconnect_timeout=1.0,
                 timeout=2.0,
+                # Each new connection's server is checked before its first use: a standby or a
+                # former primary is refused (server_guard.py).
+                configure=None if guard is None else guard.check,
                 open=True,
                 name=name,
             )
@@ -87,6 +100,11 @@ class WorkerPool:
         its connection until it returns."""
         with self._resizing:
             self._pool.resize(1, self._pool.max_size + change)
+
+    def drain(self) -> None:
+        """Replace every connection: those in use as they come back (a failover moved the
+        primary, server_guard.py)."""
+        self._pool.drain()
 
     def check(self) -> None:
         """Drop every pooled connection that died (a server restart kills them all), so the

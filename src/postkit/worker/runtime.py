@@ -97,6 +97,7 @@ from postkit.worker.metrics import NO_METRICS, Recorder, require_prometheus_clie
 from postkit.worker.outcomes import OutcomeLog, job_fields
 from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
+from postkit.worker.server_guard import ServerGuard
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import start_thread
 
@@ -264,6 +265,7 @@ class Worker:
         # closed (its claims settled or released): on the listener's connection, between its
         # waits, or in pooler mode on a thread and a connection of its own. The second stops
         # as the shutdown begins.
+        self._guard = ServerGuard()
         self._claim_path = Maintenance(
             dsn,
             namespace,
@@ -281,6 +283,7 @@ class Worker:
             backoff=Backoff.claim_path(),
             pooler=pooler,
             asynchronous_commit=True,
+            guard=self._guard,
         )
         self._housekeeping = (
             Maintenance(
@@ -293,6 +296,7 @@ class Worker:
                 backoff=Backoff.housekeeping(),
                 pooler=pooler,
                 asynchronous_commit=True,
+                guard=self._guard,
             )
             if housekeeping
             else None
@@ -338,7 +342,9 @@ class Worker:
             max_size=self.concurrency + 2,
             pooler=self.pooler,
             name=f"postkit-worker-{self.worker_id}",
+            guard=self._guard,
         )
+        self._guard.on_failover(pool.drain)
         fetcher = Fetcher(
             self._claims,
             self._executor,
@@ -358,6 +364,7 @@ class Worker:
             maintenance=None if self.pooler else self._claim_path,
             on_round=self._log_round,
             on_refusal=self._fail,
+            guard=self._guard,
         )
         heartbeat = Heartbeat(
             self._claims,

@@ -30,6 +30,7 @@ from postkit.worker.maintenance.rescue import Rescue
 from postkit.worker.maintenance.schedules import Schedules
 from postkit.worker.maintenance.service import Service
 from postkit.worker.pool import WorkerClient
+from postkit.worker.server_guard import ServerGuard
 from postkit.worker.threads import start_thread
 
 logger = logging.getLogger("postkit.worker")
@@ -76,9 +77,12 @@ class Maintenance:
         backoff: Backoff,
         pooler: bool = False,
         asynchronous_commit: bool = False,
+        guard: ServerGuard | None = None,
     ) -> None:
         """
         Args:
+            guard: checks the server of each connection this runner opens, and says when a
+                failover makes the open one a former primary's (server_guard.py).
             services: run in this order when several fall due at once.
             backoff: the waits between tries after database errors.
             pooler: ``dsn`` leads to a pooler in transaction mode: no prepared statements.
@@ -95,6 +99,8 @@ class Maintenance:
         self._lock = threading.Lock()
         self._connection: psycopg.Connection[Any] | None = None
         self._due: list[float] | None = None  # when each service falls due (monotonic)
+        self.guard = guard
+        self._generation = 0  # the guard's, when the runner's connection was opened
 
     @classmethod
     def for_tick(cls, dsn: str, namespace: str, *, interval: float) -> Maintenance:
@@ -176,6 +182,14 @@ class Maintenance:
         try:
             while not stop.is_set():
                 try:
+                    if (
+                        connection is not None
+                        and self.guard is not None
+                        and self._generation != self.guard.generation
+                    ):
+                        # A failover: the connection leads to the former primary.
+                        self._forget(connection)
+                        connection = None
                     if connection is None:
                         connection = self._connect()
                     wait = self.run_due(connection, report)
@@ -282,6 +296,9 @@ class Maintenance:
 
     def _connect(self) -> psycopg.Connection[Any]:
         connection = self._open()
+        if self.guard is not None:
+            self.guard.check(connection)
+            self._generation = self.guard.generation
         with self._lock:
             self._connection = connection
         return connection
