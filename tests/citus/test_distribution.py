@@ -146,6 +146,7 @@ ON_THE_COORDINATOR = {
     "resume_queue",
     "configure_queue",
     "update_queue_settings",
+    "write_queue_settings",
     "fire_schedule",
     "fire_schedule_run",
 }

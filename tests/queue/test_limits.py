@@ -360,6 +360,16 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT count(*) FROM postkit_queue.due_schedules(%(ns)s, %(v)s)",
         around(limits.LIMITS["due_schedules"]),
     ),
+    "limit-schedules": Limit(
+        lambda ns, v: protocol.schedules(ns, limit=v),
+        "SELECT count(*) FROM postkit_queue.schedules(%(ns)s, p_limit => %(v)s)",
+        around(limits.LIMITS["schedules"]),
+    ),
+    "limit-schedule_runs": Limit(
+        lambda ns, v: protocol.schedule_runs(ns, limit=v),
+        "SELECT count(*) FROM postkit_queue.schedule_runs(%(ns)s, p_limit => %(v)s)",
+        around(limits.LIMITS["schedules"]),
+    ),
     "trace_context-bytes": Limit(
         lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "trace_context": json.loads(v)}),
         "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_trace_context => %(v)s::jsonb)",

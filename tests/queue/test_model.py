@@ -371,7 +371,8 @@ class QueueModel(RuleBasedStateMachine):
 
     def _configure(self, queue: str, policy: Policy) -> None:
         # Through SQL with named arguments: configure_queue has more settings than these six,
-        # which are all the state machine reads.
+        # which are all the state machine reads. It keeps a setting not given: no concurrency
+        # limit is a reset.
         row = self.connection.execute(
             "SELECT p.max_attempts, extract(epoch FROM p.visibility_timeout)::float8,"
             "       extract(epoch FROM p.backoff_base)::float8,"
@@ -381,7 +382,7 @@ class QueueModel(RuleBasedStateMachine):
             "     p_visibility_timeout => %s * interval '1 second',"
             "     p_backoff_base => %s * interval '1 second',"
             "     p_backoff_cap => %s * interval '1 second',"
-            "     p_concurrency => %s, p_group_ordered => %s) AS p",
+            "     p_concurrency => %s, p_group_ordered => %s, p_reset => %s) AS p",
             (
                 self.namespace,
                 queue,
@@ -391,6 +392,7 @@ class QueueModel(RuleBasedStateMachine):
                 policy.backoff_cap,
                 policy.concurrency,
                 policy.group_ordered,
+                ["concurrency"] if policy.concurrency is None else [],
             ),
         ).fetchone()
         assert row == (

@@ -657,6 +657,29 @@ def test_configure_queue_puts_a_setting_given_as_none_back_to_the_built_in_defau
     assert (policy.max_attempts, policy.retain_completed, policy.backoff_cap) == (20, None, 10.0)
 
 
+def test_configure_queue_in_sql_keeps_what_it_is_not_given_and_resets_what_p_reset_names(
+    queue: QueueClient,
+) -> None:
+    """The same rule as the SDK's and the command line's, for a client in any language."""
+
+    def configure(arguments: str) -> tuple[Any, ...]:
+        row = queue.cursor.execute(
+            "SELECT p.max_attempts, extract(epoch FROM p.retain_dead)::int, p.concurrency"
+            f" FROM postkit_queue.configure_queue(%s, %s, {arguments}) AS p",
+            (queue.namespace, Q),
+        ).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    assert configure("p_max_attempts => 3, p_retain_dead => '1 hour', p_concurrency => 2") == (
+        3,
+        3600,
+        2,
+    )
+    assert configure("p_max_attempts => 5") == (5, 3600, 2)
+    assert configure("p_reset => ARRAY['retain_dead', 'concurrency']") == (5, 2592000, None)
+
+
 def test_update_queue_settings_changes_the_settings_given_and_keeps_the_others(
     queue: QueueClient,
 ) -> None:

@@ -6,7 +6,8 @@ so a payload or an error message is shown as text whatever it contains. Reads ar
 action is a POST, which :class:`~postkit.dashboard.security.Guard` lets through only with the
 page's CSRF token and never under ``--read-only``.
 
-The API, per namespace ``{ns}``:
+The API, per namespace ``{ns}`` (a name in the path is percent-encoded; ``.``, ``..`` and a
+name that starts with ``~`` get a ``~`` in front, which the server takes off):
 
 =======  ===========================================  =========================================
 GET      /api/meta                                    namespaces, read-only flag, CSRF token
@@ -17,8 +18,10 @@ GET      /api/ns/{ns}/queues/{queue}/jobs             ?state=pending|scheduled|r
                                                       &cursor=
 GET      /api/ns/{ns}/jobs/{id}                       a job, its errors and lineage
 GET      /api/ns/{ns}/dead-letters                    ?queue=&error=&since=&until=&cursor=
-GET      /api/ns/{ns}/schedules                       schedules, next and last runs, broken
-GET      /api/ns/{ns}/workers                         the registry and what each worker runs
+GET      /api/ns/{ns}/schedules                       ?cursor=: a page of schedules, next and
+                                                      last runs, broken
+GET      /api/ns/{ns}/workers                         ?cursor=: a page of the registry and what
+                                                      each worker runs
 POST     /api/ns/{ns}/queues/{queue}/pause|resume
 POST     /api/ns/{ns}/queues/{queue}/limits           {"concurrency": N, "rate": [N, seconds],
                                                       "group_concurrency": N,
@@ -144,8 +147,14 @@ def create_app(settings: DashboardSettings) -> Starlette:
                 )
             ),
         ),
-        Route("/api/ns/{ns}/schedules", endpoint(lambda r, b: source.schedules(ns(r)))),
-        Route("/api/ns/{ns}/workers", endpoint(lambda r, b: source.workers(ns(r)))),
+        Route(
+            "/api/ns/{ns}/schedules",
+            endpoint(lambda r, b: source.schedules(ns(r), r.query_params.get("cursor") or None)),
+        ),
+        Route(
+            "/api/ns/{ns}/workers",
+            endpoint(lambda r, b: source.workers(ns(r), r.query_params.get("cursor") or None)),
+        ),
     ]
     post = ["POST"]
     actions = [
@@ -222,12 +231,16 @@ class _RawApiPaths:
 
 
 def _name(request: Request, param: str) -> str:
-    """A name from the path, percent-decoded as UTF-8."""
+    """A name from the path, percent-decoded as UTF-8, then unescaped: a segment that starts
+    with ``~`` is the name after it. The page escapes so the names ``.`` and ``..`` (which a
+    URL's path cannot hold: a browser resolves them, percent-encoded too) and every name that
+    starts with ``~`` (so that the escape stays reversible)."""
     value = str(request.path_params[param])
     try:
-        return unquote_to_bytes(value.encode("latin-1")).decode("utf-8")
+        name = unquote_to_bytes(value.encode("latin-1")).decode("utf-8")
     except UnicodeError:
         raise BadRequest(f"{param} is not percent-encoded UTF-8: {value!r}") from None
+    return name[1:] if name.startswith("~") else name
 
 
 async def _page(request: Request) -> Response:

@@ -312,11 +312,15 @@ class DashboardSource:
             "total_capped": total is not None and total >= COUNT_CAP,
         }
 
-    def schedules(self, namespace: str) -> dict[str, Any]:
+    def schedules(self, namespace: str, cursor: str | None) -> dict[str, Any]:
+        """A page of the schedules, by name, after ``cursor`` (the previous page's
+        ``next_cursor``: the last name it showed), each with what became of its last job."""
         with self.client(namespace) as q:
             now = q.clock()
-            rows = q.schedules()
-            runs = {run.name: run for run in q.schedule_runs()}
+            rows = q.schedules(after=cursor, limit=PAGE_SIZE + 1)
+            runs = {run.name: run for run in q.schedule_runs(after=cursor, limit=PAGE_SIZE)}
+        more = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
         return {
             "now": now.isoformat(),
             "schedules": [
@@ -328,22 +332,31 @@ class DashboardSource:
                 }
                 for row in rows
             ],
+            "next_cursor": rows[-1].name if more else None,
         }
 
-    def workers(self, namespace: str) -> dict[str, Any]:
-        """The registry, each worker with the jobs it runs now."""
+    def workers(self, namespace: str, cursor: str | None) -> dict[str, Any]:
+        """A page of the registry, oldest start first, after ``cursor`` (the previous page's
+        ``next_cursor``), each worker with the jobs it runs now. The registry is read whole:
+        it holds the workers that ran in the last day (prune_workers), not a backlog."""
         with self.client(namespace) as q:
             now = q.clock()
             rows = q.workers()
             running = q.running_jobs()
+        start = 0
+        if cursor:
+            start = next((i + 1 for i, row in enumerate(rows) if row.worker_id == cursor), 0)
+        page = rows[start : start + PAGE_SIZE]
         by_worker: dict[str, list[Any]] = {}
         for job in running:
             by_worker.setdefault(job.worker_id or "", []).append(to_jsonable(job))
         return {
             "now": now.isoformat(),
             "workers": [
-                {**to_jsonable(row), "running": by_worker.get(row.worker_id, [])} for row in rows
+                {**to_jsonable(row), "running": by_worker.get(row.worker_id, [])} for row in page
             ],
+            "total": len(rows),
+            "next_cursor": page[-1].worker_id if start + PAGE_SIZE < len(rows) else None,
         }
 
     # ---------------------------------------------------------------------------------------

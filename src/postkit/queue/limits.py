@@ -147,6 +147,7 @@ LIMITS: dict[str, Bounds] = {
     "redrive": Bounds(1, 100_000),
     "prune": Bounds(1, 100_000),
     "due_schedules": Bounds(1, 10_000),
+    "schedules": Bounds(1, 10_000),
     "running_jobs": Bounds(1, 10_000),
     "search_dead_letters": Bounds(1, 10_000),
     "search_scan": Bounds(1, 100_000),

@@ -586,15 +586,21 @@ class AsyncOperations:
         now = await self._run(protocol.clock())
         return await self._run(protocol.save_schedule(schedule, now=now))
 
-    async def schedules(self) -> list[Schedule]:
-        """Every schedule of this namespace, by name."""
-        return await self._run(protocol.schedules(self._namespace))
+    async def schedules(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[Schedule]:
+        """The schedules of this namespace, by name: every one, or a page of ``limit``
+        (1..10,000) after the name ``after``."""
+        return await self._run(protocol.schedules(self._namespace, after=after, limit=limit))
 
-    async def schedule_runs(self) -> list[ScheduleRun]:
+    async def schedule_runs(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[ScheduleRun]:
         """Each schedule's last run, by name, and what became of its job: live, dead-lettered,
         archived as completed, or gone without a trace (the usual end of a completed job).
-        Three primary-key lookups per schedule."""
-        return await self._run(protocol.schedule_runs(self._namespace))
+        Three primary-key lookups per schedule: of every one, or of the page
+        :meth:`schedules` returns for the same ``after`` and ``limit``."""
+        return await self._run(protocol.schedule_runs(self._namespace, after=after, limit=limit))
 
     async def pause_schedule(self, name: str) -> bool:
         """Stop firing a schedule. Returns False when there is no such schedule."""

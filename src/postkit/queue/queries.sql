@@ -345,11 +345,11 @@ FROM postkit_queue.save_schedule(
 SELECT s.namespace, s.name, s.queue, s.payload::pg_catalog.text AS payload, s.cron, s.timezone, s.every,
        s.priority, s.max_attempts, s.paused, s.next_run_at, s.last_run_at, s.last_job_id,
        s.created_at, s.updated_at, s.broken_at, s.broken_reason
-FROM postkit_queue.schedules(%(namespace)s) AS s;
+FROM postkit_queue.schedules(%(namespace)s, %(after)s, %(limit)s::integer) AS s;
 
 -- name: schedule_runs
 SELECT r.name, r.last_run_at, r.last_job_id, r.last_job_state, r.attempts, r.finished_at, r.error
-FROM postkit_queue.schedule_runs(%(namespace)s) AS r;
+FROM postkit_queue.schedule_runs(%(namespace)s, %(after)s, %(limit)s::integer) AS r;
 
 -- name: set_schedule_paused
 SELECT postkit_queue.set_schedule_paused(%(namespace)s, %(name)s, %(paused)s::boolean);

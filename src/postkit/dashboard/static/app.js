@@ -14,6 +14,13 @@ const state = {
 // DOM and API helpers
 // ----------------------------------------------------------------------------------------
 
+// A name as one segment of an API path: percent-encoded, and "." and ".." (which the browser
+// would resolve away, percent-encoded too) or a name that starts with "~" get a "~" in front,
+// which the server takes off.
+function seg(name) {
+  return (name === "." || name === ".." || name.startsWith("~") ? "~" : "") + encodeURIComponent(name);
+}
+
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
@@ -22,7 +29,7 @@ function h(tag, attrs, ...children) {
     else if (key === "class") el.className = value;
     else el.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -31,7 +38,7 @@ function h(tag, attrs, ...children) {
 
 // Replace an element's children; null and false mean nothing (the DOM would write "null").
 function fill(el, ...children) {
-  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
 function link(text, hash, attrs) {
@@ -61,7 +68,7 @@ async function api(path, body) {
 
 // Names go into paths percent-encoded, each one segment ("emails/high" is emails%2Fhigh).
 function nsPath(suffix) {
-  return "/api/ns/" + encodeURIComponent(state.namespace) + suffix;
+  return "/api/ns/" + seg(state.namespace) + suffix;
 }
 
 // A route of the page, in the namespace shown.
@@ -252,22 +259,23 @@ async function viewAll(main) {
   const data = await api("/api/overview");
   const rows = [];
   for (const ns of data.namespaces) {
-    const nsLink = link(ns.namespace, "/ns/" + encodeURIComponent(ns.namespace));
+    // A node per row: a node appended to a second row leaves the first.
+    const nsLink = () => link(ns.namespace, "/ns/" + encodeURIComponent(ns.namespace));
     if (!ns.queues.length) {
-      rows.push(h("tr", { "data-namespace": ns.namespace }, h("td", {}, nsLink), h("td", { class: "muted" }, "no queues"),
+      rows.push(h("tr", { "data-namespace": ns.namespace }, h("td", {}, nsLink()), h("td", { class: "muted" }, "no queues"),
         h("td", {}), h("td", {}), h("td", {}), h("td", {}), h("td", {}), h("td", {}, workersCell(ns))));
     }
     for (const q of ns.queues) {
       rows.push(h("tr", { "data-namespace": ns.namespace, "data-queue": q.queue },
-        h("td", {}, nsLink),
+        h("td", {}, nsLink()),
         h("td", {}, link(q.queue, "/ns/" + encodeURIComponent(ns.namespace) + "/queue/" + encodeURIComponent(q.queue)),
-          " ", q.paused ? badge("paused", "paused") : null),
+          " ", queueBadges(q)),
         count(q, "pending"), count(q, "scheduled"), count(q, "running"), count(q, "dead"),
         h("td", { class: "num" }, fmtAge(q.oldest_ready_age)), h("td", {}, workersCell(ns))));
     }
     if (ns.more_queues) {
-      rows.push(h("tr", { "data-namespace": ns.namespace }, h("td", {}, nsLink),
-        h("td", { class: "muted", colspan: "7" }, link("more queues in this namespace's overview →", "#/ns/" + encodeURIComponent(ns.namespace)))));
+      rows.push(h("tr", { "data-namespace": ns.namespace }, h("td", {}, nsLink()),
+        h("td", { class: "muted", colspan: "7" }, link("more queues in this namespace's overview →", "/ns/" + encodeURIComponent(ns.namespace)))));
     }
   }
   fill(main, 
@@ -312,8 +320,8 @@ async function viewQueue(main, queue, params) {
   const stateName = params.get("state") || "pending";
   const cursor = params.get("cursor") || "";
   const [info, page] = await Promise.all([
-    api(nsPath("/queues/" + encodeURIComponent(queue))),
-    api(nsPath("/queues/" + encodeURIComponent(queue) + "/jobs?state=" + encodeURIComponent(stateName) +
+    api(nsPath("/queues/" + seg(queue))),
+    api(nsPath("/queues/" + seg(queue) + "/jobs?state=" + encodeURIComponent(stateName) +
       (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""))),
   ]);
   const stats = info.stats || {};
@@ -335,12 +343,12 @@ async function viewQueue(main, queue, params) {
       paused ? badge("paused", "paused") : badge("running", "ok")),
     h("div", { class: "toolbar" },
       paused
-        ? actionButton("Resume", async () => { await api(nsPath("/queues/" + encodeURIComponent(queue) + "/resume"), {}); await render(); }, { id: "resume" })
-        : actionButton("Pause", async () => { await api(nsPath("/queues/" + encodeURIComponent(queue) + "/pause"), {}); await render(); }, { id: "pause" }),
+        ? actionButton("Resume", async () => { await api(nsPath("/queues/" + seg(queue) + "/resume"), {}); await render(); }, { id: "resume" })
+        : actionButton("Pause", async () => { await api(nsPath("/queues/" + seg(queue) + "/pause"), {}); await render(); }, { id: "pause" }),
       actionButton("Purge pending and scheduled…", async () => {
-        const dry = await api(nsPath("/queues/" + encodeURIComponent(queue) + "/purge"), { dry_run: true });
+        const dry = await api(nsPath("/queues/" + seg(queue) + "/purge"), { dry_run: true });
         if (!(await confirmDialog(`Delete ${fmtNumber(dry.count, dry.capped)} pending and scheduled jobs of ${queue} created before ${fmtTime(dry.created_before)}? Running jobs are left to their workers.`))) return;
-        const done = await api(nsPath("/queues/" + encodeURIComponent(queue) + "/purge"), { created_before: dry.created_before });
+        const done = await api(nsPath("/queues/" + seg(queue) + "/purge"), { created_before: dry.created_before });
         showActionResult(`Deleted ${fmtNumber(done.count)} jobs.`);
         await render();
       }, { class: "danger", id: "purge" })),
@@ -447,8 +455,14 @@ async function viewDead(main, params) {
     }
     location.hash = nsHash("/dead?" + next.toString());
   } },
-  h("input", { name: "queue", placeholder: "queue", value: filters.queue }),
-  h("input", { name: "error", placeholder: "error contains", value: filters.error }),
+  h("input", { name: "queue", placeholder: "queue", value: filters.queue, list: "dead-queues" }),
+  h("input", { name: "error", placeholder: "error contains", value: filters.error, list: "dead-errors" }),
+  // What the rows hold, offered as the operator types: their queues and their errors' classes.
+  h("datalist", { id: "dead-queues" },
+    [...new Set(page.dead_letters.map((d) => d.queue))].sort().map((q) => h("option", { value: q }))),
+  h("datalist", { id: "dead-errors" },
+    [...new Set(page.dead_letters.map((d) => errorClass(d.error)).filter(Boolean))].sort()
+      .map((c) => h("option", { value: c }))),
   h("input", { name: "since", placeholder: "failed since (ISO, e.g. 2026-01-31T09:00Z)", value: filters.since, size: 30 }),
   h("input", { name: "until", placeholder: "failed before (ISO)", value: filters.until, size: 22 }),
   h("button", { type: "submit" }, "Filter"));
@@ -463,7 +477,7 @@ async function viewDead(main, params) {
       onchange: (event) => { if (event.target.checked) selected.add(d.job_id); else selected.delete(d.job_id); } })),
     h("td", { class: "mono" }, link(String(d.job_id), nsHash("/job/" + d.job_id))),
     h("td", {}, d.queue), h("td", {}, d.reason), num(d.attempts),
-    h("td", { class: "error-text" }, d.error || ""), h("td", {}, fmtTime(d.failed_at)),
+    h("td", { class: "error-text" }, errorCell(d.error)), h("td", {}, fmtTime(d.failed_at)),
     h("td", { class: "mono preview" }, d.payload_preview),
     h("td", {}, d.redriven_job_id ? link("→ " + d.redriven_job_id, nsHash("/job/" + d.redriven_job_id)) : "")));
   fill(main, 
@@ -503,8 +517,27 @@ async function viewDead(main, params) {
       : null);
 }
 
-async function viewSchedules(main) {
-  const data = await api(nsPath("/schedules"));
+// An error as a row shows it: its last line (where a traceback names the exception), the whole
+// of it a click away.
+function errorCell(error) {
+  const text = error || "";
+  const lines = text.split("\n").map((line) => line.trim()).filter(Boolean);
+  if (lines.length <= 1) return text;
+  return h("details", { class: "error" },
+    h("summary", {}, lines[lines.length - 1]),
+    h("pre", {}, text));
+}
+
+// The exception class of an error's last line ("ValueError: bad address" -> "ValueError").
+function errorClass(error) {
+  const lines = (error || "").split("\n").map((line) => line.trim()).filter(Boolean);
+  const match = /^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout|Warning)?)\s*:/.exec(lines[lines.length - 1] || "");
+  return match ? match[1] : null;
+}
+
+async function viewSchedules(main, params) {
+  const cursor = params.get("cursor");
+  const data = await api(nsPath("/schedules" + (cursor ? "?cursor=" + encodeURIComponent(cursor) : "")));
   const rows = data.schedules.map((s) => h("tr", { "data-schedule": s.name },
     h("td", {}, s.name, " ", s.broken_at ? badge("broken", "broken") : null, s.paused ? badge("paused", "paused") : null),
     h("td", {}, s.queue), h("td", { class: "mono" }, s.cron || `every ${fmtAge(s.every)}`),
@@ -513,18 +546,20 @@ async function viewSchedules(main) {
     h("td", {}, s.last_job_id ? [link("#" + s.last_job_id, nsHash("/job/" + s.last_job_id)), " ", s.last_job_state || ""] : ""),
     h("td", { class: "error-text" }, s.broken_reason || ""),
     h("td", {}, s.paused
-      ? actionButton("Resume", async () => { await api(nsPath("/schedules/" + encodeURIComponent(s.name) + "/resume"), {}); await render(); })
-      : actionButton("Pause", async () => { await api(nsPath("/schedules/" + encodeURIComponent(s.name) + "/pause"), {}); await render(); }))));
+      ? actionButton("Resume", async () => { await api(nsPath("/schedules/" + seg(s.name) + "/resume"), {}); await render(); })
+      : actionButton("Pause", async () => { await api(nsPath("/schedules/" + seg(s.name) + "/pause"), {}); await render(); }))));
   fill(main, 
     h("h1", {}, "Schedules"),
     actionResult(),
     data.schedules.length
       ? table(["name", "queue", "when", "time zone", "next run", "last run", "last job", "broken because", ""], rows, { id: "schedules" })
-      : notice("No schedules. Create one with `postkit schedule create`."));
+      : notice("No schedules. Create one with `postkit schedule create`."),
+    nextPage(data.next_cursor, "/schedules"));
 }
 
-async function viewWorkers(main) {
-  const data = await api(nsPath("/workers"));
+async function viewWorkers(main, params) {
+  const cursor = params.get("cursor");
+  const data = await api(nsPath("/workers" + (cursor ? "?cursor=" + encodeURIComponent(cursor) : "")));
   const rows = data.workers.map((w) => h("tr", { "data-worker": w.worker_id },
     h("td", { class: "mono" }, w.worker_id), h("td", {}, w.kind), h("td", {}, w.host), num(w.pid),
     h("td", {}, (w.queues || []).join(", ")), num(w.concurrency), h("td", {}, w.version),
@@ -538,13 +573,21 @@ async function viewWorkers(main) {
     h("h1", {}, "Workers"),
     data.workers.length
       ? table(["worker", "kind", "host", "pid#", "queues", "concurrency#", "version", "started", "last heartbeat", "status", "running now"], rows, { id: "workers" })
-      : notice("No workers registered. Start one with `postkit worker`."));
+      : notice("No workers registered. Start one with `postkit worker`."),
+    nextPage(data.next_cursor, "/workers"));
+}
+
+// The link to the page after this one, when there is one.
+function nextPage(cursor, route) {
+  return cursor
+    ? h("p", {}, link("Next page →", nsHash(route + "?cursor=" + encodeURIComponent(cursor)), { id: "next-page" }))
+    : null;
 }
 
 // The flow limits of one queue, as a form: not a live view, so what the operator types stays.
 // An empty field is no limit.
 async function viewLimits(main, queue) {
-  const info = await api(nsPath("/queues/" + encodeURIComponent(queue)));
+  const info = await api(nsPath("/queues/" + seg(queue)));
   const policy = info.policy || {};
   const field = (name, label, value, attrs) => h("label", {}, label + " ",
     h("input", { name, type: "number", min: "1", value: value === null || value === undefined ? "" : String(value), ...(attrs || {}) }));
@@ -568,7 +611,7 @@ async function viewLimits(main, queue) {
       actionButton("Save limits", async () => {
         const rateLimit = number("rate_limit");
         const ratePeriod = number("rate_period");
-        const done = await api(nsPath("/queues/" + encodeURIComponent(queue) + "/limits"), {
+        const done = await api(nsPath("/queues/" + seg(queue) + "/limits"), {
           concurrency: number("concurrency"),
           rate: rateLimit === null && ratePeriod === null ? null : [rateLimit, ratePeriod],
           group_concurrency: number("group_concurrency"),
@@ -620,8 +663,8 @@ async function render() {
     else if (view === "limits") await viewLimits(draft, parts[3]);
     else if (view === "job") await viewJob(draft, Number(parts[3]));
     else if (view === "dead") await viewDead(draft, params);
-    else if (view === "schedules") await viewSchedules(draft);
-    else if (view === "workers") await viewWorkers(draft);
+    else if (view === "schedules") await viewSchedules(draft, params);
+    else if (view === "workers") await viewWorkers(draft, params);
     else if (view === "all") await viewAll(draft);
     else await viewOverview(draft, params);
     if (!current()) {

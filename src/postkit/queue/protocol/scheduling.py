@@ -86,15 +86,31 @@ def save_schedule(schedule: NewSchedule, *, now: datetime) -> Call[Schedule]:
     return Call("save_schedule", params, lambda rows: read.schedule(rows[0]))
 
 
-def schedules(namespace: str) -> Call[list[Schedule]]:
-    return Call(
-        "schedules", check.base(namespace), lambda rows: [read.schedule(row) for row in rows]
+def _page(namespace: str, after: str | None, limit: int | None) -> dict[str, object]:
+    return check.base(
+        namespace,
+        after=check.name("after", after, required=False),
+        limit=None if limit is None else check.limit("schedules", limit),
     )
 
 
-def schedule_runs(namespace: str) -> Call[list[ScheduleRun]]:
+def schedules(
+    namespace: str, *, after: str | None = None, limit: int | None = None
+) -> Call[list[Schedule]]:
     return Call(
-        "schedule_runs", check.base(namespace), lambda rows: [ScheduleRun(**row) for row in rows]
+        "schedules",
+        _page(namespace, after, limit),
+        lambda rows: [read.schedule(row) for row in rows],
+    )
+
+
+def schedule_runs(
+    namespace: str, *, after: str | None = None, limit: int | None = None
+) -> Call[list[ScheduleRun]]:
+    return Call(
+        "schedule_runs",
+        _page(namespace, after, limit),
+        lambda rows: [ScheduleRun(**row) for row in rows],
     )
 
 

@@ -6,7 +6,10 @@
 -- in the same transaction. tenant_policy takes the table whose rows the policy's subquery
 -- compares. A claim holds its queue's claims_lock shared, and a change of flow limits takes it
 -- exclusive, so that a limit counts the claims made without it. get_job says whether a running
--- job's claim has expired (claim_expired), a new column of its result.
+-- job's claim has expired (claim_expired), a new column of its result; schedules and
+-- schedule_runs return a page (p_after, p_limit), for the dashboard. configure_queue keeps the
+-- settings it is not given and resets those p_reset names, as update_queue_settings (now its
+-- alias) did; the former body, which wrote every setting, is write_queue_settings.
 DO $migration$
 DECLARE
     v_table text;
@@ -28,4 +31,9 @@ DROP FUNCTION IF EXISTS postkit_queue.write_tenant_access();
 DROP FUNCTION IF EXISTS postkit_queue.tenant_access(text, name);
 DROP FUNCTION IF EXISTS postkit_queue.tenant_policy();
 DROP FUNCTION IF EXISTS postkit_queue.get_job(text, bigint);
--- schema: 3c8c33ff2600c730
+DROP FUNCTION IF EXISTS postkit_queue.schedules(text);
+DROP FUNCTION IF EXISTS postkit_queue.schedule_runs(text);
+DROP FUNCTION IF EXISTS postkit_queue.configure_queue(
+    text, text, integer, interval, interval, interval, interval, interval, integer, interval,
+    integer, integer, interval, integer, boolean);
+-- schema: 17070cd5b20dc662

@@ -777,14 +777,14 @@ END
 $$;
 
 -- claims_lock: the advisory lock key of one queue's claims. Every claim holds it shared until
--- its transaction ends, taken before it reads the queue's policy; a change of the queue's flow
--- limits takes it exclusive (configure_queue), so that it waits for the claims in flight, which
--- chose their jobs under the old policy, and each claim after it reads the new one and counts
--- what they claimed among the running jobs. Without it, a claim made without a limit could
--- commit after the limit was set and after a limited claim had counted the running jobs, and
--- the queue would run more than its limit. A hash: two queues that share a key only wait for
--- each other's limit changes. The high bit set keeps it apart from the small integers an
--- application uses as advisory lock keys.
+-- its transaction ends, taken before it reads the queue's policy; a write of the queue's flow
+-- limits takes it exclusive (write_queue_settings), so that it waits for the claims in
+-- flight, which chose their jobs under the old policy, and each claim after it reads the new
+-- one and counts what they claimed among the running jobs. Without it, a claim made without a
+-- limit could commit after the limit was set and after a limited claim had counted the
+-- running jobs, and the queue would run more than its limit. A hash: two queues that share a
+-- key only wait for each other's limit changes. The high bit set keeps it apart from the
+-- small integers an application uses as advisory lock keys.
 CREATE OR REPLACE FUNCTION postkit_queue.claims_lock(p_namespace text, p_queue text)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE

@@ -608,8 +608,9 @@ BEGIN
 END
 $$;
 
--- configure_queue: set a queue's defaults, retention and flow limits. NULL puts a setting back
--- to the built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to
+-- write_queue_settings: (internal) write every setting of a queue at once, configure_queue's
+-- last step: its defaults, retention and flow limits. NULL puts a setting back to the
+-- built-in default (max_attempts 20, visibility timeout 30 s, backoff 1 s doubling up to
 -- 1 h; completed jobs deleted at once; dead letters kept 30 days; payloads up to 1 MiB; results
 -- not kept; no flow limit). p_retain_results keeps the result of each job completed from now on
 -- (what its handler returned, given to ack) that long, for job_result. The flow limits
@@ -617,7 +618,7 @@ $$;
 -- or neither), p_group_concurrency running jobs per group key, p_group_ordered one job per key
 -- at a time in push order (with p_group_concurrency unset or 1). Pausing is separate
 -- (pause_queue). Returns the policy now in force.
-CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
+CREATE OR REPLACE FUNCTION postkit_queue.write_queue_settings(
     p_namespace          text,
     p_queue              text,
     p_max_attempts       integer  DEFAULT NULL,
@@ -709,12 +710,17 @@ BEGIN
 END
 $$;
 
--- update_queue_settings: change the settings it is given, restore the built-in default of the
--- ones it is told to reset, and keep the rest (configure_queue sets every setting at once, NULL
--- restoring the default). The flow limits reset by name too: 'concurrency', 'rate' (the limit
--- and its period together), 'group_concurrency', 'group_ordered'. `postkit queue configure`
--- and the SDK's configure_queue call it.
-CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
+-- configure_queue: change the settings it is given, put back to their built-in defaults the ones
+-- p_reset names, and keep the rest: one rule for every caller (the SDK's configure_queue and
+-- `postkit queue configure` spell a reset the same way). The settings: max_attempts (20),
+-- visibility_timeout (30 s), backoff_base and backoff_cap (1 s doubling up to 1 h),
+-- retain_completed (completed jobs deleted at once), retain_dead (30 days),
+-- max_payload_bytes (1 MiB), retain_results (none: p_retain_results keeps the result of each
+-- job completed from now on that long, for job_result), and the flow limits (flow.sql), reset
+-- by name too: 'concurrency', 'rate' (p_rate_limit claims per p_rate_period, given together),
+-- 'group_concurrency', 'group_ordered' (one job per group key at a time, in push order).
+-- Pausing is separate (pause_queue). Returns the policy now in force.
+CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
     p_queue              text,
     p_max_attempts       integer  DEFAULT NULL,
@@ -724,13 +730,13 @@ CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
     p_retain_completed   interval DEFAULT NULL,
     p_retain_dead        interval DEFAULT NULL,
     p_max_payload_bytes  integer  DEFAULT NULL,
-    p_reset              text[]   DEFAULT '{}',
     p_retain_results     interval DEFAULT NULL,
     p_concurrency        integer  DEFAULT NULL,
     p_rate_limit         integer  DEFAULT NULL,
     p_rate_period        interval DEFAULT NULL,
     p_group_concurrency  integer  DEFAULT NULL,
     p_group_ordered      boolean  DEFAULT NULL,
+    p_reset              text[]   DEFAULT '{}',
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
@@ -767,11 +773,11 @@ BEGIN
     ON CONFLICT (namespace, queue) DO UPDATE SET updated_at = EXCLUDED.updated_at
     RETURNING s.* INTO v_current;
 
-    -- configure_queue checks every value and writes the row (under the lock held above).
+    -- write_queue_settings checks every value and writes the row (under the lock held above).
     SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
                   retain_completed, retain_dead, max_payload_bytes, retain_results,
                   concurrency, rate_limit, rate_period, group_concurrency, group_ordered
-    FROM postkit_queue.configure_queue(
+    FROM postkit_queue.write_queue_settings(
         p_namespace, p_queue,
         CASE WHEN 'max_attempts' = ANY (p_reset) THEN NULL
              ELSE coalesce(p_max_attempts, v_current.max_attempts) END,
@@ -801,6 +807,45 @@ BEGIN
              ELSE coalesce(p_group_concurrency, v_current.group_concurrency) END,
         CASE WHEN 'group_ordered' = ANY (p_reset) THEN false
              ELSE coalesce(p_group_ordered, v_current.group_ordered) END);
+END
+$$;
+
+-- update_queue_settings: configure_queue under its former name, its parameters in their former
+-- order (p_reset after p_max_payload_bytes), for callers written against it.
+CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
+    p_namespace          text,
+    p_queue              text,
+    p_max_attempts       integer  DEFAULT NULL,
+    p_visibility_timeout interval DEFAULT NULL,
+    p_backoff_base       interval DEFAULT NULL,
+    p_backoff_cap        interval DEFAULT NULL,
+    p_retain_completed   interval DEFAULT NULL,
+    p_retain_dead        interval DEFAULT NULL,
+    p_max_payload_bytes  integer  DEFAULT NULL,
+    p_reset              text[]   DEFAULT '{}',
+    p_retain_results     interval DEFAULT NULL,
+    p_concurrency        integer  DEFAULT NULL,
+    p_rate_limit         integer  DEFAULT NULL,
+    p_rate_period        interval DEFAULT NULL,
+    p_group_concurrency  integer  DEFAULT NULL,
+    p_group_ordered      boolean  DEFAULT NULL,
+    OUT max_attempts integer, OUT visibility_timeout interval,
+    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
+    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
+    OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
+                  retain_completed, retain_dead, max_payload_bytes, retain_results,
+                  concurrency, rate_limit, rate_period, group_concurrency, group_ordered
+    FROM postkit_queue.configure_queue(
+        p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
+        p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
+        p_retain_results, p_concurrency, p_rate_limit, p_rate_period, p_group_concurrency,
+        p_group_ordered, p_reset);
 END
 $$;
 

@@ -261,16 +261,24 @@ BEGIN
 END
 $$;
 
--- schedules: every schedule of a namespace, by name.
-CREATE OR REPLACE FUNCTION postkit_queue.schedules(p_namespace text)
+-- schedules: the schedules of a namespace, by name: every one, or a page of p_limit after the
+-- name p_after. A range scan of the primary key.
+CREATE OR REPLACE FUNCTION postkit_queue.schedules(
+    p_namespace text, p_after text DEFAULT NULL, p_limit integer DEFAULT NULL)
 RETURNS SETOF postkit_queue.schedules
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    IF p_limit IS NOT NULL THEN
+        PERFORM postkit_queue.check_limit(p_limit, 10000);
+    END IF;
     RETURN QUERY
-    SELECT * FROM postkit_queue.schedules s WHERE s.namespace = p_namespace ORDER BY s.name;
+    SELECT * FROM postkit_queue.schedules s
+    WHERE s.namespace = p_namespace AND (p_after IS NULL OR s.name > p_after)
+    ORDER BY s.name
+    LIMIT p_limit;
 END
 $$;
 
@@ -281,8 +289,10 @@ $$;
 -- schedule never fired, or when its job left without a trace: completed in a queue that keeps
 -- no archive (the usual end), cancelled, purged, or pruned after its retention. Three
 -- primary-key lookups per schedule (jobs, dead_letters, completed_jobs; each LIMIT 1 keeps it
--- a lookup, never a join that reads a whole table), after a range scan of the schedules'.
-CREATE OR REPLACE FUNCTION postkit_queue.schedule_runs(p_namespace text)
+-- a lookup, never a join that reads a whole table), after a range scan of the schedules': of
+-- every one, or of the page schedules() returns for the same p_after and p_limit.
+CREATE OR REPLACE FUNCTION postkit_queue.schedule_runs(
+    p_namespace text, p_after text DEFAULT NULL, p_limit integer DEFAULT NULL)
 RETURNS TABLE (
     name text, last_run_at timestamptz, last_job_id bigint, last_job_state text,
     attempts integer, finished_at timestamptz, error text)
@@ -294,6 +304,9 @@ DECLARE
     v_now timestamptz := postkit_queue.clock();
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    IF p_limit IS NOT NULL THEN
+        PERFORM postkit_queue.check_limit(p_limit, 10000);
+    END IF;
     RETURN QUERY
     SELECT s.name, s.last_run_at, s.last_job_id,
            CASE WHEN j.state = 'running' THEN 'running'
@@ -314,8 +327,9 @@ BEGIN
     LEFT JOIN LATERAL (
         SELECT l.completed_at, l.attempts FROM postkit_queue.completed_jobs l
         WHERE l.namespace = p_namespace AND l.job_id = s.last_job_id LIMIT 1) c ON true
-    WHERE s.namespace = p_namespace
-    ORDER BY s.name;
+    WHERE s.namespace = p_namespace AND (p_after IS NULL OR s.name > p_after)
+    ORDER BY s.name
+    LIMIT p_limit;
 END
 $$;
 
