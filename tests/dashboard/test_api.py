@@ -11,6 +11,7 @@ import httpx
 import psycopg
 import pytest
 
+from postkit.dashboard.source import PAGE_SIZE
 from postkit.queue import QueueClient
 from tests.dashboard.conftest import ServeDashboard
 from tests.scrape import parse, value, values
@@ -484,6 +485,53 @@ def test_workers_show_what_each_one_runs_now(api: httpx.Client, q: QueueClient) 
 
     assert worker["worker_id"] == "w1" and worker["lost"] is False
     assert [running["id"] for running in worker["running"]] == [job.id]
+
+
+def test_schedules_come_a_page_at_a_time(api: httpx.Client, q: QueueClient) -> None:
+    names = [f"every-{n:03d}" for n in range(PAGE_SIZE + 10)]
+    for name in names:
+        q.create_schedule(name, Q, {}, every=60)
+
+    first = ok(api.get("schedules"))
+    second = ok(api.get("schedules", params={"cursor": first["next_cursor"]}))
+
+    assert [s["name"] for s in first["schedules"]] == names[:PAGE_SIZE]
+    assert [s["name"] for s in second["schedules"]] == names[PAGE_SIZE:]
+    assert second["next_cursor"] is None
+
+
+def test_workers_come_a_page_at_a_time(api: httpx.Client, q: QueueClient) -> None:
+    for n in range(PAGE_SIZE + 3):
+        q.register_worker(
+            f"w{n:03d}",
+            host="h",
+            pid=n + 1,
+            queues=[Q],
+            concurrency=1,
+            version="t",
+            heartbeat_interval=5,
+        )
+
+    first = ok(api.get("workers"))
+    second = ok(api.get("workers", params={"cursor": first["next_cursor"]}))
+
+    seen = [w["worker_id"] for w in first["workers"] + second["workers"]]
+    assert len(first["workers"]) == PAGE_SIZE and first["total"] == PAGE_SIZE + 3
+    assert sorted(seen) == [f"w{n:03d}" for n in range(PAGE_SIZE + 3)]
+    assert second["next_cursor"] is None
+
+
+def test_a_queue_named_dot_or_dot_dot_opens_through_the_api(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    """A browser resolves . and .. in a path, percent-encoded too: the page sends them (and
+    any name starting with ~) behind a ~, which the server takes off."""
+    for name in (".", "..", "~x"):
+        q.push(name, {"n": 1})
+
+    assert ok(api.get("queues/~."))["queue"] == "."
+    assert ok(api.get("queues/~.."))["queue"] == ".."
+    assert ok(api.get("queues/~~x"))["queue"] == "~x"
 
 
 # -------------------------------------------------------------------------------------------
