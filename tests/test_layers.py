@@ -27,10 +27,6 @@ LAYERS = [
     ["postkit.queue"],
 ]
 
-# postkit.queue.worker names the runtime's classes under the SDK package (the README mentions
-# that path); nothing in postkit imports it.
-ALIASES = {"postkit.queue.worker"}
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(SRC.parent).with_suffix("").parts
@@ -74,9 +70,9 @@ def test_no_module_imports_a_layer_above_its_own_or_a_neighbour_in_its_layer() -
     wrong = [
         f"{name} imports {target}"
         for path in sorted(SRC.rglob("*.py"))
-        if (name := module_name(path)) not in ALIASES
+        if (name := module_name(path))
         for target in imported(path)
-        if target in ALIASES or not may_import(name, target)
+        if not may_import(name, target)
     ]
     assert wrong == []
 
@@ -102,12 +98,3 @@ def test_the_rule_allows_imports_down_and_refuses_them_up_and_across() -> None:
     assert may_import("postkit.testing", "postkit.worker.outcomes")
     assert not may_import("postkit.testing", "postkit.cli.worker")
     assert not may_import("postkit.worker.outcomes", "postkit.testing")
-
-
-def test_nothing_in_postkit_imports_the_documented_alias() -> None:
-    users = [
-        module_name(path)
-        for path in sorted(SRC.rglob("*.py"))
-        if module_name(path) not in ALIASES and imported(path) & ALIASES
-    ]
-    assert users == []

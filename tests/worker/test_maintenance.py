@@ -191,10 +191,3 @@ def test_a_jittered_backoff_waits_between_half_and_all_of_its_delay() -> None:
 
     assert all(2.0 <= wait <= 4.0 for wait in waits)
     assert len(set(waits)) > 1
-
-
-def test_postkit_queue_worker_names_the_runtimes_classes() -> None:
-    import postkit.queue.worker as documented
-    import postkit.worker as runtime
-
-    assert (documented.Worker, documented.Handlers) == (runtime.Worker, runtime.Handlers)

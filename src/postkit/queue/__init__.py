@@ -12,6 +12,7 @@ from postkit.queue.client import QueueClient
 from postkit.queue.client_async import AsyncQueueClient
 from postkit.queue.listen import ResultListener, WorkListener
 from postkit.queue.listen_async import AsyncResultListener, AsyncWorkListener
+from postkit.queue.protocol import Duration
 from postkit.queue.records import (
     DeadLetter,
     DeadLetterSearch,
@@ -39,6 +40,7 @@ __all__ = [
     "AsyncWorkListener",
     "DeadLetter",
     "DeadLetterSearch",
+    "Duration",
     "InstallResult",
     "Job",
     "JobCursor",

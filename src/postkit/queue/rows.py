@@ -19,12 +19,3 @@ def as_dicts(description: Sequence[Any] | None, rows: Sequence[Any]) -> list[dic
         return [dict(row) for row in rows]
     names = [column[0] for column in description or ()]
     return [dict(zip(names, row, strict=True)) for row in rows]
-
-
-def first_value(row: Any) -> Any:
-    """The first column of one row, or None when there is no row."""
-    if row is None:
-        return None
-    if isinstance(row, Mapping):
-        return next(iter(row.values()))
-    return row[0]
