@@ -364,6 +364,40 @@ def test_a_queue_with_a_concurrency_and_a_rate_limit_falls_due_at_its_next_rate_
     assert next_run_at(client) == first.claimed_at + timedelta(seconds=60)
 
 
+def test_a_rate_slot_that_opened_before_the_look_keeps_the_ready_jobs_due_until_a_claim(
+    client: QueueClient, shift_clock: Shift
+) -> None:
+    """No notification comes when a rate slot opens: a worker whose wait ended a moment before
+    the slot looks again after it, and must find the ready jobs due, not sleep until its
+    fallback poll."""
+    client.configure_queue(Q, concurrency=10, rate=(2, 60))
+    client.push_batch(Q, [{"n": n} for n in range(5)])
+    assert len(client.pull_batch(Q, limit=5)) == 2
+    shift_clock(client, 61)
+    due = next_run_at(client)
+    assert due is not None and due <= client.clock(), "the slot opened: the ready jobs are due"
+
+    second = client.pull_batch(Q, limit=5)
+    assert len(second) == 2 and second[0].claimed_at is not None
+    assert next_run_at(client) == second[0].claimed_at + timedelta(seconds=60)
+
+
+def test_a_rate_slot_that_opens_while_the_concurrency_limit_is_reached_costs_one_claim(
+    client: QueueClient, shift_clock: Shift
+) -> None:
+    """Due at the slot, as the concurrency limit may have room; once a claim found none, only
+    a freed slot's notification wakes the workers: they do not ask again and again."""
+    client.configure_queue(Q, concurrency=2, rate=(2, 60))
+    client.push_batch(Q, [{"n": n} for n in range(5)])
+    assert len(client.pull_batch(Q, limit=5)) == 2
+    shift_clock(client, 61)
+    due = next_run_at(client)
+    assert due is not None and due <= client.clock()
+
+    assert client.pull_batch(Q, limit=5) == []
+    assert next_run_at(client) is None
+
+
 def test_a_queue_at_its_concurrency_limit_leaves_its_ready_jobs_out_of_next_run_at(
     client: QueueClient,
 ) -> None:

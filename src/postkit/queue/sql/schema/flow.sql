@@ -55,6 +55,7 @@ DECLARE
     v_now       timestamptz;
     v_allowed   integer := p_limit;
     v_counted   integer;
+    v_in_window integer;         -- the claims of the last rate_period, before this one's
     v_window    postkit_queue.flow_state;
     v_at        timestamptz[];
     v_claims    integer[];
@@ -111,6 +112,14 @@ BEGIN
         FROM unnest(v_window.window_at, v_window.window_claims) WITH ORDINALITY AS w(at, claims, n)
         WHERE w.at > v_now - p_rate_period;
         v_allowed := least(v_allowed, p_rate_limit - v_counted);
+        v_in_window := v_counted;
+        -- Whether the window is full, kept for next_run_at: no notification comes when it
+        -- empties, so the queue's waiting workers learn it there. Written when it changes:
+        -- here when it opened, below when this claim fills it; a few writes per rate slot.
+        IF v_window.rate_held IS DISTINCT FROM (v_counted >= p_rate_limit) THEN
+            UPDATE postkit_queue.flow_state f SET rate_held = v_counted >= p_rate_limit
+            WHERE f.namespace = p_namespace AND f.queue = p_queue;
+        END IF;
     END IF;
     IF v_allowed <= 0 THEN
         RETURN;
@@ -208,7 +217,8 @@ BEGIN
         -- The log keeps the last rate_period's claims, and these: pull claims every id
         -- locked here, in this transaction.
         UPDATE postkit_queue.flow_state f
-        SET window_at = v_at || v_now, window_claims = v_claims || cardinality(v_ids)
+        SET window_at = v_at || v_now, window_claims = v_claims || cardinality(v_ids),
+            rate_held = v_in_window + cardinality(v_ids) >= p_rate_limit
         WHERE f.namespace = p_namespace AND f.queue = p_queue;
     END IF;
 END

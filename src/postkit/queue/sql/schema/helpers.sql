@@ -582,8 +582,10 @@ $$;
 -- rate-limited queue's jobs fall due no earlier than its next claim may be made (rate_slot_at).
 -- While the rate holds a queue's claims back, its ready jobs fall due at that next slot even
 -- when a concurrency or group limit holds them back too: no notification comes when a rate
--- slot opens. Waking then costs one claim per slot at most, after which the rate no longer
--- holds claims back and the other limits alone decide again.
+-- slot opens. They stay due once it has opened, until a claim finds the window open
+-- (flow_state.rate_held): a worker whose wait ended a moment before the slot, and that looks
+-- again after it, still claims. Waking then costs one claim per slot at most, after which the
+-- rate no longer holds claims back and the other limits alone decide again.
 CREATE OR REPLACE FUNCTION postkit_queue.next_run_at(p_namespace text, p_queues text[])
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -620,6 +622,14 @@ BEGIN
                               OR v_settings.group_concurrency IS NOT NULL
                               OR v_settings.group_ordered) AND v_slot IS NULL
                         THEN v_now ELSE '-infinity' END;
+        IF v_since = v_now AND v_settings.rate_limit IS NOT NULL THEN
+            -- A slot that opened since the last claim (its primary-key row).
+            PERFORM FROM postkit_queue.flow_state f
+            WHERE f.namespace = p_namespace AND f.queue = v_queue AND f.rate_held;
+            IF FOUND THEN
+                v_since := '-infinity';
+            END IF;
+        END IF;
         -- The highest priority first, then each next lower one: two statements, so that each
         -- probe is an index condition, never a filter over the range above it.
         SELECT j.priority INTO v_priority FROM postkit_queue.jobs j

@@ -233,12 +233,15 @@ CREATE TABLE postkit_queue.queue_stats (
 -- cannot overshoot a limit by racing another. No caller holds a privilege on the table, so no
 -- session can take that lock but a claim. For a rate limit it holds the queue's recent claims
 -- as a log: at window_at[i], window_claims[i] jobs were claimed; entries older than the rate
--- period are dropped by the next claim.
+-- period are dropped by the next claim. rate_held says the last claim found the window full:
+-- once it empties, the queue's ready jobs are due to its waiting workers (next_run_at), even
+-- when another limit may hold them too, until a claim finds the window open again.
 CREATE TABLE postkit_queue.flow_state (
     namespace     text          NOT NULL,
     queue         text          NOT NULL,
     window_at     timestamptz[] NOT NULL DEFAULT '{}',
     window_claims integer[]     NOT NULL DEFAULT '{}',
+    rate_held     boolean       NOT NULL DEFAULT false,
     PRIMARY KEY (namespace, queue)
 );
 
