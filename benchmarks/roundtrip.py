@@ -137,7 +137,7 @@ def worker_drain(dsn: str, *, jobs: int, transactional: bool, batch: int = 1) ->
     started = time.perf_counter()
     thread.start()
     try:
-        while worker.stats.acked < jobs:
+        while worker.stats.completed < jobs:
             if not thread.is_alive():
                 raise RuntimeError("the worker stopped before the backlog drained")
             time.sleep(0.002)

@@ -169,7 +169,7 @@ def kill_hard(process: subprocess.Popen[str]) -> None:
     assert process.wait(timeout=WAIT_TIMEOUT) == -signal.SIGKILL
 
 
-def test_a_job_whose_worker_is_killed_after_claiming_is_reclaimed_and_retried(
+def test_a_job_whose_worker_is_killed_after_claiming_is_rescued_and_retried(
     make_client: Callable[[], QueueClient],
     shift_clock: Callable[[QueueClient, float], None],
     spawn_worker: Callable[[str, bool], subprocess.Popen[str]],

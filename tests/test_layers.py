@@ -1,9 +1,10 @@
 """The layers call one way: contrib -> cli and testing -> tasks -> dashboard and worker ->
-queue (the SDK) -> sql; the dashboard and the worker, side by side, never import each other, nor
-do the cli and the testing plugin. Typed tasks sit above the worker: an App's handlers are the
-worker's Handlers, and its pushes the SDK's. The testing plugin (postkit.testing) drains an App or
-a Handlers with the worker's outcome rule, so it sits beside the cli. The framework integrations
-(postkit.contrib) sit on top: Django's postkit_worker runs the CLI's command.
+queue (the SDK, over sql) and embedded -> errors; the dashboard and the worker, side by side,
+never import each other, nor do the cli and the testing plugin. Typed tasks sit above the
+worker: an App's handlers are the worker's Handlers, and its pushes the SDK's. The testing
+plugin (postkit.testing) drains an App or a Handlers with the worker's outcome rule, so it sits
+beside the cli. The framework integrations (postkit.contrib) sit on top: Django's
+postkit_worker runs the CLI's command.
 
 Read from the source's import statements, so a module that reaches up a layer or across to
 its neighbour fails here before anyone has to find the cycle (docs/architecture.md draws the
@@ -24,7 +25,8 @@ LAYERS = [
     ["postkit.cli", "postkit.testing"],
     ["postkit.tasks"],
     ["postkit.dashboard", "postkit.worker"],
-    ["postkit.queue"],
+    ["postkit.queue", "postkit.embedded"],
+    ["postkit.errors"],
 ]
 
 
@@ -45,7 +47,7 @@ def imported(path: Path) -> set[str]:
 
 def package(name: str) -> tuple[int, str] | None:
     """The layer (0 at the top) and the package of module ``name``; None outside the layers
-    (postkit.errors, postkit.embedded: any layer may import them)."""
+    (the package's __init__ and __main__)."""
     return next(
         (
             (index, top)
@@ -81,6 +83,9 @@ def test_the_rule_allows_imports_down_and_refuses_them_up_and_across() -> None:
     assert may_import("postkit.cli.worker", "postkit.dashboard.metrics")
     assert may_import("postkit.dashboard.metrics", "postkit.queue.records")
     assert may_import("postkit.worker.metrics", "postkit.errors")
+    assert may_import("postkit.queue.limits", "postkit.errors")
+    assert not may_import("postkit.errors", "postkit.queue.limits")
+    assert not may_import("postkit.embedded", "postkit.queue")
     assert not may_import("postkit.dashboard.metrics", "postkit.worker.metrics")
     assert not may_import("postkit.worker.runtime", "postkit.dashboard")
     assert not may_import("postkit.worker.runtime", "postkit.cli")
@@ -98,3 +103,16 @@ def test_the_rule_allows_imports_down_and_refuses_them_up_and_across() -> None:
     assert may_import("postkit.testing", "postkit.worker.outcomes")
     assert not may_import("postkit.testing", "postkit.cli.worker")
     assert not may_import("postkit.worker.outcomes", "postkit.testing")
+
+
+MOST_LINES = 600
+"""A module longer than this holds more than one concept: split it (docs/architecture.md)."""
+
+
+def test_no_module_is_longer_than_a_person_reads_at_once() -> None:
+    long = {
+        str(path.relative_to(SRC)): lines
+        for path in sorted(SRC.rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MOST_LINES
+    }
+    assert long == {}, f"modules over {MOST_LINES} lines: {long}"

@@ -207,6 +207,6 @@ def test_readme_sql_runs_as_written_with_psql(fresh_database: str) -> None:
 
     assert ran.returncode == 0, ran.stderr
     *results, dead = ran.stdout.splitlines()
-    # extend_visibility, ack, the stale ack, nack, fail (tick_timeouts reclaims nothing)
+    # extend_visibility, ack, the stale ack, nack, fail (tick_timeouts rescues nothing)
     assert results == ["t", "t", "f", "retried", "t"]
     assert dead.split("|")[1:] == ['{"user_id": "4"}', "failed", "1", "not on WhatsApp"]

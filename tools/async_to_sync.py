@@ -34,12 +34,20 @@ PAIRS = {
     "src/postkit/queue/client_async.py": "src/postkit/queue/client.py",
     "src/postkit/queue/listen_async.py": "src/postkit/queue/listen.py",
     "src/postkit/queue/operations_async.py": "src/postkit/queue/operations.py",
+    "src/postkit/queue/calls_async.py": "src/postkit/queue/calls.py",
+    "src/postkit/queue/dead_letters_async.py": "src/postkit/queue/dead_letters.py",
+    "src/postkit/queue/schedules_async.py": "src/postkit/queue/schedules.py",
+    "src/postkit/queue/registry_async.py": "src/postkit/queue/registry.py",
 }
 NAMES = {
     "AsyncQueueClient": "QueueClient",
     "AsyncWorkListener": "WorkListener",
     "AsyncResultListener": "ResultListener",
     "AsyncOperations": "Operations",
+    "AsyncCalls": "Calls",
+    "AsyncDeadLetters": "DeadLetters",
+    "AsyncSchedules": "Schedules",
+    "AsyncRegistry": "Registry",
     "AsyncConnection": "Connection",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
@@ -47,6 +55,10 @@ NAMES = {
     "client_async": "client",
     "listen_async": "listen",
     "operations_async": "operations",
+    "calls_async": "calls",
+    "dead_letters_async": "dead_letters",
+    "schedules_async": "schedules",
+    "registry_async": "registry",
 }
 """Each async name and its synchronous twin. A module name is renamed part by part
 (``postkit.queue.client_async`` -> ``postkit.queue.client``)."""

@@ -38,7 +38,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with pool.connection() as connection:
             connection.execute(TABLE)
             queue = QueueClient(connection.cursor(), namespace=send_welcome.namespace)
-            queue.update_queue_settings(send_welcome.queue, retain_results=timedelta(days=1))
+            queue.configure_queue(send_welcome.queue, retain_results=timedelta(days=1))
         app.state.pool = pool
         yield
 

@@ -30,6 +30,6 @@ def test_the_welcome_is_sent_and_returns_where_it_went(
 
     (welcome,) = drain(postkit_client, app).values()
 
-    assert welcome.state == "done"
+    assert welcome.state == "completed"
     assert welcome.result == {"sent_to": "ada@example.com"}
     assert "Welcome to the app, ada@example.com!" in capsys.readouterr().out

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+LONGEST_BACKOFF = timedelta(days=30)
+"""The longest backoff a nack takes (the SQL module's limit, postkit.queue.limits), and so the
+longest delay of :class:`RetryLater`. Defined here, below the SDK that imports this module."""
+
 
 class PostkitError(Exception):
     """Base class of every Postkit exception."""
@@ -182,10 +186,7 @@ class RetryLater(PostkitError):
     instead of the queue's exponential backoff. It still counts as a failed attempt."""
 
     def __init__(self, message: str = "retry requested", *, delay: float | timedelta) -> None:
-        # Imported here: the SDK's modules import this one. The limit is nack's backoff's.
-        from postkit.queue.limits import DURATIONS
-
-        longest = DURATIONS["backoff"].maximum
+        longest = LONGEST_BACKOFF
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if (
             isinstance(seconds, bool)
@@ -263,6 +264,7 @@ def translate_error(exc: BaseException) -> PostkitError | None:
 
 
 __all__ = [
+    "LONGEST_BACKOFF",
     "SQLSTATE_ERRORS",
     "ClientClosedError",
     "ConfigurationError",

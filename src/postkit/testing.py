@@ -66,7 +66,7 @@ class DrainedJob:
     queue: str
     payload: Any
     state: str = "running"
-    """'done' (acked), 'dead' (dead-lettered), or 'stale' (its claim was lost meanwhile);
+    """'completed', 'dead' (dead-lettered), or 'stale' (its claim was lost meanwhile);
     'running' only in :class:`DrainLimitError`'s ``jobs``: drain stopped before it ended."""
     attempts: int = 0
     """Runs of its handler in this drain."""
@@ -75,7 +75,7 @@ class DrainedJob:
     errors: list[str] = field(default_factory=list)
     """Each failed run's error, as the worker writes it into the job's history, oldest first."""
     result: Any = None
-    """What its handler returned, when it was done."""
+    """What its handler returned, once it completed."""
 
     @property
     def error(self) -> str | None:
@@ -201,7 +201,7 @@ def _run(client: QueueClient, job: Job, spec: Any, record: DrainedJob) -> None:
     except Exception:  # not a result the worker could keep: it acks without one
         result = None
     record.result = value
-    record.state = "done" if client.ack(job, result=result) else "stale"
+    record.state = "completed" if client.ack(job, result=result) else "stale"
 
 
 def _move_clock_to_next(client: QueueClient, queues: list[str]) -> bool:

@@ -14,7 +14,7 @@ Faults, spread over the push window at times drawn from a seeded random generato
 
 - SIGKILL a worker process (it is restarted at once);
 - SIGSTOP a worker that holds claims, for longer than the visibility timeout, then SIGCONT: its
-  claims expire and are reclaimed and re-run by other workers, and when it wakes up its handlers
+  claims expire and are rescued and re-run by other workers, and when it wakes up its handlers
   finish and try to ack under the stale claim, which must be refused;
 - pg_terminate_backend of every connection of one worker;
 - crash PostgreSQL (``pg_ctl stop -m immediate``) and restart it: the workers must reconnect by
@@ -511,7 +511,7 @@ class Chaos:
         elif fault.kind == "stop" and len(candidates) > 1:
             slot = self.busiest(candidates)
             slot.signal(signal.SIGSTOP)
-            # Long enough for its claims to expire and be reclaimed by the others' ticks.
+            # Long enough for its claims to expire and be rescued by the others' ticks.
             slot.stopped_until = time.monotonic() + self.config.visibility * 2 + 1.5
             self.figures["SIGSTOPs"] += 1
             self.log(f"stopped {slot.worker_id}")

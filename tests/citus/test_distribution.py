@@ -145,7 +145,6 @@ ON_THE_COORDINATOR = {
     "pause_queue",
     "resume_queue",
     "configure_queue",
-    "update_queue_settings",
     "write_queue_settings",
     "fire_schedule",
     "fire_schedule_run",

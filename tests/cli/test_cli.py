@@ -100,15 +100,15 @@ def test_demo_tells_the_whole_story(dsn: str) -> None:
     assert code == 0, output
     summary = json.loads(output)
     assert summary["registrations_rolled_back"] == 1
-    assert summary["done"] + len(summary["dead_lettered"]) == summary["users_registered"]
+    assert summary["completed"] + len(summary["dead_lettered"]) == summary["users_registered"]
     assert sorted(d["reason"] for d in summary["dead_lettered"]) == [
         "attempts_exhausted",
         "failed",
     ]
     assert summary["retried"] >= 3
     assert summary["rescued"] == 1 and summary["stale_ack_refused"] is True
-    assert summary["otp_codes_stored"] == summary["done"]
-    assert summary["provider_sends"] == summary["done"] + 1
+    assert summary["otp_codes_stored"] == summary["completed"]
+    assert summary["provider_sends"] == summary["completed"] + 1
     assert len(summary["users_messaged_twice"]) == 1
 
 
@@ -143,4 +143,4 @@ def test_demo_starts_clean_after_an_operator_paused_its_queue(dsn: str) -> None:
     code, output = run("demo", "--dsn", dsn, "--json")
 
     assert code == 0, output
-    assert json.loads(output)["done"] > 0
+    assert json.loads(output)["completed"] > 0

@@ -127,7 +127,7 @@ COMMANDS = [
     ["dlq"],
     ["dlq", "list"],
     ["dlq", "show"],
-    ["dlq", "retry"],
+    ["dlq", "redrive"],
     ["dlq", "purge"],
     ["queue"],
     ["queue", "pause"],
@@ -205,7 +205,7 @@ def test_every_namespace_option_is_the_same_option() -> None:
         ["cancel", "abc"],
         ["cancel", "0"],
         ["dlq", "show", "4.5"],
-        ["dlq", "retry", "1x"],
+        ["dlq", "redrive", "1x"],
         ["job", "-"],
     ],
 )
@@ -253,7 +253,7 @@ def test_a_role_without_the_access_is_told_the_install_option_as_documented(
         (["dlq", "purge"], "Missing option '--older-than'"),
         (["dlq", "list", "--since", "yesterday"], "neither a duration ago"),
         (["dlq", "show", "abc"], "Invalid value for 'JOB_ID'"),
-        (["dlq", "retry"], "say which dead letters to retry"),
+        (["dlq", "redrive"], "say which dead letters to redrive"),
         (["schedule", "create", "s", "--queue", "q"], "exactly one of --cron and --every"),
         (
             ["schedule", "create", "s", "--queue", "q", "--cron", "* * * * *", "--every", "1m"],
@@ -397,8 +397,8 @@ def seen_queues(client: QueueClient) -> set[str]:
         ["stats", "--queue", "sned_otp"],
         ["stats", "--queue", "sned_otp", "--watch", "--iterations", "1"],
         ["dlq", "list", "--queue", "sned_otp"],
-        ["dlq", "retry", "--queue", "sned_otp", "--yes"],
-        ["dlq", "retry", "--all", "--to-queue", "sned_otp", "--yes"],
+        ["dlq", "redrive", "--queue", "sned_otp", "--yes"],
+        ["dlq", "redrive", "--all", "--to-queue", "sned_otp", "--yes"],
         ["dlq", "purge", "--older-than", "1d", "--queue", "sned_otp", "--yes"],
         ["push", "sned_otp", "{}"],
         ["schedule", "create", "otp", "--queue", "sned_otp", "--every", "1m"],
@@ -805,7 +805,7 @@ def test_job_shows_a_live_job_and_its_attempts(run: Run, client: QueueClient) ->
 def test_job_shows_an_expired_claim_as_expired_and_what_returns_it(
     run: Run, client: QueueClient, namespace: str
 ) -> None:
-    """No worker or ticker runs in the namespace: the claim ended and nothing reclaimed it."""
+    """No worker or ticker runs in the namespace: the claim ended and nothing rescued it."""
     job_id = client.push("emails", {"n": 1})
     assert client.pull("emails", worker_id="server-a", visibility_timeout=0.01) is not None
     commit(client)
@@ -870,7 +870,7 @@ def test_stats_watch_redraws_in_place_with_rate_columns(
     for frame in frames[1:]:
         title, blank, header, row = frame.splitlines()
         assert title.startswith("postkit stats --watch: namespace") and blank == ""
-        assert header.split()[:4] == ["QUEUE", "STATE", "DONE/S", "FAILED/S"]
+        assert header.split()[:4] == ["QUEUE", "STATE", "COMPLETED/S", "DEAD-LETTERED/S"]
         assert row.split()[0] == "emails"
     assert frames[1].splitlines()[3].split()[2:4] == ["-", "-"]  # no rate before a second look
     assert frames[3].splitlines()[3].split()[2:4] == ["0.0", "0.0"]
@@ -908,7 +908,9 @@ def test_stats_watch_rates_count_the_jobs_settled_between_redraws_and_ctrl_c_sto
                     for queue in frame["queues"]
                 )
 
-            while settled("completed_per_second") < 5.5 or settled("failed_per_second") < 0.5:
+            while (
+                settled("completed_per_second") < 5.5 or settled("dead_lettered_per_second") < 0.5
+            ):
                 assert time.monotonic() < deadline, frames
                 frames.append(json.loads(watcher.stdout.readline()))
             watcher.send_signal(signal.SIGINT)
@@ -923,7 +925,7 @@ def test_stats_watch_rates_count_the_jobs_settled_between_redraws_and_ctrl_c_sto
 
     assert code == 0, err.read_text()
     assert settled("completed_per_second") == pytest.approx(6)
-    assert settled("failed_per_second") == pytest.approx(1)
+    assert settled("dead_lettered_per_second") == pytest.approx(1)
     assert "Stopped." in err.read_text() and "Traceback" not in err.read_text()
 
 
@@ -944,7 +946,7 @@ def test_stats_counts_each_queue(run: Run, client: QueueClient, dead: dict[str, 
     assert rows["emails"]["pending"] == 3 and rows["emails"]["scheduled"] == 1
     assert rows["emails"]["paused"] is False
     assert isinstance(rows["emails"]["oldest_ready_age"], float)
-    assert rows["send_otp"]["dead"] == 2 and rows["send_otp"]["failed_last_hour"] == 2
+    assert rows["send_otp"]["dead"] == 2 and rows["send_otp"]["dead_lettered_last_hour"] == 2
     only = as_json(run("stats", "--queue", "emails", "--json"))
     assert [row["queue"] for row in only] == ["emails"]
     table = ok(run("stats")).output.splitlines()
@@ -1074,75 +1076,75 @@ def test_dlq_show_of_a_live_job_says_where_it_is(run: Run, client: QueueClient) 
     assert f"job {job_id} is not a dead letter: it is pending in queue 'emails'" in output
 
 
-def test_dlq_retry_dry_run_changes_nothing(
+def test_dlq_redrive_dry_run_changes_nothing(
     run: Run, client: QueueClient, dead: dict[str, int]
 ) -> None:
-    planned = as_json(run("dlq", "retry", str(dead["cursed"]), "--dry-run", "--json"))
+    planned = as_json(run("dlq", "redrive", str(dead["cursed"]), "--dry-run", "--json"))
 
     assert planned == {
         "dry_run": True,
-        "retried": [{"job_id": dead["cursed"], "queue": "send_otp", "new_job_id": None}],
+        "redriven": [{"job_id": dead["cursed"], "queue": "send_otp", "new_job_id": None}],
         "missing": [],
     }
-    text = ok(run("dlq", "retry", "--queue", "send_otp", "--dry-run")).output
-    assert "Would retry 2 dead letters" in text and "Dry run: nothing changed." in text
+    text = ok(run("dlq", "redrive", "--queue", "send_otp", "--dry-run")).output
+    assert "Would redrive 2 dead letters" in text and "Dry run: nothing changed." in text
     assert live_job_ids(client, "send_otp") == []
     assert len(client.dead_letters("send_otp")) == 2
 
 
-def test_dlq_retry_asks_and_declining_changes_nothing(
+def test_dlq_redrive_asks_and_declining_changes_nothing(
     run: Run, client: QueueClient, dead: dict[str, int]
 ) -> None:
-    result = run("dlq", "retry", str(dead["cursed"]), input="n\n")
+    result = run("dlq", "redrive", str(dead["cursed"]), input="n\n")
 
     output = fails_cleanly(result, code=1)
-    assert "Will retry 1 dead letter" in output
-    assert "Retry 1 dead letter as a new job? [y/N]" in output and "Aborted" in output
+    assert "Will redrive 1 dead letter" in output
+    assert "Redrive 1 dead letter as a new job? [y/N]" in output and "Aborted" in output
     assert live_job_ids(client, "send_otp") == []
     assert client.dead_letters("send_otp")[1].redriven_job_id is None
 
 
-def test_dlq_retry_confirmed_makes_a_new_job_once(
+def test_dlq_redrive_confirmed_makes_a_new_job_once(
     run: Run, client: QueueClient, dead: dict[str, int], namespace: str
 ) -> None:
-    output = ok(run("dlq", "retry", str(dead["cursed"]), input="y\n")).output
+    output = ok(run("dlq", "redrive", str(dead["cursed"]), input="y\n")).output
 
     (new_job,) = live_job_ids(client, "send_otp")
-    assert "Retried 1 dead letter as a new job" in output and str(new_job) in output
+    assert "Redrove 1 dead letter as a new job" in output and str(new_job) in output
     job = client.get_job(new_job)
     assert job is not None and job.payload == {"user_id": "11"} and job.attempts == 0
     redriven = client.dead_letters("send_otp", include_redriven=True)
     commit(client)
     assert {d.job_id: d.redriven_job_id for d in redriven}[dead["cursed"]] == new_job
 
-    again = run("dlq", "retry", str(dead["cursed"]), "--yes")
+    again = run("dlq", "redrive", str(dead["cursed"]), "--yes")
     assert again.exit_code == 1
-    assert f"job {dead['cursed']} was already retried as job {new_job}" in again.output
+    assert f"job {dead['cursed']} was already redriven as job {new_job}" in again.output
     assert live_job_ids(client, "send_otp") == [new_job]
 
 
-def test_dlq_retry_of_a_dead_letter_already_retried_is_one_error_line_naming_its_new_job(
+def test_dlq_redrive_of_a_dead_letter_already_redriven_is_one_error_line_naming_its_new_job(
     run: Run, client: QueueClient, dead: dict[str, int]
 ) -> None:
-    (retried,) = as_json(run("dlq", "retry", str(dead["cursed"]), "--yes", "--json"))["retried"]
+    (retried,) = as_json(run("dlq", "redrive", str(dead["cursed"]), "--yes", "--json"))["redriven"]
 
-    again = run("dlq", "retry", str(dead["cursed"]), "--yes")
+    again = run("dlq", "redrive", str(dead["cursed"]), "--yes")
 
     fails_cleanly(again, code=1)
     assert again.stdout == ""
     assert again.stderr == (
-        f"Error: job {dead['cursed']} was already retried as job {retried['new_job_id']}\n"
+        f"Error: job {dead['cursed']} was already redriven as job {retried['new_job_id']}\n"
     )
 
 
-def test_dlq_retry_of_a_job_that_is_no_dead_letter_is_one_error_line(
+def test_dlq_redrive_of_a_job_that_is_no_dead_letter_is_one_error_line(
     run: Run, client: QueueClient, dead: dict[str, int], namespace: str
 ) -> None:
     live = client.push("send_otp", {})
     commit(client)
 
     for job_id in (live, 999_999_999):
-        result = run("dlq", "retry", str(job_id), "--yes")
+        result = run("dlq", "redrive", str(job_id), "--yes")
 
         fails_cleanly(result, code=1)
         assert result.stdout == ""
@@ -1151,13 +1153,13 @@ def test_dlq_retry_of_a_job_that_is_no_dead_letter_is_one_error_line(
         )
 
 
-def test_dlq_retry_by_filter_into_another_queue_with_yes(
+def test_dlq_redrive_by_filter_into_another_queue_with_yes(
     run: Run, client: QueueClient, dead: dict[str, int]
 ) -> None:
     result = as_json(
         run(
             "dlq",
-            "retry",
+            "redrive",
             "--error",
             "whatsapp",
             "--to-queue",
@@ -1168,20 +1170,20 @@ def test_dlq_retry_by_filter_into_another_queue_with_yes(
         )
     )
 
-    (retried,) = result["retried"]
+    (retried,) = result["redriven"]
     assert retried["job_id"] == dead["whatsapp"] and retried["queue"] == "manual_review"
     assert live_job_ids(client, "manual_review") == [retried["new_job_id"]]
     assert live_job_ids(client, "send_otp") == []
-    nothing = ok(run("dlq", "retry", "--error", "whatsapp", "--yes")).output
+    nothing = ok(run("dlq", "redrive", "--error", "whatsapp", "--yes")).output
     assert "No dead letters match" in nothing
 
 
-def test_dlq_retry_all_and_limit(run: Run, client: QueueClient, dead: dict[str, int]) -> None:
-    first = as_json(run("dlq", "retry", "--all", "--limit", "1", "--yes", "--json"))
-    second = as_json(run("dlq", "retry", "--all", "--yes", "--json"))
+def test_dlq_redrive_all_and_limit(run: Run, client: QueueClient, dead: dict[str, int]) -> None:
+    first = as_json(run("dlq", "redrive", "--all", "--limit", "1", "--yes", "--json"))
+    second = as_json(run("dlq", "redrive", "--all", "--yes", "--json"))
 
-    assert [row["job_id"] for row in first["retried"]] == [dead["cursed"]]
-    assert [row["job_id"] for row in second["retried"]] == [dead["whatsapp"]]
+    assert [row["job_id"] for row in first["redriven"]] == [dead["cursed"]]
+    assert [row["job_id"] for row in second["redriven"]] == [dead["whatsapp"]]
     assert len(live_job_ids(client, "send_otp")) == 2
 
 
@@ -1217,10 +1219,10 @@ def test_a_duration_ago_is_measured_by_the_queues_clock_not_the_clients(
     options = ["--since", "2d", "--json", "--dsn", dsn, "--namespace", namespace]
 
     listed = ahead.invoke(main, ["dlq", "list", *options])
-    retried = ahead.invoke(main, ["dlq", "retry", "--dry-run", *options])
+    retried = ahead.invoke(main, ["dlq", "redrive", "--dry-run", *options])
 
     assert [row["job_id"] for row in json.loads(ok(listed).stdout)] == [recent]
-    assert [row["job_id"] for row in json.loads(ok(retried).stdout)["retried"]] == [recent]
+    assert [row["job_id"] for row in json.loads(ok(retried).stdout)["redriven"]] == [recent]
 
 
 def test_dlq_purge_deletes_exactly_what_it_asked_about_whatever_the_clients_clock(
@@ -1431,7 +1433,7 @@ def make_due(connect: Callable[..., psycopg.Connection], namespace: str, name: s
         )
 
 
-def test_tick_once_reclaims_fires_and_reports(
+def test_tick_once_rescues_fires_and_reports(
     run: Run,
     client: QueueClient,
     connect: Callable[..., psycopg.Connection],
@@ -1461,7 +1463,7 @@ def test_tick_once_reclaims_fires_and_reports(
 
     report = as_json(run("tick", "--once", "--json"))
 
-    assert report["reclaimed"] == 1
+    assert report["rescued"] == 1
     (fired,) = report["fired"]
     assert fired["name"] == "beat"
     assert live_job_ids(client, "emails") == [job_id]

@@ -414,10 +414,10 @@ def test_the_worker_processes_pushed_jobs_then_exits_0_on_sigterm(
     assert code == 0, output
     assert sorted(job_id for job_id, _, pid in runs() if pid == worker.pid) == sorted(emails)
     # Quiet by default: no line per job, but throughput lines that add up to every job.
-    assert "acked job" not in output and "claimed job" not in output
+    assert "completed job" not in output and "claimed job" not in output
     assert reported_attempts(output) == 25, output
     assert re.search(
-        r"^\[postkit\] [\d,]+ attempts? settled in [\d.]+s \([\d.,]+/s\): [\d,]+ acked, ",
+        r"^\[postkit\] [\d,]+ attempts? settled in [\d.]+s \([\d.,]+/s\): [\d,]+ completed, ",
         output,
         re.M,
     )
@@ -443,12 +443,12 @@ def test_the_throughput_line_counts_settled_attempts_in_the_singular_and_the_plu
     (first,) = [line for line in one.output().splitlines() if " settled in " in line]
     (second,) = [line for line in two.output().splitlines() if " settled in " in line]
     assert re.fullmatch(
-        r"\[postkit\] 1 attempt settled in [\d.]+s \([\d.,]+/s\): 1 acked, 0 retried, "
+        r"\[postkit\] 1 attempt settled in [\d.]+s \([\d.,]+/s\): 1 completed, 0 retried, "
         r"0 dead-lettered",
         first,
     ), first
     assert re.fullmatch(
-        r"\[postkit\] 2 attempts settled in [\d.]+s \([\d.,]+/s\): 1 acked, 0 retried, "
+        r"\[postkit\] 2 attempts settled in [\d.]+s \([\d.,]+/s\): 1 completed, 0 retried, "
         r"1 dead-lettered",
         second,
     ), second
@@ -483,7 +483,7 @@ def test_verbose_logs_a_line_per_job(
     assert worker.terminate() == 0
 
     output = worker.output()
-    assert sorted(int(i) for i in re.findall(r"acked job (\d+) in", output)) == sorted(ids)
+    assert sorted(int(i) for i in re.findall(r"completed job (\d+) in", output)) == sorted(ids)
     assert sorted(int(i) for i in re.findall(r"claimed job (\d+) \(reports", output)) == sorted(ids)
 
 
@@ -501,7 +501,7 @@ def test_json_log_format_writes_one_object_per_line_with_the_event_fields(
 
     lines = [json.loads(line) for line in worker.output().splitlines()]
     assert all({"ts", "level", "logger", "message"} <= line.keys() for line in lines)
-    acked = [line for line in lines if line.get("event") == "ack"]
+    acked = [line for line in lines if line.get("event") == "completed"]
     assert sorted(line["job_id"] for line in acked) == sorted(good)
     assert all(line["queue"] == "reports" and line["attempt"] == 1 for line in acked)
     assert all(isinstance(line["duration_ms"], float) for line in acked)

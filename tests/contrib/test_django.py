@@ -54,7 +54,7 @@ def observer(django_dsn: str) -> Iterator[QueueClient]:
 @pytest.fixture
 def start_worker(django_dsn: str) -> Iterator[StartWorker]:
     with worker_threads() as run:
-        # A long visibility timeout: no heartbeat touches a claim while a test reclaims it.
+        # A long visibility timeout: no heartbeat touches a claim while a test rescues it.
         yield lambda handlers: run(
             Worker(django_dsn, handlers, namespace="shop", visibility_timeout=600, **QUIET)
         )
@@ -191,7 +191,7 @@ def test_a_handlers_orm_writes_commit_with_its_ack(
 
     worker = start_worker(handlers)
     job_id = observer.push(queue_name, {})
-    wait_until(lambda: worker.stats.acked == 1, "the job to be acked")
+    wait_until(lambda: worker.stats.completed == 1, "the job to be acked")
     assert observer.get_job(job_id) is None
     assert receipts() == [job_id]
 
@@ -206,25 +206,25 @@ def test_a_stale_claim_rolls_back_the_handlers_orm_writes(
     from postkit.contrib import django as postkit_django
     from tests.django_project.shop.models import Receipt
 
-    reclaimed: list[int] = []
+    rescued: list[int] = []
     taken_over: list[bool] = []
     handlers = Handlers()
 
     @handlers.register(queue_name, transactional=True, transaction=postkit_django.transaction)
-    def write_while_reclaimed(job: Job, cursor: Any) -> None:
+    def write_while_rescued(job: Job, cursor: Any) -> None:
         Receipt.objects.create(job_id=job.id)
         # Another process decides this claim expired; a second worker takes the job and
         # completes it before this handler returns.
         shift_clock(observer, 3600)
-        reclaimed.append(observer.tick_timeouts())
+        rescued.append(observer.tick_timeouts())
         taken = observer.pull(queue_name, worker_id="second")
         taken_over.append(taken is not None and observer.ack(taken))
 
     worker = start_worker(handlers)
     job_id = observer.push(queue_name, {})
     wait_until(lambda: worker.stats.stale == 1, "the first worker's stale ack")
-    assert (reclaimed, taken_over) == ([1], [True])
-    assert worker.stats.acked == 0
+    assert (rescued, taken_over) == ([1], [True])
+    assert worker.stats.completed == 0
     assert observer.get_job(job_id) is None, "the second worker completed it"
     assert receipts() == [], "the first worker's row rolled back with its stale ack"
 

@@ -325,10 +325,10 @@ def test_cancel_a_pending_job_and_refuse_a_running_one(api: httpx.Client, q: Que
     assert refused.status_code == 409 and "running" in refused.json()["error"]
 
 
-def test_retry_a_dead_job_and_follow_its_lineage(api: httpx.Client, q: QueueClient) -> None:
+def test_redrive_a_dead_job_and_follow_its_lineage(api: httpx.Client, q: QueueClient) -> None:
     dead = bury(q)
 
-    new_id = ok(api.post(f"jobs/{dead}/retry", json={}))["redriven"][0]["new_job_id"]
+    new_id = ok(api.post(f"jobs/{dead}/redrive", json={}))["redriven"][0]["new_job_id"]
     lineage = ok(api.get(f"jobs/{new_id}"))["lineage"]
 
     assert [(step["job_id"], step["state"], step["redriven_job_id"]) for step in lineage] == [

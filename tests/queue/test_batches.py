@@ -213,7 +213,7 @@ def test_ack_batch_with_one_stale_claim_acknowledges_none(
     held = claimed(queue, 2, visibility_timeout=600)
     conn.commit()
     shift_clock(queue, 2)
-    assert queue.tick_timeouts() == 1  # reclaims the first claim only
+    assert queue.tick_timeouts() == 1  # rescues the first claim only
 
     assert queue.ack_batch([*held, stale]) is False
 

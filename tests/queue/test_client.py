@@ -365,7 +365,7 @@ def test_a_stale_claim_token_settles_nothing(queue: QueueClient, operation: str)
 
 @pytest.mark.parametrize("second_worker", ["worker-1", "worker-2"], ids=["same", "another"])
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_the_first_claim_cannot_settle_the_attempt_taken_after_its_reclaim(
+def test_the_first_claim_cannot_settle_the_attempt_taken_after_its_rescue(
     queue: QueueClient, shift_clock: Shift, operation: str, second_worker: str
 ) -> None:
     first = claimed(queue, worker_id="worker-1", visibility_timeout=30)
@@ -433,7 +433,7 @@ def test_a_client_remembers_a_bounded_number_of_claims_and_forgets_the_oldest(
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_a_stale_workers_bare_id_settles_nothing_after_an_unnamed_reclaim(
+def test_a_stale_workers_bare_id_settles_nothing_after_an_unnamed_rescue(
     make_client: Callable[[], QueueClient], shift_clock: Shift, operation: str
 ) -> None:
     stale, holder = make_client(), make_client()
@@ -753,7 +753,7 @@ def test_a_job_whose_claims_keep_expiring_is_dead_lettered_as_timed_out(
     assert queue.pull(Q) is None
 
 
-def test_tick_timeouts_returns_how_many_claims_it_reclaimed(
+def test_tick_timeouts_returns_how_many_claims_it_rescued(
     queue: QueueClient, shift_clock: Shift
 ) -> None:
     for n in range(3):
@@ -777,17 +777,17 @@ def test_tick_timeouts_leaves_a_claim_alone_until_its_deadline(
     assert queue.get_job(job.id) == job
 
 
-def test_a_reclaimed_job_is_pending_again_at_once_with_its_attempt_counted(
+def test_a_rescued_job_is_pending_again_at_once_with_its_attempt_counted(
     queue: QueueClient, shift_clock: Shift
 ) -> None:
     job = claimed(queue, worker_id="w1", visibility_timeout=10)
     shift_clock(queue, 11)
     queue.tick_timeouts()
 
-    reclaimed = queue.get_job(job.id)
-    assert reclaimed is not None
-    assert (reclaimed.state, reclaimed.attempts, reclaimed.worker_id) == ("pending", 1, None)
-    assert reclaimed.errors[-1]["kind"] == "timeout"
+    rescued = queue.get_job(job.id)
+    assert rescued is not None
+    assert (rescued.state, rescued.attempts, rescued.worker_id) == ("pending", 1, None)
+    assert rescued.errors[-1]["kind"] == "timeout"
     assert pulled(queue, worker_id="w2").attempts == 2
 
 
@@ -812,7 +812,7 @@ def test_extend_visibility_never_shortens_a_deadline(queue: QueueClient) -> None
     assert fetched(queue, job.id).visible_until == job.visible_until
 
 
-def test_a_worker_past_its_deadline_may_still_ack_while_nobody_reclaimed_the_job(
+def test_a_worker_past_its_deadline_may_still_ack_while_nobody_rescued_the_job(
     queue: QueueClient, shift_clock: Shift
 ) -> None:
     job = claimed(queue, visibility_timeout=10)
@@ -823,7 +823,7 @@ def test_a_worker_past_its_deadline_may_still_ack_while_nobody_reclaimed_the_job
     assert queue.tick_timeouts() == 0
 
 
-def test_stale_ack_returns_false_after_the_job_was_reclaimed(
+def test_stale_ack_returns_false_after_the_job_was_rescued(
     make_client: Callable[[], QueueClient], shift_clock: Shift
 ) -> None:
     server_c, server_d, ticker = make_client(), make_client(), make_client()
@@ -874,7 +874,7 @@ def test_get_job_sees_a_running_job_with_its_claim(queue: QueueClient) -> None:
 def test_get_job_says_a_running_job_whose_claim_ended_has_an_expired_claim(
     queue: QueueClient, shift_clock: Shift
 ) -> None:
-    """No worker holds it any more, yet it stays running until a tick_timeouts reclaims it."""
+    """No worker holds it any more, yet it stays running until a tick_timeouts rescues it."""
     job = claimed(queue, worker_id="w1")
     assert job.claim_expired is False
     assert queue.get_job(job.id).claim_expired is False  # type: ignore[union-attr]
@@ -952,7 +952,7 @@ def test_dead_letters_are_listed_in_their_own_namespace_only(
     assert other.dead_letters(Q) == []
 
 
-def test_tick_timeouts_reclaims_claims_of_its_own_namespace_only(
+def test_tick_timeouts_rescues_claims_of_its_own_namespace_only(
     queue: QueueClient, other: QueueClient, shift_clock: Shift
 ) -> None:
     job = claimed(queue, visibility_timeout=10)

@@ -296,7 +296,7 @@ def test_extend_visibility_keeps_the_claim_past_its_deadline(open_side: OpenSide
     worker.commit()
 
 
-def test_tick_timeouts_reclaims_expired_claims(open_side: OpenSide) -> None:
+def test_tick_timeouts_rescues_expired_claims(open_side: OpenSide) -> None:
     worker, ticker = open_side(), open_side()
     job = claimed(worker, visibility_timeout=10)
 
@@ -304,11 +304,11 @@ def test_tick_timeouts_reclaims_expired_claims(open_side: OpenSide) -> None:
     ticker.shift_clock(11)
     assert ticker.tick_timeouts() == 1
     ticker.commit()
-    assert ticker.tick_timeouts() == 0, "each expired claim is reclaimed once"
+    assert ticker.tick_timeouts() == 0, "each expired claim is rescued once"
 
-    reclaimed = ticker.get_job(job.id)
-    assert (reclaimed.state, reclaimed.attempts) == ("pending", 1)
-    assert [entry["kind"] for entry in reclaimed.errors] == ["timeout"]
+    rescued = ticker.get_job(job.id)
+    assert (rescued.state, rescued.attempts) == ("pending", 1)
+    assert [entry["kind"] for entry in rescued.errors] == ["timeout"]
 
 
 @pytest.mark.parametrize(

@@ -158,13 +158,13 @@ def test_concurrent_tickers_rescue_each_expired_job_exactly_once(
 
     def tick(client: QueueClient) -> int:
         start.wait()
-        reclaimed = client.tick_timeouts()
+        rescued = client.tick_timeouts()
         commit(client)
-        return reclaimed
+        return rescued
 
     counts = [f.result(timeout=60) for f in [executor.submit(tick, c) for c in clients]]
 
-    assert sum(counts) == job_count, f"tickers reclaimed {counts}"
+    assert sum(counts) == job_count, f"tickers rescued {counts}"
     for job_id in pushed:
         job = worker.get_job(job_id)
         assert job is not None
@@ -172,7 +172,7 @@ def test_concurrent_tickers_rescue_each_expired_job_exactly_once(
         assert [entry["kind"] for entry in job["errors"]] == ["timeout"]
 
 
-def test_a_ticker_skips_expired_jobs_another_open_tick_is_reclaiming(
+def test_a_ticker_skips_expired_jobs_another_open_tick_is_rescuing(
     make_client: Callable[[], QueueClient], shift_clock: Callable[[QueueClient, float], None]
 ) -> None:
     worker, first, second = make_client(), make_client(), make_client()

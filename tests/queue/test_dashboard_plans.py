@@ -149,7 +149,8 @@ def load(connection: psycopg.Connection) -> None:
     )
     connection.execute(
         """
-        INSERT INTO postkit_queue.queue_stats (namespace, queue, minute, slot, completed, dead)
+        INSERT INTO postkit_queue.queue_stats
+            (namespace, queue, minute, slot, completed, dead_lettered)
         SELECT %(ns)s, q, date_trunc('minute', now()) - m * interval '1 minute', s, 10, 1
         FROM unnest(ARRAY[%(bulk)s, 'small', 'rare']) AS q, generate_series(0, 119) AS m,
              generate_series(0, 7) AS s

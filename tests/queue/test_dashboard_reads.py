@@ -83,9 +83,9 @@ def test_outcome_series_counts_each_queues_outcomes_per_minute(
     series = queue.outcome_series(first - timedelta(minutes=5))
 
     assert series == [
-        OutcomeMinute(Q, first, completed=1, failed=1, retried=1, rescued=1),
-        OutcomeMinute(Q, second, completed=2, failed=0, retried=0, rescued=0),
-        OutcomeMinute(OTHER, first, completed=1, failed=0, retried=0, rescued=0),
+        OutcomeMinute(Q, first, completed=1, dead_lettered=1, retried=1, rescued=1),
+        OutcomeMinute(Q, second, completed=2, dead_lettered=0, retried=0, rescued=0),
+        OutcomeMinute(OTHER, first, completed=1, dead_lettered=0, retried=0, rescued=0),
     ]
 
 
@@ -106,7 +106,9 @@ def test_outcome_series_of_one_queue_leaves_the_others_out(
 
     series = queue.outcome_series(first, queue=OTHER)
 
-    assert series == [OutcomeMinute(OTHER, first, completed=1, failed=0, retried=0, rescued=0)]
+    assert series == [
+        OutcomeMinute(OTHER, first, completed=1, dead_lettered=0, retried=0, rescued=0)
+    ]
 
 
 def test_outcome_series_without_a_timezone_is_refused_before_anything_is_sent(

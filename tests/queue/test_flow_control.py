@@ -658,14 +658,11 @@ HAND_WRITTEN = {
 }
 
 
-@pytest.mark.parametrize("function", ["configure_queue", "update_queue_settings"])
 @pytest.mark.parametrize("arguments", HAND_WRITTEN.values(), ids=HAND_WRITTEN.keys())
-def test_hand_written_sql_gets_pkq17_for_a_bad_limit(
-    client: QueueClient, function: str, arguments: str
-) -> None:
+def test_hand_written_sql_gets_pkq17_for_a_bad_limit(client: QueueClient, arguments: str) -> None:
     with pytest.raises(psycopg.Error) as raised:
         client.cursor.execute(
-            f"SELECT postkit_queue.{function}(p_namespace => %s, p_queue => %s, {arguments})",
+            f"SELECT postkit_queue.configure_queue(p_namespace => %s, p_queue => %s, {arguments})",
             (client.namespace, Q),
         )
     assert raised.value.sqlstate == "PKQ17", raised.value

@@ -347,9 +347,9 @@ class QueueModel(RuleBasedStateMachine):
         policies=st.tuples(*[policies for _ in QUEUES]),
         jobs=st.integers(0, 4),
         claimed=st.integers(0, 3),
-        reclaimed=st.integers(0, 2),
+        rescued=st.integers(0, 2),
     )
-    def start(self, policies: tuple[Policy, ...], jobs: int, claimed: int, reclaimed: int) -> None:
+    def start(self, policies: tuple[Policy, ...], jobs: int, claimed: int, rescued: int) -> None:
         """Every example starts with some jobs, some of them claimed, and some claimed,
         released and claimed again (whose first claim is stale): Hypothesis's swarm testing
         switches whole rules off for some examples, and those still have work to settle."""
@@ -360,7 +360,7 @@ class QueueModel(RuleBasedStateMachine):
             self.push("a", 0, None, None, None, None, None)
         for _ in range(claimed):
             self.pull("a", "w1", None, 1)
-        for _ in range(reclaimed):  # in queue b, where nothing else is pending
+        for _ in range(rescued):  # in queue b, where nothing else is pending
             self.push("b", 0, None, None, None, None, None)
             self.pull("b", "w1", None, 1)
             self.settle_claim(self.claims[-1], "release", "job", None, None, UNIT)
@@ -721,34 +721,34 @@ class QueueModel(RuleBasedStateMachine):
             and job.visible_until is not None
             and job.visible_until.at < self.now
         ]
-        reclaimed_count = self.client.tick_timeouts(limit=limit)
+        rescued_count = self.client.tick_timeouts(limit=limit)
         seq = self._tick_seq()
-        assert reclaimed_count == min(limit, len(expired))
+        assert rescued_count == min(limit, len(expired))
 
-        if reclaimed_count == len(expired):
-            reclaimed = expired
+        if rescued_count == len(expired):
+            rescued = expired
         else:
             # Which of the expired claims went first is the database's choice among ties:
             # read it back, then check no claim with a surely earlier deadline was skipped.
-            reclaimed = []
+            rescued = []
             for job in expired:
                 found = self.client.get_job(job.id)
                 if found is None or found.claim_token != job.claim_token:
-                    reclaimed.append(job)
+                    rescued.append(job)
 
             def key(job: ModelJob) -> tuple[float, int]:
                 assert job.visible_until is not None
                 return (job.visible_until.at, job.visible_until.seq)
 
-            assert len(reclaimed) == reclaimed_count
-            for taken in reclaimed:
+            assert len(rescued) == rescued_count
+            for taken in rescued:
                 for left in expired:
-                    if left not in reclaimed:
+                    if left not in rescued:
                         assert not key(left) < key(taken), (
-                            f"tick_timeouts reclaimed job {taken.id} before job {left.id}, "
+                            f"tick_timeouts rescued job {taken.id} before job {left.id}, "
                             "whose deadline was earlier"
                         )
-        for job in reclaimed:
+        for job in rescued:
             job.errors.append((job.attempts, "timeout", job.worker_id, None))
             if job.attempts >= job.max_attempts:
                 self._bury(job, "timed_out")

@@ -680,52 +680,12 @@ def test_configure_queue_in_sql_keeps_what_it_is_not_given_and_resets_what_p_res
     assert configure("p_reset => ARRAY['retain_dead', 'concurrency']") == (5, 2592000, None)
 
 
-def test_update_queue_settings_changes_the_settings_given_and_keeps_the_others(
-    queue: QueueClient,
-) -> None:
-    queue.configure_queue(Q, max_attempts=3, retain_dead=3600)
-    queue.pause_queue(Q)
-
-    policy = queue.update_queue_settings(Q, backoff_base=2, visibility_timeout=90)
-
-    assert (policy.max_attempts, policy.retain_dead, policy.paused) == (3, 3600.0, True)
-    assert (policy.backoff_base, policy.visibility_timeout) == (2.0, 90.0)
-
-
-def test_update_queue_settings_resets_the_settings_named_to_the_built_in_default(
-    queue: QueueClient,
-) -> None:
-    queue.configure_queue(Q, max_attempts=3, retain_completed=60, backoff_cap=10)
-
-    policy = queue.update_queue_settings(Q, reset=["max_attempts", "retain_completed"])
-
-    assert (policy.max_attempts, policy.retain_completed, policy.backoff_cap) == (20, None, 10.0)
-
-
-@pytest.mark.parametrize(
-    "call",
-    [
-        {"reset": ["max_attempt"]},
-        {"reset": "max_attempts"},
-        {"max_attempts": 3, "reset": ["max_attempts"]},
-    ],
-    ids=["unknown-setting", "reset-not-a-list", "given-and-reset"],
-)
-def test_update_queue_settings_refuses_a_bad_reset_before_any_sql_is_sent(
-    queue: QueueClient, conn: psycopg.Connection, call: dict[str, Any]
-) -> None:
-    with pytest.raises(errors.InvalidNameError):
-        queue.update_queue_settings(Q, **call)
-
-    assert conn.info.transaction_status == TransactionStatus.IDLE
-
-
-def test_update_queue_settings_in_sql_refuses_an_unknown_setting_to_reset(
+def test_configure_queue_in_sql_refuses_an_unknown_setting_to_reset(
     queue: QueueClient,
 ) -> None:
     with pytest.raises(psycopg.Error, match="cannot reset 'retries'") as raised:
         queue.cursor.execute(
-            "SELECT * FROM postkit_queue.update_queue_settings(%s, %s, p_reset => %s)",
+            "SELECT * FROM postkit_queue.configure_queue(%s, %s, p_reset => %s)",
             (queue.namespace, Q, ["retries"]),
         )
 
@@ -741,8 +701,8 @@ def test_two_updates_of_one_queue_at_once_both_keep_their_change(
     first.configure_queue(Q, max_attempts=3)
     commit(first)
 
-    first.update_queue_settings(Q, max_attempts=5)  # transaction left open: the row stays locked
-    racing = executor.submit(second.update_queue_settings, Q, retain_dead=600)
+    first.configure_queue(Q, max_attempts=5)  # transaction left open: the row stays locked
+    racing = executor.submit(second.configure_queue, Q, retain_dead=600)
     wait_until_blocked(second, first, racing)
     commit(first)
 
@@ -764,8 +724,8 @@ def test_outcomes_since_counts_each_queues_outcomes_from_the_minute_given(
     totals = {o.queue: o for o in queue.outcomes_since(since)}
 
     assert set(totals) == {Q, OTHER}
-    assert (totals[Q].completed, totals[Q].failed, totals[Q].retried) == (2, 0, 1)
-    assert (totals[OTHER].completed, totals[OTHER].failed) == (0, 1)
+    assert (totals[Q].completed, totals[Q].dead_lettered, totals[Q].retried) == (2, 0, 1)
+    assert (totals[OTHER].completed, totals[OTHER].dead_lettered) == (0, 1)
     assert queue.outcomes_since(since + timedelta(minutes=2)) == []
 
 

@@ -164,10 +164,10 @@ def test_a_pooler_mode_worker_drains_its_queue_and_says_notifications_are_off(
     with caplog.at_level(logging.INFO, logger="postkit.worker"):
         thread.start()
         try:
-            wait_until(lambda: worker.stats.acked == 100, "the worker to drain the queue")
+            wait_until(lambda: worker.stats.completed == 100, "the worker to drain the queue")
             # Idle now, it still finds a new job: its poll, since no notification can come.
             pooled_client.push(Q, {})
-            wait_until(lambda: worker.stats.acked == 101, "the idle worker to find a job")
+            wait_until(lambda: worker.stats.completed == 101, "the idle worker to find a job")
         finally:
             worker.stop()
             thread.join(timeout=30)
@@ -196,7 +196,7 @@ def test_a_pooler_mode_worker_leaves_no_session_setting_to_other_clients(
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: worker.stats.acked == 50, "the worker to drain the queue")
+        wait_until(lambda: worker.stats.completed == 50, "the worker to drain the queue")
         # Other clients of the pool, each transaction on whichever of the two server sessions
         # is free: every one of them sees the server's own settings.
         seen = set()
@@ -241,7 +241,7 @@ def test_postkit_worker_with_pooler_drains_through_pgbouncer_and_exits_0_on_sigt
         )
         pooled_client.push_batch(Q, [{} for _ in range(30)])
         wait_until(
-            lambda: output.read_text().count("acked job") == 30,
+            lambda: output.read_text().count("completed job") == 30,
             "the pooler-mode workers to ack every job",
         )
     finally:

@@ -139,9 +139,9 @@ def test_a_queue_that_archives_completed_jobs_reads_them_as_completed_without_a_
 
 def test_results_are_kept_from_the_moment_the_queue_keeps_them(client: QueueClient) -> None:
     before = finished(client, PLAIN, result=1)
-    client.update_queue_settings(PLAIN, retain_results=60)
+    client.configure_queue(PLAIN, retain_results=60)
     after = finished(client, PLAIN, result=2)
-    client.update_queue_settings(PLAIN, reset=["retain_results"])
+    client.configure_queue(PLAIN, retain_results=None)
     stopped = finished(client, PLAIN, result=3)
 
     assert [client.result(job_id).state for job_id in (before, after, stopped)] == [

@@ -199,7 +199,7 @@ def test_outcomes_of_the_last_minute_and_hour(queue: QueueClient, shift_clock: S
     stats = one_stats(queue)
 
     assert (stats.completed_last_minute, stats.completed_last_hour) == (2, 3)
-    assert (stats.failed_last_minute, stats.failed_last_hour) == (2, 2)
+    assert (stats.dead_lettered_last_minute, stats.dead_lettered_last_hour) == (2, 2)
     assert (stats.retried_last_hour, stats.rescued_last_hour) == (1, 1)
     assert stats.mean_attempts == pytest.approx(4 / 3, abs=0.01)  # attempts 1, 1 and 2
     other = one_stats(queue, OTHER)

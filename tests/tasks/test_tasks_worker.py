@@ -197,7 +197,7 @@ def test_a_role_without_operator_access_starts_with_a_warning_and_changes_no_pol
     assert record.levelno == logging.WARNING
     assert record.getMessage().startswith(
         "could not apply the tasks' queue policies (send_otp: max_attempts 3): permission "
-        "denied for function update_queue_settings"
+        "denied for function configure_queue"
     )
 
 

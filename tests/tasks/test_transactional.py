@@ -122,7 +122,7 @@ def test_a_transactional_tasks_write_commits_with_its_ack_exactly_once(
     for job_id in ids:
         wait_until(gone(client, job_id), f"job {job_id} to be acked")
     assert written(client, table) == [(1, ""), (2, "")]
-    wait_until(lambda: worker.stats.acked == 2, "the worker to count what it settled")
+    wait_until(lambda: worker.stats.completed == 2, "the worker to count what it settled")
     assert (worker.stats.retried, worker.stats.dead_lettered, worker.stats.stale) == (0, 0, 0)
 
 
@@ -135,29 +135,29 @@ def test_a_stale_claim_rolls_back_the_tasks_write_and_does_not_ack(
     shift_clock: Shift,
 ) -> None:
     ticker = make_client()
-    reclaimed: list[int] = []
+    rescued: list[int] = []
 
     @app.task(queue="receipts", transactional=True)
-    def record_while_reclaimed(cursor: psycopg.Cursor[Any], order_id: int) -> None:
+    def record_while_rescued(cursor: psycopg.Cursor[Any], order_id: int) -> None:
         cursor.execute(insert(table), (order_id, "stale"))
         # Another process decides this claim expired and hands the job back to the queue.
         shift_clock(ticker, 3600)
-        reclaimed.append(ticker.tick_timeouts())
+        rescued.append(ticker.tick_timeouts())
         ticker.cursor.connection.commit()
 
-    # A long visibility timeout: no heartbeat touches the row while the ticker reclaims it.
+    # A long visibility timeout: no heartbeat touches the row while the ticker rescues it.
     worker = start_worker(app, visibility_timeout=600)
-    job_id = record_while_reclaimed.push(client.cursor, 1)
+    job_id = record_while_rescued.push(client.cursor, 1)
     assert job_id is not None
 
     wait_until(lambda: worker.stats.stale == 1, "the stale ack to be recorded")
-    assert reclaimed == [1]
+    assert rescued == [1]
     assert written(client, table) == [], "the task's write rolled back with the stale ack"
     job = client.get_job(job_id)
     assert job is not None, "the stale worker did not ack the job"
     assert (job.state, job.attempts) == ("pending", 1)
     assert [entry["kind"] for entry in job.errors] == ["timeout"]
-    assert worker.stats.acked == 0
+    assert worker.stats.completed == 0
 
 
 def test_a_payload_that_does_not_fit_is_dead_lettered_without_the_tasks_write(

@@ -26,7 +26,7 @@ def test_drain_acks_a_job_whose_handler_returns_and_keeps_what_it_returned(
 
     drained = drain(queue, handlers)
 
-    assert drained[job_id].state == "done"
+    assert drained[job_id].state == "completed"
     assert drained[job_id].result == {"sent": "ada"}
     assert (drained[job_id].attempts, drained[job_id].retries) == (1, 0)
     assert pushed_jobs(queue, "mail") == []
@@ -86,7 +86,7 @@ def test_retry_later_retries_after_its_delay_on_the_moved_clock(queue: QueueClie
 
     record = drain(queue, Handlers({"mail": later_once}))[job_id]
 
-    assert (record.state, record.retries, record.result) == ("done", 1, "sent")
+    assert (record.state, record.retries, record.result) == ("completed", 1, "sent")
     assert runs[1] - runs[0] >= timedelta(seconds=3600)
 
 
@@ -106,7 +106,7 @@ def test_a_transactional_handlers_writes_roll_back_when_it_raises_and_stay_when_
 
     record = drain(queue, handlers)[job_id]
 
-    assert (record.state, record.retries) == ("done", 1)
+    assert (record.state, record.retries) == ("completed", 1)
     assert conn.execute("SELECT n FROM sent").fetchall() == [(2,)]
 
 
@@ -133,7 +133,7 @@ def test_drain_runs_an_apps_tasks_in_its_namespace_under_its_queue_policies(
 
     assert calls == [("42", "sms")]
     assert async_id is not None and drained[async_id].result == "hello 7"
-    assert {record.state for record in drained.values()} == {"done"}
+    assert {record.state for record in drained.values()} == {"completed"}
     assert QueueClient(cursor, app.namespace).queue_policy("welcome").max_attempts == 2
 
 

@@ -68,7 +68,7 @@ def rounds() -> Iterator[Callable[[Maintenance], stdlib_queue.SimpleQueue[RoundR
         assert not thread.is_alive(), "run_forever did not return once stopped"
 
 
-def test_one_round_reclaims_fires_and_prunes_and_says_so(
+def test_one_round_rescues_fires_and_prunes_and_says_so(
     dsn: str,
     client: QueueClient,
     namespace: str,
@@ -77,7 +77,7 @@ def test_one_round_reclaims_fires_and_prunes_and_says_so(
     maintenance = Maintenance.for_tick(dsn, namespace, interval=5)
     idle = maintenance.run_once()
     assert not idle.anything
-    assert (idle.reclaimed, idle.fired, idle.broken) == (0, [], [])
+    assert (idle.rescued, idle.fired, idle.broken) == (0, [], [])
 
     job_id = expired_claim(client, shift_clock)
     due_schedule(client, "beat")
@@ -85,7 +85,7 @@ def test_one_round_reclaims_fires_and_prunes_and_says_so(
     done = maintenance.run_once()
 
     assert done.anything
-    assert done.reclaimed == 1
+    assert done.rescued == 1
     [fired] = done.fired
     assert fired.name == "beat"
     job = client.get_job(job_id)
@@ -93,7 +93,7 @@ def test_one_round_reclaims_fires_and_prunes_and_says_so(
     # The figures `postkit tick --json` prints, field for field.
     assert [field.name for field in dataclasses.fields(done)] == [
         "at",
-        "reclaimed",
+        "rescued",
         "fired",
         "broken",
         "pruned",
@@ -111,7 +111,7 @@ def test_rounds_wake_for_each_due_schedule_whatever_the_interval(
     assert [[run.name for run in runs] for runs in fired] == [["beat"]] * 3
 
 
-def test_rounds_reclaim_a_claim_that_expires_while_they_run(
+def test_rounds_rescue_a_claim_that_expires_while_they_run(
     dsn: str,
     client: QueueClient,
     namespace: str,
@@ -121,7 +121,7 @@ def test_rounds_reclaim_a_claim_that_expires_while_they_run(
     reports = rounds(Maintenance.for_tick(dsn, namespace, interval=0.1))
     job_id = expired_claim(client, shift_clock)
 
-    assert reports.get(timeout=10).reclaimed == 1
+    assert reports.get(timeout=10).rescued == 1
     job = client.get_job(job_id)
     assert job is not None and job.state == "pending"
 
@@ -166,7 +166,7 @@ def test_rounds_survive_a_lost_connection_and_say_so(
 
         job_id = expired_claim(client, shift_clock)
 
-        assert reports.get(timeout=10).reclaimed == 1, "the runner never came back"
+        assert reports.get(timeout=10).rescued == 1, "the runner never came back"
         job = client.get_job(job_id)
         assert job is not None and job.state == "pending"
     finally:

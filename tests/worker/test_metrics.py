@@ -161,7 +161,7 @@ def test_the_running_and_claimed_gauges_show_the_jobs_a_worker_holds(
         assert value(samples, "postkit_jobs_running", namespace=namespace, queue=Q) == 2
     finally:
         release.set()
-    wait_until(lambda: worker.stats.acked == 4, "the worker to settle every job")
+    wait_until(lambda: worker.stats.completed == 4, "the worker to settle every job")
     samples = scrape(url(worker))
     assert value(samples, "postkit_jobs_running", queue=Q) == 0
     assert value(samples, "postkit_jobs_claimed", queue=Q) == 0
@@ -179,7 +179,7 @@ def test_a_notification_that_wakes_the_worker_is_counted_once(
     assert value(scrape(url(worker)), "postkit_notifications_total", namespace=namespace) == 0
 
     client.push(Q, {})
-    wait_until(lambda: worker.stats.acked == 1, "the pushed job to be acked")
+    wait_until(lambda: worker.stats.completed == 1, "the pushed job to be acked")
 
     # The listener's short re-looks after its wake-up request may find the job before the
     # notification is read; the notification is then read, and counted, at its next wait.
@@ -199,7 +199,7 @@ def test_connections_that_come_back_after_a_loss_are_counted_as_reconnects(
 ) -> None:
     worker = start_worker({Q: lambda job: None})
     client.push(Q, {})
-    wait_until(lambda: worker.stats.acked == 1, "the first job to be acked")
+    wait_until(lambda: worker.stats.completed == 1, "the first job to be acked")
     admin = connect(autocommit=True)
     wait_until_listening(admin, worker_dsn)
     reconnects = values(scrape(url(worker)), "postkit_reconnects_total", "connection")
@@ -211,7 +211,7 @@ def test_connections_that_come_back_after_a_loss_are_counted_as_reconnects(
         (application,),
     )
     client.push(Q, {})
-    wait_until(lambda: worker.stats.acked == 2, "the worker to come back and ack a job", 20)
+    wait_until(lambda: worker.stats.completed == 2, "the worker to come back and ack a job", 20)
 
     def reconnected() -> dict[str, float]:
         return values(
@@ -287,7 +287,7 @@ def test_a_worker_without_metrics_never_imports_prometheus_client(
         assert ran.wait(15), "the job never ran"
         worker.stop()
         thread.join(30)
-        assert worker.stats.acked == 1
+        assert worker.stats.completed == 1
         print(sorted(name for name in sys.modules if name.startswith("prometheus_client")))
         """
     )

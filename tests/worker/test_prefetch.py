@@ -105,7 +105,7 @@ def test_a_worker_of_slow_jobs_holds_its_concurrency_and_as_many_again(
         assert len(worker._claims.in_flight) == 4  # and no more were claimed
     finally:
         release.set()
-    wait_until(lambda: worker.stats.acked == 40, "the jobs to be acked", 30)
+    wait_until(lambda: worker.stats.completed == 40, "the jobs to be acked", 30)
 
 
 def test_a_worker_of_quick_jobs_claims_far_beyond_its_concurrency(
@@ -114,8 +114,8 @@ def test_a_worker_of_quick_jobs_claims_far_beyond_its_concurrency(
     client.push_batch(Q, [{} for _ in range(6_000)])
     held: list[int] = []
     worker = start_worker(Handlers({Q: lambda job: None}), concurrency=1)
-    while worker.stats.acked < 6_000:
+    while worker.stats.completed < 6_000:
         held.append(running(client))
-        assert len(held) < 20_000, f"the jobs to be acked ({worker.stats.acked} of 6,000)"
+        assert len(held) < 20_000, f"the jobs to be acked ({worker.stats.completed} of 6,000)"
     # A fixed prefetch of the concurrency would hold 2 at most.
     assert max(held) > 20, f"at most {max(held)} held claimed at once"

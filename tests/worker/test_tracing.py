@@ -315,7 +315,7 @@ def test_a_job_whose_stored_context_is_garbage_still_runs(
     assert ran.is_set()
     assert span.links == ()
     assert span.attributes is not None and span.attributes["postkit.outcome"] == "completed"
-    wait_until(lambda: worker.stats.acked == 1, "the job to be acked")
+    wait_until(lambda: worker.stats.completed == 1, "the job to be acked")
 
 
 WITHOUT_OPENTELEMETRY = textwrap.dedent(

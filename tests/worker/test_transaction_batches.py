@@ -61,7 +61,7 @@ def test_the_jobs_of_a_batched_handler_share_transactions_and_all_commit(
     handlers.add(Q, lambda job, cursor: insert(cursor, table, job), transactional=True, batch=50)
     ids = client.push_batch(Q, [{} for _ in range(300)])
     worker = start_worker(handlers, concurrency=2)
-    wait_until(lambda: worker.stats.acked == 300, "the 300 jobs to be acked", 30)
+    wait_until(lambda: worker.stats.completed == 300, "the 300 jobs to be acked", 30)
     rows = written(client, table)
     assert sorted(rows) == sorted(ids)
     # Many jobs to a transaction: a transaction each would make 300.
@@ -87,7 +87,7 @@ def test_a_handler_that_raises_in_a_batch_loses_its_writes_and_the_others_commit
     good += client.push_batch(Q, [{} for _ in range(40)])
     worker = start_worker(handlers, concurrency=1)
     wait_until(
-        lambda: worker.stats.acked == 80 and worker.stats.dead_lettered == 1,
+        lambda: worker.stats.completed == 80 and worker.stats.dead_lettered == 1,
         "80 jobs acked and the bad one dead-lettered",
         30,
     )
@@ -127,7 +127,7 @@ def test_a_stale_claim_rolls_its_batch_back_and_each_job_runs_again_alone(
     with caplog.at_level("WARNING", logger="postkit.worker"):
         worker = start_worker(handlers, concurrency=1)
         wait_until(
-            lambda: worker.stats.acked == 40 and worker.stats.stale == 1,
+            lambda: worker.stats.completed == 40 and worker.stats.stale == 1,
             "40 jobs acked and the stolen one's ack found stale",
             30,
         )

@@ -173,7 +173,7 @@ def test_a_returning_handler_acks_its_job(
     wait_until(gone(client, job_id), "the job to be acked")
     assert seen == [(job_id, {"user": 42}, 1)]
     # The worker counts an ack once its commit returns: a moment after the job is gone.
-    wait_until(lambda: worker.stats.acked == 1, "the worker to count what it settled")
+    wait_until(lambda: worker.stats.completed == 1, "the worker to count what it settled")
     assert client.dead_letters() == []
 
 
@@ -386,7 +386,7 @@ def test_async_handlers_run_on_the_event_loop_next_to_sync_ones(
     )
     assert dead.errors[-1]["error"].startswith("PermanentError: no\n")
     assert sorted(seen) == ["async-ok", "sync-ok"]
-    wait_until(lambda: worker.stats.acked == 2, "the worker to count both acks")
+    wait_until(lambda: worker.stats.completed == 2, "the worker to count both acks")
 
 
 def test_a_push_wakes_an_idle_worker_without_waiting_for_its_poll(
@@ -443,6 +443,25 @@ def test_stop_wakes_an_idle_worker_at_once(worker_dsn: str, namespace: str) -> N
     thread.join(timeout=10)
 
     assert not thread.is_alive(), "stop() did not wake the worker before its 60 s poll"
+
+
+def test_a_worker_stopped_before_it_runs_returns_at_once_and_claims_nothing(
+    worker_dsn: str, namespace: str
+) -> None:
+    """`postkit worker` turns a signal that comes before run() into stop(): the run it then
+    starts ends gracefully at once."""
+    ran = threading.Event()
+    with psycopg.connect(worker_dsn) as connection:
+        QueueClient(connection.cursor(), namespace=namespace).push(Q, 1)
+    worker = Worker(worker_dsn, {Q: lambda job: ran.set()}, namespace=namespace, **QUIET)
+    worker.stop()
+
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+
+    assert not thread.is_alive(), "the stopped worker went on running"
+    assert not ran.is_set()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,7 +550,7 @@ def test_a_value_that_cannot_be_a_result_acks_the_job_without_one_and_warns_once
         ("completed", [3]),
     ]
     # The worker counts an ack once its commit returns: a moment after the job is gone.
-    wait_until(lambda: worker.stats.acked == 3, "the worker to count what it settled")
+    wait_until(lambda: worker.stats.completed == 3, "the worker to count what it settled")
     dropped = [r for r in caplog.records if getattr(r, "event", None) == "result_dropped"]
     assert [(r.levelname, r.job_id) for r in dropped] == [  # type: ignore[attr-defined]
         ("WARNING", ids[0]),
@@ -592,7 +611,7 @@ def test_concurrency_runs_that_many_jobs_at_once(
     for job_id in job_ids:
         wait_until(gone(client, job_id), f"job {job_id} to be acked")
     # The worker counts an ack once its commit returns: a moment after the job is gone.
-    wait_until(lambda: worker.stats.acked == 4, "the worker to count what it settled")
+    wait_until(lambda: worker.stats.completed == 4, "the worker to count what it settled")
 
 
 @pytest.fixture
@@ -624,7 +643,7 @@ def test_a_transactional_handler_commits_its_writes_with_the_ack(
     wait_until(gone(client, job_id), "the job to be acked")
     assert written(client, table) == [job_id]
     # The worker counts an ack once its commit returns: a moment after the job is gone.
-    wait_until(lambda: worker.stats.acked == 1, "the worker to count what it settled")
+    wait_until(lambda: worker.stats.completed == 1, "the worker to count what it settled")
 
 
 def test_a_failing_transactional_handler_leaves_no_writes_and_nacks(
@@ -655,29 +674,29 @@ def test_a_stale_claim_rolls_back_the_handlers_writes_and_does_not_ack(
     shift_clock: Shift,
 ) -> None:
     ticker = make_client()
-    reclaimed: list[int] = []
+    rescued: list[int] = []
     handlers = Handlers()
 
     @handlers.register(Q, transactional=True)
-    def record_while_reclaimed(job: Job, cursor: psycopg.Cursor[Any]) -> None:
+    def record_while_rescued(job: Job, cursor: psycopg.Cursor[Any]) -> None:
         cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (job.id,))
         # Another process decides this claim expired and hands the job back to the queue.
         shift_clock(ticker, 3600)
-        reclaimed.append(ticker.tick_timeouts())
+        rescued.append(ticker.tick_timeouts())
         ticker.cursor.connection.commit()
 
-    # A long visibility timeout: no heartbeat touches the row while the ticker reclaims it.
+    # A long visibility timeout: no heartbeat touches the row while the ticker rescues it.
     worker = start_worker(handlers, visibility_timeout=600)
     job_id = pushed(client)
 
     wait_until(lambda: worker.stats.stale == 1, "the stale ack to be recorded")
-    assert reclaimed == [1]
+    assert rescued == [1]
     assert written(client, table) == [], "the handler's write rolled back with the stale ack"
     job = client.get_job(job_id)
     assert job is not None, "the stale worker did not ack the job"
     assert (job.state, job.attempts) == ("pending", 1)
     assert [entry["kind"] for entry in job.errors] == ["timeout"]
-    assert worker.stats.acked == 0
+    assert worker.stats.completed == 0
 
 
 def test_a_backlog_of_transactional_jobs_drains_without_waiting_for_the_poll(
@@ -694,7 +713,9 @@ def test_a_backlog_of_transactional_jobs_drains_without_waiting_for_the_poll(
     # the end of the last one's transactions.
     worker = start_worker(handlers, concurrency=4, prefetch=0)
     wait_until(
-        lambda: worker.stats.acked == 40, "the backlog to drain without a stall between batches", 10
+        lambda: worker.stats.completed == 40,
+        "the backlog to drain without a stall between batches",
+        10,
     )
     assert len(written(client, table)) == 40
 
@@ -713,7 +734,7 @@ def test_a_healthy_transactional_job_is_never_reported_lost(
         # A heartbeat every 20 ms, so that many land while a job's ack commits, and a short
         # poll, so that the drain does not depend on how finished jobs wake the loop.
         worker = start_worker(handlers, concurrency=8, visibility_timeout=0.06, poll_interval=0.05)
-        wait_until(lambda: worker.stats.acked == 400, "all the jobs to be acked", 60)
+        wait_until(lambda: worker.stats.completed == 400, "all the jobs to be acked", 60)
     lost = [record.getMessage() for record in caplog.records if "lost the claim" in record.msg]
     assert lost == []
 
@@ -741,11 +762,11 @@ def test_claims_last_the_queues_visibility_timeout_unless_the_worker_overrides_i
     lasts = (claimed.visible_until - claimed.claimed_at).total_seconds()
     assert lasts == pytest.approx(override or 1.0, abs=0.01)
 
-    # The heartbeats follow the claim's own timeout: no reclaim over three of them.
+    # The heartbeats follow the claim's own timeout: no rescue over three of them.
     ticker = make_client()
     deadline = time.monotonic() + 3 * (override or 1.0)
     while time.monotonic() < deadline:
-        assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was reclaimed"
+        assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was rescued"
         ticker.cursor.connection.commit()
         time.sleep(0.2)  # the probes are the point: time passes, and no claim may expire
     finish.set()
@@ -774,7 +795,7 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
     deadline = time.monotonic() + 3.5  # three and a half visibility timeouts
     ticks = 0
     while time.monotonic() < deadline:
-        assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was reclaimed"
+        assert ticker.tick_timeouts() == 0, "a heartbeat was missed: the job was rescued"
         ticker.cursor.connection.commit()
         ticks += 1
         time.sleep(0.3)  # the probes are the point: time passes, and no claim may expire
@@ -788,14 +809,14 @@ def test_heartbeats_keep_a_long_job_claimed_past_its_visibility_timeout(
     wait_until(gone(client, job_id), "the job to be acked")
     assert attempts == [1]
     # The worker counts an ack once its commit returns: a moment after the job is gone.
-    wait_until(lambda: worker.stats.acked == 1, "the worker to count what it settled")
+    wait_until(lambda: worker.stats.completed == 1, "the worker to count what it settled")
 
 
 def test_a_schedule_fires_within_a_second_of_each_due_time_while_a_worker_runs(
     start_worker: StartWorker, client: QueueClient
 ) -> None:
     fired: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
-    # The tick (reclaims, retention) is a minute away: only the schedule's own wake-up fires it.
+    # The tick (rescues, retention) is a minute away: only the schedule's own wake-up fires it.
     start_worker({Q: fired.put}, tick_interval=60.0)
     schedule = client.create_schedule("every-2s", Q, {}, every=2)
     runs = [next_item(fired, f"run {number} of the schedule never came") for number in range(3)]
@@ -839,7 +860,7 @@ def test_a_handler_past_its_timeout_has_its_attempt_timed_out_and_its_slot_taken
     assert job is not None and job.state == "pending", "a late outcome settled nothing"
     # The worker counts an ack once its commit returns: a moment after the job is gone.
     wait_until(
-        lambda: (worker.stats.acked, worker.stats.retried) == (1, 1),
+        lambda: (worker.stats.completed, worker.stats.retried) == (1, 1),
         "the worker to count what it settled",
     )
 
@@ -868,7 +889,7 @@ def test_a_transactional_handler_past_its_timeout_has_its_writes_rolled_back(
     )
     # More jobs run on the slot while the stuck handlers hold their connections.
     others = [pushed(client), pushed(client)]
-    wait_until(lambda: worker.stats.acked == 2, "the next jobs to run beside the stuck ones")
+    wait_until(lambda: worker.stats.completed == 2, "the next jobs to run beside the stuck ones")
     with caplog.at_level("WARNING", logger="postkit.worker"):
         release.set()
         wait_until(
@@ -911,7 +932,7 @@ def test_stop_never_releases_a_job_whose_handler_is_still_running(
     assert client.get_job(job_id) is None, "the job that finished after the grace was acked"
     # The worker counts an ack once its commit returns: a moment after the job is gone.
     wait_until(
-        lambda: (worker.stats.acked, worker.stats.released) == (1, 0),
+        lambda: (worker.stats.completed, worker.stats.released) == (1, 0),
         "the worker to count what it settled",
     )
 
@@ -963,7 +984,7 @@ def test_the_worker_recovers_from_dropped_connections(
     assert next_item(handled, "the worker never came back", 20) == second
     wait_until(gone(client, second), "the second job to be acked")
     # The worker counts an ack once its commit returns: a moment after the job is gone.
-    wait_until(lambda: worker.stats.acked == 2, "the worker to count what it settled")
+    wait_until(lambda: worker.stats.completed == 2, "the worker to count what it settled")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1183,7 +1204,7 @@ def test_sigterm_lets_a_job_finish_within_the_grace_period(
     go.touch()  # the job finishes only now, during the shutdown
     worker.expect(f"finished {job_id}")
     assert worker.wait() == 0, worker.output
-    assert any(line.startswith(f"log acked job {job_id}") for line in worker.output)
+    assert any(line.startswith(f"log completed job {job_id}") for line in worker.output)
     assert client.get_job(job_id) is None, "the job finished in the grace period was acked"
 
 
@@ -1204,7 +1225,7 @@ def test_a_killed_workers_job_is_redelivered_after_its_visibility_timeout(
     assert [entry["kind"] for entry in job.errors] == ["timeout"]
     wait_until(gone(client, job_id), "the redelivered job to be acked")
     # The worker counts a rescue once its commit returns: a moment after the job is back.
-    wait_until(lambda: worker.stats.reclaimed == 1, "the worker to count its rescue")
+    wait_until(lambda: worker.stats.rescued == 1, "the worker to count its rescue")
 
 
 def test_the_queues_a_worker_serves_stay_known_once_their_jobs_are_done(
@@ -1251,10 +1272,10 @@ def test_a_worker_leaves_no_setting_on_any_session_it_used(
         worker = run(Worker(worker_dsn, handlers, namespace=namespace, **QUIET))
         client.push_batch(Q, [{} for _ in range(20)])
         client.push_batch("written", [{} for _ in range(5)])
-        wait_until(lambda: worker.stats.acked == 25, "the worker to settle every job")
+        wait_until(lambda: worker.stats.completed == 25, "the worker to settle every job")
         time.sleep(0.5)  # idle: the listener waits, and claims on the next push's notification
         client.push(Q, {})
-        wait_until(lambda: worker.stats.acked == 26, "the worker to settle the last push")
+        wait_until(lambda: worker.stats.completed == 26, "the worker to settle the last push")
 
     # The pool's connections, the listener's and the maintenance's, each inspected.
     assert len(left) >= 3, left

@@ -323,7 +323,9 @@ def render_sdk() -> str:
             out += _render_function(value, module="postkit.queue.admin")
     out += ["", "## What the SDK returns", ""]
     out += [markdown_doc(inspect.getdoc(records))]
-    docs = _field_docs(Path(records.__file__))
+    docs: dict[str, dict[str, str]] = {}
+    for module in sorted(Path(records.__file__).parent.glob("*.py")):
+        docs.update(_field_docs(module))
     for name in (
         "Job",
         "JobCursor",

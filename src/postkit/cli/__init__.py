@@ -6,12 +6,12 @@ Every command that talks to a database takes ``--dsn``; without it, ``POSTKIT_DS
 a usage mistake) and never show a traceback; the exit code is 2 for a bad argument, 1 otherwise.
 
 Besides install, sql (:mod:`~postkit.cli.install`), demo (:mod:`~postkit.cli.demo`) and worker
-(:mod:`~postkit.cli.worker`), the operating commands (stats, jobs, job, push, cancel in
-:mod:`~postkit.cli.ops`; dlq, queue, schedule and tick, a module each) take ``--namespace`` and
-``--json``; those that delete or retry ask first unless ``--yes``. A queue name the namespace
-has never seen is refused with the known queues (see
-:func:`postkit.cli.console.require_known_queue`), unless ``--create`` accepts it where a command
-may start a queue. Their shared options live in :mod:`postkit.cli.options`, their table and
+(:mod:`~postkit.cli.worker`), the operating commands (jobs, job, push, cancel in
+:mod:`~postkit.cli.ops`; stats, dlq, queue, schedule and tick, a module each) take
+``--namespace`` and ``--json``; those that delete or redrive ask first unless ``--yes``. A
+queue name the namespace has never seen is refused with the known queues (see
+:func:`postkit.cli.console.require_known_queue`), unless ``--create`` accepts it where a
+command may start a queue. Their shared options live in :mod:`postkit.cli.options`, their table and
 argument helpers in :mod:`postkit.cli.output`.
 """
 
@@ -32,6 +32,7 @@ from postkit.cli import (
     ops,
     queue,
     schedule,
+    stats,
     tick,
     worker,
     workers,
@@ -83,12 +84,12 @@ def main() -> None:
       postkit jobs send_otp          a queue's jobs, a page at a time
       postkit job 42                 one job and what became of it (its result)
       postkit push send_otp '{}'     push a job (and postkit cancel JOB_ID)
-      postkit dlq list               the dead-letter queue (and dlq show, retry, purge)
+      postkit dlq list               the dead-letter queue (and dlq show, redrive, purge)
       postkit queue pause send_otp   stop handing out a queue's jobs (and resume, configure,
                                      purge)
       postkit schedule list          recurring jobs (and schedule create, pause, resume,
                                      delete)
-      postkit tick                   reclaim expired claims, fire schedules, prune
+      postkit tick                   rescue expired claims, fire schedules, prune
       postkit workers                which workers and tickers run, and which were lost
 
     \b
@@ -108,7 +109,7 @@ main.add_command(install.install)
 main.add_command(install.sql)
 main.add_command(demo.demo)
 main.add_command(worker.worker)
-main.add_command(ops.stats)
+main.add_command(stats.stats)
 main.add_command(ops.jobs)
 main.add_command(ops.job)
 main.add_command(ops.push)

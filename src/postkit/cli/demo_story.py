@@ -9,7 +9,7 @@
 3. One worker sends an OTP and then hangs before it can ack. It is killed with SIGKILL; its
    heartbeats stop, a tick_timeouts call rescues the job, another worker completes it, and the
    dead worker's late ack is refused.
-4. A summary: done, retried, dead-lettered (with their errors), rescued.
+4. A summary: completed, retried, dead-lettered (with their errors), rescued.
 
 The story is told from the workers' own structured log events, forwarded to this process.
 """
@@ -196,7 +196,7 @@ def run_worker(dsn: str, worker_id: str, cast: Cast, connection: Connection) -> 
 class Summary:
     users_registered: int = 0
     registrations_rolled_back: int = 0
-    done: int = 0
+    completed: int = 0
     retried: int = 0
     dead_lettered: list[dict[str, Any]] = field(default_factory=list)
     rescued: int = 0
@@ -251,7 +251,7 @@ def run_demo(dsn: str, *, users: int = 12, say: Callable[[str], None] = print) -
                 continue
             conn.commit()
             summary.users_registered += 1
-            step(f"server-a  {email}: registered, job {pushed} queued")
+            step(f"server-a  {email}: registered, job {pushed} pushed")
 
         say("2. Three workers run the Postkit runtime and send OTPs through a flaky provider")
         context = multiprocessing.get_context("spawn")
@@ -351,11 +351,11 @@ def _narrate(
 ) -> None:
     """Tell one worker event, in the runtime's own words, and count it."""
     user = f" [user {users_of_jobs[event.job_id]}]" if event.job_id in users_of_jobs else ""
-    if event.kind == "ack":
-        summary.done += 1
+    if event.kind == "completed":
+        summary.completed += 1
     elif event.kind == "retried":
         summary.retried += 1
-    elif event.kind == "reclaimed":
+    elif event.kind == "rescued":
         summary.rescued += event.count or 0
     elif event.kind == "hang":
         step(f"{event.worker}  sent the OTP of job {event.job_id}{user}, then hung before its ack")
@@ -373,8 +373,8 @@ def render_summary(summary: Summary) -> str:
             f"{summary.users_registered}"
             f" ({summary.registrations_rolled_back} registration rolled back: no user, no job)",
         ),
-        ("done (acked)", str(summary.done)),
-        ("retried (nacked)", str(summary.retried)),
+        ("completed", str(summary.completed)),
+        ("retried", str(summary.retried)),
         ("dead-lettered", str(len(summary.dead_lettered))),
         (
             "rescued by tick_timeouts",

@@ -1,4 +1,4 @@
-"""``postkit dlq``: list, show, retry and purge dead letters, the jobs the queue gave up on."""
+"""``postkit dlq``: list, show, redrive and purge dead letters, the jobs the queue gave up on."""
 
 from __future__ import annotations
 
@@ -38,12 +38,13 @@ from postkit.queue import DeadLetter, Job, QueueClient, limits
 from postkit.queue.records import Redriven
 
 _SHOWN_BEFORE_CONFIRMING = 20
-"""Dead letters listed before a retry's confirmation; the rest are counted."""
+"""Dead letters listed before a redrive's confirmation; the rest are counted."""
 
 
 @click.group()
 def dlq() -> None:
-    """Investigate and retry dead letters: the jobs the queue gave up on.
+    """Investigate and redrive dead letters, the jobs the queue gave up on: a redrive pushes
+    them again as new jobs.
 
     A job is dead-lettered when a handler fails it for good, when its attempts run out, or
     when its last claim expires. It is kept with its payload and every attempt's error until
@@ -53,8 +54,8 @@ def dlq() -> None:
     Example:
       postkit dlq list --since 1h
       postkit dlq show 42
-      postkit dlq retry 42 --dry-run
-      postkit dlq retry --queue send_otp --error "Meta is down" --yes
+      postkit dlq redrive 42 --dry-run
+      postkit dlq redrive --queue send_otp --error "Meta is down" --yes
       postkit dlq purge --older-than 30d
     """
 
@@ -64,7 +65,7 @@ def dlq() -> None:
 @click.option("--since", type=TIME, help="Failed at or after: a duration ago (2h) or a time.")
 @click.option("--until", type=TIME, help="Failed before: a duration ago (30m) or a time.")
 @click.option("--error", "error_contains", metavar="TEXT", help="The last error contains TEXT.")
-@click.option("--include-redriven", is_flag=True, help="Also the dead letters already retried.")
+@click.option("--include-redriven", is_flag=True, help="Also the dead letters already redriven.")
 @click.option(
     "--limit",
     metavar="N",
@@ -115,7 +116,7 @@ def dlq_list(
         filtered = any(value is not None for value in (queue, since, until, error_contains))
         click.echo(f"No dead letters in namespace {namespace!r}{' match' if filtered else ''}.")
         return
-    headers = ["JOB", "QUEUE", "FAILED (UTC)", "REASON", "ATTEMPTS", "PAYLOAD", "LAST ERROR"]
+    headers = ["JOB", "QUEUE", "DEAD-LETTERED (UTC)", "REASON", "ATTEMPTS", "PAYLOAD", "LAST ERROR"]
     if include_redriven:
         headers.append("REDRIVEN AS")
     table = [
@@ -210,7 +211,7 @@ def dlq_show(job_id: int, full: bool, namespace: str, dsn: str | None, as_json: 
             fields.append(
                 (
                     "redriven",
-                    f"no (retry it: postkit dlq retry {job.id}{namespace_argument(namespace)})",
+                    f"no (redrive it: postkit dlq redrive {job.id}{namespace_argument(namespace)})",
                 )
             )
     click.echo(render_fields(fields))
@@ -243,7 +244,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-@dlq.command("retry")
+@dlq.command("redrive")
 @click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB_ID]...")
 @click.option("--queue", "-q", metavar="QUEUE", help="The dead letters of this queue.")
 @click.option("--error", "error_contains", metavar="TEXT", help="Whose last error contains TEXT.")
@@ -262,12 +263,12 @@ def _indent(text: str) -> str:
     type=bounded(limits.LIMITS["redrive"]),
     default=1000,
     show_default=True,
-    help="Retry at most this many.",
+    help="Redrive at most this many.",
 )
-@click.option("--dry-run", is_flag=True, help="Only show what would be retried.")
+@click.option("--dry-run", is_flag=True, help="Only show what would be redriven.")
 @yes_option
 @operation
-def dlq_retry(
+def dlq_redrive(
     job_ids: tuple[int, ...],
     queue: str | None,
     error_contains: str | None,
@@ -283,24 +284,24 @@ def dlq_retry(
     dsn: str | None,
     as_json: bool,
 ) -> None:
-    """Retry dead letters as new jobs with fresh attempts: the JOB_IDs given, or every one
-    matching the filters (--all: every one).
+    """Redrive dead letters: push them again as new jobs with fresh attempts, the JOB_IDs
+    given or every one matching the filters (--all: every one).
 
-    Each dead letter is retried at most once, even by two operators at once; it stays in the
-    dead-letter queue, linked to its new job. Shows what it will retry and asks first, unless
-    --yes. Exits 1 when a JOB_ID given is not a dead letter (or was already retried).
+    Each dead letter is redriven at most once, even by two operators at once; it stays in the
+    dead-letter queue, linked to its new job. Shows what it will redrive and asks first, unless
+    --yes. Exits 1 when a JOB_ID given is not a dead letter (or was already redriven).
 
     \b
     Example:
-      postkit dlq retry 42 --dry-run
-      postkit dlq retry 42 43 --yes
-      postkit dlq retry --queue send_otp --error "Meta is down" --since 2h
-      postkit dlq retry --queue send_otp --to-queue send_otp_slow --create --all --yes
+      postkit dlq redrive 42 --dry-run
+      postkit dlq redrive 42 43 --yes
+      postkit dlq redrive --queue send_otp --error "Meta is down" --since 2h
+      postkit dlq redrive --queue send_otp --to-queue send_otp_slow --create --all --yes
     """
     filters = (queue, error_contains, since, until)
     if not job_ids and not every and all(value is None for value in filters):
         raise click.UsageError(
-            "say which dead letters to retry: JOB_IDs, or --queue, --error, --since, --until, "
+            "say which dead letters to redrive: JOB_IDs, or --queue, --error, --since, --until, "
             "or --all for every one"
         )
     with connect(dsn, namespace) as (connection, client):
@@ -321,19 +322,21 @@ def dlq_retry(
         found = {row.job_id for row in planned}
         missing = [job_id for job_id in dict.fromkeys(job_ids) if job_id not in found]
         matching = "" if all(value is None for value in filters) else " matching the filters"
-        why_missing = [_why_not_retried(connection, client, job_id, matching) for job_id in missing]
+        why_missing = [
+            _why_not_redriven(connection, client, job_id, matching) for job_id in missing
+        ]
         details = {
             row.job_id: client.get_job(row.job_id) for row in planned[:_SHOWN_BEFORE_CONFIRMING]
         }
         connection.rollback()
         if dry_run or not planned:
-            retried: list[Redriven] = []
+            redriven: list[Redriven] = []
         else:
             if not yes:
                 _show_planned(planned, details, to_queue, to_stderr=as_json)
             what = "as a new job" if len(planned) == 1 else "as new jobs"
-            confirm(f"Retry {plural(len(planned), 'dead letter')} {what}?", yes)
-            retried = client.redrive(
+            confirm(f"Redrive {plural(len(planned), 'dead letter')} {what}?", yes)
+            redriven = client.redrive(
                 [row.job_id for row in planned], to_queue=to_queue, limit=len(planned)
             )
             connection.commit()
@@ -341,7 +344,7 @@ def dlq_retry(
         echo_json(
             {
                 "dry_run": dry_run,
-                "retried": planned if dry_run else retried,
+                "redriven": planned if dry_run else redriven,
                 "missing": missing,
             }
         )
@@ -350,34 +353,35 @@ def dlq_retry(
             _show_planned(planned, details, to_queue, to_stderr=False, dry_run=True)
             click.echo("Dry run: nothing changed.")
         elif not missing:
-            click.echo("No dead letters match; nothing would be retried.")
+            click.echo("No dead letters match; nothing would be redriven.")
     elif not planned:
         if not missing:
-            click.echo("No dead letters match; nothing retried.")
+            click.echo("No dead letters match; nothing redriven.")
     else:
-        what = "as a new job" if len(retried) == 1 else "as new jobs"
-        click.echo(f"Retried {plural(len(retried), 'dead letter')} {what}:")
-        table = [[row.job_id, row.queue, row.new_job_id] for row in retried]
+        what = "as a new job" if len(redriven) == 1 else "as new jobs"
+        click.echo(f"Redrove {plural(len(redriven), 'dead letter')} {what}:")
+        table = [[row.job_id, row.queue, row.new_job_id] for row in redriven]
         headers = ["JOB", "QUEUE", "NEW JOB"]
         click.echo(_indent(render_table(headers, table, right=["JOB", "NEW JOB"])))
-        if len(retried) < len(planned):
+        if len(redriven) < len(planned):
             click.echo(
-                f"{len(planned) - len(retried)} of them had been retried by someone else meanwhile."
+                f"{len(planned) - len(redriven)} of them had been redriven by someone else "
+                "meanwhile."
             )
     if missing:
         raise click.ClickException("; ".join(why_missing))
 
 
-def _why_not_retried(
+def _why_not_redriven(
     connection: psycopg.Connection[Any], client: QueueClient, job_id: int, matching: str
 ) -> str:
-    """Why a JOB_ID given to `dlq retry` is not to be retried: it was already (as which job),
+    """Why a JOB_ID given to `dlq redrive` is not to be redriven: it was already (as which job),
     or it is no dead letter (matching the filters) of the namespace."""
     job = client.get_job(job_id)
     dead = None if job is None or job.state != "dead" else _find_dead_letter(client, job)
     connection.rollback()
     if dead is not None and dead.redriven_job_id is not None:
-        return f"job {job_id} was already retried as job {dead.redriven_job_id}"
+        return f"job {job_id} was already redriven as job {dead.redriven_job_id}"
     return (
         f"job {job_id} is not in the dead-letter queue of namespace {client.namespace!r}{matching}"
     )
@@ -391,8 +395,8 @@ def _show_planned(
     to_stderr: bool,
     dry_run: bool = False,
 ) -> None:
-    """What a retry will (or, in a dry run, would) do: one line per dead letter."""
-    verb = "Would retry" if dry_run else "Will retry"
+    """What a redrive will (or, in a dry run, would) do: one line per dead letter."""
+    verb = "Would redrive" if dry_run else "Will redrive"
     target = f" into queue {to_queue}" if to_queue else ""
     click.echo(f"{verb} {plural(len(planned), 'dead letter')}{target}:", err=to_stderr)
     table = []
@@ -408,7 +412,7 @@ def _show_planned(
                 shorten(last_error(job.errors), 60) if job else None,
             ]
         )
-    headers = ["JOB", "QUEUE", "FAILED (UTC)", "ATTEMPTS", "PAYLOAD", "LAST ERROR"]
+    headers = ["JOB", "QUEUE", "DEAD-LETTERED (UTC)", "ATTEMPTS", "PAYLOAD", "LAST ERROR"]
     click.echo(_indent(render_table(headers, table, right=["JOB", "ATTEMPTS"])), err=to_stderr)
     if len(planned) > _SHOWN_BEFORE_CONFIRMING:
         click.echo(f"  ... and {len(planned) - _SHOWN_BEFORE_CONFIRMING} more", err=to_stderr)
@@ -436,7 +440,7 @@ def dlq_purge(
     dsn: str | None,
     as_json: bool,
 ) -> None:
-    """Delete the dead letters that failed more than --older-than ago, retried or not.
+    """Delete the dead letters that failed more than --older-than ago, redriven or not.
 
     Retention does this on its own (each queue keeps dead letters 30 days by default); purge
     is for clearing out sooner. Asks first, unless --yes.

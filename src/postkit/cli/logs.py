@@ -99,7 +99,7 @@ class ThroughputReport:
     """A ``report`` callback for :class:`~postkit.worker.Worker`: each call logs the
     attempts settled since the previous call (a job retried twice counts three times), and
     their rate over that interval, e.g.
-    ``1,234 attempts settled in 10.0s (123.4/s): 1,200 acked, 30 retried, 4 dead-lettered``.
+    ``1,234 attempts settled in 10.0s (123.4/s): 1,200 completed, 30 retried, 4 dead-lettered``.
     Intervals without a settled job log nothing. With ``prefix``, the line starts with the
     worker id, to tell the lines of several worker processes apart."""
 
@@ -112,19 +112,19 @@ class ThroughputReport:
 
     def __call__(self, stats: WorkerStats) -> None:
         now = time.monotonic()
-        current = (stats.acked, stats.retried, stats.dead_lettered, stats.stale)
-        acked, retried, dead, stale = (
+        current = (stats.completed, stats.retried, stats.dead_lettered, stats.stale)
+        completed, retried, dead, stale = (
             new - old for new, old in zip(current, self._last, strict=True)
         )
         seconds = max(now - self._since, 1e-9)
         self._since, self._last = now, current
-        attempts = acked + retried + dead + stale
+        attempts = completed + retried + dead + stale
         if not attempts:
             return
         rate = attempts / seconds
         message = (
             f"{attempts:,} {'attempt' if attempts == 1 else 'attempts'} settled in "
-            f"{seconds:.1f}s ({rate:,.1f}/s): {acked:,} acked, {retried:,} retried, "
+            f"{seconds:.1f}s ({rate:,.1f}/s): {completed:,} completed, {retried:,} retried, "
             f"{dead:,} dead-lettered"
         )
         if stale:
@@ -140,7 +140,7 @@ class ThroughputReport:
                 "attempts": attempts,
                 "seconds": round(seconds, 3),
                 "rate": round(rate, 1),
-                "acked": acked,
+                "completed": completed,
                 "retried": retried,
                 "dead_lettered": dead,
                 "stale": stale,

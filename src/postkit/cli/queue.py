@@ -282,13 +282,16 @@ def queue_configure(
         raise click.UsageError(
             "give at least one setting to change, e.g. --max-attempts 5 (see --help)"
         )
-    reset = [name for name, value in given.items() if value == RESET]
+    # A setting given as `default` is reset (None), one not given is kept (left out).
     values = {name: None if value == RESET else value for name, value in given.items()}
+    changed: dict[str, Any] = {
+        name: value for name, value in values.items() if given[name] is not None
+    }
+    if group_ordered is not None:
+        changed["group_ordered"] = group_ordered
     with connect(dsn, namespace) as (connection, client):
         require_known_queue(client, queue, create=create)
-        policy = client.update_queue_settings(
-            queue, **values, group_ordered=group_ordered, reset=reset
-        )
+        policy = client.configure_queue(queue, **changed)
         connection.commit()
     if as_json:
         echo_json({"queue": queue, **to_jsonable(policy)})

@@ -24,9 +24,9 @@ def _report_round(result: RoundReport, *, as_json: bool, quiet_if_idle: bool) ->
             click.echo(json.dumps(to_jsonable(result), ensure_ascii=False))
         return
     stamp = format_time(result.at)
-    if result.reclaimed:
+    if result.rescued:
         click.echo(
-            f"{stamp}  reclaimed {plural(result.reclaimed, 'expired claim')} "
+            f"{stamp}  rescued {plural(result.rescued, 'expired claim')} "
             "(back to pending, or dead-lettered when out of attempts)"
         )
     for fired in result.fired:
@@ -61,7 +61,7 @@ def _report_round(result: RoundReport, *, as_json: bool, quiet_if_idle: bool) ->
 )
 @operation
 def tick(once: bool, interval: float, namespace: str, dsn: str | None, as_json: bool) -> None:
-    """Do the queue's housekeeping: reclaim expired claims (tick_timeouts), fire due schedules
+    """Do the queue's housekeeping: rescue expired claims (tick_timeouts), fire due schedules
     (tick_schedules) and apply retention (prune), each in a transaction of its own.
 
     Every `postkit worker` does this on its own; run `postkit tick` when no worker runs the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -19,6 +20,7 @@ from postkit.cli.console import require_schema
 from postkit.cli.options import dsn_option, namespace_option
 from postkit.cli.output import first_line, mask_password, plural
 from postkit.embedded import resolve_dsn
+from postkit.worker import defaults
 
 if TYPE_CHECKING:
     from postkit.tasks import App
@@ -344,7 +346,7 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     "-c",
     "--concurrency",
     type=click.IntRange(1),
-    default=8,
+    default=defaults.CONCURRENCY,
     show_default=True,
     help="Jobs run at once, per process.",
 )
@@ -383,14 +385,14 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
 @click.option(
     "--grace-period",
     type=click.FloatRange(0),
-    default=30.0,
+    default=defaults.GRACE_PERIOD,
     show_default=True,
     help="Seconds running jobs get to finish after SIGTERM before they are released.",
 )
 @click.option(
     "--handler-timeout",
     type=click.FloatRange(0),
-    default=3600.0,
+    default=defaults.HANDLER_TIMEOUT,
     show_default=True,
     help="Seconds a handler may run (unless its registration names a timeout); past it the "
     "attempt counts as timed out and the job is retried. 0: no limit.",
@@ -399,7 +401,8 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     "--poll-interval",
     type=click.FloatRange(0, min_open=True),
     default=None,
-    help="Longest wait between pulls when no notification arrives [default: 5; with --pooler, 1].",
+    help="Longest wait between pulls when no notification arrives [default: "
+    f"{defaults.POLL_INTERVAL:g}; with --pooler, {defaults.POOLER_POLL_INTERVAL:g}].",
 )
 @click.option(
     "--pooler",
@@ -418,7 +421,7 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
 @click.option(
     "--vacuum-interval",
     type=click.FloatRange(0),
-    default=2.0,
+    default=defaults.VACUUM_INTERVAL,
     show_default=True,
     help="Seconds between looks at the jobs table's dead rows; past 10,000 the worker vacuums "
     "it, so claims stay fast between autovacuum's visits. 0 leaves it to autovacuum.",
@@ -433,12 +436,14 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
 )
 @click.option(
     "--metrics-host",
-    default="127.0.0.1",
+    default=defaults.METRICS_HOST,
     show_default=True,
     metavar="HOST",
     help="The address --metrics-port listens on; 0.0.0.0 for every interface.",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log every job (claimed, acked, retried...).")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Log every job (claimed, completed, retried...)."
+)
 @click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
@@ -511,17 +516,20 @@ def worker(
     if loaded.app is not None and not supervised:
         # Once per `postkit worker`, before any process claims: not once per child.
         loaded.app.configure_queues(resolved, queues=queues or None)
-    if not supervised:
-        _log_start(
-            namespace,
-            queues or tuple(handlers),
-            concurrency,
-            processes,
-            resolved,
-            _metrics_where(metrics_host, metrics_port, processes),
-        )
+
+    def log_start() -> None:
+        if not supervised:
+            _log_start(
+                namespace,
+                queues or tuple(handlers),
+                concurrency,
+                processes,
+                resolved,
+                _metrics_where(metrics_host, metrics_port, processes),
+            )
 
     if processes > 1:
+        log_start()
         base = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         commands = [
             [
@@ -563,6 +571,11 @@ def worker(
         housekeeping=not no_housekeeping,
     )
     report.worker_id = runner.worker_id
+    # A stop asked for from the start line on is a graceful one: the worker's own handlers
+    # replace these when it runs.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: runner.stop())
+    log_start()
     runner.run()
     if report_interval:
         report(runner.stats)  # the attempts settled since the last line

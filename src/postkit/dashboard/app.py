@@ -30,7 +30,7 @@ POST     /api/ns/{ns}/queues/{queue}/limits           {"concurrency": N, "rate":
 POST     /api/ns/{ns}/queues/{queue}/purge            {"dry_run": true} counts; then
                                                       {"created_before": <its cutoff>}
 POST     /api/ns/{ns}/jobs/{id}/cancel                a pending or scheduled job
-POST     /api/ns/{ns}/jobs/{id}/retry                 a dead letter, as a new job
+POST     /api/ns/{ns}/jobs/{id}/redrive               a dead letter, as a new job
 POST     /api/ns/{ns}/dead-letters/redrive            {"job_ids": [...]} or the filters,
                                                       "dry_run"
 POST     /api/ns/{ns}/dead-letters/purge              the same
@@ -169,7 +169,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
             methods=post,
         ),
         Route(
-            "/api/ns/{ns}/jobs/{job_id:int}/retry",
+            "/api/ns/{ns}/jobs/{job_id:int}/redrive",
             endpoint(
                 lambda r, b: source.redrive(
                     ns(r),

@@ -34,7 +34,7 @@ class DashboardSettings:
         dsn: the database; every read and every action runs as this DSN's role, so the
             privilege model decides what the dashboard may see and do.
         namespaces: the namespaces it shows; empty means every namespace the role may see.
-        read_only: refuse every action (pause, purge, cancel, retry, redrive) with 403.
+        read_only: refuse every action (pause, purge, cancel, redrive) with 403.
         token: when set, every request must carry it (``Authorization: Bearer``, or the
             cookie that the form at ``/login`` sets). Required to bind beyond loopback.
         host, port: where it listens; the allowed ``Host`` headers follow from them.

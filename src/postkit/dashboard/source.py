@@ -14,7 +14,6 @@ payload; a payload Python cannot decode (``payload_error``) is shown as that err
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,13 +22,18 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from postkit import __version__
+from postkit.dashboard.rows import (
+    dead_letter_row,
+    job_detail,
+    job_row,
+    pretty_value,
+    preview,
+    stats_row,
+)
 from postkit.dashboard.settings import DashboardSettings
 from postkit.errors import PostkitError
 from postkit.queue import QueueClient
-from postkit.queue.records import DeadLetter, Job, JobCursor, QueueStats, to_jsonable
-
-PREVIEW_CHARS = 160
-"""How much of a payload a list shows."""
+from postkit.queue.records import JobCursor, QueueStats, to_jsonable
 
 PAGE_SIZE = 50
 """Rows per page of a list."""
@@ -163,7 +167,7 @@ class DashboardSource:
                 [
                     point.minute.timestamp(),
                     point.completed,
-                    point.failed,
+                    point.dead_lettered,
                     point.retried,
                     point.rescued,
                 ]
@@ -173,7 +177,7 @@ class DashboardSource:
         shown = stats[:OVERVIEW_QUEUES]
         return {
             "now": now.isoformat(),
-            "queues": [_stats(row) for row in shown],
+            "queues": [stats_row(row) for row in shown],
             "after": after,
             "next_after": shown[-1].queue if len(stats) > OVERVIEW_QUEUES else None,
             "charted": charted,
@@ -199,7 +203,7 @@ class DashboardSource:
                 rows.append(
                     {
                         "namespace": namespace,
-                        "queues": [_stats(row) for row in stats[:OVERVIEW_QUEUES]],
+                        "queues": [stats_row(row) for row in stats[:OVERVIEW_QUEUES]],
                         "more_queues": len(stats) > OVERVIEW_QUEUES,
                         "workers": {
                             "alive": sum(not w.lost for w in workers),
@@ -216,7 +220,7 @@ class DashboardSource:
             policy = q.queue_policy(queue)
         return {
             "queue": queue,
-            "stats": _stats(rows[0]) if rows else None,
+            "stats": stats_row(rows[0]) if rows else None,
             "policy": to_jsonable(policy),
         }
 
@@ -230,7 +234,7 @@ class DashboardSource:
         more = len(rows) > PAGE_SIZE
         rows = rows[:PAGE_SIZE]
         return {
-            "jobs": [_job_row(job) for job in rows],
+            "jobs": [job_row(job) for job in rows],
             "next_cursor": JobCursor.after(rows[-1], state).token if more else None,
         }
 
@@ -250,10 +254,10 @@ class DashboardSource:
             )
         outcome = dict(to_jsonable(result))
         outcome["value"] = None
-        outcome["value_json"] = _pretty_value(result.value) if result.state == "completed" else None
+        outcome["value_json"] = pretty_value(result.value) if result.state == "completed" else None
         return {
             "now": now.isoformat(),
-            "job": None if job is None else _job_detail(job),
+            "job": None if job is None else job_detail(job),
             # Running past its deadline: no worker holds it, and it waits for a tick_timeouts
             # (any worker of the namespace, or `postkit tick`) to return it to pending.
             "claim_expired": job is not None and job.claim_expired,
@@ -305,7 +309,7 @@ class DashboardSource:
                     queue, failed_after=failed_after, failed_before=failed_before, cap=COUNT_CAP
                 )
         return {
-            "dead_letters": [_dead_letter_row(row) for row in rows],
+            "dead_letters": [dead_letter_row(row) for row in rows],
             "next_cursor": None if last is None else f"{last.failed_at.isoformat()}|{last.job_id}",
             "searched_all": searched_all,
             "total": total,
@@ -327,7 +331,7 @@ class DashboardSource:
                 {
                     **to_jsonable(row),
                     "payload": None,
-                    "payload_preview": _preview(row),
+                    "payload_preview": preview(row),
                     "last_job_state": getattr(runs.get(row.name), "last_job_state", None),
                 }
                 for row in rows
@@ -415,12 +419,12 @@ class DashboardSource:
         failed_before: datetime | None,
         dry_run: bool,
     ) -> dict[str, Any]:
-        """Retry dead letters as new jobs: the selected ones, or those the filters match, at
+        """Redrive dead letters as new jobs: the selected ones, or those the filters match, at
         most ``ACTION_LIMIT`` per call (oldest id first). A dry run counts them; for the
         filters it counts up to ``COUNT_CAP`` with ``count_dead_letters`` (an index range
         scan) instead of listing them. An error-text filter needs a selection: matching text
         reads every dead letter, so the page acts on the matches it shows."""
-        _require_selection(job_ids, error, "retry")
+        _require_selection(job_ids, error, "redrive")
         with self.client(namespace) as q:
             if dry_run and job_ids is None:
                 count = q.count_dead_letters(
@@ -496,87 +500,6 @@ class DashboardSource:
         if not found:
             raise NotFound(f"no schedule {name!r} in namespace {namespace!r}")
         return {"name": name, "paused": paused}
-
-
-# -------------------------------------------------------------------------------------------
-# Rows as JSON
-# -------------------------------------------------------------------------------------------
-
-
-def _stats(row: QueueStats) -> dict[str, Any]:
-    return dict(to_jsonable(row))
-
-
-def _preview(record: Job | DeadLetter | Any) -> str:
-    if getattr(record, "payload_error", None) is not None:
-        return f"({record.payload_error})"
-    try:
-        text = json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"))
-    except (ValueError, RecursionError):
-        return "(payload too deeply nested to show)"
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
-
-
-def _job_row(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "queue": job.queue,
-        "state": job.state,
-        "priority": job.priority,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "run_at": None if job.run_at is None else job.run_at.isoformat(),
-        "created_at": job.created_at.isoformat(),
-        "age_seconds": None if job.age is None else job.age.total_seconds(),
-        "worker_id": job.worker_id,
-        "visible_until": None if job.visible_until is None else job.visible_until.isoformat(),
-        "last_error": _last_error(job.errors),
-        "payload_preview": _preview(job),
-    }
-
-
-def _job_detail(job: Job) -> dict[str, Any]:
-    detail = dict(to_jsonable(job))
-    detail["claim_token"] = None  # the fence stays with the worker that holds the claim
-    detail["payload_json"] = _pretty(job)
-    detail.pop("payload", None)
-    return detail
-
-
-def _dead_letter_row(row: DeadLetter) -> dict[str, Any]:
-    return {
-        "job_id": row.job_id,
-        "queue": row.queue,
-        "reason": row.reason,
-        "error": row.error,
-        "attempts": row.attempts,
-        "worker_id": row.worker_id,
-        "failed_at": row.failed_at.isoformat(),
-        "redriven_job_id": row.redriven_job_id,
-        "payload_preview": _preview(row),
-    }
-
-
-def _pretty(job: Job) -> str | None:
-    return None if job.payload_error is not None else _pretty_value(job.payload)
-
-
-def _pretty_value(value: Any) -> str | None:
-    """A decoded JSON value as indented text; None when it is too deep to write."""
-    try:
-        return json.dumps(value, ensure_ascii=False, indent=2)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _last_error(errors: Sequence[Any]) -> str | None:
-    """The first line of the last attempt's error. An entry that is not an object (written by
-    hand) shows as its text."""
-    if not errors:
-        return None
-    last = errors[-1]
-    text = str((last.get("error") if isinstance(last, dict) else last) or "")
-    return text.splitlines()[0][:300] if text else None
 
 
 def _require_selection(job_ids: Sequence[int] | None, error: str | None, verb: str) -> None:

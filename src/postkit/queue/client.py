@@ -20,10 +20,13 @@ import psycopg
 
 from postkit import errors
 from postkit.queue import protocol
+from postkit.queue.dead_letters import DeadLetters
 from postkit.queue.listen import ResultListener
 from postkit.queue.operations import Operations
 from postkit.queue.protocol import Duration, JobRef
 from postkit.queue.records import Job, JobResult, NackOutcome
+from postkit.queue.registry import Registry
+from postkit.queue.schedules import Schedules
 from postkit.queue.tracing import current_trace_context
 
 REMEMBERED_CLAIMS = 10_000
@@ -31,7 +34,7 @@ REMEMBERED_CLAIMS = 10_000
 forgets the oldest."""
 
 
-class QueueClient(Operations):
+class QueueClient(Operations, DeadLetters, Schedules, Registry):
     """Push, pull and settle jobs through a DB-API cursor the caller owns.
 
     The client never commits or rolls back: each call is one statement in the caller's current
@@ -234,8 +237,8 @@ class QueueClient(Operations):
 
         Returns:
             True if the job was acknowledged; False, with nothing changed, when the caller no
-            longer holds the claim (the job was reclaimed, settled or is unknown). A claim
-            whose deadline passed still holds until :meth:`tick_timeouts` reclaims it.
+            longer holds the claim (the job was rescued, settled or is unknown). A claim
+            whose deadline passed still holds until :meth:`tick_timeouts` rescues it.
 
         Raises:
             InvalidResultError: ``result`` is not JSON-serializable or is too big; nothing is
@@ -367,15 +370,15 @@ class QueueClient(Operations):
         return released
 
     def tick_timeouts(self, *, limit: int = 1000) -> int:
-        """Reclaim up to ``limit`` expired claims of this namespace.
+        """Rescue up to ``limit`` expired claims of this namespace.
 
-        A reclaimed job with attempts left is pending again at once; one whose attempts are
+        A rescued job with attempts left is pending again at once; one whose attempts are
         spent is dead-lettered with a timeout error, so a job that crashes its worker every
         time cannot loop forever. Safe to run from any number of processes at once: each
-        expired job is reclaimed by exactly one of them.
+        expired job is rescued by exactly one of them.
 
         Returns:
-            how many jobs this call reclaimed (returned to the queue or dead-lettered).
+            how many jobs this call rescued (returned to the queue or dead-lettered).
         """
         return self._run(protocol.tick_timeouts(self._namespace, limit=limit))
 

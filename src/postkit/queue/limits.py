@@ -23,6 +23,8 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from postkit.errors import LONGEST_BACKOFF
+
 # --------------------------------------------------------------------------------------------
 # Names: namespaces, queues, worker ids, unique keys, schedule names.
 # --------------------------------------------------------------------------------------------
@@ -283,7 +285,7 @@ DURATIONS: dict[str, DurationRule] = {
     "visibility_timeout": DurationRule(False, CLAIM_MAX),
     "extension": DurationRule(False, CLAIM_MAX),
     "delay": DurationRule(True, timedelta(days=3650)),
-    "backoff": DurationRule(True, timedelta(days=30)),
+    "backoff": DurationRule(True, LONGEST_BACKOFF),
     "backoff_base": DurationRule(False, timedelta(days=1)),
     "backoff_cap": DurationRule(False, timedelta(days=30)),
     "retain_completed": DurationRule(False, timedelta(days=3650)),

@@ -120,7 +120,7 @@ SELECT postkit_queue.extend_visibility(
     %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
 -- name: tick_timeouts
-SELECT pg_catalog.count(*) AS reclaimed FROM postkit_queue.tick_timeouts(%(namespace)s, %(limit)s::integer);
+SELECT pg_catalog.count(*) AS rescued FROM postkit_queue.tick_timeouts(%(namespace)s, %(limit)s::integer);
 
 -- name: get_job
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
@@ -139,7 +139,7 @@ FROM postkit_queue.dead_letters(
     %(failed_before)s::pg_catalog.timestamptz, %(error_contains)s, %(include_redriven)s::boolean,
     %(after_failed_at)s::pg_catalog.timestamptz, %(after_job_id)s::bigint) AS d;
 
--- name: update_queue_settings
+-- name: configure_queue
 SELECT p.max_attempts,
        extract(epoch FROM p.visibility_timeout)::pg_catalog.float8 AS visibility_timeout,
        extract(epoch FROM p.backoff_base)::pg_catalog.float8 AS backoff_base,
@@ -152,24 +152,25 @@ SELECT p.max_attempts,
        p.concurrency, p.rate_limit,
        extract(epoch FROM p.rate_period)::pg_catalog.float8 AS rate_period,
        p.group_concurrency, p.group_ordered
-FROM postkit_queue.update_queue_settings(
+FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(retain_completed)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(retain_dead)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(max_payload_bytes)s::integer, %(reset)s::pg_catalog.text[],
+    %(max_payload_bytes)s::integer,
     %(retain_results)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(concurrency)s::integer, %(rate_limit)s::integer,
     %(rate_period)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(group_concurrency)s::integer, %(group_ordered)s::boolean) AS p;
+    %(group_concurrency)s::integer, %(group_ordered)s::boolean,
+    %(reset)s::pg_catalog.text[]) AS p;
 
 -- name: queues
 SELECT q AS queue FROM postkit_queue.queues(%(namespace)s) AS q ORDER BY q;
 
 -- name: outcome_series
-SELECT o.queue, o.minute, o.completed, o.failed, o.retried, o.rescued
+SELECT o.queue, o.minute, o.completed, o.dead_lettered, o.retried, o.rescued
 FROM postkit_queue.outcome_series(%(namespace)s, %(since)s::pg_catalog.timestamptz, %(queue)s) AS o;
 
 -- name: namespaces
@@ -193,7 +194,7 @@ FROM postkit_queue.search_dead_letters(
     %(after_job_id)s::bigint, %(scan_limit)s::integer) AS d;
 
 -- name: outcomes_since
-SELECT o.queue, o.completed, o.failed, o.retried, o.rescued
+SELECT o.queue, o.completed, o.dead_lettered, o.retried, o.rescued
 FROM postkit_queue.outcomes_since(%(namespace)s, %(since)s::pg_catalog.timestamptz) AS o;
 
 -- name: release
@@ -286,7 +287,8 @@ SELECT postkit_queue.ack_batch(
 -- name: stats
 SELECT s.queue, s.paused, s.pending, s.scheduled, s.running, s.dead, s.counts_capped,
        s.oldest_ready_age, s.completed_last_minute, s.completed_last_hour,
-       s.failed_last_minute, s.failed_last_hour, s.retried_last_hour, s.rescued_last_hour,
+       s.dead_lettered_last_minute, s.dead_lettered_last_hour, s.retried_last_hour,
+       s.rescued_last_hour,
        s.mean_attempts::pg_catalog.float8 AS mean_attempts, s.concurrency, s.rate_limited_until
 FROM postkit_queue.stats(
     %(namespace)s, %(queue)s, %(cap)s::integer, %(after)s, %(limit)s::integer) AS s;

@@ -120,7 +120,7 @@ class App:
                 for jobs pushed another way (by hand, by SQL, by a schedule).
             backoff_base, backoff_cap: the retry backoff; visibility_timeout: how long a
                 claim lasts between heartbeats. Queue policies: the worker writes them to the
-                queue's policy when it starts (``update_queue_settings``, logged), and every
+                queue's policy when it starts (``configure_queue``, logged), and every
                 job of the queue follows them (a worker's own ``visibility_timeout`` still
                 overrides the claim's length). A setting the task leaves out stays the
                 operator's (``postkit queue configure``); one it declares is the code's, and
@@ -220,7 +220,7 @@ class App:
     ) -> dict[str, QueuePolicy]:
         """Write each task's queue policy settings (max_attempts, backoff_base, backoff_cap,
         visibility_timeout, retain_results: those it declares) to its queue with
-        ``update_queue_settings``, in the caller's transaction on ``cursor``; the caller
+        ``configure_queue``, in the caller's transaction on ``cursor``; the caller
         commits. Logs each queue's change on the ``postkit.tasks`` logger.
 
         ``queues``: only these queues' tasks (default: every task's).
@@ -238,7 +238,7 @@ class App:
             settings: dict[str, Any] = task.settings.queue_policy()
             if not settings or (queues is not None and queue not in queues):
                 continue
-            policy = client.update_queue_settings(queue, **settings)
+            policy = client.configure_queue(queue, **settings)
             applied[queue] = policy
             logger.info(
                 "queue %s: applied the policy of task %s (%s); in force: max attempts %d, "

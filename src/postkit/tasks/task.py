@@ -46,7 +46,7 @@ class TaskSettings:
     connection of the worker's pool."""
 
     def queue_policy(self) -> dict[str, Duration | int]:
-        """The settings that are the queue's policy, as ``update_queue_settings`` takes them:
+        """The settings that are the queue's policy, as ``configure_queue`` takes them:
         only those the task declares."""
         settings: dict[str, Duration | int | None] = {
             "max_attempts": self.max_attempts,

@@ -1,5 +1,5 @@
 """Heartbeats: every third of its visibility timeout the claim of each claimed job is
-extended, so a long healthy job is never reclaimed while a dead worker's job expires within
+extended, so a long healthy job is never rescued while a dead worker's job expires within
 one timeout. The same thread watches the handlers' timeouts: a handler that runs past its own
 has its attempt counted as timed out."""
 
@@ -94,7 +94,7 @@ class Heartbeat:
                 ]
             for job in reported:
                 logger.warning(
-                    "lost the claim of job %d: it was reclaimed or settled elsewhere",
+                    "lost the claim of job %d: it was rescued or settled elsewhere",
                     job.id,
                     extra=job_fields(job, "claim_lost"),
                 )

@@ -278,7 +278,7 @@ class JobExecutor:
                 self._unkept_queues.add(job.queue)
             logger.log(
                 logging.WARNING if first else logging.DEBUG,
-                "job %d returned a value that cannot be its result (%s): it is acked without "
+                "job %d returned a value that cannot be its result (%s): it is completed without "
                 "one; return None or a JSON value of at most 1 MiB%s",
                 job.id,
                 exc,

@@ -25,7 +25,7 @@ logger = logging.getLogger("postkit.worker")
 _TRACEBACK_FRAMES = 5
 
 _COUNTERS = {
-    Outcome.COMPLETED: "acked",
+    Outcome.COMPLETED: "completed",
     Outcome.RETRIED: "retried",
     Outcome.DEAD_LETTERED: "dead_lettered",
     Outcome.STALE: "stale",
@@ -33,8 +33,8 @@ _COUNTERS = {
 SETTLED_OUTCOMES = tuple(_COUNTERS)
 """The outcomes a worker's settle has (a rescue is the maintenance's)."""
 _MESSAGES = {
-    Outcome.COMPLETED: "acked job %d in %.1f ms",
-    Outcome.RETRIED: "nacked job %d after %.1f ms: will retry ({error})",
+    Outcome.COMPLETED: "completed job %d in %.1f ms",
+    Outcome.RETRIED: "job %d failed after %.1f ms and is retried ({error})",
     Outcome.DEAD_LETTERED: "dead-lettered job %d after %.1f ms ({error})",
     Outcome.STALE: "job %d finished after %.1f ms but its claim was stale: not settled",
 }
@@ -78,12 +78,6 @@ def settle_call(
     return Outcome(client.nack_outcome(job, error=error, backoff=backoff).value)
 
 
-def _event(outcome: Outcome) -> str:
-    """The log event of ``outcome``: its value, but the worker's verb, "ack", for a completed
-    job."""
-    return "ack" if outcome is Outcome.COMPLETED else outcome.value
-
-
 def error_summary(error: BaseException) -> str:
     """'Type: message' and the last frames of the traceback, for the job's error history."""
     frames = traceback.format_tb(error.__traceback__)[-_TRACEBACK_FRAMES:]
@@ -120,7 +114,7 @@ class OutcomeLog:
             message,
             job.id,
             milliseconds,
-            extra=job_fields(job, _event(outcome), duration_ms=round(milliseconds, 3)),
+            extra=job_fields(job, outcome.value, duration_ms=round(milliseconds, 3)),
         )
 
     def record_acks(self, acks: list[tuple[Job, float]], acked: set[int]) -> None:
@@ -128,7 +122,7 @@ class OutcomeLog:
         claims were stale."""
         self.metrics.acked(acks, acked)
         with self._lock:
-            self.stats.acked += len(acked)
+            self.stats.completed += len(acked)
         for job, started in acks:
             if job.id not in acked:
                 self.record(job, Outcome.STALE, started)
@@ -139,12 +133,12 @@ class OutcomeLog:
                     job.id,
                     milliseconds,
                     extra=job_fields(
-                        job, _event(Outcome.COMPLETED), duration_ms=round(milliseconds, 3)
+                        job, Outcome.COMPLETED.value, duration_ms=round(milliseconds, 3)
                     ),
                 )
 
     def count(self, counter: str, number: int = 1) -> None:
-        """Add ``number`` to the stats' ``counter`` (``released``, ``reclaimed``)."""
+        """Add ``number`` to the stats' ``counter`` (``released``, ``rescued``)."""
         with self._lock:
             setattr(self.stats, counter, getattr(self.stats, counter) + number)
 

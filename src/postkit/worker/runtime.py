@@ -35,7 +35,7 @@ What the runtime does for you:
 - **Transactional handlers** (``transactional=True``) receive a cursor in the ack's transaction:
   their writes and the ack commit together, or, when the claim went stale, roll back together.
 - **Heartbeats.** Every third of the visibility timeout the claims of running jobs are extended,
-  so a long healthy job is never reclaimed while a dead worker's job expires within one timeout.
+  so a long healthy job is never rescued while a dead worker's job expires within one timeout.
 - **Recovery.** Every ``tick_interval`` (jittered) the worker calls ``tick_timeouts`` and
   applies retention; many workers ticking at once is safe. A lost connection is retried, at
   most a second apart, so the worker is back within about a second of the server's return.
@@ -71,13 +71,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
 
 from postkit.queue import QueueClient
+from postkit.worker import defaults
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims
 from postkit.worker.fetcher import Fetcher
@@ -99,14 +99,13 @@ from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
 from postkit.worker.server_guard import ServerGuard
 from postkit.worker.stats import WorkerStats
-from postkit.worker.threads import start_thread
+from postkit.worker.threads import ServiceThreads, start_thread
 
 if TYPE_CHECKING:
     from postkit.worker.prometheus import PrometheusRecorder
 
 logger = logging.getLogger("postkit.worker")
 
-_POOLER_POLL = 1.0
 # The longest wait between two looks at the namespace's next due schedule.
 _SCHEDULE_LOOK = 1.0
 
@@ -122,19 +121,19 @@ class Worker:
         namespace: str = "default",
         queues: list[str] | None = None,
         worker_id: str | None = None,
-        concurrency: int = 8,
+        concurrency: int = defaults.CONCURRENCY,
         prefetch: int | None = None,
         visibility_timeout: float | None = None,
         poll_interval: float | None = None,
-        tick_interval: float = 10.0,
-        grace_period: float = 30.0,
-        handler_timeout: float | None = 3600.0,
+        tick_interval: float = defaults.TICK_INTERVAL,
+        grace_period: float = defaults.GRACE_PERIOD,
+        handler_timeout: float | None = defaults.HANDLER_TIMEOUT,
         report_interval: float | None = None,
         report: Callable[[WorkerStats], None] | None = None,
-        vacuum_interval: float | None = 2.0,
+        vacuum_interval: float | None = defaults.VACUUM_INTERVAL,
         pooler: bool = False,
         metrics_port: int | None = None,
-        metrics_host: str = "127.0.0.1",
+        metrics_host: str = defaults.METRICS_HOST,
         housekeeping: bool = True,
     ) -> None:
         """
@@ -220,7 +219,7 @@ class Worker:
         self.prefetch = Prefetch(concurrency, prefetch)
         self.visibility_timeout = visibility_timeout
         if poll_interval is None:
-            poll_interval = _POOLER_POLL if pooler else 5.0
+            poll_interval = defaults.POOLER_POLL_INTERVAL if pooler else defaults.POLL_INTERVAL
         self.poll_interval = poll_interval
         self.tick_interval = tick_interval
         self.grace_period = grace_period
@@ -373,7 +372,7 @@ class Worker:
             poll_interval=self.poll_interval,
             closed=self._closed,
         )
-        threads = _Threads(
+        threads = ServiceThreads(
             heartbeat=start_thread(heartbeat.run, "heartbeat"),
             listener=None if self.pooler else start_thread(fetcher.listen, "listener"),
             claim_path=(
@@ -440,7 +439,9 @@ class Worker:
         def on_signal(signum: int, _frame: object) -> None:
             self._signals += 1
             if self._signals > 1:
-                logger.warning("second signal: exiting now; running jobs will be reclaimed")
+                logger.warning(
+                    "second signal: exiting now; running jobs are rescued when their claims expire"
+                )
                 os._exit(128 + signum)
             logger.warning(
                 "signal %s: letting jobs finish (up to %.0fs), then releasing those not started",
@@ -476,12 +477,12 @@ class Worker:
         self.stop()
 
     def _log_round(self, done: RoundReport) -> None:
-        if done.reclaimed:
-            self._outcomes.count("reclaimed", done.reclaimed)
+        if done.rescued:
+            self._outcomes.count("rescued", done.rescued)
             logger.info(
-                "reclaimed %d expired claim(s)",
-                done.reclaimed,
-                extra={"event": "reclaimed", "count": done.reclaimed},
+                "rescued %d expired claim(s)",
+                done.rescued,
+                extra={"event": "rescued", "count": done.rescued},
             )
         for broken in done.broken:
             logger.error(
@@ -526,7 +527,7 @@ class Worker:
     # ---------------------------------------------------------------------------------------
 
     def _shutdown(
-        self, fetcher: Fetcher, heartbeat: Heartbeat, pool: WorkerPool, threads: _Threads
+        self, fetcher: Fetcher, heartbeat: Heartbeat, pool: WorkerPool, threads: ServiceThreads
     ) -> None:
         """Let claimed jobs finish for the grace period; then release those that never
         started, and keep the claims of those whose handler still runs until it returns or
@@ -581,26 +582,14 @@ class Worker:
         self._executor.stop()
         pool.close()
         logger.info(
-            "worker %s stopped: %d acked, %d retried, %d dead-lettered, %d released",
+            "worker %s stopped: %d completed, %d retried, %d dead-lettered, %d released",
             self.worker_id,
-            self.stats.acked,
+            self.stats.completed,
             self.stats.retried,
             self.stats.dead_lettered,
             self.stats.released,
             extra={"event": "stopped", "worker_id": self.worker_id},
         )
-
-
-@dataclass
-class _Threads:
-    """The worker's service threads, each ended by its shutdown."""
-
-    heartbeat: threading.Thread
-    listener: threading.Thread | None
-    claim_path: threading.Thread | None
-    """The claim path's maintenance, in pooler mode only: else the listener runs it."""
-    housekeeping: threading.Thread | None
-    reporter: threading.Thread | None
 
 
 __all__ = ["Worker"]

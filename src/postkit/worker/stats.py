@@ -10,17 +10,18 @@ from dataclasses import dataclass, field
 class WorkerStats:
     """Counters of one worker since it started."""
 
-    acked: int = 0
+    completed: int = 0
     retried: int = 0
     dead_lettered: int = 0
     stale: int = 0
     released: int = 0
-    reclaimed: int = 0
+    rescued: int = 0
+    """Expired claims this worker's maintenance rescued (tick_timeouts), any worker's."""
     started: float = field(default_factory=time.monotonic)
 
     @property
     def processed(self) -> int:
-        return self.acked + self.retried + self.dead_lettered + self.stale
+        return self.completed + self.retried + self.dead_lettered + self.stale
 
 
 __all__ = ["WorkerStats"]

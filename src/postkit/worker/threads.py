@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def start_thread(target: Callable[[], object], name: str) -> threading.Thread:
@@ -13,4 +14,16 @@ def start_thread(target: Callable[[], object], name: str) -> threading.Thread:
     return thread
 
 
-__all__ = ["start_thread"]
+@dataclass
+class ServiceThreads:
+    """A worker's service threads, each ended by its shutdown."""
+
+    heartbeat: threading.Thread
+    listener: threading.Thread | None
+    claim_path: threading.Thread | None
+    """The claim path's maintenance, in pooler mode only: else the listener runs it."""
+    housekeeping: threading.Thread | None
+    reporter: threading.Thread | None
+
+
+__all__ = ["ServiceThreads", "start_thread"]

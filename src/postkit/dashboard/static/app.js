@@ -213,7 +213,7 @@ function queueBadges(q) {
 // ----------------------------------------------------------------------------------------
 
 const CAP = 10000; // the server's stats cap: a count that reached it reads "10,000+"
-const COLORS = { completed: "#1f8a4c", failed: "#c53030", retried: "#b7791f", rescued: "#6b46c1" };
+const COLORS = { completed: "#1f8a4c", dead_lettered: "#c53030", retried: "#b7791f", rescued: "#6b46c1" };
 
 async function viewOverview(main, params) {
   const after = params.get("after");
@@ -223,7 +223,7 @@ async function viewOverview(main, params) {
       " ", queueBadges(q)),
     count(q, "pending"), count(q, "scheduled"), runningCount(q), count(q, "dead"),
     h("td", { class: "num" }, fmtAge(q.oldest_ready_age)),
-    num(q.completed_last_minute), num(q.failed_last_minute),
+    num(q.completed_last_minute), num(q.dead_lettered_last_minute),
     num(q.retried_last_hour), num(q.rescued_last_hour)));
   const workers = h("p", { id: "workers-summary" },
     link(`${data.workers.alive} workers alive`, nsHash("/workers")),
@@ -234,7 +234,7 @@ async function viewOverview(main, params) {
     workers,
     data.queues.length
       ? table(["queue", "pending#", "scheduled#", "running#", "dead#", "oldest ready#",
-        "done/min#", "failed/min#", "retried/h#", "rescued/h#"], rows, { id: "queues" })
+        "completed/min#", "dead-lettered/min#", "retried/h#", "rescued/h#"], rows, { id: "queues" })
       : notice("No queues in this namespace yet. Push a job, or run `postkit demo` for data."),
     h("p", {},
       data.after ? link("← First queues", nsHash(""), { id: "first-queues" }) : null,
@@ -399,12 +399,12 @@ async function viewJob(main, jobId) {
     }, { class: "danger", id: "cancel" }));
   }
   if (job && job.state === "dead") {
-    buttons.push(actionButton("Retry", async () => {
-      const result = await api(nsPath("/jobs/" + jobId + "/retry"), {});
+    buttons.push(actionButton("Redrive", async () => {
+      const result = await api(nsPath("/jobs/" + jobId + "/redrive"), {});
       const made = result.redriven[0];
-      showActionResult(made && made.new_job_id ? `Retried as job ${made.new_job_id}.` : "Already retried.");
+      showActionResult(made && made.new_job_id ? `Redriven as job ${made.new_job_id}.` : "Already redriven.");
       await render();
-    }, { id: "retry" }));
+    }, { id: "redrive" }));
   }
   fill(main, 
     h("h1", {}, "Job ", h("span", { class: "mono" }, String(jobId)), " ",

@@ -1,4 +1,4 @@
-"""The calls of a job's life: push, claim, settle, reclaim, waiting for due work, and what
+"""The calls of a job's life: push, claim, settle, rescue, waiting for due work, and what
 became of a job (its result)."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ Rate = tuple[int, Duration]
 timedelta)."""
 
 FLOW_LIMITS = ("concurrency", "rate", "group_concurrency", "group_ordered")
-"""The flow limits of a queue, by the names update_queue_settings resets them with."""
+"""The flow limits of a queue, by the names configure_queue resets them with."""
 
 QUEUE_SETTINGS = (
     "max_attempts",
@@ -144,8 +144,8 @@ QUEUE_SETTINGS = (
     "max_payload_bytes",
     "retain_results",
 )
-"""The job defaults and retentions of a queue that configure_queue and update_queue_settings
-write; beside them, the flow limits (FLOW_LIMITS)."""
+"""The job defaults and retentions of a queue that configure_queue writes; beside them, the
+flow limits (FLOW_LIMITS)."""
 
 
 def _flow_limits(
@@ -215,8 +215,8 @@ def configure_queue(
     group_ordered: bool | Keep = KEEP,
 ) -> Call[QueuePolicy]:
     """Set the settings of ``queue`` that are given, keeping the others; None puts a setting
-    back to its built-in default (for a flow limit: none): one update_queue_settings call that
-    resets what is None."""
+    back to its built-in default (for a flow limit: none): the SQL function's p_reset names
+    what is None."""
     settings = {
         "max_attempts": max_attempts,
         "visibility_timeout": visibility_timeout,
@@ -231,89 +231,43 @@ def configure_queue(
         "group_concurrency": group_concurrency,
         "group_ordered": group_ordered,
     }
-    reset = [name for name, value in settings.items() if value is None]
-    return update_queue_settings(
-        namespace,
-        queue,
-        max_attempts=_given(max_attempts),
-        visibility_timeout=_given(visibility_timeout),
-        backoff_base=_given(backoff_base),
-        backoff_cap=_given(backoff_cap),
-        retain_completed=_given(retain_completed),
-        retain_dead=_given(retain_dead),
-        max_payload_bytes=_given(max_payload_bytes),
-        retain_results=_given(retain_results),
-        concurrency=_given(concurrency),
-        rate=_given(rate),
-        group_concurrency=_given(group_concurrency),
-        group_ordered=_given(group_ordered),
-        reset=reset,
-    )
-
-
-def _given(value: T | Keep) -> T | None:
-    """A setting as update_queue_settings takes it: None when it is to be kept."""
-    return None if isinstance(value, Keep) else value
-
-
-def update_queue_settings(
-    namespace: str,
-    queue: str,
-    *,
-    max_attempts: int | None,
-    visibility_timeout: Duration | None,
-    backoff_base: Duration | None,
-    backoff_cap: Duration | None,
-    retain_completed: Duration | None,
-    retain_dead: Duration | None,
-    max_payload_bytes: int | None,
-    retain_results: Duration | None,
-    concurrency: int | None = None,
-    rate: Rate | None = None,
-    group_concurrency: int | None = None,
-    group_ordered: bool | None = None,
-    reset: Sequence[str],
-) -> Call[QueuePolicy]:
-    if isinstance(reset, str) or not all(isinstance(name, str) for name in reset):
-        raise errors.InvalidNameError("reset must be a list of setting names")
-    names = QUEUE_SETTINGS + FLOW_LIMITS
-    unknown = [name for name in reset if name not in names]
-    if unknown:
-        raise errors.InvalidNameError(
-            f"cannot reset {unknown[0]!r}: the settings are {', '.join(names)}"
-        )
     params = check.base(
         namespace,
         queue=check.name("queue", queue, required=True),
         max_attempts=check.integer(
-            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
+            "max_attempts",
+            _given(max_attempts),
+            errors.InvalidMaxAttemptsError,
+            bounds=limits.MAX_ATTEMPTS,
         ),
-        visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
-        backoff_base=check.duration("backoff_base", backoff_base),
-        backoff_cap=check.duration("backoff_cap", backoff_cap),
-        retain_completed=check.duration("retain_completed", retain_completed),
-        retain_dead=check.duration("retain_dead", retain_dead),
+        visibility_timeout=check.duration("visibility_timeout", _given(visibility_timeout)),
+        backoff_base=check.duration("backoff_base", _given(backoff_base)),
+        backoff_cap=check.duration("backoff_cap", _given(backoff_cap)),
+        retain_completed=check.duration("retain_completed", _given(retain_completed)),
+        retain_dead=check.duration("retain_dead", _given(retain_dead)),
         max_payload_bytes=check.integer(
             "max_payload_bytes",
-            max_payload_bytes,
+            _given(max_payload_bytes),
             errors.InvalidPayloadError,
             bounds=limits.MAX_PAYLOAD_BYTES,
         ),
-        retain_results=check.duration("retain_results", retain_results),
+        retain_results=check.duration("retain_results", _given(retain_results)),
         **_flow_limits(
-            concurrency=concurrency,
-            rate=rate,
-            group_concurrency=group_concurrency,
-            group_ordered=group_ordered,
+            concurrency=_given(concurrency),
+            rate=_given(rate),
+            group_concurrency=_given(group_concurrency),
+            group_ordered=_given(group_ordered),
         ),
     )
-    given = {**params, "rate": params["rate_limit"]}
-    both = [name for name in reset if given.get(name) is not None]
-    if both:
-        raise errors.InvalidNameError(f"{both[0]} is both given and reset; choose one")
-    # The names are checked against the settings above, so the literal needs no quoting.
-    params["reset"] = "{" + ",".join(dict.fromkeys(reset)) + "}"
-    return Call("update_queue_settings", params, lambda rows: QueuePolicy(**rows[0]))
+    # The names are the settings' own, so the array literal needs no quoting.
+    reset = [name for name, value in settings.items() if value is None]
+    params["reset"] = "{" + ",".join(reset) + "}"
+    return Call("configure_queue", params, lambda rows: QueuePolicy(**rows[0]))
+
+
+def _given(value: T | Keep) -> T | None:
+    """A setting as the SQL function takes it: None when it is to be kept."""
+    return None if isinstance(value, Keep) else value
 
 
 def outcomes_since(namespace: str, since: datetime) -> Call[list[Outcomes]]:

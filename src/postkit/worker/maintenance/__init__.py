@@ -2,7 +2,7 @@
 :class:`Maintenance` runner on a connection of its own: by the worker, off its claim path, and
 by ``postkit tick``.
 
-- :class:`Rescue`: reclaim expired claims (``tick_timeouts``);
+- :class:`Rescue`: rescue expired claims (``tick_timeouts``);
 - :class:`Schedules`: fire due schedules (``tick_schedules``), waking for the next one;
 - :class:`Prune`: apply retention (``prune``);
 - :class:`JobsVacuum`: vacuum the jobs table when claims left enough dead rows in it;

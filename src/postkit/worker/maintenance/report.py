@@ -19,8 +19,8 @@ class RoundReport:
 
     at: datetime = field(default_factory=_now)
     """When the round ended (UTC)."""
-    reclaimed: int = 0
-    """Expired claims reclaimed (:class:`~postkit.worker.maintenance.rescue.Rescue`)."""
+    rescued: int = 0
+    """Expired claims rescued (:class:`~postkit.worker.maintenance.rescue.Rescue`)."""
     fired: list[Fired] = field(default_factory=list)
     """Schedule runs fired (:class:`~postkit.worker.maintenance.schedules.Schedules`)."""
     broken: list[BrokenSchedule] = field(default_factory=list)
@@ -32,7 +32,7 @@ class RoundReport:
     def anything(self) -> bool:
         """Whether the round did anything worth a line."""
         return bool(
-            self.reclaimed
+            self.rescued
             or self.fired
             or self.broken
             or self.pruned.completed_jobs

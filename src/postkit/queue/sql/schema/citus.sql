@@ -177,8 +177,7 @@ BEGIN
              LATERAL (SELECT coalesce((p.proargnames)[1] = 'p_namespace', false)) n(namespaced),
              LATERAL (SELECT n.namespaced AND p.proname <> ALL (ARRAY[
                           'push', 'push_batch', 'redrive', 'set_paused', 'pause_queue',
-                          'resume_queue', 'configure_queue', 'update_queue_settings',
-                          'write_queue_settings',
+                          'resume_queue', 'configure_queue', 'write_queue_settings',
                           'fire_schedule', 'fire_schedule_run'])) w(delegated)
         WHERE p.pronamespace = 'postkit_queue'::regnamespace
           AND p.proname <> 'distribute_on_citus'

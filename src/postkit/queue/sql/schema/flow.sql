@@ -73,8 +73,8 @@ BEGIN
                         'claim could not count what runs', p_queue,
             current_setting('transaction_isolation') USING ERRCODE = 'PKQ18';
     END IF;
-    -- The turn (see above). The row exists once the queue has limits (configure_queue and
-    -- update_queue_settings create it); a queue whose settings were written otherwise gets it
+    -- The turn (see above). The row exists once the queue has limits (configure_queue
+    -- creates it); a queue whose settings were written otherwise gets it
     -- here, and two first claims racing to create it both end up locking the one row.
     SELECT * INTO v_window FROM postkit_queue.flow_state f
     WHERE f.namespace = p_namespace AND f.queue = p_queue

@@ -878,7 +878,7 @@ BEGIN
         ORDER BY u.queue
     LOOP
         INSERT INTO postkit_queue.queue_stats AS s (
-            namespace, queue, minute, slot, completed, retried, rescued, dead,
+            namespace, queue, minute, slot, completed, retried, rescued, dead_lettered,
             completed_attempts)
         VALUES (
             p_namespace, v_queue, date_trunc('minute', p_at), pg_backend_pid() % 8,
@@ -891,7 +891,7 @@ BEGIN
         SET completed = s.completed + EXCLUDED.completed,
             retried = s.retried + EXCLUDED.retried,
             rescued = s.rescued + EXCLUDED.rescued,
-            dead = s.dead + EXCLUDED.dead,
+            dead_lettered = s.dead_lettered + EXCLUDED.dead_lettered,
             completed_attempts = s.completed_attempts + EXCLUDED.completed_attempts;
         -- A job that completes or dies frees its slot in a queue with a concurrency or group
         -- limit: the queue's waiting workers wake to claim again (next_run_at leaves such a

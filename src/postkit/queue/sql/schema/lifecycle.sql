@@ -311,7 +311,7 @@ $$;
 
 -- ack: the job succeeded; it leaves the queue. Returns false, and changes nothing, when the
 -- caller no longer holds the claim. A claim whose deadline passed still holds until
--- tick_timeouts reclaims it: the work is done and nobody else has the job, so the ack counts.
+-- tick_timeouts rescues it: the work is done and nobody else has the job, so the ack counts.
 -- p_result is the job's result (what its handler returned; NULL or the JSON null: none, checked
 -- by check_result), kept when the job's queue keeps results (record_outcomes); a stale ack
 -- keeps none.
@@ -630,7 +630,8 @@ $$;
 -- tick_timeouts: return expired claims to the queue, or dead-letter them when their attempts
 -- are spent (a job whose worker crashes every time must not loop forever). Any number of
 -- tickers may run at once: SKIP LOCKED hands each expired row to exactly one of them, and a
--- row an ack is settling right now is left to that ack. Returns one row per reclaimed job.
+-- row an ack is settling right now is left to that ack. Returns one row per job it settled:
+-- rescued (pending again) or dead_lettered.
 CREATE OR REPLACE FUNCTION postkit_queue.tick_timeouts(p_namespace text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (job_id bigint, outcome text)
 LANGUAGE plpgsql
@@ -677,7 +678,7 @@ BEGIN
             PERFORM postkit_queue.notify(p_namespace, v_job.queue);
             PERFORM postkit_queue.record_outcomes(
                 p_namespace, 'rescued', v_now, ARRAY[v_job.queue], ARRAY[v_job.attempts]);
-            outcome := 'retried';
+            outcome := 'rescued';
         END IF;
         RETURN NEXT;
     END LOOP;

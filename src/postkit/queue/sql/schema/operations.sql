@@ -21,7 +21,7 @@ RETURNS TABLE (
     queue text, paused boolean, pending bigint, scheduled bigint, running bigint, dead bigint,
     counts_capped boolean, oldest_ready_age interval,
     completed_last_minute bigint, completed_last_hour bigint,
-    failed_last_minute bigint, failed_last_hour bigint,
+    dead_lettered_last_minute bigint, dead_lettered_last_hour bigint,
     retried_last_hour bigint, rescued_last_hour bigint, mean_attempts numeric,
     concurrency integer, rate_limited_until timestamptz)
 LANGUAGE plpgsql STABLE
@@ -119,13 +119,14 @@ BEGIN
         -- Primary-key range scan of queue_stats: at most 60 minutes x 8 slots.
         SELECT coalesce(sum(s.completed) FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
                coalesce(sum(s.completed), 0),
-               coalesce(sum(s.dead) FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
-               coalesce(sum(s.dead), 0),
+               coalesce(sum(s.dead_lettered)
+                        FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
+               coalesce(sum(s.dead_lettered), 0),
                coalesce(sum(s.retried), 0),
                coalesce(sum(s.rescued), 0),
                round(sum(s.completed_attempts)::numeric / nullif(sum(s.completed), 0), 2)
-        INTO completed_last_minute, completed_last_hour, failed_last_minute, failed_last_hour,
-             retried_last_hour, rescued_last_hour, mean_attempts
+        INTO completed_last_minute, completed_last_hour, dead_lettered_last_minute,
+             dead_lettered_last_hour, retried_last_hour, rescued_last_hour, mean_attempts
         FROM postkit_queue.queue_stats s
         WHERE s.namespace = p_namespace AND s.queue = v_queue
           AND s.minute > v_now - interval '1 hour';
@@ -540,7 +541,8 @@ $$;
 -- the window). A primary-key range scan of queue_stats: at most 120 minutes x 8 slots per
 -- queue.
 CREATE OR REPLACE FUNCTION postkit_queue.outcomes_since(p_namespace text, p_since timestamptz)
-RETURNS TABLE (queue text, completed bigint, failed bigint, retried bigint, rescued bigint)
+RETURNS TABLE (queue text, completed bigint, dead_lettered bigint, retried bigint,
+               rescued bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -551,7 +553,7 @@ BEGIN
         RAISE EXCEPTION 'postkit: since must not be NULL' USING ERRCODE = 'PKQ05';
     END IF;
     RETURN QUERY
-    SELECT s.queue, sum(s.completed)::bigint, sum(s.dead)::bigint, sum(s.retried)::bigint,
+    SELECT s.queue, sum(s.completed)::bigint, sum(s.dead_lettered)::bigint, sum(s.retried)::bigint,
            sum(s.rescued)::bigint
     FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute >= date_trunc('minute', p_since)
@@ -568,8 +570,8 @@ $$;
 -- a minute per queue, however long prune has not run.
 CREATE OR REPLACE FUNCTION postkit_queue.outcome_series(
     p_namespace text, p_since timestamptz, p_queue text DEFAULT NULL)
-RETURNS TABLE (queue text, minute timestamptz, completed bigint, failed bigint, retried bigint,
-               rescued bigint)
+RETURNS TABLE (queue text, minute timestamptz, completed bigint, dead_lettered bigint,
+               retried bigint, rescued bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -594,10 +596,11 @@ BEGIN
         FROM counted c
         WHERE c.queue IS NOT NULL AND p_queue IS NULL
     )
-    SELECT c.queue, m.minute, m.completed, m.failed, m.retried, m.rescued
+    SELECT c.queue, m.minute, m.completed, m.dead_lettered, m.retried, m.rescued
     FROM counted c
     CROSS JOIN LATERAL (
-        SELECT s.minute, sum(s.completed)::bigint AS completed, sum(s.dead)::bigint AS failed,
+        SELECT s.minute, sum(s.completed)::bigint AS completed, sum(s.dead_lettered)::bigint
+                   AS dead_lettered,
                sum(s.retried)::bigint AS retried, sum(s.rescued)::bigint AS rescued
         FROM postkit_queue.queue_stats s
         WHERE s.namespace = p_namespace AND s.queue = c.queue
@@ -810,45 +813,6 @@ BEGIN
 END
 $$;
 
--- update_queue_settings: configure_queue under its former name, its parameters in their former
--- order (p_reset after p_max_payload_bytes), for callers written against it.
-CREATE OR REPLACE FUNCTION postkit_queue.update_queue_settings(
-    p_namespace          text,
-    p_queue              text,
-    p_max_attempts       integer  DEFAULT NULL,
-    p_visibility_timeout interval DEFAULT NULL,
-    p_backoff_base       interval DEFAULT NULL,
-    p_backoff_cap        interval DEFAULT NULL,
-    p_retain_completed   interval DEFAULT NULL,
-    p_retain_dead        interval DEFAULT NULL,
-    p_max_payload_bytes  integer  DEFAULT NULL,
-    p_reset              text[]   DEFAULT '{}',
-    p_retain_results     interval DEFAULT NULL,
-    p_concurrency        integer  DEFAULT NULL,
-    p_rate_limit         integer  DEFAULT NULL,
-    p_rate_period        interval DEFAULT NULL,
-    p_group_concurrency  integer  DEFAULT NULL,
-    p_group_ordered      boolean  DEFAULT NULL,
-    OUT max_attempts integer, OUT visibility_timeout interval,
-    OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
-    OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
-    OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
-    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
-                  retain_completed, retain_dead, max_payload_bytes, retain_results,
-                  concurrency, rate_limit, rate_period, group_concurrency, group_ordered
-    FROM postkit_queue.configure_queue(
-        p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
-        p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
-        p_retain_results, p_concurrency, p_rate_limit, p_rate_period, p_group_concurrency,
-        p_group_ordered, p_reset);
-END
-$$;
-
 -- pause_queue / resume_queue: while a queue is paused, pull and pull_any hand out nothing
 -- from it; pushes are still accepted. Returns whether the queue is paused.
 CREATE OR REPLACE FUNCTION postkit_queue.set_paused(p_namespace text, p_queue text, p_paused boolean)
@@ -978,7 +942,7 @@ BEGIN
     END IF;
     IF v_state = 'running' THEN
         RAISE EXCEPTION 'postkit: job % is running and cannot be cancelled; it is settled by '
-                        'its worker (or reclaimed when its claim expires)', p_job_id
+                        'its worker (or rescued when its claim expires)', p_job_id
             USING ERRCODE = 'PKQ08';
     END IF;
     DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;

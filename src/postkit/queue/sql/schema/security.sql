@@ -552,7 +552,7 @@ WITH listed (name, access) AS (VALUES
     ('deregister_worker', 'worker'), ('prune_workers', 'worker'),
     -- Operators inspect and steer.
     ('stats', 'operator'), ('jobs', 'operator'), ('queues', 'operator'),
-    ('configure_queue', 'operator'), ('update_queue_settings', 'operator'),
+    ('configure_queue', 'operator'),
     ('outcomes_since', 'operator'), ('set_paused', 'operator'), ('pause_queue', 'operator'),
     ('resume_queue', 'operator'), ('purge_queue', 'operator'),
     ('purge_queue_before', 'operator'), ('cancel', 'operator'), ('redrive', 'operator'),

@@ -221,7 +221,7 @@ CREATE TABLE postkit_queue.queue_stats (
     completed          bigint      NOT NULL DEFAULT 0,
     retried            bigint      NOT NULL DEFAULT 0,
     rescued            bigint      NOT NULL DEFAULT 0,
-    dead               bigint      NOT NULL DEFAULT 0,
+    dead_lettered      bigint      NOT NULL DEFAULT 0,
     completed_attempts bigint      NOT NULL DEFAULT 0,
     -- Serves stats() (one namespace's recent minutes) and record_outcomes' upsert.
     PRIMARY KEY (namespace, queue, minute, slot)

@@ -1,7 +1,8 @@
 -- Types: the states of a job and the outcomes of an attempt.
 --
--- The vocabulary of the queue, defined once. postkit.queue.records defines the same values as
--- Python enums, and tests/test_records.py keeps the two in step.
+-- The vocabulary of the queue, defined once (docs/concepts.md is its glossary, and
+-- tests/test_glossary.py holds the code to it). postkit.queue.records defines the same values
+-- as Python enums, and tests/test_records.py keeps the two in step.
 --
 -- Each type is created when missing, so that an upgrade gets it before the functions that name
 -- it; a new label is a migration's ALTER TYPE ... ADD VALUE.
@@ -20,7 +21,7 @@ BEGIN
     END IF;
     -- What a settle or a rescue did. The counters per queue and minute (queue_stats) count the
     -- first four; nack and tick_timeouts return them as text:
-    --   completed      acked
+    --   completed      acked: the job succeeded and left the queue
     --   retried        nacked with attempts left: pending again after a backoff
     --   rescued        its claim expired with attempts left (tick_timeouts): pending again
     --   dead_lettered  moved to dead_letters (fail, attempts spent, or a poison pill's last

@@ -1,0 +1,25 @@
+"""The base of the queue client's classes: the cursor, the namespace, and how a call runs.
+
+calls_async.py is the source of both: :class:`AsyncCalls` is written here, and calls.py
+(``Calls``) is generated from it by tools/async_to_sync.py. Each call is one statement in the
+caller's transaction, run by :mod:`postkit.queue.executor`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from postkit.queue import executor, protocol
+
+T = TypeVar("T")
+
+
+class AsyncCalls:
+    """What every part of the queue client shares: the caller's cursor and the namespace the
+    client was given, and :meth:`_run`, which runs one call on that cursor."""
+
+    _cursor: Any
+    _namespace: str
+
+    async def _run(self, call: protocol.Call[T]) -> T:
+        return await executor.run_async(self._cursor, call, given_to="QueueClient")
