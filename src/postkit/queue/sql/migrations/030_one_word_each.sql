@@ -11,6 +11,13 @@ BEGIN
                  AND a.attname = 'dead' AND NOT a.attisdropped) THEN
         ALTER TABLE postkit_queue.queue_stats RENAME COLUMN dead TO dead_lettered;
     END IF;
+    -- PostgreSQL 18 names a NOT NULL constraint after its column, and a rename keeps the name.
+    IF EXISTS (SELECT FROM pg_catalog.pg_constraint c
+               WHERE c.conrelid = 'postkit_queue.queue_stats'::pg_catalog.regclass
+                 AND c.conname = 'queue_stats_dead_not_null') THEN
+        ALTER TABLE postkit_queue.queue_stats
+            RENAME CONSTRAINT queue_stats_dead_not_null TO queue_stats_dead_lettered_not_null;
+    END IF;
 END
 $migration$;
 DROP FUNCTION IF EXISTS postkit_queue.stats(text, text, integer, text, integer);
