@@ -35,9 +35,12 @@ PAIRS = {
     "src/postkit/queue/listen_async.py": "src/postkit/queue/listen.py",
     "src/postkit/queue/operations_async.py": "src/postkit/queue/operations.py",
     "src/postkit/queue/calls_async.py": "src/postkit/queue/calls.py",
+    "src/postkit/queue/producer_async.py": "src/postkit/queue/producer.py",
+    "src/postkit/queue/consumer_async.py": "src/postkit/queue/consumer.py",
+    "src/postkit/queue/operator_async.py": "src/postkit/queue/operator.py",
     "src/postkit/queue/dead_letters_async.py": "src/postkit/queue/dead_letters.py",
     "src/postkit/queue/schedules_async.py": "src/postkit/queue/schedules.py",
-    "src/postkit/queue/registry_async.py": "src/postkit/queue/registry.py",
+    "src/postkit/queue/runtime_async.py": "src/postkit/queue/runtime.py",
 }
 NAMES = {
     "AsyncQueueClient": "QueueClient",
@@ -45,9 +48,12 @@ NAMES = {
     "AsyncResultListener": "ResultListener",
     "AsyncOperations": "Operations",
     "AsyncCalls": "Calls",
+    "AsyncProducer": "Producer",
+    "AsyncConsumer": "Consumer",
+    "AsyncOperator": "Operator",
     "AsyncDeadLetters": "DeadLetters",
     "AsyncSchedules": "Schedules",
-    "AsyncRegistry": "Registry",
+    "AsyncRuntime": "Runtime",
     "AsyncConnection": "Connection",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
@@ -56,9 +62,12 @@ NAMES = {
     "listen_async": "listen",
     "operations_async": "operations",
     "calls_async": "calls",
+    "producer_async": "producer",
+    "consumer_async": "consumer",
+    "operator_async": "operator",
     "dead_letters_async": "dead_letters",
     "schedules_async": "schedules",
-    "registry_async": "registry",
+    "runtime_async": "runtime",
 }
 """Each async name and its synchronous twin. A module name is renamed part by part
 (``postkit.queue.client_async`` -> ``postkit.queue.client``)."""

@@ -13,7 +13,7 @@ import pytest
 
 from postkit import errors
 from postkit.queue import Job, NackOutcome, QueueClient, executor, protocol
-from postkit.queue.client import REMEMBERED_CLAIMS
+from postkit.queue.consumer import REMEMBERED_CLAIMS
 from postkit.queue.protocol import JobRef
 
 Shift = Callable[[QueueClient, float], None]

@@ -223,9 +223,12 @@ def _render_errors() -> list[str]:
 
 
 def render_sdk() -> str:
-    from postkit import embedded, tasks
+    from postkit import embedded, queue, tasks
     from postkit.queue import (
         AsyncQueueClient,
+        Consumer,
+        Operator,
+        Producer,
         QueueClient,
         ResultListener,
         WorkListener,
@@ -233,6 +236,7 @@ def render_sdk() -> str:
         records,
         schema,
     )
+    from postkit.queue.runtime import Runtime
     from postkit.tasks import models, payload
     from postkit.worker import Handlers, Worker
     from postkit.worker import runtime as worker_module
@@ -266,8 +270,10 @@ def render_sdk() -> str:
         "",
         "## Contents",
         "",
-        "- [QueueClient](#queueclient) (and AsyncQueueClient): push, pull and settle jobs;",
-        "  operate the queue",
+        "- [Clients by role](#clients-by-role): Producer, Consumer, Operator and Runtime, each",
+        "  with what its grant lets it call",
+        "- [QueueClient](#queueclient) (and AsyncQueueClient): every role's calls in one",
+        "  client",
         "- [WorkListener](#worklistener) (and AsyncWorkListener): wait for work with LISTEN/NOTIFY",
         "- [ResultListener](#resultlistener) (and AsyncResultListener): wait for a job's result",
         "- [Handlers](#handlers) and [Worker](#worker): the worker runtime",
@@ -277,6 +283,31 @@ def render_sdk() -> str:
         "- [What the SDK returns](#what-the-sdk-returns): jobs, dead letters, stats, schedules",
         "- [Errors](#errors): the exception hierarchy, with each SQLSTATE",
     ]
+
+    def importable(role: type) -> str:
+        exported = "postkit.queue"
+        return (
+            f"{exported}.{role.__name__}"
+            if role.__name__ in queue.__all__
+            else (f"{role.__module__}.{role.__name__}")
+        )
+
+    out += ["", "## Clients by role", ""]
+    for role in (Producer, Consumer, Operator, Runtime):
+        shown = [
+            f"[`{name}`](#queueclient{name})"
+            for name, _ in _public_members(role)
+            if name not in ("__init__", "namespace", "cursor")
+        ]
+        out += [
+            f"### {role.__name__}",
+            "",
+            f"`{importable(role)}(cursor, namespace)`, and `Async{role.__name__}` on an async "
+            "cursor. " + markdown_doc(inspect.getdoc(role)),
+            "",
+            "Its calls, described under QueueClient: " + ", ".join(shown) + ".",
+            "",
+        ]
     out += _render_class(QueueClient, note=client_note)
     out += _render_class(WorkListener, note=listener_note)
     out += _render_class(ResultListener, note=result_listener_note)

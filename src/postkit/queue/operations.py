@@ -11,7 +11,6 @@ tools/async_to_sync.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from postkit.queue import protocol
@@ -23,9 +22,10 @@ from postkit.queue.records import (
     JobCursor,
     OutcomeMinute,
     Outcomes,
-    Pruned,
     QueuePolicy,
     QueueStats,
+    RunningJob,
+    WorkerInfo,
 )
 
 
@@ -130,18 +130,6 @@ class Operations(Calls):
         last hour."""
         return self._run(protocol.queues(self._namespace))
 
-    def known_queues(self) -> list[str]:
-        """Every queue name this namespace has used, sorted: :meth:`queues`, the queues its
-        workers serve (:meth:`register_queues`) and those its schedules push to. Producers may
-        ask (names only); the command line refuses a queue name outside it as a typo."""
-        return self._run(protocol.known_queues(self._namespace))
-
-    def register_queues(self, queues: Sequence[str]) -> int:
-        """Record that a worker serves ``queues`` (the runtime does, as it starts), so that
-        they stay known while idle: a settings row of built-in defaults for each queue that
-        has none. Returns how many were new."""
-        return self._run(protocol.register_queues(self._namespace, queues))
-
     def outcomes_since(self, since: datetime) -> list[Outcomes]:
         """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of
         the minute of ``since`` on; queues without any are left out.
@@ -234,8 +222,13 @@ class Operations(Calls):
             )
         )
 
-    def prune(self, *, limit: int = 1000) -> Pruned:
-        """Apply retention once: delete up to ``limit`` expired archived jobs, up to ``limit``
-        dead letters and up to ``limit`` job results, and old outcome counters. The worker
-        runtime's prune service and ``postkit tick`` call this."""
-        return self._run(protocol.prune(self._namespace, limit=limit))
+    def running_jobs(self, *, limit: int = 1000) -> list[RunningJob]:
+        """What the workers of this namespace run now: each running job's id, queue, worker,
+        attempt and claim, soonest deadline first, up to ``limit``. It reads the running jobs
+        alone, through their index, whatever the backlog, and no payload."""
+        return self._run(protocol.running_jobs(self._namespace, limit=limit))
+
+    def workers(self) -> list[WorkerInfo]:
+        """The registered workers and tickers of this namespace, oldest start first, each
+        with whether it is lost. O(workers): it reads no job."""
+        return self._run(protocol.workers(self._namespace))

@@ -1,10 +1,9 @@
-"""The worker registry calls of the queue client: register a worker, beat its heart, list the
-workers and their running jobs, and prune the lost ones.
+"""What the worker runtime calls besides its claims: its entry in the worker registry (register,
+heartbeat, deregister, and the pruning of lost workers), the queues it serves, and the
+maintenance it runs (due schedules, retention).
 
-registry_async.py is the source of both: :class:`AsyncRegistry`, which
-:class:`~postkit.queue.client_async.AsyncQueueClient` inherits, is written here, and
-registry.py (``Registry``, which ``QueueClient`` inherits) is generated from it by
-tools/async_to_sync.py.
+runtime_async.py is the source of both: :class:`AsyncRuntime` is written here, and runtime.py
+(``Runtime``) is generated from it by tools/async_to_sync.py.
 """
 
 from __future__ import annotations
@@ -13,13 +12,14 @@ from collections.abc import Sequence
 
 from postkit.queue import protocol
 from postkit.queue.calls_async import AsyncCalls
-from postkit.queue.protocol import Duration
-from postkit.queue.records import RunningJob, WorkerInfo
+from postkit.queue.protocol import Duration, NextDue
+from postkit.queue.records import BrokenSchedule, Fired, Pruned
 
 
-class AsyncRegistry(AsyncCalls):
-    """The worker registry methods of the queue client (AsyncQueueClient inherits this class, and
-    QueueClient its generated twin)."""
+class AsyncRuntime(AsyncCalls):
+    """The worker runtime's calls besides its claims; the ``worker`` access kind may make them
+    all. The runtime (postkit.worker) and ``postkit tick`` use them; an application seldom
+    does."""
 
     async def register_worker(
         self,
@@ -63,19 +63,60 @@ class AsyncRegistry(AsyncCalls):
         """The worker stopped cleanly. False when it was not registered."""
         return await self._run(protocol.deregister_worker(self._namespace, worker_id))
 
-    async def running_jobs(self, *, limit: int = 1000) -> list[RunningJob]:
-        """What the workers of this namespace run now: each running job's id, queue, worker,
-        attempt and claim, soonest deadline first, up to ``limit``. It reads the running jobs
-        alone, through their index, whatever the backlog, and no payload."""
-        return await self._run(protocol.running_jobs(self._namespace, limit=limit))
-
-    async def workers(self) -> list[WorkerInfo]:
-        """The registered workers and tickers of this namespace, oldest start first, each
-        with whether it is lost. O(workers): it reads no job."""
-        return await self._run(protocol.workers(self._namespace))
-
     async def prune_workers(self, *, older_than: Duration = 86400) -> int:
         """Forget the lost workers whose last heartbeat is older than ``older_than`` (a day
         unless given); one that is not lost stays, however short ``older_than``. Returns how
         many."""
         return await self._run(protocol.prune_workers(self._namespace, older_than=older_than))
+
+    async def register_queues(self, queues: Sequence[str]) -> int:
+        """Record that a worker serves ``queues`` (the runtime does, as it starts), so that
+        they stay known while idle: a settings row of built-in defaults for each queue that
+        has none. Returns how many were new."""
+        return await self._run(protocol.register_queues(self._namespace, queues))
+
+    async def known_queues(self) -> list[str]:
+        """Every queue name this namespace has used, sorted: :meth:`queues`, the queues its
+        workers serve (:meth:`register_queues`) and those its schedules push to. Producers may
+        ask (names only); the command line refuses a queue name outside it as a typo."""
+        return await self._run(protocol.known_queues(self._namespace))
+
+    async def prune(self, *, limit: int = 1000) -> Pruned:
+        """Apply retention once: delete up to ``limit`` expired archived jobs, up to ``limit``
+        dead letters and up to ``limit`` job results, and old outcome counters. The worker
+        runtime's prune service and ``postkit tick`` call this."""
+        return await self._run(protocol.prune(self._namespace, limit=limit))
+
+    async def next_schedule_at(self) -> NextDue:
+        """When the namespace's next active schedule falls due, by the queue's clock
+        (``seconds`` 0 or less: due now; None: no active schedule). A ticker sleeps until then:
+        :meth:`tick_schedules` fires it."""
+        return await self._run(protocol.next_schedule_at(self._namespace))
+
+    async def tick_schedules(self, *, limit: int = 100) -> list[Fired | BrokenSchedule]:
+        """Fire every due schedule once, in the caller's transaction; commit to make it stick.
+
+        Any number of tickers may run at once: due schedules are locked (SKIP LOCKED) and each
+        run is fenced on its due time, so each fires exactly once. Runs missed while nothing
+        ticked collapse into one (the catch-up policy).
+
+        A due schedule whose next run cannot be computed (a cron expression croniter cannot
+        use, a time zone this Python does not know), or whose job its queue refuses (a
+        payload over a max_payload_bytes set later), is marked broken
+        instead, and the others fire: it is left out of later ticks until it is saved again
+        (:meth:`create_schedule`), and :meth:`schedules` shows it with ``broken_reason``.
+
+        Returns:
+            a :class:`Fired` for each run fired and a :class:`BrokenSchedule` for each
+            schedule this tick marked broken.
+        """
+        outcomes: list[Fired | BrokenSchedule] = []
+        for run in await self._run(protocol.due_schedules(self._namespace, limit=limit)):
+            outcome: Fired | BrokenSchedule | None
+            if run.next_run_at is None:
+                outcome = await self._run(protocol.mark_schedule_broken(self._namespace, run))
+            else:
+                outcome = await self._run(protocol.fire_schedule(self._namespace, run))
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes

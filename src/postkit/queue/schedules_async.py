@@ -13,10 +13,8 @@ from typing import Any
 
 from postkit.queue import protocol
 from postkit.queue.calls_async import AsyncCalls
-from postkit.queue.protocol import Duration, NextDue
+from postkit.queue.protocol import Duration
 from postkit.queue.records import (
-    BrokenSchedule,
-    Fired,
     Schedule,
     ScheduleRun,
 )
@@ -95,37 +93,3 @@ class AsyncSchedules(AsyncCalls):
     async def delete_schedule(self, name: str) -> bool:
         """Delete a schedule. Returns False when there is no such schedule."""
         return await self._run(protocol.delete_schedule(self._namespace, name))
-
-    async def next_schedule_at(self) -> NextDue:
-        """When the namespace's next active schedule falls due, by the queue's clock
-        (``seconds`` 0 or less: due now; None: no active schedule). A ticker sleeps until then:
-        :meth:`tick_schedules` fires it."""
-        return await self._run(protocol.next_schedule_at(self._namespace))
-
-    async def tick_schedules(self, *, limit: int = 100) -> list[Fired | BrokenSchedule]:
-        """Fire every due schedule once, in the caller's transaction; commit to make it stick.
-
-        Any number of tickers may run at once: due schedules are locked (SKIP LOCKED) and each
-        run is fenced on its due time, so each fires exactly once. Runs missed while nothing
-        ticked collapse into one (the catch-up policy).
-
-        A due schedule whose next run cannot be computed (a cron expression croniter cannot
-        use, a time zone this Python does not know), or whose job its queue refuses (a
-        payload over a max_payload_bytes set later), is marked broken
-        instead, and the others fire: it is left out of later ticks until it is saved again
-        (:meth:`create_schedule`), and :meth:`schedules` shows it with ``broken_reason``.
-
-        Returns:
-            a :class:`Fired` for each run fired and a :class:`BrokenSchedule` for each
-            schedule this tick marked broken.
-        """
-        outcomes: list[Fired | BrokenSchedule] = []
-        for run in await self._run(protocol.due_schedules(self._namespace, limit=limit)):
-            outcome: Fired | BrokenSchedule | None
-            if run.next_run_at is None:
-                outcome = await self._run(protocol.mark_schedule_broken(self._namespace, run))
-            else:
-                outcome = await self._run(protocol.fire_schedule(self._namespace, run))
-            if outcome is not None:
-                outcomes.append(outcome)
-        return outcomes

@@ -1,0 +1,359 @@
+"""What a consumer does: claim jobs, settle them, and keep their claims alive.
+
+consumer_async.py is the source of both: :class:`AsyncConsumer` is written here, and
+consumer.py (``Consumer``) is generated from it by tools/async_to_sync.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from postkit.queue import protocol
+from postkit.queue.calls_async import AsyncCalls
+from postkit.queue.protocol import Duration, JobRef
+from postkit.queue.records import Job, NackOutcome
+
+REMEMBERED_CLAIMS = 10_000
+"""How many claims a consumer remembers at most (see :class:`AsyncConsumer`); past that it
+forgets the oldest."""
+
+
+class AsyncConsumer(AsyncCalls):
+    """Claim and settle jobs: :meth:`pull` (and its batch forms), :meth:`ack`, :meth:`nack`,
+    :meth:`fail`, :meth:`extend_visibility`, :meth:`release`, and :meth:`tick_timeouts`, which
+    rescues the expired claims of every worker. A role needs the ``worker`` access kind
+    (``postkit install --grant ROLE:worker``).
+
+    A consumer remembers the claim token of every job it pulls until it settles the job (at
+    most :data:`REMEMBERED_CLAIMS` of them), so settling by a bare job id is fenced on the claim
+    token too: ``queue.ack(job["id"])`` after ``job = queue.pull(...)`` settles that claim and
+    no other. A bare id it did not pull, without ``worker_id`` or ``claim_token``, names no
+    claim and raises :class:`postkit.errors.InvalidClaimTokenError`.
+    """
+
+    def __init__(self, cursor: Any, namespace: str = "default") -> None:
+        super().__init__(cursor, namespace)
+        self._claims: dict[int, str] = {}  # job id -> claim token, oldest first
+
+    def _remember(self, jobs: list[Job]) -> list[Job]:
+        for job in jobs:
+            if job.claim_token is not None:
+                self._claims.pop(job.id, None)
+                self._claims[job.id] = job.claim_token
+        while len(self._claims) > REMEMBERED_CLAIMS:
+            del self._claims[next(iter(self._claims))]
+        return jobs
+
+    def _forget(self, jobs: Sequence[JobRef]) -> None:
+        for job in jobs:
+            self._claims.pop(job.id if isinstance(job, Job) else job, None)
+
+    def _token(self, job: JobRef, claim_token: Any) -> Any:
+        """The claim token to settle ``job`` with: the one given, the Job's own, or the one
+        remembered from this client's pull of that job id."""
+        if claim_token is not None or isinstance(job, Job) or not isinstance(job, int):
+            return claim_token
+        return self._claims.get(job)
+
+    async def pull(
+        self,
+        queue: str,
+        *,
+        worker_id: str | None = None,
+        visibility_timeout: Duration | None = None,
+    ) -> Job | None:
+        """Claim the next ready job of ``queue``: highest priority, then oldest run_at.
+
+        The claim counts an attempt, records ``worker_id`` and a fresh claim token, and lasts
+        until ``visibility_timeout`` (default: the queue's setting, else 30 s; at most 12 h)
+        after which :meth:`tick_timeouts` may hand the job to another worker. Rows are locked
+        with ``FOR UPDATE SKIP LOCKED``: two workers never get the same job. The claim sticks
+        when the caller commits; rolled back, it never happened.
+
+        A payload that the SQL API accepted but Python cannot decode (JSON nested deeper than
+        the recursion limit, an integer past Python's 4,300-digit limit) never makes this
+        raise: the job is claimed and returned with ``payload`` None and ``payload_error``
+        saying why, so the caller can fail it (the worker runtime does) while the other jobs
+        go on.
+
+        Returns:
+            the claimed job, or None when no job is ready.
+        """
+        jobs = await self.pull_batch(
+            queue, limit=1, worker_id=worker_id, visibility_timeout=visibility_timeout
+        )
+        return jobs[0] if jobs else None
+
+    async def pull_batch(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        worker_id: str | None = None,
+        visibility_timeout: Duration | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` (1..1000) ready jobs of ``queue`` in one round trip, each as
+        :meth:`pull` would claim it.
+
+        Returns:
+            the claimed jobs, in no particular order; empty when none is ready. A job whose
+            payload Python cannot decode is among them, marked by ``payload_error``.
+        """
+        jobs = await self._run(
+            protocol.pull(
+                self._namespace,
+                queue,
+                worker_id=worker_id,
+                visibility_timeout=visibility_timeout,
+                limit=limit,
+            )
+        )
+        return self._remember(jobs)
+
+    async def pull_any(
+        self,
+        queues: list[str],
+        *,
+        limit: int = 1,
+        worker_id: str | None = None,
+        visibility_timeout: Duration | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` ready jobs from several queues, in the order the queues are
+        given: the first queue is emptied before the second is tried. A paused queue is
+        skipped. Each claim is as :meth:`pull` makes it."""
+        jobs = await self._run(
+            protocol.pull_any(
+                self._namespace,
+                queues,
+                worker_id=worker_id,
+                visibility_timeout=visibility_timeout,
+                limit=limit,
+            )
+        )
+        return self._remember(jobs)
+
+    async def ack(
+        self,
+        job: JobRef,
+        *,
+        worker_id: str | None = None,
+        claim_token: Any = None,
+        result: Any = None,
+    ) -> bool:
+        """The job succeeded: remove it from the queue.
+
+        ``job`` is a :class:`Job` (whose claim token is then the fence), or a job id: this
+        client remembers the claim token of each job it pulled and fences on it; else pass the
+        ``claim_token``, or the ``worker_id`` the job was claimed under (which cannot tell two
+        claims of that worker apart).
+
+        ``result`` is the job's result (any JSON value, at most 1 MiB as JSON text; None:
+        none). The SQL module keeps it, in the ack's transaction, when the job's queue keeps
+        results (``configure_queue(retain_results=...)``), and drops it otherwise; a stale ack
+        keeps none. See :meth:`result`.
+
+        Returns:
+            True if the job was acknowledged; False, with nothing changed, when the caller no
+            longer holds the claim (the job was rescued, settled or is unknown). A claim
+            whose deadline passed still holds until :meth:`tick_timeouts` rescues it.
+
+        Raises:
+            InvalidResultError: ``result`` is not JSON-serializable or is too big; nothing is
+                sent.
+        """
+        token = self._token(job, claim_token)
+        acked = await self._run(
+            protocol.ack(
+                self._namespace, job, worker_id=worker_id, claim_token=token, result=result
+            )
+        )
+        self._forget([job])
+        return acked
+
+    async def ack_many(
+        self, jobs: Sequence[Job], *, results: Sequence[Any] | None = None
+    ) -> list[int]:
+        """Acknowledge many claimed jobs in one round trip, each fenced on its own claim.
+        ``results``, if given, holds one result per job (None: none), each as :meth:`ack`
+        takes it.
+
+        Returns:
+            the ids acknowledged; a job whose claim went stale is skipped, not an error (and
+            its result is not kept).
+        """
+        acked = await self._run(protocol.ack_many(self._namespace, jobs, results))
+        self._forget(jobs)
+        return acked
+
+    async def ack_and_pull(
+        self,
+        queue: str,
+        acks: Sequence[Job],
+        *,
+        limit: int,
+        results: Sequence[Any] | None = None,
+        worker_id: str | None = None,
+        visibility_timeout: Duration | None = None,
+    ) -> tuple[list[int], list[Job]]:
+        """A worker's round trip: acknowledge ``acks`` (as :meth:`ack_many`, with their
+        ``results``) and claim up to ``limit`` jobs of ``queue`` (as :meth:`pull_batch`), in
+        one statement.
+
+        Returns:
+            the ids acknowledged, and the jobs claimed.
+        """
+        acked, jobs = await self._run(
+            protocol.ack_and_pull(
+                self._namespace,
+                queue,
+                acks,
+                results=results,
+                worker_id=worker_id,
+                visibility_timeout=visibility_timeout,
+                limit=limit,
+            )
+        )
+        self._forget(acks)
+        return acked, self._remember(jobs)
+
+    async def ack_batch(self, jobs: Sequence[Job], *, worker_id: str | None = None) -> bool:
+        """Acknowledge many claimed jobs in one round trip, all or nothing.
+
+        Returns:
+            True if every job was still held by its claim and all are acknowledged; False,
+            with nothing changed, if any claim was stale.
+        """
+        acked = await self._run(protocol.ack_batch(self._namespace, jobs, worker_id=worker_id))
+        if acked:
+            self._forget(jobs)
+        return acked
+
+    async def nack(
+        self,
+        job: JobRef,
+        *,
+        error: Any = None,
+        worker_id: str | None = None,
+        backoff: Duration | None = None,
+        claim_token: Any = None,
+    ) -> bool:
+        """A temporary failure: retry the job later, or dead-letter it if its attempts are spent.
+
+        The retry waits ``backoff`` if given, else ``base * 2**(attempt - 1)`` times a random
+        factor between 1 and 2, capped (by default base 1 s and cap 1 h: the first retry comes
+        after 1-2 s). ``error`` (text or an exception) joins the job's error history.
+
+        Returns:
+            True if the nack took effect (retried or dead-lettered; :meth:`nack_outcome` tells
+            which); False, with nothing changed, when the caller no longer holds the claim.
+        """
+        outcome = await self.nack_outcome(
+            job, error=error, worker_id=worker_id, backoff=backoff, claim_token=claim_token
+        )
+        return outcome is not NackOutcome.STALE
+
+    async def nack_outcome(
+        self,
+        job: JobRef,
+        *,
+        error: Any = None,
+        worker_id: str | None = None,
+        backoff: Duration | None = None,
+        claim_token: Any = None,
+    ) -> NackOutcome:
+        """:meth:`nack`, returning what it did: RETRIED, DEAD_LETTERED or STALE."""
+        outcome = await self._run(
+            protocol.nack(
+                self._namespace,
+                job,
+                error=error,
+                worker_id=worker_id,
+                claim_token=self._token(job, claim_token),
+                backoff=backoff,
+            )
+        )
+        self._forget([job])
+        return outcome
+
+    async def fail(
+        self,
+        job: JobRef,
+        *,
+        error: Any = None,
+        worker_id: str | None = None,
+        claim_token: Any = None,
+    ) -> bool:
+        """A permanent failure: move the job to the dead-letter queue now, with its payload and
+        every attempt's error.
+
+        Returns:
+            True if the job was dead-lettered; False, with nothing changed, when the caller no
+            longer holds the claim.
+        """
+        failed = await self._run(
+            protocol.fail(
+                self._namespace,
+                job,
+                error=error,
+                worker_id=worker_id,
+                claim_token=self._token(job, claim_token),
+            )
+        )
+        self._forget([job])
+        return failed
+
+    async def extend_visibility(
+        self,
+        job: JobRef,
+        *,
+        extension: Duration,
+        worker_id: str | None = None,
+        claim_token: Any = None,
+    ) -> bool:
+        """Keep a slow but healthy job: its deadline becomes now + ``extension`` (never earlier
+        than it was). ``extension`` is positive and at most 12 hours.
+
+        Returns:
+            True if the claim was extended; False, with nothing changed, when the caller no
+            longer holds the claim.
+        """
+        return await self._run(
+            protocol.extend_visibility(
+                self._namespace,
+                job,
+                extension=extension,
+                worker_id=worker_id,
+                claim_token=self._token(job, claim_token),
+            )
+        )
+
+    async def release(
+        self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None
+    ) -> bool:
+        """Give a claimed job back without running it: it is pending again at once, and the
+        attempt this claim counted is returned (a worker shutting down uses this).
+
+        Returns:
+            True if the job was released; False, with nothing changed, when the caller no
+            longer holds the claim.
+        """
+        token = self._token(job, claim_token)
+        released = await self._run(
+            protocol.release(self._namespace, job, worker_id=worker_id, claim_token=token)
+        )
+        self._forget([job])
+        return released
+
+    async def tick_timeouts(self, *, limit: int = 1000) -> int:
+        """Rescue up to ``limit`` expired claims of this namespace.
+
+        A rescued job with attempts left is pending again at once; one whose attempts are
+        spent is dead-lettered with a timeout error, so a job that crashes its worker every
+        time cannot loop forever. Safe to run from any number of processes at once: each
+        expired job is rescued by exactly one of them.
+
+        Returns:
+            how many jobs this call rescued (returned to the queue or dead-lettered).
+        """
+        return await self._run(protocol.tick_timeouts(self._namespace, limit=limit))

@@ -1,0 +1,187 @@
+"""What a producer does: push jobs in the caller's transaction, and follow them to their results.
+
+producer_async.py is the source of both: :class:`AsyncProducer` is written here, and
+producer.py (``Producer``) is generated from it by tools/async_to_sync.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from postkit import errors
+from postkit.queue import protocol
+from postkit.queue.calls_async import AsyncCalls
+from postkit.queue.listen_async import AsyncResultListener
+from postkit.queue.protocol import Duration
+from postkit.queue.records import Job, JobResult
+from postkit.queue.tracing import current_trace_context
+
+
+class AsyncProducer(AsyncCalls):
+    """Push jobs and follow them: :meth:`push`, :meth:`push_batch`, :meth:`get_job`,
+    :meth:`result`, :meth:`wait_for_result`. A role needs the ``producer`` access kind
+    (``postkit install --grant ROLE:producer``). Each call is one statement in the caller's
+    transaction: a push commits, or vanishes, with the caller's own writes."""
+
+    async def push(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        backoff_base: Duration | None = None,
+        backoff_cap: Duration | None = None,
+        group_key: str | None = None,
+    ) -> int | None:
+        """Add a job to ``queue`` in the caller's transaction.
+
+        Args:
+            payload: any JSON-serializable value; the worker gets it back as ``job["payload"]``.
+            delay: run no earlier than this long after the push (a timedelta or seconds).
+            run_at: run no earlier than this time: a timezone-aware datetime, instead of
+                ``delay``. It becomes the delay from the queue's clock (the database's, not
+                this machine's) in the push's own statement, so the job's ``run_at`` is exactly
+                this time; a time already past makes the job ready now. At most 3650 days
+                ahead, like ``delay``.
+            priority: -32768..32767; higher runs first among ready jobs of the queue.
+            max_attempts: 1..1000 claims before the job is dead-lettered; default: the queue's
+                setting, else 20.
+            unique_key: while a job with this key is pending or running in this queue, pushing
+                another is a no-op that returns None.
+            backoff_base, backoff_cap: this job's retry policy for nack (see :meth:`nack`).
+            group_key: the job's group within the queue (a name, like ``"user-42"``), which
+                the queue's group limits apply to: ``group_concurrency`` (so many of a key
+                at once) and ``group_ordered`` (one of a key at a time, in push order); see
+                :meth:`configure_queue`. None: no group, only the queue-wide limits apply.
+
+        With OpenTelemetry in use, the job records the current span's trace context, and the
+        worker's span for each of its runs links to it (docs/tracing.md).
+
+        Returns:
+            the new job's id, or None when ``unique_key`` deduplicated the push.
+
+        Raises:
+            InvalidPayloadError, InvalidNameError, InvalidPriorityError,
+            InvalidMaxAttemptsError, InvalidDurationError: bad arguments; nothing is written.
+            InvalidRunAtError (an InvalidDurationError): ``run_at`` is naive, not a datetime,
+                more than 3650 days ahead, or given with ``delay``; nothing is written.
+        """
+        return await self._run(
+            protocol.push(
+                self._namespace,
+                queue,
+                payload,
+                delay=delay,
+                run_at=run_at,
+                priority=priority,
+                max_attempts=max_attempts,
+                unique_key=unique_key,
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
+                trace_context=current_trace_context(),
+                group_key=group_key,
+            )
+        )
+
+    async def push_batch(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        delay: Duration | None = None,
+        run_at: datetime | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        unique_keys: Sequence[str | None] | None = None,
+        group_keys: Sequence[str | None] | None = None,
+    ) -> list[int | None]:
+        """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
+        transaction; listeners get one notification. ``delay`` or ``run_at`` (at most one),
+        ``priority`` and ``max_attempts`` apply to every job, as :meth:`push` applies them.
+        ``group_keys``, if given, holds one group key per payload (None: no group), as
+        :meth:`push` takes ``group_key``; the jobs of a key are in payload order.
+        Each job records the current span's trace context, as :meth:`push` does.
+
+        Returns:
+            one entry per payload, in order: the new job's id, or None when its unique key
+            (``unique_keys[i]``) matched a live job or an earlier payload of the batch.
+        """
+        return await self._run(
+            protocol.push_batch(
+                self._namespace,
+                queue,
+                payloads,
+                delay=delay,
+                run_at=run_at,
+                priority=priority,
+                max_attempts=max_attempts,
+                unique_keys=unique_keys,
+                trace_context=current_trace_context(),
+                group_keys=group_keys,
+            )
+        )
+
+    async def get_job(self, job_id: int) -> Job | None:
+        """One job of this namespace: pending, running, or dead (in the dead-letter queue).
+
+        Returns:
+            the job, or None when no such job exists here (never pushed, in another namespace,
+            or completed: acknowledged jobs leave the queue).
+        """
+        return await self._run(protocol.get_job(self._namespace, job_id))
+
+    async def result(self, job_id: int) -> JobResult:
+        """What became of job ``job_id`` of this namespace, read now: not finished yet
+        (``state`` 'pending', 'scheduled' or 'running'), 'completed' with the ``value`` its ack
+        kept (its queue keeps results: ``configure_queue(retain_results=...)``), 'dead' with
+        the dead letter's ``error``, or 'unknown' when nothing is known of it (never pushed,
+        or completed in a queue that keeps no results). A few primary-key lookups, whatever
+        the backlog."""
+        return await self._run(protocol.job_result(self._namespace, job_id))
+
+    async def wait_for_result(self, job_id: int, *, timeout: float) -> JobResult:
+        """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return
+        :meth:`result` then: completed, dead, or unknown. It waits for the notification its
+        queue sends when the job completes or is dead-lettered, and reads again at least every
+        ``RESULT_POLL_INTERVAL`` seconds (1, in its listen module) in case one never
+        comes; the queue must keep results (``configure_queue(retain_results=...)``), or a
+        completed job is unknown once its row is gone.
+
+        It waits on the client's own connection, which must be a psycopg 3 connection in
+        autocommit mode: LISTEN takes effect only outside a transaction, and the client never
+        commits the caller's (it stops listening when the wait ends). For many waits, or
+        from a connection that runs transactions, use a ResultListener (AsyncResultListener
+        with asyncio), which has a connection of its own.
+
+        Raises:
+            ResultTimeoutError: the job has not finished when the timeout ends (also a
+                built-in TimeoutError); its ``result`` attribute is the last read.
+            ListenUnavailableError: the client's connection cannot LISTEN (not psycopg 3, or
+                not in autocommit mode); nothing is sent.
+        """
+        connection = getattr(self._cursor, "connection", None)
+        if not isinstance(connection, psycopg.AsyncConnection) or not connection.autocommit:
+            raise errors.ListenUnavailableError()
+        if connection.closed:
+            raise errors.ClientClosedError(
+                "the cursor (or its connection) given to QueueClient is closed"
+            )
+        listener = AsyncResultListener(connection, self._namespace)
+        try:
+            return await listener.wait_for_result(job_id, timeout=timeout)
+        finally:
+            if not connection.closed:
+                await listener.unlisten()
+
+    async def clock(self) -> datetime:
+        """The queue's clock: the database's time, which every deadline, delay, schedule and
+        age in the queue follows (whatever the client's own clock says)."""
+        return await self._run(protocol.clock())
