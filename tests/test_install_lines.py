@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NAME = "postkit-queue"
 """The distribution's name: free on the package index when it was chosen (postkit there is
 another project, 0.12.1 on 2026-12-06)."""

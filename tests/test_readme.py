@@ -1,5 +1,6 @@
-"""The README's Python blocks run as written, in order, against a fresh database; so do its
-"From SQL" install line and psql block."""
+"""The guide's Python blocks run as written, in order, against a fresh database; so do its
+"From SQL" install line and psql block. The guide is the pages of the documentation site's
+Guide section (mkdocs.yml), read in the site's order: the README points to them."""
 
 from __future__ import annotations
 
@@ -17,18 +18,30 @@ import pytest
 from postkit.queue import QueueClient, install
 from tests.signals import wait_until
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def guide_pages() -> list[Path]:
+    """The Guide section of mkdocs.yml's nav, in order."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    section = nav[nav.index("  - Guide:") : nav.index("  - How-to:")]
+    return [DOCS / page for page in re.findall(r": (guide/[\w-]+\.md)$", section, re.MULTILINE)]
+
+
+def guide() -> str:
+    return "\n".join(page.read_text(encoding="utf-8") for page in guide_pages())
 
 
 def blocks(language: str) -> list[str]:
     pattern = rf"```{language}\n(.*?)```"
-    return re.findall(pattern, README.read_text(encoding="utf-8"), re.DOTALL)
+    return re.findall(pattern, guide(), re.DOTALL)
 
 
 MODULE_MARK = "# tasks.py\n"
-"""The first line of the README's one Python block that is a module to save, not a step."""
+"""The first line of the guide's one Python block that is a module to save, not a step."""
 TESTS_MARK = "# test_tasks.py\n"
-"""The first line of the README's test file for that module (under "Testing your tasks")."""
+"""The first line of the guide's test file for that module (under "Testing your tasks")."""
 
 
 def python_blocks() -> list[str]:
@@ -51,13 +64,16 @@ def readme_test_file() -> str:
 
 
 def workers_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    return text[text.index("### A complete worker in ten lines") : text.index("### The article's")]
+    text = (DOCS / "guide" / "workers.md").read_text(encoding="utf-8")
+    return text[text.index("## A complete worker in ten lines") : text.index("## The article's")]
 
 
 def from_sql_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    return text[text.index("## From SQL") : text.index("## Operating Postkit")]
+    return (DOCS / "guide" / "from-sql.md").read_text(encoding="utf-8")
+
+
+def test_the_guide_is_every_page_under_docs_guide() -> None:
+    assert sorted(guide_pages()) == sorted((DOCS / "guide").glob("*.md"))
 
 
 def test_readme_has_the_articles_snippets() -> None:
@@ -83,7 +99,7 @@ def test_readme_python_blocks_run_as_written(
     scope: dict[str, object] = {"__name__": "__main__"}  # as one script run by itself
 
     for block in python_blocks():
-        exec(compile(block, str(README), "exec"), scope)
+        exec(compile(block, "docs/guide", "exec"), scope)
 
     output = capsys.readouterr().out
     assert "OTP sent to user 1" in output  # the article's worker, by hand
@@ -167,7 +183,7 @@ def test_the_readme_describes_the_clis_errors_as_they_print(dsn: str) -> None:
 
     from postkit.cli import main
 
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(guide().split())
     usage = CliRunner().invoke(main, ["jobs", "q", "--limit", "0", "--dsn", dsn])
     refused = CliRunner().invoke(main, ["stats", "--queue", " ", "--dsn", dsn])
 
@@ -210,3 +226,41 @@ def test_readme_sql_runs_as_written_with_psql(fresh_database: str) -> None:
     # extend_visibility, ack, the stale ack, nack, fail (tick_timeouts rescues nothing)
     assert results == ["t", "t", "f", "retried", "t"]
     assert dead.split("|")[1:] == ['{"user_id": "4"}', "failed", "1", "not on WhatsApp"]
+
+
+def quick_start() -> str:
+    (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    return str(block)
+
+
+def test_the_quick_start_is_the_same_on_the_site_and_in_the_readme() -> None:
+    (on_site,) = re.findall(
+        r"```python\n(.*?)```", (DOCS / "index.md").read_text(encoding="utf-8"), re.DOTALL
+    )
+    assert on_site == quick_start()
+    assert len(quick_start().strip().splitlines()) <= 14
+
+
+def test_the_quick_start_pushes_a_job_and_its_worker_runs_it_until_ctrl_c(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    (tmp_path / "quickstart.py").write_text(quick_start(), encoding="utf-8")
+    env = {**os.environ, "POSTKIT_DSN": fresh_database, "PYTHONUNBUFFERED": "1"}
+
+    with subprocess.Popen(
+        [sys.executable, "quickstart.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as script:
+        try:
+            assert script.stdout is not None
+            line = script.stdout.readline()
+            assert line == "OTP sent to 42\n", line + script.communicate(timeout=30)[1]
+        finally:
+            script.send_signal(signal.SIGINT)
+            _, stderr = script.communicate(timeout=30)
+
+    assert script.returncode == 0, stderr

