@@ -1,23 +1,33 @@
-"""The jobs a worker holds claimed, shared by its threads: the fetcher adds them, the executor
-runs and settles them, the heartbeat extends their claims.
+"""The jobs a worker holds claimed, each a small state machine, owned here.
 
-Everything here is read and changed under one condition variable, ``lock``; its waiters are
-the fetcher (a slot freed, acks to send, a stop) and the shutdown's drain.
+Every claimed job is in one :class:`ClaimState`, and each move between states is one method of
+:class:`Claims`, under its lock; the fetcher, the executor, the heartbeat and the shutdown ask
+and tell it, and never read or write its bookkeeping themselves::
+
+    claim ─> WAITING ─start─> RUNNING ─handler ended─> SETTLING ─settled─> (gone)
+              │  │                │                       ▲   └─succeeded─> the batched ack
+              │  └─cannot run (its payload)───────────────┘
+              │                   └─past its timeout─> TIMED_OUT ─nacked─> LATE ─ended─> (gone)
+              └─released at shutdown─> (gone)
+
+A job holds one of the worker's slots from its claim until it is settled, or nacked as timed
+out; its claim is extended (heartbeats) while it is WAITING or RUNNING. A job that succeeded
+leaves its slot at once and waits, with its result, for the next batched ack.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import enum
 import math
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from postkit.queue import Job
 from postkit.queue.protocol import CheckedResult
-
-if TYPE_CHECKING:
-    from postkit.worker.metrics import Recorder
 
 
 def claim_seconds(job: Job) -> float:
@@ -31,134 +41,332 @@ def claim_seconds(job: Job) -> float:
     return (job.visible_until - job.claimed_at).total_seconds()
 
 
-class Claims:
-    """The claimed jobs and where each one stands. See the module docstring."""
+class ClaimState(enum.Enum):
+    """Where a claimed job stands in the worker. See the module docstring."""
 
-    def __init__(self, metrics: Recorder) -> None:
-        self.metrics = metrics
-        """Told how long each handler ran, when it returns or raises."""
-        self.lock = threading.Condition()
-        self.in_flight: dict[int, Job] = {}
-        """Jobs claimed and not yet settled: running, or waiting for a handler slot."""
-        self.settling: set[int] = set()
-        """Jobs whose settle (an ack in a transactional handler's transaction, a nack, a
-        fail) is under way: the heartbeat leaves them alone, since their claim is about to
-        end."""
-        self.started: dict[int, tuple[float, float]] = {}
-        """Jobs whose handler runs: when it started and when it times out (monotonic)."""
-        self.timed_out: set[int] = set()
-        """Jobs that ran past their handler's timeout and were nacked, their handler still
-        running: whatever it returns is dropped."""
-        self.async_tasks: dict[int, concurrent.futures.Future[None]] = {}
-        self.beats: dict[int, float] = {}
-        """When each claimed job's next heartbeat is due (monotonic), by job id."""
-        self.heartbeat_wake = threading.Event()
-        self.slot_freed = False
-        """Set when a job leaves ``in_flight`` without a batched ack (a transactional handler,
-        a nack, a fail): its slot is free, and the fetcher wakes to fill it."""
-        self.finished: list[tuple[Job, float]] = []
-        """Jobs whose handler succeeded, waiting for the next batched ack, with their start
-        time."""
-        self.settled_total = 0
-        """How many claimed jobs have left ``in_flight`` since the worker started: the settle
-        rate the adaptive prefetch follows (``postkit.worker.prefetch``)."""
-        self.results: dict[int, CheckedResult] = {}
-        """What the handlers of finished jobs returned, checked, by job id: sent with their
-        batched ack, and forgotten once it went through."""
+    WAITING = "waiting"
+    """Claimed, its handler not started yet (prefetched, or waiting for a slot)."""
+    RUNNING = "running"
+    """Its handler runs; its timeout counts."""
+    SETTLING = "settling"
+    """Its handler ended (or it cannot run): its ack, nack or fail is under way, and its claim
+    may end at any moment, so no heartbeat extends it."""
+    TIMED_OUT = "timed_out"
+    """Its handler ran past its timeout: it is being nacked as timed out, its slot still
+    held."""
+    LATE = "late"
+    """Nacked as timed out, its slot given back, its handler still running: whatever the
+    handler returns is dropped."""
+
+
+HEARTBEATS = (ClaimState.WAITING, ClaimState.RUNNING)
+"""The states whose claims the heartbeat extends."""
+HOLDING = (ClaimState.WAITING, ClaimState.RUNNING, ClaimState.SETTLING, ClaimState.TIMED_OUT)
+"""The states that hold one of the worker's slots."""
+
+
+@dataclass
+class Claim:
+    """One claimed job and where it stands."""
+
+    job: Job
+    state: ClaimState
+    next_beat: float
+    """When its next heartbeat is due (monotonic)."""
+    started: float | None = None
+    """When its handler started (monotonic)."""
+    deadline: float = math.inf
+    """When its handler times out (monotonic)."""
+    task: concurrent.futures.Future[None] | None = None
+    """An async handler's task, cancelled when it times out."""
+    handler_ended: bool = False
+    """A timed-out handler has returned or raised (its outcome dropped)."""
+
+
+class Claims:
+    """The claimed jobs and where each one stands. See the module docstring. Thread-safe."""
+
+    def __init__(self, on_handler_end: Callable[[str, float], None]) -> None:
+        """
+        Args:
+            on_handler_end: told the queue of each job whose handler returned or raised in
+                time, and when the handler started (the metrics' run time).
+        """
+        self._on_handler_end = on_handler_end
+        self._lock = threading.Condition()
+        # By job id and claim token: a job nacked as timed out may be claimed again by this
+        # worker while its late handler still runs, and each claim keeps its own state.
+        self._claims: dict[tuple[int, str | None], Claim] = {}
+        self._finished: list[tuple[Job, float]] = []
+        self._results: dict[int, CheckedResult] = {}
+        self._slot_freed = False
+        self._settled_total = 0
+        self._holding = 0  # the claims in a HOLDING state, kept as they move
+        self._heartbeat_wake = threading.Event()
+
+    # ---------------------------------------------------------------------------------------
+    # The moves of one job.
+    # ---------------------------------------------------------------------------------------
 
     def add(self, job: Job) -> None:
-        """``job`` was just claimed: it holds a slot, and its first heartbeat is due a third
+        """``job`` was just claimed: WAITING, holding a slot, its first heartbeat due a third
         of the way through its claim."""
-        with self.lock:
-            self.in_flight[job.id] = job
-            self.beats[job.id] = time.monotonic() + claim_seconds(job) / 3
-        self.heartbeat_wake.set()
+        with self._lock:
+            self._claims[_key(job)] = Claim(
+                job, ClaimState.WAITING, time.monotonic() + claim_seconds(job) / 3
+            )
+            self._holding += 1
+        self._heartbeat_wake.set()
+
+    def track_task(self, job: Job, task: concurrent.futures.Future[None]) -> None:
+        """``job``'s async handler runs as ``task``: cancelled if it times out."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            if claim is not None:
+                claim.task = task
+
+    def start(self, job: Job, timeout: float | None) -> float | None:
+        """WAITING to RUNNING: the handler of ``job`` starts now, and its ``timeout`` (seconds,
+        None: none) runs. None when the job was released meanwhile (a stop)."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            if claim is None:
+                return None
+            now = time.monotonic()
+            if claim.state is ClaimState.WAITING:
+                claim.state = ClaimState.RUNNING
+            claim.started = now
+            claim.deadline = now + timeout if timeout is not None else math.inf
+        self._heartbeat_wake.set()  # it also watches the handlers' timeouts
+        return now
+
+    def claim_outcome(self, job: Job) -> bool:
+        """The handler of ``job`` returned or raised: to SETTLING, and True; or False when it
+        had run past its timeout, whose outcome (the nack) stands and whose late one is
+        dropped (:meth:`drop_late_outcome`)."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            if claim is None:
+                return True  # released: a settle finds the claim stale
+            if claim.state in (ClaimState.TIMED_OUT, ClaimState.LATE):
+                return False
+            started = claim.started if claim.state is ClaimState.RUNNING else None
+            claim.state = ClaimState.SETTLING
+        if started is not None:
+            self._on_handler_end(job.queue, started)
+        return True
+
+    def begin_settle(self, job: Job) -> None:
+        """From now on the job's claim may end at any moment: SETTLING, no more heartbeats.
+        A job nacked as timed out stays TIMED_OUT."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            if claim is not None and claim.state in (ClaimState.WAITING, ClaimState.RUNNING):
+                claim.state = ClaimState.SETTLING
+
+    def complete(self, job: Job, started: float, result: CheckedResult | None = None) -> None:
+        """The handler succeeded: the job leaves its slot and waits, with its ``result``
+        (None: none), for the next batched ack."""
+        with self._lock:
+            self._forget(job)
+            self._finished.append((job, started))
+            if result is not None:
+                self._results[job.id] = result
+            self._lock.notify_all()
+
+    def finish(self, job: Job) -> None:
+        """The job was settled, or given up on, by its own thread: its slot is free, and the
+        fetcher wakes to fill it. A job nacked as timed out whose handler still runs is LATE."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            if (
+                claim is not None
+                and claim.state is ClaimState.TIMED_OUT
+                and not claim.handler_ended
+            ):
+                claim.state = ClaimState.LATE
+                self._left_slot()
+            else:
+                self._forget(job)
+            self._slot_freed = True
+            self._lock.notify_all()
+
+    def drop_late_outcome(self, job: Job) -> None:
+        """The handler of a job nacked as timed out has ended: forget it once it is nacked."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            if claim is None:
+                return
+            if claim.state is ClaimState.LATE:
+                del self._claims[_key(job)]
+            else:
+                claim.handler_ended = True
+
+    def ran_late(self, job: Job) -> bool:
+        """Whether ``job``'s handler ran past its timeout (its outcome is dropped)."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            return claim is not None and claim.state in (ClaimState.TIMED_OUT, ClaimState.LATE)
+
+    def _forget(self, job: Job) -> None:
+        claim = self._claims.pop(_key(job), None)
+        if claim is not None and claim.state in HOLDING:
+            self._left_slot()
+
+    def _left_slot(self) -> None:
+        self._holding -= 1
+        self._settled_total += 1
+
+    # ---------------------------------------------------------------------------------------
+    # The heartbeat's questions.
+    # ---------------------------------------------------------------------------------------
+
+    def due_beats(self, now: float, longest_wait: float) -> tuple[list[Job], float]:
+        """The jobs whose heartbeat is due at ``now``, and how long to wait when none is: until
+        the next heartbeat or handler timeout, at most ``longest_wait`` seconds."""
+        with self._lock:
+            beating = [claim for claim in self._claims.values() if claim.state in HEARTBEATS]
+            due = [claim.job for claim in beating if claim.next_beat <= now]
+            soonest = min(
+                (
+                    *(claim.next_beat for claim in beating),
+                    *(claim.deadline for claim in beating if claim.state is ClaimState.RUNNING),
+                ),
+                default=math.inf,
+            )
+        return due, max(min(soonest - now, longest_wait), 0.0)
+
+    def extended(self, jobs: list[Job], lost: set[int], at: float) -> list[Job]:
+        """The claims of ``jobs`` were extended at ``at``, but those of ``lost`` (ids): their
+        next heartbeat is a third of the way through the new claim. Returns the lost jobs it
+        still heartbeats (the others were settled meanwhile), to report."""
+        reported = []
+        with self._lock:
+            for job in jobs:
+                claim = self._claims.get(_key(job))
+                if claim is None or claim.state not in HEARTBEATS:
+                    continue
+                if job.id in lost:
+                    claim.next_beat = math.inf
+                    reported.append(job)
+                else:
+                    claim.next_beat = at + claim_seconds(job) / 3
+        return reported
+
+    def expire_overdue(self, now: float) -> list[tuple[Job, float]]:
+        """Each RUNNING job whose handler is past its timeout goes TIMED_OUT (its async task is
+        cancelled); returns them, with when their handler started, to be nacked."""
+        overdue = []
+        with self._lock:
+            for claim in self._claims.values():
+                if claim.state is ClaimState.RUNNING and claim.deadline <= now:
+                    claim.state = ClaimState.TIMED_OUT
+                    assert claim.started is not None
+                    overdue.append((claim.job, claim.started))
+                    if claim.task is not None:
+                        claim.task.cancel()
+        return overdue
+
+    def wait_for_heartbeat(self, timeout: float) -> None:
+        """Sleep until ``timeout`` passes, a claim is added or a handler starts (its timeout
+        may come first), or :meth:`wake_heartbeat`."""
+        self._heartbeat_wake.wait(timeout)
+        self._heartbeat_wake.clear()
+
+    def wake_heartbeat(self) -> None:
+        self._heartbeat_wake.set()
+
+    # ---------------------------------------------------------------------------------------
+    # The fetcher's questions: slots, the batched acks, and its waits.
+    # ---------------------------------------------------------------------------------------
+
+    def held(self) -> tuple[int, int]:
+        """How many jobs hold a slot now, and how many have left theirs since the start (the
+        settle rate the adaptive prefetch follows)."""
+        with self._lock:
+            return self._holding, self._settled_total
 
     def take_finished(self) -> list[tuple[Job, float]]:
         """The jobs waiting for a batched ack, handed over to send it."""
-        with self.lock:
-            acks, self.finished = self.finished, []
-            self.slot_freed = False
+        with self._lock:
+            acks, self._finished = self._finished, []
+            self._slot_freed = False
             return acks
 
     def return_finished(self, acks: list[tuple[Job, float]]) -> None:
         """The batched ack of ``acks`` failed (nothing was acknowledged): send them next time."""
-        with self.lock:
-            self.finished[:0] = acks
-
-    def start(self, job: Job, timeout: float | None) -> float | None:
-        """The handler of ``job`` starts now, unless the job was released meanwhile (a stop):
-        then None. From now on its ``timeout`` (seconds, None: none) runs."""
-        with self.lock:
-            if job.id not in self.in_flight:
-                return None
-            now = time.monotonic()
-            self.started[job.id] = (now, now + timeout if timeout is not None else math.inf)
-        self.heartbeat_wake.set()  # it also watches the handlers' timeouts
-        return now
-
-    def claim_outcome(self, job: Job) -> bool:
-        """The handler of ``job`` returned or raised: it may be settled, unless it had
-        already run past its timeout (then the job was nacked as timed out, and this returns
-        False)."""
-        with self.lock:
-            if job.id in self.timed_out:
-                return False
-            started = self.started.pop(job.id, None)
-            self.settling.add(job.id)
-        if started is not None:
-            self.metrics.handler_ended(job.queue, started[0])
-        return True
-
-    def begin_settle(self, job: Job) -> None:
-        """From now on the job's claim may end at any moment: stop its heartbeats."""
-        with self.lock:
-            self.settling.add(job.id)
-
-    def complete(self, job: Job, started: float, result: CheckedResult | None = None) -> None:
-        """The handler succeeded: free the slot and queue the job, with its ``result`` (None:
-        none), for the next batched ack."""
-        with self.lock:
-            self._forget(job)
-            self.finished.append((job, started))
-            if result is not None:
-                self.results[job.id] = result
-            self.lock.notify_all()
+        with self._lock:
+            self._finished[:0] = acks
 
     def results_of(self, acks: list[tuple[Job, float]]) -> list[CheckedResult | None] | None:
         """The results to send with the batched ack of ``acks``, one per job; None when none
         of them has one."""
-        with self.lock:
-            if not self.results:
+        with self._lock:
+            if not self._results:
                 return None
-            found = [self.results.get(job.id) for job, _ in acks]
+            found = [self._results.get(job.id) for job, _ in acks]
         return found if any(result is not None for result in found) else None
 
     def forget_results(self, acks: list[tuple[Job, float]]) -> None:
         """The batched ack of ``acks`` went through (each job acked, or its claim stale)."""
-        with self.lock:
-            if self.results:
+        with self._lock:
+            if self._results:
                 for job, _ in acks:
-                    self.results.pop(job.id, None)
+                    self._results.pop(job.id, None)
 
-    def finish(self, job: Job) -> None:
-        """The job was settled (or given up on) by its own thread: free its slot and wake the
-        fetcher to fill it."""
-        with self.lock:
-            self._forget(job)
-            self.slot_freed = True
-            self.lock.notify_all()
+    def wait(self, woken: Callable[[], bool], timeout: float | None) -> None:
+        """Sleep until acks wait to be sent, a slot was freed, ``woken()`` says so (checked
+        under the lock, at each :meth:`wake`), or ``timeout`` seconds pass (None: no limit)."""
+        with self._lock:
+            self._lock.wait_for(
+                lambda: bool(self._finished) or self._slot_freed or woken(), timeout=timeout
+            )
 
-    def drop_late_outcome(self, job: Job) -> None:
-        """The handler of a job nacked as timed out has ended."""
-        with self.lock:
-            self.timed_out.discard(job.id)
+    def wake(self) -> None:
+        """Make :meth:`wait` and :meth:`wait_to_drain` look again."""
+        with self._lock:
+            self._lock.notify_all()
 
-    def _forget(self, job: Job) -> None:
-        if self.in_flight.pop(job.id, None) is not None:
-            self.settled_total += 1
-        self.settling.discard(job.id)
-        self.async_tasks.pop(job.id, None)
+    def wait_to_drain(self, timeout: float | None) -> tuple[list[tuple[Job, float]], bool]:
+        """Sleep until a job waits for its batched ack or none holds a slot, or ``timeout``
+        passes; take the acks. Returns them, and whether no job holds a slot any more."""
+        with self._lock:
+            self._lock.wait_for(lambda: not self._holding or bool(self._finished), timeout=timeout)
+            acks, self._finished = self._finished, []
+            return acks, not self._holding
+
+    def counts_by_queue(self) -> tuple[Counter[str], Counter[str]]:
+        """Per queue, the jobs whose handler runs (RUNNING), and those holding a slot."""
+        with self._lock:
+            running = Counter(
+                claim.job.queue
+                for claim in self._claims.values()
+                if claim.state is ClaimState.RUNNING
+            )
+            holding = Counter(
+                claim.job.queue for claim in self._claims.values() if claim.state in HOLDING
+            )
+        return running, holding
+
+    # ---------------------------------------------------------------------------------------
+    # The shutdown's.
+    # ---------------------------------------------------------------------------------------
+
+    def release_waiting(self) -> tuple[list[Job], list[Job]]:
+        """At the end of the grace period: every WAITING job is forgotten (a handler thread
+        that takes it skips it), to be released; returns them, and the jobs whose handler
+        still runs, whose claims stay."""
+        with self._lock:
+            waiting = [c.job for c in self._claims.values() if c.state is ClaimState.WAITING]
+            for job in waiting:
+                del self._claims[_key(job)]
+            self._holding -= len(waiting)
+            running = [c.job for c in self._claims.values() if c.state in HOLDING]
+            return waiting, running
 
 
-__all__ = ["Claims", "claim_seconds"]
+def _key(job: Job) -> tuple[int, str | None]:
+    return job.id, job.claim_token
+
+
+__all__ = ["Claim", "ClaimState", "Claims", "claim_seconds"]

@@ -173,16 +173,10 @@ class Fetcher:
                 else:
                     poll = min(self.poll_interval, _LISTENER_DOWN_POLL)
                 next_poll = last_look + poll
-                with claims.lock:
-                    claims.lock.wait_for(
-                        lambda: (
-                            bool(claims.finished)
-                            or claims.slot_freed
-                            or self._work_hint.is_set()
-                            or self._stopping.is_set()
-                        ),
-                        timeout=None if poll == math.inf else max(next_poll - now, 0.0),
-                    )
+                claims.wait(
+                    lambda: self._work_hint.is_set() or self._stopping.is_set(),
+                    timeout=None if poll == math.inf else max(next_poll - now, 0.0),
+                )
                 self._idle.clear()
                 if time.monotonic() >= next_poll:
                     want_jobs = True
@@ -280,9 +274,9 @@ class Fetcher:
     def _free_slots(self) -> int:
         """How many more jobs to claim now: the prefetch's capacity, as the settle rate makes
         it, less the jobs held."""
-        with self.claims.lock:
-            self.prefetch.observe(self.claims.settled_total)
-            return self.prefetch.capacity - len(self.claims.in_flight)
+        holding, settled = self.claims.held()
+        self.prefetch.observe(settled)
+        return self.prefetch.capacity - holding
 
     def _pull(self, client: QueueClient, queue: str, limit: int) -> list[Job]:
         return client.pull_batch(
@@ -295,13 +289,9 @@ class Fetcher:
         claims = self.claims
         backoff = Backoff.claim_path()
         while True:
-            with claims.lock:
-                claims.lock.wait_for(
-                    lambda: not claims.in_flight or bool(claims.finished),
-                    timeout=None if deadline == math.inf else max(deadline - time.monotonic(), 0),
-                )
-                acks, claims.finished = claims.finished, []
-                done = not claims.in_flight
+            acks, done = claims.wait_to_drain(
+                None if deadline == math.inf else max(deadline - time.monotonic(), 0)
+            )
             if acks:
                 try:
                     self.settle_and_claim(acks, 0)
@@ -349,8 +339,7 @@ class Fetcher:
                             listener = None
                             raise
                         generation = self.guard.generation
-                    with self.claims.lock:
-                        self._listener = listener
+                    self._listener = listener
                     if backoff.failures:
                         logger.info("listener reconnected", extra={"event": "db_back"})
                         self.metrics.reconnected("listener")
@@ -369,9 +358,8 @@ class Fetcher:
                         self.metrics.notified()
                     self._claim_on_wake(listener.connection)
                     self._hint_taken.clear()
-                    with self.claims.lock:
-                        self._work_hint.set()
-                        self.claims.lock.notify_all()
+                    self._work_hint.set()
+                    self.claims.wake()
                     # Wait until the claim loop takes the hint: while every slot is busy a due
                     # job would otherwise make wait_for_work return at once, over and over.
                     while not self._hint_taken.wait(0.5) and not self._closed.is_set():
@@ -384,11 +372,10 @@ class Fetcher:
                     exc.__cause__, psycopg.Error
                 ):
                     raise
-                with self.claims.lock:
-                    self._listener = None
-                    # The claim loop waits on the listener: it polls until it is back.
-                    self._work_hint.set()
-                    self.claims.lock.notify_all()
+                self._listener = None
+                # The claim loop waits on the listener: it polls until it is back.
+                self._work_hint.set()
+                self.claims.wake()
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
                         listener.close()
@@ -406,8 +393,7 @@ class Fetcher:
                 )
                 self._database_back.clear()
                 self._database_back.wait(delay)
-        with self.claims.lock:
-            self._listener = None
+        self._listener = None
         if listener is not None:
             with contextlib.suppress(psycopg.Error):
                 listener.close()
@@ -429,8 +415,7 @@ class Fetcher:
     def stop_listener(self, thread: threading.Thread) -> None:
         """Make the listener thread close its connection and end: its wait is cut short by a
         notification on its wake channel. Called once the worker is closed."""
-        with self.claims.lock:
-            listener = self._listener
+        listener = self._listener
         self._database_back.set()
         self._idle.set()
         if listener is not None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
 import time
 
@@ -44,7 +43,7 @@ class Heartbeat:
 
     def wake(self) -> None:
         """Cut the current wait short (to end the loop once ``closed`` is set)."""
-        self.claims.heartbeat_wake.set()
+        self.claims.wake_heartbeat()
 
     def run(self) -> None:
         """Extend each claim a third of the way through its own timeout, the one its claim
@@ -53,20 +52,9 @@ class Heartbeat:
         claims = self.claims
         while not self._closed.is_set():
             self._expire_overdue_handlers()
-            now = time.monotonic()
-            with claims.lock:
-                next_timeout = min((end for _, end in claims.started.values()), default=math.inf)
-                beats = {
-                    job_id: due
-                    for job_id, due in claims.beats.items()
-                    if job_id in claims.in_flight and job_id not in claims.settling
-                }
-                claims.beats = {job_id: claims.beats[job_id] for job_id in beats}
-                due_jobs = [claims.in_flight[job_id] for job_id, due in beats.items() if due <= now]
+            due_jobs, wait = claims.due_beats(time.monotonic(), self.poll_interval)
             if not due_jobs:
-                wait = min(*beats.values(), next_timeout, now + self.poll_interval) - now
-                claims.heartbeat_wake.wait(max(wait, 0.0))
-                claims.heartbeat_wake.clear()
+                claims.wait_for_heartbeat(wait)
                 continue
             try:
                 lost = self.pool.run(functools.partial(_extend_claims, jobs=due_jobs))
@@ -78,21 +66,7 @@ class Heartbeat:
                 # timeout, or the job is lost while the database is merely slow.
                 self._closed.wait(min(1.0, min(claim_seconds(job) for job in due_jobs) / 6))
                 continue
-            extended = time.monotonic()
-            with claims.lock:
-                for job in due_jobs:
-                    if job.id in lost:
-                        claims.beats.pop(job.id, None)
-                    elif job.id in claims.beats:
-                        claims.beats[job.id] = extended + claim_seconds(job) / 3
-                reported = [
-                    job
-                    for job in due_jobs
-                    if job.id in lost
-                    and job.id in claims.in_flight
-                    and job.id not in claims.settling
-                ]
-            for job in reported:
+            for job in claims.extended(due_jobs, lost, time.monotonic()):
                 logger.warning(
                     "lost the claim of job %d: it was rescued or settled elsewhere",
                     job.id,
@@ -104,21 +78,7 @@ class Heartbeat:
         it (the heartbeats stop), cancel an async handler, and give a synchronous one's slot to
         a new thread, since the handler's own thread cannot be stopped."""
         claims = self.claims
-        now = time.monotonic()
-        with claims.lock:
-            overdue = [
-                (claims.in_flight[job_id], started)
-                for job_id, (started, end) in claims.started.items()
-                if end <= now and job_id in claims.in_flight and job_id not in claims.settling
-            ]
-            for job, _ in overdue:
-                del claims.started[job.id]
-                claims.timed_out.add(job.id)
-                claims.settling.add(job.id)
-                task = claims.async_tasks.pop(job.id, None)
-                if task is not None:
-                    task.cancel()
-        for job, started in overdue:
+        for job, started in claims.expire_overdue(time.monotonic()):
             spec = self.executor.handlers[job.queue]
             limit = self.executor.timeout_of(spec)
             logger.warning(

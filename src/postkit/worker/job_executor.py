@@ -152,8 +152,7 @@ class JobExecutor:
         elif spec.is_async and job.payload_error is None:
             assert self._loop is not None
             task = asyncio.run_coroutine_threadsafe(self._run_async(job, spec), self._loop)
-            with self.claims.lock:
-                self.claims.async_tasks[job.id] = task
+            self.claims.track_task(job, task)
         else:
             self._sync_jobs.put((job, spec))
 
@@ -336,7 +335,7 @@ class JobExecutor:
                 # the dead one) instead of spending an attempt on it.
                 if handler_ran or attempt == _TRANSACTION_TRIES - 1:
                     raise
-        if job.id in self.claims.timed_out:
+        if self.claims.ran_late(job):
             return False
         outcome = Outcome.COMPLETED if acked else Outcome.STALE
         self.outcomes.record(job, outcome, started)

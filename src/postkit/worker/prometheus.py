@@ -248,14 +248,7 @@ class _ClaimsCollector:
         return list(self._families())
 
     def collect(self) -> Iterator[Metric]:
-        claims = self.claims
-        with claims.lock:
-            claimed = Tally(job.queue for job in claims.in_flight.values())
-            running = Tally(
-                claims.in_flight[job_id].queue
-                for job_id in claims.started
-                if job_id in claims.in_flight
-            )
+        running, claimed = self.claims.counts_by_queue()
         yield from self._families(running, claimed)
 
     def _families(

@@ -243,7 +243,7 @@ class Worker:
         self._metrics: Recorder = self._prometheus or NO_METRICS
         self.stats = WorkerStats()
         self._outcomes = OutcomeLog(self.stats, self._metrics)
-        self._claims = Claims(self._metrics)
+        self._claims = Claims(self._metrics.handler_ended)
         self._metrics.watch(self._claims)
         self._stopping = threading.Event()
         self._closed = threading.Event()
@@ -429,8 +429,7 @@ class Worker:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        with self._claims.lock:
-            self._claims.lock.notify_all()
+        self._claims.wake()
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -536,16 +535,7 @@ class Worker:
         self._stopping.set()  # the claim loop may have ended on an error: stop the others
         self._stop_maintenance(self._housekeeping, threads.housekeeping)
         fetcher.drain(time.monotonic() + self.grace_period)
-        claims = self._claims
-        with claims.lock:
-            waiting = [
-                job
-                for job_id, job in claims.in_flight.items()
-                if job_id not in claims.started and job_id not in claims.settling
-            ]
-            for job in waiting:
-                del claims.in_flight[job.id]  # a handler thread that takes it skips it
-            running = list(claims.in_flight.values())
+        waiting, running = self._claims.release_waiting()
         for job in waiting:
             try:
                 released = pool.run(functools.partial(QueueClient.release, job=job))
