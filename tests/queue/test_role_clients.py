@@ -45,19 +45,23 @@ def functions_of_statements() -> dict[str, set[str]]:
 
 
 def statements_of_builders() -> dict[str, set[str]]:
+    """Each protocol function's statements: the names its ``Call(...)`` may take (a
+    conditional name gives both), merged over the modules (a reader may share a builder's
+    name)."""
     builders: dict[str, set[str]] = {}
     for path in (QUEUE / "protocol").glob("*.py"):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.FunctionDef):
-                builders[node.name] = {
-                    call.args[0].value
+                builders.setdefault(node.name, set()).update(
+                    name.value
                     for call in ast.walk(node)
                     if isinstance(call, ast.Call)
                     and isinstance(call.func, ast.Name)
                     and call.func.id == "Call"
                     and call.args
-                    and isinstance(call.args[0], ast.Constant)
-                }
+                    for name in ast.walk(call.args[0])
+                    if isinstance(name, ast.Constant) and isinstance(name.value, str)
+                )
     return builders
 
 
@@ -96,6 +100,13 @@ def test_each_method_of_a_role_client_needs_no_more_than_its_grant(source: str) 
         if any(kind not in KINDS or KINDS.index(kind) > grant for kind in needed.values()):
             beyond[method] = needed
     assert beyond == {}, f"{source} reaches past the {ROLES[source]} grant: {beyond}"
+
+
+def test_every_statement_of_the_sdk_is_built_by_a_protocol_function() -> None:
+    """queries.sql holds no statement nothing sends (asynchronous_commit wraps the others)."""
+    built = {name for names in statements_of_builders().values() for name in names}
+    assert set(functions_of_statements()) - built == {"asynchronous_commit"}
+    assert built - set(functions_of_statements()) == set()
 
 
 def test_the_scan_sees_each_methods_sql_functions() -> None:
