@@ -14,6 +14,11 @@
 -- would otherwise be a better match than the built-in and run inside every worker. Keywords
 -- (integer, bigint, boolean, interval, coalesce, CASE, extract) are bound to pg_catalog by the
 -- grammar itself.
+--
+-- A line that ends with `-- when NAME is given` passes an optional parameter, by name: a call
+-- that leaves NAME out (None) sends the statement without that line, so one statement serves
+-- every combination, and a call that uses nothing newer runs on a database whose upgrade is
+-- still to come (protocol/call.py, optional_parameters).
 
 -- A push's delay is a duration (`delay`) or an absolute time (`run_at`, a timestamptz), at most
 -- one of them. A run_at becomes the delay from the queue's clock, taken in this statement: the
@@ -36,46 +41,10 @@ SELECT postkit_queue.push(
     %(max_attempts)s::integer,
     %(unique_key)s,
     %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond') AS id;
-
--- name: push_traced
--- push, with the producer's trace context. A push without one is the statement above, which
--- every version of the SQL module takes: a producer that does not trace keeps working against
--- a database whose upgrade is still to come.
-SELECT postkit_queue.push(
-    %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
-    coalesce(%(delay)s::bigint,
-             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
-                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
-                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
-                        OPERATOR(pg_catalog.*) 1000000)::bigint
-                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
-        OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(priority)s::integer,
-    %(max_attempts)s::integer,
-    %(unique_key)s,
-    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(trace_context)s::pg_catalog.jsonb) AS id;
-
--- name: push_grouped
--- push, with a group key (and the producer's trace context, or NULL): the only push statement
--- that needs version 21 of the SQL module.
-SELECT postkit_queue.push(
-    %(namespace)s, %(queue)s, %(payload)s::pg_catalog.jsonb,
-    coalesce(%(delay)s::bigint,
-             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
-                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
-                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
-                        OPERATOR(pg_catalog.*) 1000000)::bigint
-                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
-        OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(priority)s::integer,
-    %(max_attempts)s::integer,
-    %(unique_key)s,
-    %(backoff_base)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(trace_context)s::pg_catalog.jsonb, %(group_key)s) AS id;
+    %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'
+    , p_trace_context => %(trace_context)s::pg_catalog.jsonb  -- when trace_context is given
+    , p_group_key => %(group_key)s  -- when group_key is given
+    ) AS id;
 
 -- name: pull
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
@@ -88,14 +57,10 @@ FROM postkit_queue.pull(
     %(limit)s::integer) AS j;
 
 -- name: ack
-SELECT postkit_queue.ack(%(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
-
--- name: ack_result
--- ack, with the job's result. An ack without one is the statement above, which every version of
--- the SQL module takes (as push is to push_traced).
 SELECT postkit_queue.ack(
-    %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid,
-    %(result)s::pg_catalog.jsonb);
+    %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid
+    , p_result => %(result)s::pg_catalog.jsonb  -- when result is given
+    );
 
 -- name: job_result
 SELECT r.job_id, r.queue, r.state, r.result::pg_catalog.text AS result, r.error, r.reason,
@@ -246,38 +211,10 @@ SELECT b.id FROM postkit_queue.push_batch(
                         OPERATOR(pg_catalog.*) 1000000)::bigint
                   WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
         OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[]) AS b
-ORDER BY b.ordinality;
-
--- name: push_batch_traced
--- push_batch, with one trace context per payload (as push_traced is to push).
-SELECT b.id FROM postkit_queue.push_batch(
-    %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
-    coalesce(%(delay)s::bigint,
-             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
-                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
-                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
-                        OPERATOR(pg_catalog.*) 1000000)::bigint
-                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
-        OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[],
-    %(trace_contexts)s::pg_catalog.jsonb) AS b
-ORDER BY b.ordinality;
-
--- name: push_batch_grouped
--- push_batch, with one group key per payload, and one trace context per payload or none
--- (as push_grouped is to push).
-SELECT b.id FROM postkit_queue.push_batch(
-    %(namespace)s, %(queue)s, %(payloads)s::pg_catalog.jsonb,
-    coalesce(%(delay)s::bigint,
-             CASE WHEN %(run_at)s::pg_catalog.timestamptz OPERATOR(pg_catalog.>) postkit_queue.clock()
-                  THEN (extract(epoch FROM %(run_at)s::pg_catalog.timestamptz
-                                           OPERATOR(pg_catalog.-) postkit_queue.clock())
-                        OPERATOR(pg_catalog.*) 1000000)::bigint
-                  WHEN %(run_at)s::pg_catalog.timestamptz IS NOT NULL THEN 0 END)
-        OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[],
-    %(trace_contexts)s::pg_catalog.jsonb, %(group_keys)s::pg_catalog.text[]) AS b
+    %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[]
+    , p_trace_contexts => %(trace_contexts)s::pg_catalog.jsonb  -- when trace_contexts is given
+    , p_group_keys => %(group_keys)s::pg_catalog.text[]  -- when group_keys is given
+    ) AS b
 ORDER BY b.ordinality;
 
 -- name: ack_batch
@@ -395,14 +332,10 @@ SELECT p.max_attempts,
 FROM postkit_queue.get_queue_policy(%(namespace)s, %(queue)s) AS p;
 
 -- name: ack_many
-SELECT postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
-       AS acked;
-
--- name: ack_many_results
--- ack_many, with the jobs' results (as ack_result is to ack).
 SELECT postkit_queue.ack_many(
-    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[],
-    %(results)s::pg_catalog.jsonb) AS acked;
+    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[]
+    , p_results => %(results)s::pg_catalog.jsonb  -- when results is given
+    ) AS acked;
 
 -- name: ack_and_pull
 -- A worker's round trip: acknowledge what finished and claim the next batch, in one statement
@@ -416,25 +349,10 @@ SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked
        j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
        j.errors::pg_catalog.text AS errors, j.created_at,
        j.trace_context::pg_catalog.text AS trace_context, j.group_key
-FROM postkit_queue.ack_many(%(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[])
-     AS a(acked)
-LEFT JOIN LATERAL postkit_queue.pull(
-    %(namespace)s, %(queue)s, %(worker_id)s,
-    %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond', %(limit)s::integer)
-    WITH ORDINALITY AS j ON true;
-
--- name: ack_and_pull_results
--- ack_and_pull, with the acknowledged jobs' results (as ack_result is to ack).
-SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked END AS acked,
-       j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state,
-       j.payload::pg_catalog.text AS payload, j.priority,
-       j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
-       j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
-       j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context, j.group_key
 FROM postkit_queue.ack_many(
-    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[],
-    %(results)s::pg_catalog.jsonb) AS a(acked)
+    %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[]
+    , p_results => %(results)s::pg_catalog.jsonb  -- when results is given
+    ) AS a(acked)
 LEFT JOIN LATERAL postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond', %(limit)s::integer)

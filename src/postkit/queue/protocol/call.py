@@ -33,11 +33,43 @@ def named_statements(text: str) -> dict[str, str]:
     return {name: body.strip() for name, body in zip(pieces[::2], pieces[1::2], strict=True)}
 
 
+_OPTIONAL_LINE = re.compile(r"^(?P<sql>.*?)\s*-- when (?P<parameter>\w+) is given$")
+
+
 @cache
 def queries() -> dict[str, str]:
-    """The named statements of ``queries.sql``, without their closing semicolon."""
+    """The named statements of ``queries.sql``, without their closing semicolon, each as the
+    file writes it: with every optional line (:func:`optional_parameters`)."""
     text = resources.files("postkit.queue").joinpath("queries.sql").read_text(encoding="utf-8")
     return {name: body.rstrip(";") for name, body in named_statements(text).items()}
+
+
+@cache
+def optional_parameters(name: str) -> tuple[str, ...]:
+    """The parameters of statement ``name`` that it passes only when they are given: each
+    stands on a line of its own that ends with ``-- when PARAMETER is given``, and passes it by
+    name (``p_x => %(x)s``). A call that leaves them out sends the statement without those
+    lines, which a database whose SQL module predates them still runs: one statement per call,
+    whatever the module's version, instead of one variant per combination."""
+    return tuple(
+        match["parameter"]
+        for line in queries()[name].splitlines()
+        if (match := _OPTIONAL_LINE.match(line)) is not None
+    )
+
+
+@cache
+def statement(name: str, given: frozenset[str] = frozenset()) -> str:
+    """Statement ``name`` with the optional lines of the parameters in ``given`` and without
+    the others (:func:`optional_parameters`)."""
+    lines = []
+    for line in queries()[name].splitlines():
+        match = _OPTIONAL_LINE.match(line)
+        if match is None:
+            lines.append(line)
+        elif match["parameter"] in given:
+            lines.append(match["sql"])
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -55,14 +87,19 @@ class Call(Generic[T]):
 
     @property
     def sql(self) -> str:
-        statement = queries()[self.name]
+        optional = optional_parameters(self.name)
+        if optional:
+            given = frozenset(name for name in optional if self.params.get(name) is not None)
+            text = statement(self.name, given)
+        else:
+            text = queries()[self.name]
         if self.identifiers is not None:
-            statement = statement.format_map(
+            text = text.format_map(
                 {key: _identifier(name) for key, name in self.identifiers.items()}
             )
         if self.asynchronous:
-            return queries()["asynchronous_commit"].format(statement=statement)
-        return statement
+            return queries()["asynchronous_commit"].format(statement=text)
+        return text
 
     def committed_asynchronously(self) -> Call[T]:
         """This call, committing without waiting for the WAL flush: for a statement that is its

@@ -48,15 +48,9 @@ def push(
     )
     if params["priority"] is None:
         raise errors.InvalidPriorityError("priority must be an int, got None")
-    context = check.trace_context(trace_context)
-    key = check.name("group_key", group_key, required=False)
-    if key is not None:
-        return Call(
-            "push_grouped", {**params, "trace_context": context, "group_key": key}, read.scalar
-        )
-    if context is None:
-        return Call("push", params, read.scalar)
-    return Call("push_traced", {**params, "trace_context": context}, read.scalar)
+    params["trace_context"] = check.trace_context(trace_context)
+    params["group_key"] = check.name("group_key", group_key, required=False)
+    return Call("push", params, read.scalar)
 
 
 def pull(
@@ -84,9 +78,8 @@ def ack(
     is)."""
     params = check.base(namespace, **check.claim("ack", job, worker_id, claim_token))
     checked = check.result(result)
-    if checked is None:
-        return Call("ack", params, read.scalar)
-    return Call("ack_result", {**params, "result": checked.text}, read.scalar)
+    params["result"] = None if checked is None else checked.text
+    return Call("ack", params, read.scalar)
 
 
 def job_result(namespace: str, job_id: int) -> Call[JobResult]:
@@ -265,6 +258,10 @@ def push_batch(
         unique_keys=keys,
     )
     context = check.trace_context(trace_context)
+    params["trace_contexts"] = (
+        None if context is None else "[" + ",".join([context] * len(payloads)) + "]"
+    )
+    params["group_keys"] = None
     if group_keys is not None:
         if isinstance(group_keys, (str, bytes)) or not isinstance(group_keys, Sequence):
             raise errors.InvalidNameError("group_keys must be a list of str or None")
@@ -272,14 +269,7 @@ def push_batch(
         if len(groups) != len(payloads):
             raise errors.InvalidNameError(f"{len(groups)} group keys for {len(payloads)} payloads")
         params["group_keys"] = groups
-        params["trace_contexts"] = (
-            None if context is None else "[" + ",".join([context] * len(payloads)) + "]"
-        )
-        return Call("push_batch_grouped", params, lambda rows: [row["id"] for row in rows])
-    if context is None:
-        return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
-    params["trace_contexts"] = "[" + ",".join([context] * len(payloads)) + "]"
-    return Call("push_batch_traced", params, lambda rows: [row["id"] for row in rows])
+    return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
 
 
 def ack_batch(namespace: str, jobs: Sequence[Job], *, worker_id: str | None) -> Call[bool]:
@@ -297,12 +287,8 @@ def ack_many(
     """Ack ``jobs``, with their ``results`` (None, or one entry per job, each as ack takes
     it)."""
     params = check.base(namespace, **check.claims("ack_many", jobs))
-    texts = check.results(results, len(jobs))
-    if texts is None:
-        return Call("ack_many", params, lambda rows: list(read.scalar(rows)))
-    return Call(
-        "ack_many_results", {**params, "results": texts}, lambda rows: list(read.scalar(rows))
-    )
+    params["results"] = check.results(results, len(jobs))
+    return Call("ack_many", params, lambda rows: list(read.scalar(rows)))
 
 
 def ack_and_pull(
@@ -323,12 +309,10 @@ def ack_and_pull(
         visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
         limit=check.limit("pull", limit),
     )
-    texts = check.results(results, len(acks))
+    params["results"] = check.results(results, len(acks))
 
     def parse(rows: Rows) -> tuple[list[int], list[Job]]:
         acked = list(rows[0]["acked"]) if rows else []
         return acked, [read.job(row) for row in rows if row["id"] is not None]
 
-    if texts is None:
-        return Call("ack_and_pull", params, parse)
-    return Call("ack_and_pull_results", {**params, "results": texts}, parse)
+    return Call("ack_and_pull", params, parse)
