@@ -9,6 +9,7 @@
     python -m benchmarks sql-costs [--dsn DSN] [--runs N]
     python -m benchmarks claim-layouts [--dsn DSN] [--runs N]
     python -m benchmarks producers [--dsn DSN] [--quick] [--runs N] [--oban-python PATH]
+    python -m benchmarks dependencies [--dsn DSN] [--quick] [--runs N]
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy, RQ (on Redis), awa and DBOS on the same server (install them with
@@ -35,7 +36,9 @@ indexes that do not name the state (a HOT claim), in plain SQL, and writes claim
 (benchmarks/claim_layouts.py). ``producers`` measures what a push costs the application's own
 transaction, at 1, 16 and 64 producers, against the same transaction without it and with a
 bare INSERT of the job's row, and the producers' commit tail while workers drain, and writes
-producers.md (benchmarks/producers.py).
+producers.md (benchmarks/producers.py). ``dependencies`` drains a fan-in of 10,000 parents into
+one child against 10,001 plain jobs, with the same workers, and writes dependencies.md
+(dependencies-quick.md with ``--quick``; benchmarks/dependencies.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -55,6 +58,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from benchmarks import (
     claim_layouts,
     dashboard_reads,
+    dependencies,
     flow,
     latency,
     notify_cost,
@@ -328,6 +332,7 @@ def main() -> None:
             "sql-costs",
             "claim-layouts",
             "producers",
+            "dependencies",
             "all",
         ],
         nargs="?",
@@ -345,7 +350,9 @@ def main() -> None:
     )
     comparison = parser.add_argument_group("run (the comparison)")
     comparison.add_argument(
-        "--quick", action="store_true", help="small counts, no sweep: a smoke run (run and flow)"
+        "--quick",
+        action="store_true",
+        help="small counts, no sweep: a smoke run (run, flow, producers, dependencies)",
     )
     comparison.add_argument(
         "--long",
@@ -454,6 +461,13 @@ def main() -> None:
             oban_python=args.oban_python,
         )
         name = "producers-quick" if args.quick else "producers"
+        print(text, f"-> {write_result(name, text)}", sep="\n")
+        return
+    if args.which == "dependencies":
+        text = dependencies.run(
+            database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
+        )
+        name = "dependencies-quick" if args.quick else "dependencies"
         print(text, f"-> {write_result(name, text)}", sep="\n")
         return
     if args.which == "run":

@@ -162,6 +162,13 @@ class InvalidStateError(ValidationError):
     paused flag is NULL."""
 
 
+class InvalidDependencyError(ValidationError):
+    """A push's ``depends_on`` is not a list of job ids, lists more than 10,000, or names a job
+    a child cannot wait for: one unknown in the namespace (never pushed, or completed in a
+    queue that keeps neither results nor completed jobs, or pruned), dead-lettered or
+    cancelled."""
+
+
 class InvalidScheduleError(ValidationError):
     """A schedule's cron expression, time zone or interval is invalid."""
 
@@ -220,6 +227,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ16": InvalidResultError,
     "PKQ17": InvalidFlowControlError,
     "PKQ18": FlowControlIsolationError,
+    "PKQ19": InvalidDependencyError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -272,6 +280,7 @@ __all__ = [
     "InvalidAccessError",
     "InvalidArgumentsError",
     "InvalidClaimTokenError",
+    "InvalidDependencyError",
     "InvalidDurationError",
     "InvalidFlowControlError",
     "InvalidJobIdError",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -170,6 +171,8 @@ def _run(client: QueueClient, job: Job, spec: Any, record: DrainedJob) -> None:
         record.state = "dead" if client.fail(job, error=job.payload_error) else "stale"
         return
     cursor = client.cursor
+    if job.depends_on:  # as the worker hands it over (JobExecutor._handed)
+        job = dataclasses.replace(job, parent_results=client.parent_results(job.id))
     try:
         if spec.transactional:
             cursor.execute("SAVEPOINT postkit_drain")

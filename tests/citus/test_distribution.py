@@ -135,9 +135,13 @@ def test_the_tables_without_a_namespace_and_the_tenants_become_reference_tables(
     assert "postkit_queue.jobs" not in referenced
 
 
-# The calls that make jobs ready for others: they run on the coordinator, where the listeners
-# of their notifications are (tests/citus/test_schema_follows_the_rules.py checks the list).
+# The calls that make jobs ready for others, and the operator's calls that cancel jobs (whose
+# waiters are told): they run on the coordinator, where the listeners of their notifications
+# are (tests/citus/test_schema_follows_the_rules.py checks the list).
 ON_THE_COORDINATOR = {
+    "cancel",
+    "purge_queue",
+    "purge_queue_before",
     "push",
     "push_batch",
     "redrive",

@@ -213,7 +213,7 @@ def test_every_identity_column_is_bigint(catalog: psycopg.Connection) -> None:
 # reach no listener, which finds the job at its fallback poll, or the result at its next read
 # (docs/scaling.md). Every other function that may notify runs on the coordinator on Citus.
 WAKE_UPS_LEFT_TO_THE_POLL = {
-    "ack": "a kept result, a freed flow slot",
+    "ack": "a kept result, a freed flow slot, a child made pending",
     "ack_batch": "as ack, for a batch",
     "ack_many": "as ack, for a batch",
     "fail": "a dead letter's result, a freed flow slot",

@@ -590,8 +590,9 @@ def test_cancel_asks_then_deletes_a_pending_job(run: Run, client: QueueClient) -
         "cancelled": True,
     }
     assert live_job_ids(client, "emails") == [keep]
-    gone = fails_cleanly(run("cancel", str(drop), "--yes"), code=1)
-    assert f"no job {drop} in namespace" in gone
+    again = fails_cleanly(run("cancel", str(drop), "--yes"), code=1)
+    assert f"job {drop} of queue 'emails' is cancelled already" in again
+    assert "cancelled (cancelled)" in run("job", str(drop)).output
 
 
 def test_cancel_refuses_a_running_job_and_a_dead_letter(

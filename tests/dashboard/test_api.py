@@ -321,7 +321,8 @@ def test_cancel_a_pending_job_and_refuse_a_running_one(api: httpx.Client, q: Que
     assert ok(api.post(f"jobs/{waiting}/cancel", json={}))["cancelled"] is True
     refused = api.post(f"jobs/{running.id}/cancel", json={})
 
-    assert q.get_job(waiting) is None
+    cancelled = q.get_job(waiting)
+    assert cancelled is not None and cancelled.state == "cancelled"
     assert refused.status_code == 409 and "running" in refused.json()["error"]
 
 

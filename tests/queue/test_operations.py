@@ -216,6 +216,8 @@ def test_a_cursor_token_reads_back_as_the_same_cursor(queue: QueueClient) -> Non
     pushed(queue)
     running = pulled(queue)
     bury(queue, OTHER)
+    pushed(queue, depends_on=[pushed(queue, delay=1200)])
+    assert queue.cancel(pushed(queue, delay=1800))
     listed = {state: queue.jobs(Q if state != "dead" else OTHER, state)[-1] for state in JOB_STATES}
 
     cursors = [JobCursor.after(job, state) for state, job in listed.items()]
@@ -549,8 +551,10 @@ def test_cancel_removes_a_waiting_job(queue: QueueClient, delay: int) -> None:
 
     assert queue.cancel(job_id) is True
 
-    assert queue.get_job(job_id) is None
+    cancelled = queue.get_job(job_id)
+    assert cancelled is not None and cancelled.state == "cancelled"
     assert live_jobs(queue, Q) == []
+    assert (queue.result(job_id).state, queue.result(job_id).reason) == ("cancelled", "cancelled")
 
 
 def test_cancelling_a_running_job_raises_job_running_and_changes_nothing(

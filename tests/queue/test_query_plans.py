@@ -114,11 +114,16 @@ ACK_PARAMS = {
 PUSH = """
     INSERT INTO postkit_queue.jobs AS j (
         namespace, queue, payload, priority, run_at, max_attempts, unique_key,
-        backoff_base, backoff_cap, created_at, trace_context, group_key)
+        backoff_base, backoff_cap, created_at, trace_context, group_key, depends_on, state,
+        waiting_on)
     VALUES (
         p_namespace, p_queue, p_payload, p_priority, v_now + coalesce(p_delay, interval '0'),
         coalesce(p_max_attempts, v_policy.max_attempts),
-        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context, p_group_key)
+        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context, p_group_key,
+        nullif(v_depends_on, '{}'),
+        (CASE WHEN cardinality(v_parents) > 0 THEN 'waiting' ELSE 'pending' END)
+            ::postkit_queue.job_state,
+        nullif(cardinality(v_parents), 0))
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id
 """
@@ -136,6 +141,8 @@ PUSH_PARAMS = {
     "p_backoff_cap": "interval",
     "p_trace_context": "jsonb",
     "p_group_key": "text",
+    "v_depends_on": "bigint[]",
+    "v_parents": "bigint[]",
 }
 
 # Flow control (flow.sql). claim_limited's group path locks the ids its loop took; rate_slot_at
@@ -179,7 +186,7 @@ GUARDED = {
     "tick_timeouts": ("tick_timeouts(text,integer)", TICK),
     "ack": ("ack(text,bigint,text,uuid,jsonb)", ACK),
     "push": (
-        "push(text,text,jsonb,interval,integer,integer,text,interval,interval,jsonb,text)",
+        "push(text,text,jsonb,interval,integer,integer,text,interval,interval,jsonb,text,bigint[])",
         PUSH,
     ),
     "claim_limited, locking a group claim's ids": (CLAIM_LIMITED, FLOW_LOCK),
@@ -392,7 +399,7 @@ def test_push_deduplicates_through_the_unique_key_index(
         planned,
         mode,
         "EXECUTE push_stmt('plan-a', 'emails', '{}', 0, now(), NULL, NULL, 20, 'key-4',"
-        " NULL, NULL, NULL, NULL)",
+        " NULL, NULL, NULL, NULL, NULL, NULL)",
     )
 
     insert = nodes[0]

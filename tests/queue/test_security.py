@@ -591,6 +591,8 @@ def test_every_function_pins_its_search_path(database: str) -> None:
         "is_result",
         "is_trace_context",
         "longest_effect",
+        "max_parents",
+        "parent_refusal",
     ]
 
 

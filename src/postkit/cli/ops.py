@@ -43,6 +43,8 @@ _JOB_TIME_COLUMN = {
     "scheduled": "RUNS AT (UTC)",
     "running": "CLAIM ENDS (UTC)",
     "dead": "DEAD-LETTERED (UTC)",
+    "waiting": "PUSHED (UTC)",
+    "cancelled": "CANCELLED (UTC)",
 }
 
 
@@ -118,8 +120,10 @@ def jobs(
     def moment(job: Job) -> str:
         if state == "running":
             return format_time(job.visible_until)
-        if state == "dead":
+        if state in ("dead", "cancelled"):
             return format_time(job.failed_at)
+        if state == "waiting":
+            return format_time(job.created_at)
         return format_time(job.run_at)
 
     headers = ["ID", "ATTEMPTS", "PRIORITY", "AGE", _JOB_TIME_COLUMN[state], "WORKER"]
@@ -151,10 +155,10 @@ def jobs(
 @click.argument("job_id", type=JOB_ID)
 @operation
 def job(job_id: int, namespace: str, dsn: str | None, as_json: bool) -> None:
-    """One job and what became of it: a live job (pending, scheduled or running) with its
-    payload and attempts; a completed one with its result (what its handler returned), kept
-    while its queue keeps results (`postkit queue configure QUEUE --retain-results 1d`); a
-    dead letter with its error.
+    """One job and what became of it: a live job (pending, scheduled, running, or waiting for
+    its parents) with its payload, attempts and parents; a completed one with its result (what
+    its handler returned), kept while its queue keeps results (`postkit queue configure QUEUE
+    --retain-results 1d`); a dead letter with its error; a cancelled job with the reason.
 
     --json prints what `QueueClient.result` returns (state, value, error, ...) and, for a live
     or dead job, the job itself under "job". A job nothing is known of (never pushed, in
@@ -191,11 +195,11 @@ def _job_state(result: JobResult, found: Job | None, expired: bool) -> str:
         )
     if found is not None and result.state == "running":
         return f"running (attempt {found.attempts} of {found.max_attempts})"
-    if found is not None and result.state != "dead":
+    if found is not None and result.state not in ("dead", "cancelled"):
         return f"{result.state} ({found.attempts} of {plural(found.max_attempts, 'attempt')} made)"
     attempts = "" if result.attempts is None else f" after {plural(result.attempts, 'attempt')}"
-    if result.state == "dead":
-        return f"dead ({result.reason}){attempts}"
+    if result.state in ("dead", "cancelled"):
+        return f"{result.state} ({result.reason}){attempts}"
     return f"{result.state}{attempts}"
 
 
@@ -233,6 +237,12 @@ def _job_fields(
             )
         else:
             fields.append(("claim ends", f"{format_time(found.visible_until)} UTC"))
+    if found is not None and found.depends_on:
+        fields.append(("parents", ", ".join(str(parent) for parent in found.depends_on)))
+    if found is not None and found.waiting_on is not None:
+        fields.append(("waiting on", f"{plural(found.waiting_on, 'parent')} to complete"))
+    if result.state == "cancelled":
+        fields.append(("cancelled", f"{format_time(result.finished_at)} UTC"))
     if found is not None and result.state != "dead" and found.errors:
         fields.append(("last error", last_error(found.errors)))
     if result.state == "dead":
@@ -367,7 +377,9 @@ def _paused(connection: psycopg.Connection[Any], client: QueueClient, queue: str
 @yes_option
 @operation
 def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
-    """Cancel the pending or scheduled job JOB_ID: delete it before any worker runs it.
+    """Cancel the pending, scheduled or waiting job JOB_ID before any worker runs it, with
+    the jobs that wait for it (their parent is cancelled). `postkit job JOB_ID` shows it as
+    cancelled for its queue's retention.
 
     A running job cannot be cancelled (its worker holds the claim), and a dead letter is no
     longer a live job (redrive it with `postkit dlq redrive`, or leave it to retention). Shows the
@@ -391,6 +403,11 @@ def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
                 f"job {job_id} is a dead letter of queue {job.queue!r}, not a live job: nothing "
                 f"to cancel (see `postkit dlq show {job_id}{namespace_argument(namespace)}`)"
             )
+        if job.state == "cancelled":
+            raise click.ClickException(
+                f"job {job_id} of queue {job.queue!r} is cancelled already (see `postkit job "
+                f"{job_id}{namespace_argument(namespace)}`)"
+            )
         if job.state == "running":
             raise click.ClickException(
                 f"job {job_id} is running (claimed by {job.worker_id or 'a worker'}) and cannot "
@@ -399,9 +416,12 @@ def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
             )
         waits = job.run_at is not None and job.run_at > datetime.now(timezone.utc)
         when = f"{'runs at' if waits else 'ready since'} {format_time(job.run_at)} UTC"
+        if job.state == "waiting":
+            when = f"waiting for {plural(job.waiting_on or 0, 'parent')}"
         confirm(
             f"Cancel job {job_id} of queue {job.queue} (payload "
-            f"{shorten(compact_json(job.payload), 40)}, {when})? It is deleted and never runs.",
+            f"{shorten(compact_json(job.payload), 40)}, {when})? It never runs, and the jobs "
+            "waiting for it are cancelled too.",
             yes,
         )
         if not client.cancel(job_id):

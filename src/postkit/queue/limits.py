@@ -125,6 +125,9 @@ MAX_PAYLOAD_BYTES = Bounds(1, 104_857_600)
 JOB_ID = Bounds(-(2**63), 2**63 - 1)
 BATCH_PAYLOADS = 100_000
 """At most this many payloads per ``push_batch``."""
+MAX_PARENTS = 10_000
+"""At most this many parents per job (``push(depends_on=...)``; the SQL module's
+``max_parents()``)."""
 WORKER_PID = Bounds(1, 2**31 - 1)
 """A registered worker's process id."""
 WORKER_CONCURRENCY = Bounds(0, 100_000)

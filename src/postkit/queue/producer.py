@@ -7,6 +7,7 @@ producer.py (``Producer``) is generated from it by tools/async_to_sync.py.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import psycopg
 
 from postkit import errors
-from postkit.queue import protocol
+from postkit.queue import limits, protocol
 from postkit.queue.calls import Calls
 from postkit.queue.listen import ResultListener
 from postkit.queue.protocol import Duration
@@ -24,9 +25,10 @@ from postkit.queue.tracing import current_trace_context
 
 class Producer(Calls):
     """Push jobs and follow them: :meth:`push`, :meth:`push_batch`, :meth:`get_job`,
-    :meth:`result`, :meth:`wait_for_result`. A role needs the ``producer`` access kind
-    (``postkit install --grant ROLE:producer``). Each call is one statement in the caller's
-    transaction: a push commits, or vanishes, with the caller's own writes."""
+    :meth:`result`, :meth:`wait_for_result`, :meth:`parent_results`. A role needs the
+    ``producer`` access kind (``postkit install --grant ROLE:producer``). Each call is one
+    statement in the caller's transaction: a push commits, or vanishes, with the caller's own
+    writes."""
 
     def push(
         self,
@@ -41,6 +43,7 @@ class Producer(Calls):
         backoff_base: Duration | None = None,
         backoff_cap: Duration | None = None,
         group_key: str | None = None,
+        depends_on: Sequence[int | Job] | None = None,
     ) -> int | None:
         """Add a job to ``queue`` in the caller's transaction.
 
@@ -62,6 +65,14 @@ class Producer(Calls):
                 the queue's group limits apply to: ``group_concurrency`` (so many of a key
                 at once) and ``group_ordered`` (one of a key at a time, in push order); see
                 :meth:`configure_queue`. None: no group, only the queue-wide limits apply.
+            depends_on: the job's parents (job ids or Jobs, of any queue of this namespace,
+                at most 10,000): the job is 'waiting', never claimed, until every parent has
+                completed, and becomes pending in the transaction of the last parent's ack.
+                A parent already completed counts while its completion is recorded (its
+                queue's ``retain_results`` or ``retain_completed``). A parent dead-lettered,
+                cancelled or purged later cancels the job (``result(id).reason`` says why).
+                The parents are checked first, in a statement of their own: a refusal leaves
+                the caller's transaction usable.
 
         With OpenTelemetry in use, the job records the current span's trace context, and the
         worker's span for each of its runs links to it (docs/tracing.md).
@@ -74,23 +85,44 @@ class Producer(Calls):
             InvalidMaxAttemptsError, InvalidDurationError: bad arguments; nothing is written.
             InvalidRunAtError (an InvalidDurationError): ``run_at`` is naive, not a datetime,
                 more than 3650 days ahead, or given with ``delay``; nothing is written.
+            InvalidDependencyError: ``depends_on`` is not a list of job ids, or names a job
+                that is unknown here, dead-lettered or cancelled; nothing is written.
         """
-        return self._run(
-            protocol.push(
-                self._namespace,
-                queue,
-                payload,
-                delay=delay,
-                run_at=run_at,
-                priority=priority,
-                max_attempts=max_attempts,
-                unique_key=unique_key,
-                backoff_base=backoff_base,
-                backoff_cap=backoff_cap,
-                trace_context=current_trace_context(),
-                group_key=group_key,
-            )
+        call = protocol.push(
+            self._namespace,
+            queue,
+            payload,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            trace_context=current_trace_context(),
+            group_key=group_key,
+            depends_on=depends_on,
         )
+        self._check_parents([call.params["depends_on"] or []])
+        return self._run(call)
+
+    def _check_parents(self, entries: Sequence[Sequence[int]]) -> None:
+        """Raise InvalidDependencyError, before anything is pushed, when the SQL module would
+        refuse one of these parents: a refusal by the push itself would abort the caller's
+        transaction. One statement per 10,000 distinct parents; none without parents."""
+        parents = sorted({parent for entry in entries for parent in entry})
+        for start in range(0, len(parents), limits.MAX_PARENTS):
+            chunk = parents[start : start + limits.MAX_PARENTS]
+            problem = self._run(protocol.dependency_problem(self._namespace, chunk))
+            if problem is not None:
+                raise errors.InvalidDependencyError(problem)
+
+    def parent_results(self, job_id: int) -> dict[int, Any]:
+        """The results of job ``job_id``'s parents (its push's ``depends_on``), by parent id,
+        in the order its push listed them: what each parent's handler returned, once it
+        completed in a queue that keeps results; None for a parent that has not completed,
+        or whose queue keeps no results. Empty: the job has no parents, or is unknown."""
+        return self._run(protocol.parent_results(self._namespace, job_id))
 
     def push_batch(
         self,
@@ -103,6 +135,7 @@ class Producer(Calls):
         max_attempts: int | None = None,
         unique_keys: Sequence[str | None] | None = None,
         group_keys: Sequence[str | None] | None = None,
+        depends_on: Sequence[Sequence[int | Job] | None] | None = None,
     ) -> list[int | None]:
         """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
         transaction; listeners get one notification. ``delay`` or ``run_at`` (at most one),
@@ -110,25 +143,30 @@ class Producer(Calls):
         ``group_keys``, if given, holds one group key per payload (None: no group), as
         :meth:`push` takes ``group_key``; the jobs of a key are in payload order.
         Each job records the current span's trace context, as :meth:`push` does.
+        ``depends_on``, if given, holds each payload's parents (a list of job ids, or None),
+        as :meth:`push` takes them; a batch with parents pushes its jobs one after another in
+        the SQL module (each locks its own parents), in the same round trip.
 
         Returns:
             one entry per payload, in order: the new job's id, or None when its unique key
             (``unique_keys[i]``) matched a live job or an earlier payload of the batch.
         """
-        return self._run(
-            protocol.push_batch(
-                self._namespace,
-                queue,
-                payloads,
-                delay=delay,
-                run_at=run_at,
-                priority=priority,
-                max_attempts=max_attempts,
-                unique_keys=unique_keys,
-                trace_context=current_trace_context(),
-                group_keys=group_keys,
-            )
+        call = protocol.push_batch(
+            self._namespace,
+            queue,
+            payloads,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            unique_keys=unique_keys,
+            trace_context=current_trace_context(),
+            group_keys=group_keys,
+            depends_on=depends_on,
         )
+        if depends_on is not None:
+            self._check_parents([entry or [] for entry in json.loads(call.params["depends_on"])])
+        return self._run(call)
 
     def get_job(self, job_id: int) -> Job | None:
         """One job of this namespace: pending, running, or dead (in the dead-letter queue).

@@ -44,13 +44,14 @@ SELECT postkit_queue.push(
     %(backoff_cap)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'
     , p_trace_context => %(trace_context)s::pg_catalog.jsonb  -- when trace_context is given
     , p_group_key => %(group_key)s  -- when group_key is given
+    , p_depends_on => %(depends_on)s::bigint[]  -- when depends_on is given
     ) AS id;
 
 -- name: pull
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context, j.group_key
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key, j.depends_on
 FROM postkit_queue.pull(
     %(namespace)s, %(queue)s, %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -91,8 +92,17 @@ SELECT pg_catalog.count(*) AS rescued FROM postkit_queue.tick_timeouts(%(namespa
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at,
-       j.trace_context::pg_catalog.text AS trace_context, j.group_key, j.claim_expired
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key, j.claim_expired,
+       j.depends_on, j.waiting_on
 FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
+
+-- name: dependency_problem
+-- Asked before a push with parents: a refusal here leaves the caller's transaction usable.
+SELECT postkit_queue.dependency_problem(%(namespace)s, %(depends_on)s::bigint[]) AS problem;
+
+-- name: parent_results
+SELECT r.parent_id, r.state, r.result::pg_catalog.text AS result
+FROM postkit_queue.parent_results(%(namespace)s, %(job_id)s::bigint) AS r;
 
 -- name: dead_letters
 SELECT d.namespace, d.job_id, d.queue, d.payload::pg_catalog.text AS payload, d.priority, d.attempts,
@@ -195,7 +205,7 @@ SELECT postkit_queue.clock() AS now;
 SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload::pg_catalog.text AS payload, j.priority, j.run_at,
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context, j.group_key
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key, j.depends_on
 FROM postkit_queue.pull_any(
     %(namespace)s, %(queues)s::pg_catalog.text[], %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -214,6 +224,7 @@ SELECT b.id FROM postkit_queue.push_batch(
     %(priority)s::integer, %(max_attempts)s::integer, %(unique_keys)s::pg_catalog.text[]
     , p_trace_contexts => %(trace_contexts)s::pg_catalog.jsonb  -- when trace_contexts is given
     , p_group_keys => %(group_keys)s::pg_catalog.text[]  -- when group_keys is given
+    , p_depends_on => %(depends_on)s::pg_catalog.jsonb  -- when depends_on is given
     ) AS b
 ORDER BY b.ordinality;
 
@@ -268,7 +279,7 @@ SELECT postkit_queue.resume_queue(%(namespace)s, %(queue)s);
 SELECT postkit_queue.purge_queue(%(namespace)s, %(queue)s) AS purged;
 
 -- name: prune
-SELECT p.completed_jobs, p.dead_letters, p.stats_rows, p.results
+SELECT p.completed_jobs, p.dead_letters, p.stats_rows, p.results, p.cancelled
 FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
 
 -- name: save_schedule
@@ -348,7 +359,7 @@ SELECT CASE WHEN coalesce(j.ordinality, 1) OPERATOR(pg_catalog.=) 1 THEN a.acked
        j.run_at, j.attempts, j.max_attempts, j.unique_key, j.worker_id,
        j.claim_token::pg_catalog.text AS claim_token, j.claimed_at, j.visible_until,
        j.errors::pg_catalog.text AS errors, j.created_at,
-       j.trace_context::pg_catalog.text AS trace_context, j.group_key
+       j.trace_context::pg_catalog.text AS trace_context, j.group_key, j.depends_on
 FROM postkit_queue.ack_many(
     %(namespace)s, %(job_ids)s::bigint[], %(claim_tokens)s::pg_catalog.uuid[]
     , p_results => %(results)s::pg_catalog.jsonb  -- when results is given

@@ -122,6 +122,7 @@ _TABLES = "tables.sql"
 _CODE = (
     "helpers.sql",
     "lifecycle.sql",
+    "dependencies.sql",
     "flow.sql",
     "batches.sql",
     "operations.sql",

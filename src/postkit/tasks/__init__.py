@@ -21,10 +21,19 @@ The layers: this package builds on the SDK (``postkit.queue``: every push is a `
 push) and on the worker runtime (``postkit.worker``: an App's handlers are a ``Handlers``), and
 adds no queue semantics of its own. ``payload.py`` is the payload's shape, ``models.py``
 pydantic models in it, ``task.py`` a task and its pushes, ``app.py`` the App and the queue
-policies it applies.
+policies it applies, ``context.py`` what a function reads of its job (``parent_results``).
 """
 
 from postkit.tasks.app import App
+from postkit.tasks.context import parent_results
 from postkit.tasks.task import BaseTask, PushOptions, Task, TaskSettings, TransactionalTask
 
-__all__ = ["App", "BaseTask", "PushOptions", "Task", "TaskSettings", "TransactionalTask"]
+__all__ = [
+    "App",
+    "BaseTask",
+    "PushOptions",
+    "Task",
+    "TaskSettings",
+    "TransactionalTask",
+    "parent_results",
+]

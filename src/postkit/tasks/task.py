@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar
@@ -17,6 +17,7 @@ from postkit.errors import InvalidArgumentsError, InvalidRunAtError
 from postkit.queue import AsyncQueueClient, Job, QueueClient, limits
 from postkit.queue.protocol import Duration
 from postkit.queue.protocol import checks as check
+from postkit.tasks.context import running
 from postkit.tasks.payload import Signature
 from postkit.worker.handlers import Transaction
 
@@ -67,6 +68,7 @@ class PushOptions:
     priority: int | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
+    depends_on: tuple[int, ...] | None = None
 
 
 class BaseTask(Generic[P, R]):
@@ -129,6 +131,7 @@ class BaseTask(Generic[P, R]):
         priority: int | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
+        depends_on: Sequence[int | Job] | None = None,
     ) -> TaskT:
         """This task with push options: ``send_otp.options(delay=10).push(cursor, "42")``.
 
@@ -141,20 +144,27 @@ class BaseTask(Generic[P, R]):
                 is a no-op that returns None; replaces the key the task's ``unique_by``
                 computes. Not for :meth:`push_many`.
             max_attempts: 1..1000; replaces the task's ``max_attempts`` for these pushes.
+            depends_on: the jobs these pushes wait for (``QueueClient.push``'s): each job runs
+                once every one of them has completed, and its function reads their results
+                with :func:`postkit.tasks.parent_results`. :meth:`push_many` gives every job
+                the same parents.
 
         Each option given replaces the one set before, and the others stay: two calls, one
         with ``priority=1`` and one with ``delay=5``, give both. The task itself is unchanged.
 
         Raises:
             InvalidDurationError, InvalidRunAtError, InvalidPriorityError, InvalidNameError,
-            InvalidMaxAttemptsError: an option is invalid, as ``QueueClient.push`` checks it.
+            InvalidMaxAttemptsError, InvalidDependencyError: an option is invalid, as
+            ``QueueClient.push`` checks it.
         """
+        parents = check.parents("depends_on", depends_on)
         given: dict[str, Any] = {
             "delay": delay,
             "run_at": run_at,
             "priority": priority,
             "unique_key": unique_key,
             "max_attempts": max_attempts,
+            "depends_on": None if parents is None else tuple(parents),
         }
         merged = replace(
             self.push_options, **{name: value for name, value in given.items() if value is not None}
@@ -227,7 +237,7 @@ class BaseTask(Generic[P, R]):
         """
         payloads, keys, options = self._prepare_many(calls)
         return QueueClient(cursor, self.namespace).push_batch(
-            self.queue, payloads, unique_keys=keys, **options
+            self.queue, payloads, unique_keys=keys, **self._many(options, len(payloads))
         )
 
     async def push_many_async(
@@ -236,7 +246,7 @@ class BaseTask(Generic[P, R]):
         """:meth:`push_many` on a psycopg 3 async cursor."""
         payloads, keys, options = self._prepare_many(calls)
         return await AsyncQueueClient(cursor, self.namespace).push_batch(
-            self.queue, payloads, unique_keys=keys, **options
+            self.queue, payloads, unique_keys=keys, **self._many(options, len(payloads))
         )
 
     def handler(self) -> Callable[..., Any]:
@@ -254,20 +264,23 @@ class BaseTask(Generic[P, R]):
 
             def run_in_transaction(job: Job, cursor: Any) -> Any:
                 args, kwargs = decode(job.payload)
-                return function(cursor, *args, **kwargs)
+                with running(job):
+                    return function(cursor, *args, **kwargs)
 
             return run_in_transaction
         if inspect.iscoroutinefunction(function):
 
             async def run_async(job: Job) -> Any:
                 args, kwargs = decode(job.payload)
-                return await function(*args, **kwargs)
+                with running(job):
+                    return await function(*args, **kwargs)
 
             return run_async
 
         def run(job: Job) -> Any:
             args, kwargs = decode(job.payload)
-            return function(*args, **kwargs)
+            with running(job):
+                return function(*args, **kwargs)
 
         return run
 
@@ -323,7 +336,14 @@ class BaseTask(Generic[P, R]):
             "max_attempts": (
                 self.settings.max_attempts if options.max_attempts is None else options.max_attempts
             ),
+            "depends_on": options.depends_on,
         }
+
+    @staticmethod
+    def _many(options: dict[str, Any], jobs: int) -> dict[str, Any]:
+        """``options`` as ``push_batch`` takes them for ``jobs`` jobs: the parents, per job."""
+        parents = options["depends_on"]
+        return {**options, "depends_on": None if parents is None else [parents] * jobs}
 
 
 class Task(BaseTask[P, R]):

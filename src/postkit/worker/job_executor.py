@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import queue as stdlib_queue
 import threading
@@ -242,7 +243,7 @@ class JobExecutor:
                 if not self._run_transactional(job, spec):
                     return self._drop_late_outcome(job)
             else:
-                value = spec.function(job)
+                value = spec.function(self._handed(job))
         except BaseException as error:
             if not self.claims.claim_outcome(job):
                 return self._drop_late_outcome(job)
@@ -258,6 +259,15 @@ class JobExecutor:
         else:
             return self._drop_late_outcome(job)
         return True
+
+    def _handed(self, job: Job) -> Job:
+        """The job as its handler gets it: with its parents' results (``Job.parent_results``,
+        one read on a pooled connection) when it has parents; as claimed otherwise."""
+        if not job.depends_on:
+            return job
+        assert self._pool is not None
+        results = self._pool.run(lambda client: client.parent_results(job.id))
+        return dataclasses.replace(job, parent_results=results)
 
     def _result_of(self, job: Job, value: object) -> CheckedResult | None:
         """What ``job``'s handler returned, as the result its ack sends: None for None, and
@@ -318,7 +328,7 @@ class JobExecutor:
             try:
                 with self._transaction(spec) as cursor:
                     handler_ran = True
-                    value = spec.function(job, cursor)
+                    value = spec.function(self._handed(job), cursor)
                     if not self.claims.claim_outcome(job):
                         raise _RolledBack
                     acked = QueueClient(cursor, namespace=self.namespace).ack(
@@ -402,7 +412,7 @@ class JobExecutor:
                         continue  # released by a stop meanwhile
                     with tracing.job_span(job, self.namespace):
                         try:
-                            value = spec.function(job, cursor)
+                            value = spec.function(self._handed(job), cursor)
                         except BaseException as error:
                             if self.claims.claim_outcome(job):
                                 tracing.failed(error)
@@ -481,7 +491,8 @@ class JobExecutor:
 
     async def _run_async_handler(self, job: Job, spec: HandlerSpec, started: float) -> None:
         try:
-            value = await spec.function(job)
+            handed = await asyncio.to_thread(self._handed, job) if job.depends_on else job
+            value = await spec.function(handed)
         except BaseException as error:
             if not self.claims.claim_outcome(job):
                 self._drop_late_outcome(job)

@@ -327,8 +327,9 @@ async function viewQueue(main, queue, params) {
   const stats = info.stats || {};
   const policy = info.policy || {};
   const base = nsHash("/queue/" + encodeURIComponent(queue));
-  const tabs = h("div", { class: "tabs" }, ["pending", "scheduled", "running", "dead"].map((s) =>
-    link(`${s} (${fmtNumber(stats[s] || 0, stats.counts_capped && stats[s] >= CAP)})`, base + "?state=" + s,
+  // waiting and cancelled have no count in the queue's statistics: their tabs show none.
+  const tabs = h("div", { class: "tabs" }, ["pending", "scheduled", "running", "waiting", "dead", "cancelled"].map((s) =>
+    link(stats[s] === undefined ? s : `${s} (${fmtNumber(stats[s] || 0, stats.counts_capped && stats[s] >= CAP)})`, base + "?state=" + s,
       { class: s === stateName ? "active" : null, "data-state": s })));
   const jobRows = page.jobs.map((job) => h("tr", { "data-job": job.id },
     h("td", { class: "mono" }, link(String(job.id), nsHash("/job/" + job.id))),
@@ -372,7 +373,8 @@ async function viewJob(main, jobId) {
   const fields = [];
   if (job) {
     for (const key of ["state", "queue", "attempts", "max_attempts", "priority", "run_at",
-      "created_at", "worker_id", "claimed_at", "visible_until", "failed_at", "unique_key"]) {
+      "created_at", "worker_id", "claimed_at", "visible_until", "failed_at", "unique_key",
+      "waiting_on"]) {
       const value = job[key];
       if (value === null || value === undefined) continue;
       const shown = /_at$|run_at|visible_until/.test(key) ? fmtTime(value) : String(value);
@@ -381,6 +383,13 @@ async function viewJob(main, jobId) {
         : "";
       fields.push(h("dt", {}, key === "visible_until" ? "claim deadline" : key),
         h("dd", { "data-field": key }, shown + expired));
+    }
+    if (job.depends_on && job.depends_on.length) {
+      fields.push(h("dt", {}, "parents"), h("dd", { "data-field": "depends_on" },
+        job.depends_on.flatMap((parent, i) => [i ? ", " : "", link("#" + parent, nsHash("/job/" + parent))])));
+    }
+    if (job.state === "cancelled" && data.result && data.result.reason) {
+      fields.push(h("dt", {}, "reason"), h("dd", { "data-field": "reason" }, data.result.reason));
     }
   }
   // An entry that is not an object (written by hand) shows as its text.
@@ -391,9 +400,9 @@ async function viewJob(main, jobId) {
     " ", step.state || "finished",
     step.redriven_job_id ? ` → redriven as #${step.redriven_job_id} at ${fmtTime(step.redriven_at)}` : ""));
   const buttons = [];
-  if (job && (job.state === "pending" || job.state === "scheduled")) {
+  if (job && (job.state === "pending" || job.state === "scheduled" || job.state === "waiting")) {
     buttons.push(actionButton("Cancel job", async () => {
-      if (!(await confirmDialog(`Cancel job ${jobId}? It is deleted and never runs.`))) return;
+      if (!(await confirmDialog(`Cancel job ${jobId}? It never runs, and the jobs waiting for it are cancelled too.`))) return;
       const result = await api(nsPath("/jobs/" + jobId + "/cancel"), {});
       showActionResult(result.cancelled ? "Cancelled." : "Nothing to cancel: the job is gone.");
     }, { class: "danger", id: "cancel" }));

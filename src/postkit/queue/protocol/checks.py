@@ -337,6 +337,32 @@ def job_ids(value: Sequence[int] | None) -> list[int] | None:
     return [job_id(item) for item in value]
 
 
+def parents(what: str, value: object) -> list[int] | None:
+    """A job's ``depends_on``: None (no parents), or a list of job ids (``Job``s stand for
+    their ids), at most :data:`limits.MAX_PARENTS`."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise errors.InvalidDependencyError(
+            f"{what} must be a list of job ids, got {type(value).__name__}"
+        )
+    if len(value) > limits.MAX_PARENTS:
+        raise errors.InvalidDependencyError(
+            f"a job may depend on at most {limits.MAX_PARENTS} jobs, got {len(value)}"
+        )
+    ids = []
+    for item in value:
+        parent = item.id if isinstance(item, Job) else item
+        if parent is None or isinstance(parent, bool) or not isinstance(parent, int):
+            raise errors.InvalidDependencyError(
+                f"{what} must hold job ids (int) or Jobs, got {type(item).__name__}"
+            )
+        if parent not in limits.JOB_ID:
+            raise errors.InvalidDependencyError(f"{what} holds a job id out of range: {parent}")
+        ids.append(parent)
+    return ids
+
+
 def claim(call: str, job: object, worker_id: object, token: object) -> dict[str, Any]:
     """The parameters that identify a claim: the job id, the worker and the fence (``token``,
     else the Job's own). A bare job id identifies none: the claim token, or at least the

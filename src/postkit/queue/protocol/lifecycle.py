@@ -3,8 +3,10 @@ became of a job (its result)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from postkit import errors
 from postkit.queue import limits
@@ -29,6 +31,7 @@ def push(
     backoff_cap: Duration | None,
     trace_context: Mapping[str, str] | None,
     group_key: str | None = None,
+    depends_on: Sequence[int | Job] | None = None,
 ) -> Call[int | None]:
     params = check.base(
         namespace,
@@ -50,7 +53,23 @@ def push(
         raise errors.InvalidPriorityError("priority must be an int, got None")
     params["trace_context"] = check.trace_context(trace_context)
     params["group_key"] = check.name("group_key", group_key, required=False)
+    params["depends_on"] = check.parents("depends_on", depends_on)
     return Call("push", params, read.scalar)
+
+
+def dependency_problem(namespace: str, depends_on: Sequence[int | Job]) -> Call[str | None]:
+    """Why the SQL module would refuse a push with these parents (None: it would not), asked
+    before the push so that a refusal leaves the caller's transaction usable."""
+    params = check.base(namespace, depends_on=check.parents("depends_on", depends_on))
+    return Call("dependency_problem", params, read.scalar)
+
+
+def parent_results(namespace: str, job_id: int) -> Call[dict[int, Any]]:
+    """The results of job ``job_id``'s parents, by parent id, in the order its push listed
+    them: what each parent's handler returned once it completed in a queue that keeps results,
+    None otherwise."""
+    params = check.base(namespace, job_id=check.job_id(job_id))
+    return Call("parent_results", params, read.parent_results)
 
 
 def pull(
@@ -227,6 +246,7 @@ def push_batch(
     unique_keys: Sequence[str | None] | None,
     trace_context: Mapping[str, str] | None,
     group_keys: Sequence[str | None] | None = None,
+    depends_on: Sequence[Sequence[int | Job] | None] | None = None,
 ) -> Call[list[int | None]]:
     """Push ``payloads``; each job records ``trace_context`` (the SQL function takes one per
     payload, which a batch pushed from one span shares)."""
@@ -269,6 +289,18 @@ def push_batch(
         if len(groups) != len(payloads):
             raise errors.InvalidNameError(f"{len(groups)} group keys for {len(payloads)} payloads")
         params["group_keys"] = groups
+    params["depends_on"] = None
+    if depends_on is not None:
+        if isinstance(depends_on, (str, bytes)) or not isinstance(depends_on, Sequence):
+            raise errors.InvalidDependencyError(
+                "depends_on must be a list of one entry per payload (a list of job ids, or None)"
+            )
+        if len(depends_on) != len(payloads):
+            raise errors.InvalidDependencyError(
+                f"{len(depends_on)} depends_on entries for {len(payloads)} payloads"
+            )
+        entries = [check.parents(f"depends_on[{n}]", entry) for n, entry in enumerate(depends_on)]
+        params["depends_on"] = json.dumps(entries)
     return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
 
 

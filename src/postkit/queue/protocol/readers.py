@@ -90,6 +90,8 @@ def job(row: dict[str, Any]) -> Job:
         age=row.get("age"),
         group_key=row.get("group_key"),
         claim_expired=bool(row.get("claim_expired")),
+        depends_on=tuple(row.get("depends_on") or ()),
+        waiting_on=row.get("waiting_on"),
     )
 
 
@@ -134,6 +136,14 @@ def job_result(rows: Rows) -> JobResult:
         redriven_job_id=row["redriven_job_id"],
         value_error=value_error,
     )
+
+
+def parent_results(rows: Rows) -> dict[int, Any]:
+    """Each parent's result by id: None where none was kept, or it cannot be decoded."""
+    return {
+        row["parent_id"]: None if row["result"] is None else decode(row["result"], "result")[0]
+        for row in rows
+    }
 
 
 def scalar(rows: Rows) -> Any:

@@ -26,6 +26,12 @@ class JobState(str, enum.Enum):
     """Claimed by a worker, until it settles the job or its claim times out."""
     DEAD = "dead"
     """In the dead-letter queue."""
+    WAITING = "waiting"
+    """Pushed with parents (``depends_on``) that have not all completed: never claimed until
+    the last one's ack makes it pending."""
+    CANCELLED = "cancelled"
+    """Cancelled before it ran: by an operator, or because a parent was dead-lettered,
+    cancelled or purged (``JobResult.reason`` says which)."""
 
 
 class Outcome(str, enum.Enum):
@@ -70,8 +76,9 @@ class Job(_RecordMapping):
     visible_until: datetime | None
     """The claim's deadline: after it, tick_timeouts may return the job to the queue."""
     state: str
-    """A JobState value: 'pending', 'scheduled', 'running' or 'dead'. A pull returns
-    'running' jobs; get_job and jobs return pending ones as 'pending' whatever their run_at."""
+    """A JobState value: 'pending', 'scheduled', 'running', 'waiting', 'dead' or
+    'cancelled'. A pull returns 'running' jobs; get_job and jobs return pending ones as
+    'pending' whatever their run_at."""
     priority: int
     run_at: datetime | None
     namespace: str
@@ -100,9 +107,24 @@ class Job(_RecordMapping):
     heartbeat), and it stays 'running' until a ``tick_timeouts`` of the namespace (any
     running worker's, or ``postkit tick``) returns it to the queue. False from the other
     calls."""
+    depends_on: tuple[int, ...] = ()
+    """The parents its push named (``push(depends_on=...)``), without duplicates: the jobs it
+    waited for. Empty: none."""
+    waiting_on: int | None = None
+    """How many of its parents have not completed yet, while it is 'waiting' (``get_job``);
+    None otherwise."""
+    parent_results: Mapping[int, Any] | None = None
+    """The results of its parents, by id, in the order its push named them (None for a parent
+    whose queue keeps no results), as the worker hands the job to its handler; None from the
+    SDK's calls, where ``parent_results(job_id)`` reads them."""
 
 
-UNFINISHED_STATES = (JobState.PENDING.value, JobState.SCHEDULED.value, JobState.RUNNING.value)
+UNFINISHED_STATES = (
+    JobState.PENDING.value,
+    JobState.SCHEDULED.value,
+    JobState.RUNNING.value,
+    JobState.WAITING.value,
+)
 """The states of a :class:`JobResult` whose job has not finished."""
 
 
@@ -113,12 +135,14 @@ class JobResult(_RecordMapping):
 
     ``state`` is one of:
 
-    - 'pending', 'scheduled', 'running': not finished (``finished`` is False);
+    - 'pending', 'scheduled', 'running', 'waiting': not finished (``finished`` is False);
     - 'completed': ``value`` is what its handler returned (None when it returned None, or when
       its queue keeps completed jobs but no results, or the value could not be kept);
     - 'dead': dead-lettered, with the dead letter's ``error`` and ``reason``;
+    - 'cancelled': cancelled before it ran, with ``reason``: 'cancelled' (by an operator) or
+      'parent 17 was dead-lettered' (or cancelled, or purged);
     - 'unknown': nothing is known: never pushed (or in another namespace), completed in a queue
-      that keeps neither results nor completed jobs, cancelled, purged, or its record pruned.
+      that keeps neither results nor completed jobs, purged, or its record pruned.
     """
 
     job_id: int
@@ -130,13 +154,15 @@ class JobResult(_RecordMapping):
     error: str | None = None
     """The dead letter's last error."""
     reason: str | None = None
-    """Why it was dead-lettered: 'failed', 'attempts_exhausted' or 'timed_out'."""
+    """Why it was dead-lettered ('failed', 'attempts_exhausted' or 'timed_out') or cancelled
+    ('cancelled', or 'parent N was dead-lettered', 'parent N was cancelled', 'parent N was
+    purged')."""
     attempts: int | None = None
     """Claims so far (live), or the claims it took (completed, dead)."""
     finished_at: datetime | None = None
-    """When it completed or was dead-lettered."""
+    """When it completed, was dead-lettered or was cancelled."""
     expires_at: datetime | None = None
-    """When retention prunes the result, or the dead letter."""
+    """When retention prunes the result, the dead letter or the cancelled job."""
     redriven_job_id: int | None = None
     """The job a dead letter was retried as: its result is that job's."""
     value_error: str | None = None
@@ -145,9 +171,9 @@ class JobResult(_RecordMapping):
 
     @property
     def finished(self) -> bool:
-        """The job completed or was dead-lettered: its result will not change (but for a
-        redrive, whose new job has a result of its own)."""
-        return self.state in ("completed", JobState.DEAD.value)
+        """The job completed, was dead-lettered or was cancelled: its result will not change
+        (but for a redrive, whose new job has a result of its own)."""
+        return self.state in ("completed", JobState.DEAD.value, JobState.CANCELLED.value)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -251,7 +277,14 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-_TOKEN_PARTS = {"pending": 4, "scheduled": 4, "running": 3, "dead": 2}
+_TOKEN_PARTS = {
+    "pending": 4,
+    "scheduled": 4,
+    "running": 3,
+    "dead": 2,
+    "waiting": 2,
+    "cancelled": 2,
+}
 """How many parts the token of each listing's cursor has: the state, the id, the priority (pending,
 scheduled), the time (all but dead)."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -129,3 +129,5 @@ class Pruned(_RecordMapping):
     stats_rows: int
     results: int = 0
     """Job results whose retention (the queue's retain_results) ran out."""
+    cancelled: int = 0
+    """Cancelled jobs whose retention (the queue's retain_dead) ran out."""

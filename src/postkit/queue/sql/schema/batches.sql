@@ -13,6 +13,9 @@
 -- given, arrive as one JSON array of the same length: each entry a trace context (as push
 -- takes it) or null (none), so a batch may carry the contexts of several producers. Group
 -- keys (push's group_key), if given, as an array of the same length (NULL entries: no group).
+-- Parents (push's depends_on), if given, as one JSON array of the same length: each entry an
+-- array of job ids, or null (none). A batch with parents pushes each job as push does, one
+-- after another, since each locks its own parents (dependencies.sql).
 --
 -- A batch without unique keys takes a plain multi-row INSERT: ON CONFLICT's speculative
 -- insertion (insert, check against jobs_unique_key_idx, confirm with a WAL record of its own)
@@ -26,7 +29,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
     p_max_attempts integer  DEFAULT NULL,
     p_unique_keys  text[]   DEFAULT NULL,
     p_trace_contexts jsonb  DEFAULT NULL,
-    p_group_keys   text[]   DEFAULT NULL)
+    p_group_keys   text[]   DEFAULT NULL,
+    p_depends_on   jsonb    DEFAULT NULL)
 RETURNS TABLE (ordinality bigint, id bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -43,6 +47,7 @@ DECLARE
     -- Looked up once: as a call in the SELECT list, pg_get_serial_sequence (STABLE, not
     -- IMMUTABLE) would search the catalog again for every payload.
     v_sequence regclass := pg_get_serial_sequence('postkit_queue.jobs', 'id')::regclass;
+    v_entry    record;
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
@@ -110,6 +115,31 @@ BEGIN
         FROM jsonb_array_elements(p_payloads) AS e;
     END IF;
 
+    IF p_depends_on IS NOT NULL THEN
+        IF jsonb_typeof(p_depends_on) <> 'array'
+           OR jsonb_array_length(p_depends_on) <> jsonb_array_length(p_payloads) THEN
+            RAISE EXCEPTION 'postkit: depends_on must be a JSON array of one entry (a list of '
+                            'job ids, or null) per payload' USING ERRCODE = 'PKQ19';
+        END IF;
+        FOR v_entry IN
+            SELECT e.ordinality, e.payload, nullif(e.trace_context, 'null') AS trace_context,
+                   postkit_queue.parent_ids(format('depends_on[%s]', e.ordinality), e.parents)
+                       AS parents
+            FROM ROWS FROM (jsonb_array_elements(p_payloads),
+                            jsonb_array_elements(p_trace_contexts),
+                            jsonb_array_elements(p_depends_on))
+                 WITH ORDINALITY AS e(payload, trace_context, parents, ordinality)
+            ORDER BY e.ordinality
+        LOOP
+            ordinality := v_entry.ordinality;
+            id := postkit_queue.push(
+                p_namespace, p_queue, v_entry.payload, p_delay, p_priority, p_max_attempts,
+                p_unique_keys[v_entry.ordinality], NULL, NULL, v_entry.trace_context,
+                p_group_keys[v_entry.ordinality], v_entry.parents);
+            RETURN NEXT;
+        END LOOP;
+        RETURN;
+    END IF;
     IF p_unique_keys IS NULL THEN
         -- No keys, so nothing to deduplicate: a plain multi-row INSERT. ON CONFLICT would
         -- insert every row speculatively (and log its confirmation) only to find that the

@@ -141,7 +141,7 @@ BEGIN
     -- sets it back: run this again after an upgrade. tests/citus reads this statement to check
     -- the function's statements as Citus plans them.
     ALTER FUNCTION postkit_queue.push_batch(
-        text, text, jsonb, interval, integer, integer, text[], jsonb, text[])
+        text, text, jsonb, interval, integer, integer, text[], jsonb, text[], jsonb)
         SET plan_cache_mode = force_custom_plan;
     -- Citus runs a statement on a shard of another node through a connection it opens as the
     -- current user, and inside every function that is the queue's owner: a call in a
@@ -178,7 +178,8 @@ BEGIN
              LATERAL (SELECT n.namespaced AND p.proname <> ALL (ARRAY[
                           'push', 'push_batch', 'redrive', 'set_paused', 'pause_queue',
                           'resume_queue', 'configure_queue', 'write_queue_settings',
-                          'fire_schedule', 'fire_schedule_run'])) w(delegated)
+                          'fire_schedule', 'fire_schedule_run', 'cancel', 'purge_queue',
+                          'purge_queue_before'])) w(delegated)
         WHERE p.pronamespace = 'postkit_queue'::regnamespace
           AND p.proname <> 'distribute_on_citus'
         ORDER BY p.oid::regprocedure::text

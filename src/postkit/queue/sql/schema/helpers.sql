@@ -976,7 +976,7 @@ $$;
 
 -- Move a claimed job, already locked by the caller, to the dead-letter queue. Waiters for the
 -- results of its queue, if it keeps them, are told (notify_results): the dead letter's error is
--- the job's result.
+-- the job's result. Its waiting descendants are cancelled.
 CREATE OR REPLACE FUNCTION postkit_queue.bury(
     p_namespace text, p_job_id bigint, p_reason text, p_errors jsonb, p_at timestamptz)
 RETURNS void
@@ -1007,6 +1007,11 @@ BEGIN
         p_namespace, 'dead_lettered', p_at, ARRAY[v_job.queue], ARRAY[v_job.attempts]);
     IF v_policy.retain_results IS NOT NULL THEN
         PERFORM postkit_queue.notify_results(p_namespace, ARRAY[v_job.id]);
+    END IF;
+    -- Its waiting children can never run: they are cancelled (dependencies.sql).
+    IF v_job.has_children THEN
+        PERFORM postkit_queue.cancel_descendants(
+            p_namespace, ARRAY[v_job.id], 'dead-lettered', p_at);
     END IF;
 END
 $$;

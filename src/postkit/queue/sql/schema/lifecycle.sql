@@ -30,6 +30,7 @@
 -- A delay is at most 3650 days, said in days because '10 years' compares as 3600 of them.
 -- p_trace_context is the producer's trace context (check_trace_context), kept with the job.
 -- p_group_key puts the job in a group of its queue, for the queue's group limits (flow.sql).
+-- p_depends_on lists the job's parents: it waits until each has completed (dependencies.sql).
 --
 -- A push runs inside the application's own transaction, so its cost is the application's:
 -- the common push (no delay, attempts, key or backoff of its own) is three statements, each
@@ -51,7 +52,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_backoff_base interval DEFAULT NULL,
     p_backoff_cap  interval DEFAULT NULL,
     p_trace_context jsonb   DEFAULT NULL,
-    p_group_key    text     DEFAULT NULL)
+    p_group_key    text     DEFAULT NULL,
+    p_depends_on   bigint[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -64,6 +66,8 @@ DECLARE
     v_max_attempts integer;
     v_max_payload  integer;
     v_held_back    boolean;  -- a concurrency or group limit (notify)
+    v_parents      bigint[];  -- the parents it waits for (lock_parents)
+    v_depends_on   bigint[];  -- p_depends_on without duplicates, in its order
 BEGIN
     SELECT s.max_attempts, s.max_payload_bytes,
            s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered
@@ -76,7 +80,7 @@ BEGIN
                           AND postkit_queue.is_name(p_queue), false))
        AND p_payload IS NOT NULL AND p_priority BETWEEN -32768 AND 32767
        AND p_delay IS NULL AND p_max_attempts IS NULL AND p_unique_key IS NULL
-       AND p_backoff_base IS NULL AND p_backoff_cap IS NULL
+       AND p_backoff_base IS NULL AND p_backoff_cap IS NULL AND p_depends_on IS NULL
        AND (p_trace_context IS NULL
             OR coalesce(postkit_queue.is_trace_context(p_trace_context), false))
        AND (p_group_key IS NULL OR coalesce(postkit_queue.is_name(p_group_key), false))
@@ -115,19 +119,33 @@ BEGIN
     PERFORM postkit_queue.check_trace_context('trace_context', p_trace_context);
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     PERFORM postkit_queue.check_payload(p_queue, p_payload, v_policy.max_payload_bytes);
+    IF p_depends_on IS NOT NULL THEN
+        v_parents := postkit_queue.lock_parents(p_namespace, p_depends_on);
+        v_depends_on := array(SELECT p.id FROM unnest(p_depends_on) WITH ORDINALITY AS p(id, n)
+                              GROUP BY p.id ORDER BY min(p.n));
+    END IF;
 
     -- The partial unique index jobs_unique_key_idx arbitrates duplicates; ON CONFLICT makes the
     -- check and the insert one atomic step even when two transactions push the same key.
     INSERT INTO postkit_queue.jobs AS j (
         namespace, queue, payload, priority, run_at, max_attempts, unique_key,
-        backoff_base, backoff_cap, created_at, trace_context, group_key)
+        backoff_base, backoff_cap, created_at, trace_context, group_key, depends_on, state,
+        waiting_on)
     VALUES (
         p_namespace, p_queue, p_payload, p_priority, v_now + coalesce(p_delay, interval '0'),
         coalesce(p_max_attempts, v_policy.max_attempts),
-        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context, p_group_key)
+        p_unique_key, p_backoff_base, p_backoff_cap, v_now, p_trace_context, p_group_key,
+        nullif(v_depends_on, '{}'),
+        (CASE WHEN cardinality(v_parents) > 0 THEN 'waiting' ELSE 'pending' END)
+            ::postkit_queue.job_state,
+        nullif(cardinality(v_parents), 0))
     ON CONFLICT (namespace, queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id INTO v_id;
-    IF v_id IS NOT NULL THEN
+    IF v_id IS NULL THEN
+        RETURN NULL;
+    ELSIF cardinality(v_parents) > 0 THEN
+        PERFORM postkit_queue.add_children(p_namespace, v_parents, v_id);
+    ELSE
         PERFORM postkit_queue.notify(p_namespace, p_queue);
     END IF;
     RETURN v_id;
@@ -351,6 +369,9 @@ BEGIN
         RETURN false;
     END IF;
     v_now := postkit_queue.clock();
+    IF v_job.has_children THEN
+        PERFORM postkit_queue.release_children(p_namespace, ARRAY[v_job.id], v_now);
+    END IF;
     IF postkit_queue.keeps_completed(p_namespace, v_job.queue)
        AND postkit_queue.keep_completed(
            p_namespace, v_now, p_result, v_job.id, v_job.queue, v_job.payload, v_job.priority,
@@ -385,6 +406,7 @@ DECLARE
     v_queues   text[] := '{}';
     v_attempts integer[] := '{}';
     v_kept     bigint[] := '{}';  -- the acked jobs whose results are kept
+    v_parents  bigint[] := '{}';  -- the acked jobs that waiting jobs depend on
     v_queue    text;              -- the queue of the job before, and whether it keeps anything
     v_keeps    boolean;
 BEGIN
@@ -423,6 +445,9 @@ BEGIN
         v_acked[cardinality(v_acked) + 1] := v_job.id;
         v_queues[cardinality(v_queues) + 1] := v_job.queue;
         v_attempts[cardinality(v_attempts) + 1] := v_job.attempts;
+        IF v_job.has_children THEN
+            v_parents[cardinality(v_parents) + 1] := v_job.id;
+        END IF;
         -- Whether the job's queue keeps anything, asked once per queue of the batch.
         IF v_job.queue IS DISTINCT FROM v_queue THEN
             v_queue := v_job.queue;
@@ -439,6 +464,9 @@ BEGIN
     END LOOP;
     IF cardinality(v_acked) = 0 THEN
         RETURN '{}';
+    END IF;
+    IF cardinality(v_parents) > 0 THEN
+        PERFORM postkit_queue.release_children(p_namespace, v_parents, v_now);
     END IF;
     IF cardinality(v_kept) > 0 THEN
         PERFORM postkit_queue.notify_results(p_namespace, v_kept);
@@ -689,7 +717,9 @@ $$;
 -- Reads.
 -- ---------------------------------------------------------------------------------------------
 
--- get_job: one live job, or a dead-lettered one (state 'dead'). No row: unknown or completed.
+-- get_job: one live job (pending, running or waiting), a dead-lettered one (state 'dead') or a
+-- cancelled one (state 'cancelled', failed_at its cancel). No row: unknown or completed.
+-- depends_on: its parents; waiting_on: how many of them have not completed (waiting only).
 -- claim_expired: the job is running past its claim's deadline by the queue's clock, so no
 -- worker holds it any more (its worker died, or is late with a heartbeat); it stays 'running'
 -- until a tick_timeouts of the namespace (any worker's, or `postkit tick`) returns it to the
@@ -700,41 +730,49 @@ RETURNS TABLE (
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
     errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb,
-    group_key text, claim_expired boolean)
+    group_key text, claim_expired boolean, depends_on bigint[], waiting_on integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
-    -- Two primary-key lookups: a job is in exactly one of the two tables.
+    -- Three primary-key lookups: a job is in at most one of the three tables.
     RETURN QUERY
     SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at, j.attempts,
            j.max_attempts, j.unique_key, j.worker_id, j.claim_token, j.claimed_at,
            j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context,
            j.group_key,
-           j.state = 'running' AND j.visible_until <= postkit_queue.clock()
+           j.state = 'running' AND j.visible_until <= postkit_queue.clock(), j.depends_on,
+           j.waiting_on
     FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     UNION ALL
     SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL, d.attempts,
            d.max_attempts, d.unique_key, d.worker_id, NULL, NULL, NULL, d.errors, d.created_at,
-           d.failed_at, d.trace_context, d.group_key, false
+           d.failed_at, d.trace_context, d.group_key, false, NULL, NULL
     FROM postkit_queue.dead_letters d
-    WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
+    WHERE d.namespace = p_namespace AND d.job_id = p_job_id
+    UNION ALL
+    SELECT c.namespace, c.job_id, c.queue, 'cancelled', c.payload, c.priority, NULL, c.attempts,
+           c.attempts, NULL, NULL, NULL, NULL, NULL, '[]'::jsonb, c.created_at, c.cancelled_at,
+           NULL, NULL, false, c.depends_on, NULL
+    FROM postkit_queue.cancelled_jobs c
+    WHERE c.namespace = p_namespace AND c.job_id = p_job_id;
 END
 $$;
 
 -- job_result: what became of a job, for whoever waits on it: one row, always. Its state is
--- 'pending', 'scheduled' or 'running' while it is live (not finished); 'completed', with the
+-- 'pending', 'scheduled', 'running' or 'waiting' while it is live (not finished); 'completed', with the
 -- result its ack kept (NULL: none was given), while its queue keeps results (retain_results),
 -- or without one while it keeps completed jobs (retain_completed); 'dead' as a dead letter,
--- with its last error and why it was dead-lettered; 'unknown' when nothing is known: never
--- pushed (or in another namespace), completed in a queue that keeps neither, cancelled,
--- purged, or pruned. finished_at is when it completed or was dead-lettered, expires_at when
--- retention prunes that record. At most four primary-key probes, in the order a waiter's job
--- moves: the live jobs, the results, the archive of completed jobs, the dead letters (a job
--- that is live or dead is in no other of them).
+-- with its last error and why it was dead-lettered; 'cancelled', with why (reason: 'cancelled'
+-- by an operator, or 'parent 17 was dead-lettered'); 'unknown' when nothing is known: never
+-- pushed (or in another namespace), completed in a queue that keeps neither, purged, or
+-- pruned. finished_at is when it completed, was dead-lettered or cancelled, expires_at when
+-- retention prunes that record. At most five primary-key probes, in the order a waiter's job
+-- moves: the live jobs, the results, the archive of completed jobs, the dead letters, the
+-- cancelled jobs (a job that is live, dead or cancelled is in no other of them).
 CREATE OR REPLACE FUNCTION postkit_queue.job_result(p_namespace text, p_job_id bigint)
 RETURNS TABLE (
     job_id bigint, queue text, state text, result jsonb, error text, reason text,
@@ -751,7 +789,7 @@ BEGIN
     END IF;
     job_id := p_job_id;
     SELECT j.queue,
-           CASE WHEN j.state = 'running' THEN 'running'
+           CASE WHEN j.state IN ('running', 'waiting') THEN j.state::text
                 WHEN j.run_at > postkit_queue.clock() THEN 'scheduled'
                 ELSE 'pending' END,
            j.attempts
@@ -783,6 +821,14 @@ BEGIN
     INTO queue, state, error, reason, attempts, finished_at, expires_at, redriven_job_id
     FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND d.job_id = p_job_id;
+    IF FOUND THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT c.queue, 'cancelled', c.reason, c.attempts, c.cancelled_at, c.expires_at
+    INTO queue, state, reason, attempts, finished_at, expires_at
+    FROM postkit_queue.cancelled_jobs c
+    WHERE c.namespace = p_namespace AND c.job_id = p_job_id;
     IF NOT FOUND THEN
         state := 'unknown';
     END IF;

@@ -232,6 +232,8 @@ $$;
 --     the namespace's running rows, as many as its workers' slots; those of other queues are
 --     stepped over.
 --   * 'dead': the queue's dead letters not yet redriven, by id, from dead_letters_queue_idx.
+--   * 'waiting': the queue's jobs waiting for parents, by id, from jobs_waiting_idx.
+--   * 'cancelled': the queue's cancelled jobs, by id, from cancelled_jobs_queue_idx.
 -- Keyset pagination: the cursor is the last job of a page: its id (p_after_id), with for a
 -- pending or scheduled listing its priority and run_at (p_after_priority, p_after_at), for a
 -- running one its visible_until (p_after_at). Without p_after_id a listing starts at the top.
@@ -280,7 +282,7 @@ BEGIN
             array_to_string(enum_range(NULL::postkit_queue.job_state), ', '),
             coalesce(p_state, 'NULL') USING ERRCODE = 'PKQ09';
     END IF;
-    IF p_after_id IS NOT NULL AND p_state <> 'dead'
+    IF p_after_id IS NOT NULL AND p_state NOT IN ('dead', 'waiting', 'cancelled')
        AND (p_after_at IS NULL OR (p_state <> 'running' AND p_after_priority IS NULL)) THEN
         RAISE EXCEPTION 'postkit: the cursor of a % listing is the last job''s id with its %',
             p_state, CASE WHEN p_state = 'running' THEN 'visible_until'
@@ -296,6 +298,33 @@ BEGIN
         WHERE d.namespace = p_namespace AND d.queue = p_queue
           AND d.job_id > coalesce(p_after_id, 0) AND d.redriven_job_id IS NULL
         ORDER BY d.job_id
+        LIMIT p_limit;
+        RETURN;
+    END IF;
+    IF p_state = 'cancelled' THEN
+        RETURN QUERY
+        SELECT c.namespace, c.job_id, c.queue, 'cancelled', c.payload, c.priority,
+               NULL::timestamptz, c.attempts, c.attempts, NULL::text, NULL::text, NULL::uuid,
+               NULL::timestamptz, NULL::timestamptz, '[]'::jsonb, c.created_at, c.cancelled_at,
+               NULL::jsonb, v_now - c.created_at
+        FROM postkit_queue.cancelled_jobs c
+        WHERE c.namespace = p_namespace AND c.queue = p_queue
+          AND c.job_id > coalesce(p_after_id, 0)
+        ORDER BY c.job_id
+        LIMIT p_limit;
+        RETURN;
+    END IF;
+    IF p_state = 'waiting' THEN
+        -- jobs_waiting_idx: the queue's waiting jobs in push order.
+        RETURN QUERY
+        SELECT j.namespace, j.id, j.queue, j.state::text, j.payload, j.priority, j.run_at,
+               j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token,
+               j.claimed_at, j.visible_until, j.errors, j.created_at, NULL::timestamptz,
+               j.trace_context, v_now - j.created_at
+        FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.waiting_on IS NOT NULL
+          AND j.id > coalesce(p_after_id, 0)
+        ORDER BY j.id
         LIMIT p_limit;
         RETURN;
     END IF;
@@ -850,25 +879,40 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT postkit_queue.set_paused(p_namespace, p_queue, false) $$;
 
 -- purge_queue: delete every pending and scheduled job of a queue. Running jobs are left to
--- their workers. Rows a pull is claiming right now are skipped (SKIP LOCKED). Returns how many
--- were deleted.
+-- their workers, and waiting ones to their parents. Rows a pull is claiming right now are
+-- skipped (SKIP LOCKED). The waiting descendants of a purged job are cancelled
+-- (dependencies.sql). Returns how many were deleted.
 CREATE OR REPLACE FUNCTION postkit_queue.purge_queue(p_namespace text, p_queue text)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_deleted bigint;
+    v_deleted bigint := 0;
+    v_parent  bigint;
+    v_parents bigint[] := '{}';
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
     PERFORM postkit_queue.require_operator('purge a queue');
-    DELETE FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.id IN (
-        SELECT p.id FROM postkit_queue.jobs p
-        WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
-        FOR UPDATE SKIP LOCKED);
-    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    -- A loop over the DELETE's rows, not a CTE: Citus routes only a plain statement.
+    FOR v_parent IN
+        DELETE FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.id IN (
+            SELECT p.id FROM postkit_queue.jobs p
+            WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
+            FOR UPDATE SKIP LOCKED)
+        RETURNING CASE WHEN j.has_children THEN j.id END
+    LOOP
+        v_deleted := v_deleted + 1;
+        IF v_parent IS NOT NULL THEN
+            v_parents[cardinality(v_parents) + 1] := v_parent;
+        END IF;
+    END LOOP;
+    IF cardinality(v_parents) > 0 THEN
+        PERFORM postkit_queue.cancel_descendants(
+            p_namespace, v_parents, 'purged', postkit_queue.clock());
+    END IF;
     RETURN v_deleted;
 END
 $$;
@@ -879,7 +923,8 @@ $$;
 -- deletes only those: jobs pushed while the operator read the prompt stay, and the count shown
 -- is the most that can go (fewer when a worker claims some meanwhile). One range scan of
 -- jobs_pull_idx (namespace, queue, ...) WHERE state = 'pending'; SKIP LOCKED steps over a job a
--- puller is claiming, which is about to run anyway.
+-- puller is claiming, which is about to run anyway. The waiting descendants of a purged job
+-- are cancelled, as purge_queue cancels them.
 CREATE OR REPLACE FUNCTION postkit_queue.purge_queue_before(
     p_namespace      text,
     p_queue          text,
@@ -890,7 +935,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_count bigint;
+    v_count   bigint := 0;
+    v_parent  bigint;
+    v_parents bigint[] := '{}';
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
@@ -909,43 +956,63 @@ BEGIN
           AND p.created_at <= p_created_before;
         RETURN v_count;
     END IF;
-    DELETE FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.id IN (
-        SELECT p.id FROM postkit_queue.jobs p
-        WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
-          AND p.created_at <= p_created_before
-        FOR UPDATE SKIP LOCKED);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    FOR v_parent IN
+        DELETE FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.id IN (
+            SELECT p.id FROM postkit_queue.jobs p
+            WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
+              AND p.created_at <= p_created_before
+            FOR UPDATE SKIP LOCKED)
+        RETURNING CASE WHEN j.has_children THEN j.id END
+    LOOP
+        v_count := v_count + 1;
+        IF v_parent IS NOT NULL THEN
+            v_parents[cardinality(v_parents) + 1] := v_parent;
+        END IF;
+    END LOOP;
+    IF cardinality(v_parents) > 0 THEN
+        PERFORM postkit_queue.cancel_descendants(
+            p_namespace, v_parents, 'purged', postkit_queue.clock());
+    END IF;
     RETURN v_count;
 END
 $$;
 
--- cancel: remove a pending or scheduled job. Returns false when no such live job exists. A
--- running job cannot be cancelled (its worker holds the claim): that raises PKQ08.
+-- cancel: remove a pending, scheduled or waiting job, and keep it as cancelled
+-- (cancelled_jobs, for its queue's retain_dead: job_result says 'cancelled'). Its waiting
+-- descendants are cancelled too (dependencies.sql). Returns false when no such live job
+-- exists. A running job cannot be cancelled (its worker holds the claim): that raises PKQ08.
 CREATE OR REPLACE FUNCTION postkit_queue.cancel(p_namespace text, p_job_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_state postkit_queue.job_state;
+    v_job postkit_queue.jobs;
+    v_now timestamptz := postkit_queue.clock();
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
     PERFORM postkit_queue.require_operator('cancel a job');
     -- Lock the row so a concurrent pull cannot claim it between the check and the delete.
-    SELECT j.state INTO v_state FROM postkit_queue.jobs j
+    SELECT * INTO v_job FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF v_state = 'running' THEN
+    IF v_job.state = 'running' THEN
         RAISE EXCEPTION 'postkit: job % is running and cannot be cancelled; it is settled by '
                         'its worker (or rescued when its claim expires)', p_job_id
             USING ERRCODE = 'PKQ08';
     END IF;
     DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;
+    PERFORM postkit_queue.record_cancel(
+        p_namespace, v_job.id, v_job.queue, v_job.payload, v_job.priority, v_job.attempts,
+        v_job.depends_on, v_job.created_at, 'cancelled', v_now);
+    IF v_job.has_children THEN
+        PERFORM postkit_queue.cancel_descendants(p_namespace, ARRAY[v_job.id], 'cancelled', v_now);
+    END IF;
     RETURN true;
 END
 $$;
@@ -1018,7 +1085,7 @@ $$;
 
 -- job_lineage: the redrives a job is part of, in order: the dead letters it was retried from
 -- (each redriven as the next), the job itself, then the jobs it was redriven as, each with
--- where it is now: 'pending', 'scheduled' or 'running' (live), 'dead' (a dead letter; with
+-- where it is now: 'pending', 'scheduled', 'running' or 'waiting' (live), 'dead' (a dead letter; with
 -- redriven_job_id once retried), 'completed' (archived), or NULL (gone without a trace:
 -- completed in a queue that keeps no archive, cancelled, purged or pruned). No row when the
 -- job is nowhere and no redrive names it. Each step of the chain is one index probe: back
@@ -1062,7 +1129,7 @@ BEGIN
         SELECT a.id, a.step FROM ahead a WHERE a.id IS NOT NULL
     )
     SELECT c.id, coalesce(j.queue, d.queue, f.queue),
-           CASE WHEN j.state = 'running' THEN 'running'
+           CASE WHEN j.state IN ('running', 'waiting') THEN j.state::text
                 WHEN j.state = 'pending' AND j.run_at > v_now THEN 'scheduled'
                 WHEN j.state = 'pending' THEN 'pending'
                 WHEN d.failed_at IS NOT NULL THEN 'dead'
@@ -1184,11 +1251,13 @@ END
 $$;
 
 -- prune: retention, in bounded batches so no single call holds locks for long. Deletes up to
--- p_limit archived completed jobs, up to p_limit dead letters and up to p_limit job results
--- whose retention ran out, and outcome counters older than two hours. The worker runtime's
--- prune service and postkit tick call it. Returns how many rows of each kind it deleted.
+-- p_limit archived completed jobs, up to p_limit dead letters, up to p_limit job results and
+-- up to p_limit cancelled jobs whose retention ran out, and outcome counters older than two
+-- hours. The worker runtime's prune service and postkit tick call it. Returns how many rows of
+-- each kind it deleted.
 CREATE OR REPLACE FUNCTION postkit_queue.prune(p_namespace text, p_limit integer DEFAULT 1000)
-RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint, results bigint)
+RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint, results bigint,
+               cancelled bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1243,6 +1312,18 @@ BEGIN
     DELETE FROM postkit_queue.job_results r
     WHERE r.namespace = p_namespace AND r.job_id = ANY (v_batch);
     GET DIAGNOSTICS results = ROW_COUNT;
+    v_batch := '{}';
+    FOR v_job_id IN
+        SELECT e.job_id FROM postkit_queue.cancelled_jobs e
+        WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
+    LOOP
+        v_batch := v_batch || v_job_id;
+    END LOOP;
+    DELETE FROM postkit_queue.cancelled_jobs c
+    WHERE c.namespace = p_namespace AND c.job_id = ANY (v_batch);
+    GET DIAGNOSTICS cancelled = ROW_COUNT;
     DELETE FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute < v_now - interval '2 hours';
     GET DIAGNOSTICS stats_rows = ROW_COUNT;

@@ -39,8 +39,22 @@ CREATE TABLE postkit_queue.jobs (
     -- after another in push order. NULL: no group; no group limit applies. Last in the row,
     -- where version 21 added it.
     group_key     text,
+    -- Dependencies (dependencies.sql), last in the row, where version 31 added them.
+    -- depends_on: the parents the job was pushed with (NULL: none), which its handler reads
+    -- the results of (parent_results). waiting_on: how many of them have not completed yet,
+    -- set only while the job is waiting: each parent's ack takes one off, and the last makes
+    -- the job pending, a counter so that no ack reads the other parents. has_children: some
+    -- waiting job depends on this one; its ack, dead letter or cancel looks for them only
+    -- then. A child's push sets it under the parent's row lock, which orders the push and the
+    -- parent's ack (lock_parents).
+    depends_on    bigint[],
+    waiting_on    integer,
+    has_children  boolean,
     PRIMARY KEY (namespace, id),
-    CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'running')),
+    -- Compared as text: a label that ALTER TYPE ... ADD VALUE adds cannot be used in the
+    -- transaction that adds it, which is the upgrade's (version 31).
+    CONSTRAINT jobs_state_check CHECK (state::text IN ('pending', 'running', 'waiting')),
+    CONSTRAINT jobs_waiting_check CHECK ((state::text = 'waiting') = (waiting_on IS NOT NULL)),
     CONSTRAINT jobs_claim_check
         CHECK ((state = 'running') = (claim_token IS NOT NULL AND visible_until IS NOT NULL))
 ) WITH (
@@ -83,6 +97,47 @@ CREATE INDEX jobs_group_idx ON postkit_queue.jobs (namespace, queue, group_key, 
     WHERE group_key IS NOT NULL;
 CREATE INDEX jobs_group_running_idx ON postkit_queue.jobs (namespace, queue, group_key)
     WHERE state = 'running' AND group_key IS NOT NULL;
+
+-- Serves the waiting listing (jobs) of a queue, in push order. Partial: only a waiting job has
+-- a waiting_on count, so the claim path never writes it.
+CREATE INDEX jobs_waiting_idx ON postkit_queue.jobs (namespace, queue, id)
+    WHERE waiting_on IS NOT NULL;
+
+-- The edges of the dependency graph whose parent has not finished: one row per (parent,
+-- waiting child), written by the child's push, deleted when the parent completes (its child's
+-- waiting_on goes down by one), is dead-lettered or cancelled (its children are cancelled).
+-- Serves release_children and cancel_descendants: one range scan per finished parent.
+CREATE TABLE postkit_queue.job_dependencies (
+    namespace text   NOT NULL,
+    parent_id bigint NOT NULL,
+    child_id  bigint NOT NULL,
+    PRIMARY KEY (namespace, parent_id, child_id)
+);
+
+-- Jobs cancelled before they ran: by an operator (cancel), or because a parent was
+-- dead-lettered or cancelled (reason says which). Kept for the queue's retain_dead, as dead
+-- letters are, so that job_result can say 'cancelled' and why.
+CREATE TABLE postkit_queue.cancelled_jobs (
+    namespace    text        NOT NULL,
+    job_id       bigint      NOT NULL,
+    queue        text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    priority     smallint    NOT NULL,
+    attempts     integer     NOT NULL,
+    depends_on   bigint[],
+    reason       text        NOT NULL,
+    cancelled_by text        NOT NULL,  -- the role that cancelled it, or whose call cascaded
+    created_at   timestamptz NOT NULL,
+    cancelled_at timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (namespace, job_id)
+);
+
+-- Serves prune(): the cancelled jobs of a namespace whose retention ran out.
+CREATE INDEX cancelled_jobs_expires_at_idx ON postkit_queue.cancelled_jobs (namespace, expires_at);
+
+-- Serves the cancelled listing (jobs) of a queue, in id order.
+CREATE INDEX cancelled_jobs_queue_idx ON postkit_queue.cancelled_jobs (namespace, queue, job_id);
 
 -- Jobs that ran out of attempts or were failed, with everything needed to look into them and
 -- to retry them (redrive).

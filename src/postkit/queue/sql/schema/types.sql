@@ -12,12 +12,18 @@
 --   scheduled  pending, but not before run_at: a delayed push, a retry waiting out its backoff
 --   running    claimed by a worker, until its claim's deadline (visible_until)
 --   dead       dead-lettered: in postkit_queue.dead_letters, not in the jobs table
--- The jobs table stores pending and running (a scheduled job is a pending row with a future
--- run_at); listings and get_job report all four.
+--   waiting    pushed with parents (depends_on) not all completed yet: never claimed, never
+--              counted as ready, until the last parent's ack makes it pending (dependencies.sql)
+--   cancelled  cancelled before it ran, or because a parent was dead-lettered or cancelled: in
+--              postkit_queue.cancelled_jobs, not in the jobs table
+-- The jobs table stores pending, running and waiting (a scheduled job is a pending row with a
+-- future run_at); listings and get_job report all six. Version 31 added waiting and cancelled,
+-- last (ALTER TYPE ... ADD VALUE appends).
 DO $postkit_types$
 BEGIN
     IF pg_catalog.to_regtype('postkit_queue.job_state') IS NULL THEN
-        CREATE TYPE postkit_queue.job_state AS ENUM ('pending', 'scheduled', 'running', 'dead');
+        CREATE TYPE postkit_queue.job_state AS ENUM (
+            'pending', 'scheduled', 'running', 'dead', 'waiting', 'cancelled');
     END IF;
     -- What a settle or a rescue did. The counters per queue and minute (queue_stats) count the
     -- first four; nack and tick_timeouts return them as text:

@@ -1,0 +1,131 @@
+"""What jobs that wait for jobs cost (issue 30): a fan-in of N parents into one child, drained
+by the same workers as N + 1 plain jobs.
+
+Each row starts the flow benchmark's worker processes (2 x 32 slots, a no-op handler) on an
+empty namespace of its own, lets them settle into waiting, then commits its backlog in one
+transaction and times from that commit to the moment the namespace's jobs table is empty (a
+poll every 5 ms): the plain row pushes N + 1 jobs; the fan-in row pushes N parents and one child
+that depends on all of them (the child runs last, after the last parent's ack made it pending,
+and reads its N parents' results). The child's push, which locks and marks its N parents, is
+timed on its own.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from benchmarks import suite
+from benchmarks.adapters import WorkerConfig
+from benchmarks.common import environment
+from benchmarks.flow import FlowAdapter
+from postkit.queue import QueueClient
+
+PARENTS_QUEUE = "parents"
+CHILD_QUEUE = "children"
+WORKERS = WorkerConfig(2, 32)
+SETTLE = 3.0
+"""Seconds the workers get to start and wait before a row's backlog commits."""
+
+
+def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
+    """The plain and fan-in rows, ``runs`` times each, alternated, as markdown."""
+    parents = 1_000 if quick else 10_000
+    started = time.time()
+    plain: list[float] = []
+    fan_in: list[float] = []
+    child_push: list[float] = []
+    for turn in range(runs):
+        plain.append(_timed(dsn, f"bench-plain-{turn}", lambda client: _plain(client, parents)))
+        fan_in.append(
+            _timed(dsn, f"bench-fan-in-{turn}", lambda client: _fan_in(client, parents, child_push))
+        )
+    return _render(dsn, parents, plain, fan_in, child_push, quick, command, started)
+
+
+def _plain(client: QueueClient, parents: int) -> None:
+    client.push_batch(PARENTS_QUEUE, [{"n": n} for n in range(parents + 1)])
+
+
+def _fan_in(client: QueueClient, parents: int, pushes: list[float]) -> None:
+    ids = client.push_batch(PARENTS_QUEUE, [{"n": n} for n in range(parents)])
+    asked = time.perf_counter()
+    client.push(CHILD_QUEUE, {"n": parents}, depends_on=[i for i in ids if i is not None])
+    pushes.append(time.perf_counter() - asked)
+
+
+def _timed(dsn: str, namespace: str, push: Callable[[QueueClient], None]) -> float:
+    """Seconds from the commit of ``push``'s backlog to the namespace's last job's ack."""
+    adapter = FlowAdapter(dsn, namespace)
+    adapter.open()
+    adapter.clear()
+    adapter.client.configure_queue(PARENTS_QUEUE, retain_results=3600)
+    with (
+        tempfile.TemporaryDirectory() as record,
+        psycopg.connect(dsn) as producer,
+        psycopg.connect(dsn, autocommit=True) as monitor,
+    ):
+        workers = adapter.start_flow_workers(WORKERS, [PARENTS_QUEUE, CHILD_QUEUE], Path(record))
+        try:
+            time.sleep(SETTLE)
+            push(QueueClient(producer.cursor(), namespace=namespace))
+            producer.commit()
+            committed = time.perf_counter()
+            while True:
+                row = monitor.execute(
+                    "SELECT count(*) FROM postkit_queue.jobs WHERE namespace = %s", (namespace,)
+                ).fetchone()
+                if row is not None and row[0] == 0:
+                    return time.perf_counter() - committed
+                if time.perf_counter() - committed > 300:
+                    raise RuntimeError(f"{namespace}: not drained after 300 s")
+                time.sleep(0.005)
+        finally:
+            workers.stop()
+            adapter.clear()
+
+
+def _render(
+    dsn: str,
+    parents: int,
+    plain: list[float],
+    fan_in: list[float],
+    child_push: list[float],
+    quick: bool,
+    command: str,
+    started: float,
+) -> str:
+    def seconds(values: list[float]) -> str:
+        return f"{statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})"
+
+    ratio = statistics.median(fan_in) / statistics.median(plain)
+    return "\n".join(
+        [
+            "# Dependencies: a fan-in against a plain drain",
+            "",
+            f"{environment(dsn)}; Postkit from {suite.postkit_source()}. Command: `{command}`"
+            + (" (quick: counts too small for the figures to mean much)." if quick else "."),
+            f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, "
+            f"{time.time() - started:.0f} s, {len(plain)} runs of each row, alternated; "
+            "medians (min-max).",
+            "",
+            f"Each row: {WORKERS.processes} worker processes x {WORKERS.concurrency} slots, "
+            "idle on an empty namespace, then one committed transaction of jobs; timed from "
+            "the commit to the namespace's last ack (benchmarks/dependencies.py).",
+            "",
+            "| row | jobs | drained in |",
+            "|---|---:|---:|",
+            f"| plain: {parents + 1:,} jobs | {parents + 1:,} | {seconds(plain)} |",
+            f"| fan-in: {parents:,} parents, one child depending on all | {parents + 1:,} | "
+            f"{seconds(fan_in)} |",
+            "",
+            f"Fan-in / plain: **{ratio:.2f}x**. The child's push (locking and marking its "
+            f"{parents:,} parents, with the SDK's check before it): {seconds(child_push)}.",
+            "",
+        ]
+    )

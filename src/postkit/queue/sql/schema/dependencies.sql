@@ -1,0 +1,349 @@
+-- Dependencies: jobs that wait for jobs.
+--
+-- A job pushed with parents (push's p_depends_on, push_batch's p_depends_on) is waiting until
+-- every parent has completed:
+--
+--     push(depends_on) ──> waiting ──last parent's ack──> pending ──> ... (lifecycle.sql)
+--                             │
+--                             └──a parent dead-lettered, cancelled or purged──> cancelled
+--
+-- - A waiting job is never claimed, counted as ready or rate-limited: every claim, count and
+--   look (next_run_at) reads state 'pending' only.
+-- - Each parent's ack takes one off the child's waiting_on, in the ack's own transaction; the
+--   last makes the child pending at once and wakes its queue's waiting worker (notify). An ack
+--   reads only its own edges (job_dependencies, by parent), never the child's other parents: a
+--   fan-in of n parents costs n small updates of one row, whatever n.
+-- - A parent dead-lettered (bury), cancelled or purged cancels its waiting descendants,
+--   transitively, each recorded in cancelled_jobs with why ('parent 17 was dead-lettered'). A
+--   parent redriven later is a new job: the descendants stay cancelled.
+-- - Parents are in the child's namespace, and exist before it: a dependency never crosses a
+--   namespace, and no cycle can be made. A parent that completed counts as done while its
+--   completion is recorded (its queue's retain_results or retain_completed); one unknown,
+--   dead-lettered or cancelled is refused (PKQ19), and nothing is pushed.
+--
+-- The race between a child's push and its parent's ack is settled by the parent's row lock:
+-- lock_parents marks each live parent (has_children) with an UPDATE, so an ack that deletes the
+-- parent either comes after the push's commit and sees the mark and the edge, or came before and
+-- the push finds the parent gone and reads its completion instead.
+
+-- The most parents one job may have.
+CREATE OR REPLACE FUNCTION postkit_queue.max_parents() RETURNS integer
+LANGUAGE sql IMMUTABLE
+RETURN 10000;
+
+-- dependency_problem: why a push with these parents would be refused, or NULL when it would
+-- not: the SDK asks before it pushes, so that a refusal leaves the caller's transaction usable
+-- (a refusal by push itself aborts it). Reads only; takes no lock.
+CREATE OR REPLACE FUNCTION postkit_queue.dependency_problem(p_namespace text, p_parents bigint[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_parent bigint;
+    v_state  text;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    IF p_parents IS NULL OR array_position(p_parents, NULL) IS NOT NULL
+       OR coalesce(array_ndims(p_parents), 1) <> 1 THEN
+        RETURN 'depends_on must be a list of job ids, without NULL';
+    END IF;
+    IF cardinality(p_parents) > postkit_queue.max_parents() THEN
+        RETURN format('a job may depend on at most %s jobs, got %s',
+                      postkit_queue.max_parents(), cardinality(p_parents));
+    END IF;
+    FOR v_parent IN SELECT DISTINCT p.id FROM unnest(p_parents) AS p(id) ORDER BY p.id LOOP
+        v_state := postkit_queue.parent_state(p_namespace, v_parent);
+        IF v_state NOT IN ('live', 'completed') THEN
+            RETURN postkit_queue.parent_refusal(v_parent, v_state);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- parent_ids: one entry of push_batch's depends_on (p_what names it) as push takes it: a JSON
+-- array of job ids, or JSON null (no parents: NULL).
+CREATE OR REPLACE FUNCTION postkit_queue.parent_ids(p_what text, p_entry jsonb)
+RETURNS bigint[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_entry IS NULL OR jsonb_typeof(p_entry) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(p_entry) = 'array' AND NOT EXISTS (
+           SELECT FROM jsonb_array_elements(p_entry) AS e
+           WHERE jsonb_typeof(e.value) <> 'number' OR e.value::text !~ '^[0-9]{1,18}$') THEN
+        RETURN array(SELECT e.value::text::bigint FROM jsonb_array_elements(p_entry) AS e);
+    END IF;
+    RAISE EXCEPTION 'postkit: % must be a list of job ids or null, got %', p_what,
+        left(p_entry::text, 100) USING ERRCODE = 'PKQ19';
+END
+$$;
+
+-- What a parent is, for a child's push: 'live' (in the jobs table: pending, running or
+-- waiting), 'completed' (its completion recorded), 'dead', 'cancelled' or 'unknown'. One
+-- primary-key probe per table, in that order.
+CREATE OR REPLACE FUNCTION postkit_queue.parent_state(p_namespace text, p_parent bigint)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_parent;
+    IF FOUND THEN
+        RETURN 'live';
+    END IF;
+    PERFORM FROM postkit_queue.job_results r
+    WHERE r.namespace = p_namespace AND r.job_id = p_parent;
+    IF FOUND THEN
+        RETURN 'completed';
+    END IF;
+    PERFORM FROM postkit_queue.completed_jobs c
+    WHERE c.namespace = p_namespace AND c.job_id = p_parent;
+    IF FOUND THEN
+        RETURN 'completed';
+    END IF;
+    PERFORM FROM postkit_queue.dead_letters d
+    WHERE d.namespace = p_namespace AND d.job_id = p_parent;
+    IF FOUND THEN
+        RETURN 'dead';
+    END IF;
+    PERFORM FROM postkit_queue.cancelled_jobs c
+    WHERE c.namespace = p_namespace AND c.job_id = p_parent;
+    IF FOUND THEN
+        RETURN 'cancelled';
+    END IF;
+    RETURN 'unknown';
+END
+$$;
+
+-- The message that refuses a parent in state p_state (parent_state).
+CREATE OR REPLACE FUNCTION postkit_queue.parent_refusal(p_parent bigint, p_state text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE p_state
+    WHEN 'dead' THEN format('job %s was dead-lettered: a job cannot depend on it', p_parent)
+    WHEN 'cancelled' THEN format('job %s was cancelled: a job cannot depend on it', p_parent)
+    ELSE format('job %s is unknown in this namespace (never pushed, or completed in a queue '
+                'that keeps neither results nor completed jobs, or pruned): a job cannot '
+                'depend on it', p_parent) END;
+
+-- lock_parents: for a child's push, the parents it must wait for: each live one, locked and
+-- marked (has_children) so that its ack, dead letter or cancel looks for its children, in id
+-- order (two pushes that share parents lock them in the same order). A parent that completed
+-- is satisfied already; any other raises PKQ19. Returns the live parents' ids, without
+-- duplicates.
+CREATE OR REPLACE FUNCTION postkit_queue.lock_parents(p_namespace text, p_parents bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_problem text;
+    v_parent  bigint;
+    v_waits   bigint[] := '{}';
+BEGIN
+    -- A list of the wrong shape is refused before any parent is locked.
+    IF p_parents IS NULL OR array_position(p_parents, NULL) IS NOT NULL
+       OR coalesce(array_ndims(p_parents), 1) <> 1
+       OR cardinality(p_parents) > postkit_queue.max_parents() THEN
+        RAISE EXCEPTION 'postkit: %', postkit_queue.dependency_problem(p_namespace, p_parents)
+            USING ERRCODE = 'PKQ19';
+    END IF;
+    FOR v_parent IN SELECT DISTINCT p.id FROM unnest(p_parents) AS p(id) ORDER BY p.id LOOP
+        -- The row lock orders this push and the parent's ack: an ack in progress (its DELETE
+        -- holds the row) is waited for, and then the row is gone.
+        UPDATE postkit_queue.jobs j SET has_children = true
+        WHERE j.namespace = p_namespace AND j.id = v_parent;
+        IF FOUND THEN
+            v_waits[cardinality(v_waits) + 1] := v_parent;
+        END IF;
+    END LOOP;
+    -- A new statement reads what the acks waited for committed (READ COMMITTED).
+    v_problem := postkit_queue.dependency_problem(
+        p_namespace, array(SELECT p.id FROM unnest(p_parents) AS p(id)
+                           WHERE p.id <> ALL (v_waits)));
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'postkit: %', v_problem USING ERRCODE = 'PKQ19';
+    END IF;
+    RETURN v_waits;
+END
+$$;
+
+-- add_children: record the edges from p_parents (lock_parents' result) to a waiting child.
+-- One single-row INSERT per parent: Citus routes each with the namespace unbound, which it
+-- does not for an INSERT ... SELECT (docs/scaling.md).
+CREATE OR REPLACE FUNCTION postkit_queue.add_children(
+    p_namespace text, p_parents bigint[], p_child bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_parent bigint;
+BEGIN
+    FOREACH v_parent IN ARRAY p_parents LOOP
+        INSERT INTO postkit_queue.job_dependencies (namespace, parent_id, child_id)
+        VALUES (p_namespace, v_parent, p_child);
+    END LOOP;
+END
+$$;
+
+-- release_children: the parents p_parent_ids completed (their acks, in this transaction):
+-- each of their waiting children has one parent fewer to wait for, and one with none left
+-- becomes pending now (or at its own run_at, if later) and wakes its queue. The children are
+-- updated in id order, so two acks that complete parents of the same children lock them in
+-- the same order instead of deadlocking.
+CREATE OR REPLACE FUNCTION postkit_queue.release_children(
+    p_namespace text, p_parent_ids bigint[], p_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_children bigint[] := '{}';
+    v_child    bigint;
+    v_parents  bigint;
+    v_queue    text;
+    v_queues   text[] := '{}';
+BEGIN
+    -- A loop over the DELETE's rows, not a CTE: Citus routes only a plain statement
+    -- (docs/scaling.md).
+    FOR v_child IN
+        DELETE FROM postkit_queue.job_dependencies d
+        WHERE d.namespace = p_namespace AND d.parent_id = ANY (p_parent_ids)
+        RETURNING d.child_id
+    LOOP
+        v_children[cardinality(v_children) + 1] := v_child;
+    END LOOP;
+    FOR v_child, v_parents IN
+        SELECT c.id, count(*) FROM unnest(v_children) AS c(id) GROUP BY c.id ORDER BY c.id
+    LOOP
+        -- A child cancelled meanwhile is gone; its edge went with this DELETE.
+        UPDATE postkit_queue.jobs j
+        SET waiting_on = CASE WHEN j.waiting_on > v_parents THEN j.waiting_on - v_parents END,
+            state = CASE WHEN j.waiting_on > v_parents THEN j.state ELSE 'pending' END,
+            run_at = CASE WHEN j.waiting_on > v_parents THEN j.run_at
+                          ELSE greatest(j.run_at, p_at) END
+        WHERE j.namespace = p_namespace AND j.id = v_child AND j.state = 'waiting'
+        RETURNING CASE WHEN j.state = 'pending' THEN j.queue END INTO v_queue;
+        IF v_queue IS NOT NULL AND v_queue <> ALL (v_queues) THEN
+            v_queues[cardinality(v_queues) + 1] := v_queue;
+        END IF;
+    END LOOP;
+    FOREACH v_queue IN ARRAY v_queues LOOP
+        PERFORM postkit_queue.notify(p_namespace, v_queue);
+    END LOOP;
+END
+$$;
+
+-- cancel_descendants: the parents p_parent_ids were dead-lettered, cancelled or purged
+-- (p_fate says which): each of their waiting children is cancelled, with the reason 'parent N
+-- was <fate>', and so on down to the last generation (each a child's 'parent M was cancelled').
+-- A child with an edge from one of these parents is still waiting (that parent never
+-- completed), unless another parent's cascade cancelled it first: it is skipped then. Returns
+-- how many it cancelled.
+CREATE OR REPLACE FUNCTION postkit_queue.cancel_descendants(
+    p_namespace text, p_parent_ids bigint[], p_fate text, p_at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_parents   bigint[] := p_parent_ids;
+    v_fate      text := p_fate;
+    v_parent    bigint;
+    v_child     bigint;
+    v_job       postkit_queue.jobs;
+    v_next      bigint[];
+    v_cancelled integer := 0;
+BEGIN
+    WHILE cardinality(v_parents) > 0 LOOP
+        v_next := '{}';
+        FOR v_parent, v_child IN
+            SELECT e.parent_id, e.child_id FROM postkit_queue.job_dependencies e
+            WHERE e.namespace = p_namespace AND e.parent_id = ANY (v_parents)
+            ORDER BY e.child_id, e.parent_id
+        LOOP
+            DELETE FROM postkit_queue.job_dependencies e
+            WHERE e.namespace = p_namespace AND e.parent_id = v_parent AND e.child_id = v_child;
+            DELETE FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.id = v_child AND j.state = 'waiting'
+            RETURNING j.* INTO v_job;
+            IF FOUND THEN
+                PERFORM postkit_queue.record_cancel(
+                    p_namespace, v_job.id, v_job.queue, v_job.payload, v_job.priority,
+                    v_job.attempts, v_job.depends_on, v_job.created_at,
+                    format('parent %s was %s', v_parent, v_fate), p_at);
+                v_cancelled := v_cancelled + 1;
+                IF v_job.has_children THEN
+                    v_next[cardinality(v_next) + 1] := v_job.id;
+                END IF;
+            END IF;
+        END LOOP;
+        v_parents := v_next;
+        v_fate := 'cancelled';
+    END LOOP;
+    RETURN v_cancelled;
+END
+$$;
+
+-- record_cancel: keep a cancelled job (cancelled_jobs) for its queue's retain_dead, and tell
+-- the waiters for its queue's results, if it keeps them. It takes the job's columns, not its
+-- row (docs/scaling.md).
+CREATE OR REPLACE FUNCTION postkit_queue.record_cancel(
+    p_namespace text, p_job_id bigint, p_queue text, p_payload jsonb, p_priority smallint,
+    p_attempts integer, p_depends_on bigint[], p_created_at timestamptz, p_reason text,
+    p_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_policy record;
+BEGIN
+    v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
+    INSERT INTO postkit_queue.cancelled_jobs (
+        namespace, job_id, queue, payload, priority, attempts, depends_on, reason,
+        cancelled_by, created_at, cancelled_at, expires_at)
+    VALUES (
+        p_namespace, p_job_id, p_queue, p_payload, p_priority, p_attempts, p_depends_on,
+        p_reason, postkit_queue.caller(), p_created_at, p_at, p_at + v_policy.retain_dead)
+    ON CONFLICT (namespace, job_id) DO NOTHING;
+    IF v_policy.retain_results IS NOT NULL THEN
+        PERFORM postkit_queue.notify_results(p_namespace, ARRAY[p_job_id]);
+    END IF;
+END
+$$;
+
+-- parent_results: the parents of job p_job_id (live, dead or cancelled), each with what
+-- job_result says of it: its state, and its result once it completed in a queue that keeps
+-- results (NULL otherwise). In the order the job's push listed them, without duplicates. No
+-- row: the job has no parents, or is unknown.
+CREATE OR REPLACE FUNCTION postkit_queue.parent_results(p_namespace text, p_job_id bigint)
+RETURNS TABLE (parent_id bigint, state text, result jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_parents bigint[];
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    SELECT j.depends_on INTO v_parents FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_job_id;
+    IF NOT FOUND THEN
+        SELECT c.depends_on INTO v_parents FROM postkit_queue.cancelled_jobs c
+        WHERE c.namespace = p_namespace AND c.job_id = p_job_id;
+    END IF;
+    RETURN QUERY
+    SELECT p.id, r.state, r.result
+    FROM unnest(v_parents) WITH ORDINALITY AS p(id, n)
+    CROSS JOIN LATERAL postkit_queue.job_result(p_namespace, p.id) AS r
+    ORDER BY p.n;
+END
+$$;
