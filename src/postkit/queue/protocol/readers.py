@@ -67,31 +67,33 @@ def _trace_context(text: str | None) -> dict[str, str] | None:
 
 def job(row: dict[str, Any]) -> Job:
     payload, payload_error = decode(row["payload"], "payload")
-    return Job(
-        id=row["id"],
-        queue=row["queue"],
-        payload=payload,
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        worker_id=row["worker_id"],
-        claim_token=row["claim_token"],
-        visible_until=row["visible_until"],
-        state=row["state"],
-        priority=row["priority"],
-        run_at=row["run_at"],
-        namespace=row["namespace"],
-        unique_key=row["unique_key"],
-        claimed_at=row["claimed_at"],
-        errors=_errors(row["errors"]),
-        created_at=row["created_at"],
-        failed_at=row.get("failed_at"),
-        payload_error=payload_error,
-        trace_context=_trace_context(row["trace_context"]),
-        age=row.get("age"),
-        group_key=row.get("group_key"),
-        claim_expired=bool(row.get("claim_expired")),
-        depends_on=tuple(row.get("depends_on") or ()),
-        waiting_on=row.get("waiting_on"),
+    return Job.from_fields(
+        dict(
+            id=row["id"],
+            queue=row["queue"],
+            payload=payload,
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            worker_id=row["worker_id"],
+            claim_token=row["claim_token"],
+            visible_until=row["visible_until"],
+            state=row["state"],
+            priority=row["priority"],
+            run_at=row["run_at"],
+            namespace=row["namespace"],
+            unique_key=row["unique_key"],
+            claimed_at=row["claimed_at"],
+            errors=_errors(row["errors"]),
+            created_at=row["created_at"],
+            failed_at=row.get("failed_at"),
+            payload_error=payload_error,
+            trace_context=_trace_context(row["trace_context"]),
+            age=row.get("age"),
+            group_key=row.get("group_key"),
+            claim_expired=bool(row.get("claim_expired")),
+            depends_on=tuple(row.get("depends_on") or ()),
+            waiting_on=row.get("waiting_on"),
+        )
     )
 
 
