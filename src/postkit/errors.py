@@ -169,6 +169,11 @@ class InvalidDependencyError(ValidationError):
     cancelled."""
 
 
+class InvalidProgressError(ValidationError):
+    """A progress report's fraction is not a number from 0 to 1, or its note is not text of at
+    most 200 characters."""
+
+
 class InvalidScheduleError(ValidationError):
     """A schedule's cron expression, time zone or interval is invalid."""
 
@@ -228,6 +233,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ17": InvalidFlowControlError,
     "PKQ18": FlowControlIsolationError,
     "PKQ19": InvalidDependencyError,
+    "PKQ20": InvalidProgressError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -289,6 +295,7 @@ __all__ = [
     "InvalidNameError",
     "InvalidPayloadError",
     "InvalidPriorityError",
+    "InvalidProgressError",
     "InvalidResultError",
     "InvalidRunAtError",
     "InvalidScheduleError",

@@ -803,6 +803,24 @@ def test_job_shows_a_live_job_and_its_attempts(run: Run, client: QueueClient) ->
     assert as_json(run("job", str(running), "--json"))["claim_expired"] is False
 
 
+def test_job_shows_a_running_jobs_progress_and_a_waiting_jobs_parents(
+    run: Run, client: QueueClient
+) -> None:
+    running = client.push("emails", {"n": 1})
+    claimed = client.pull("emails", worker_id="server-a")
+    assert claimed is not None and client.report_progress(claimed, 0.42, note="page 42")
+    child = client.push("reports", {"n": 2}, depends_on=[running])
+    commit(client)
+
+    shown = ok(run("job", str(running))).output.splitlines()
+    waiting = ok(run("job", str(child))).output.splitlines()
+
+    assert any(line.split()[:3] == ["progress", "42%:", "page"] for line in shown)
+    assert waiting[0] == f"Job {child} of queue reports: waiting (0 of 20 attempts made)"
+    assert any(line.split() == ["parents", str(running)] for line in waiting)
+    assert any(line.split()[:3] == ["waiting", "on", "1"] for line in waiting)
+
+
 def test_job_shows_an_expired_claim_as_expired_and_what_returns_it(
     run: Run, client: QueueClient, namespace: str
 ) -> None:

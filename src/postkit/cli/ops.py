@@ -237,6 +237,10 @@ def _job_fields(
             )
         else:
             fields.append(("claim ends", f"{format_time(found.visible_until)} UTC"))
+    if found is not None and found.progress is not None:
+        note = f": {found.progress_note}" if found.progress_note else ""
+        said = f" (at {format_time(found.progress_at)} UTC)" if found.progress_at else ""
+        fields.append(("progress", f"{found.progress:.0%}{note}{said}"))
     if found is not None and found.depends_on:
         fields.append(("parents", ", ".join(str(parent) for parent in found.depends_on)))
     if found is not None and found.waiting_on is not None:

@@ -21,9 +21,9 @@ forgets the oldest."""
 
 class AsyncConsumer(AsyncCalls):
     """Claim and settle jobs: :meth:`pull` (and its batch forms), :meth:`ack`, :meth:`nack`,
-    :meth:`fail`, :meth:`extend_visibility`, :meth:`release`, and :meth:`tick_timeouts`, which
-    rescues the expired claims of every worker. A role needs the ``worker`` access kind
-    (``postkit install --grant ROLE:worker``).
+    :meth:`fail`, :meth:`extend_visibility`, :meth:`report_progress`, :meth:`release`, and
+    :meth:`tick_timeouts`, which rescues the expired claims of every worker. A role needs the
+    ``worker`` access kind (``postkit install --grant ROLE:worker``).
 
     A consumer remembers the claim token of every job it pulls until it settles the job (at
     most :data:`REMEMBERED_CLAIMS` of them), so settling by a bare job id is fenced on the claim
@@ -323,6 +323,40 @@ class AsyncConsumer(AsyncCalls):
                 self._namespace,
                 job,
                 extension=extension,
+                worker_id=worker_id,
+                claim_token=self._token(job, claim_token),
+            )
+        )
+
+    async def report_progress(
+        self,
+        job: JobRef,
+        fraction: float,
+        *,
+        note: str | None = None,
+        worker_id: str | None = None,
+        claim_token: Any = None,
+    ) -> bool:
+        """Say how far a running job got: ``fraction`` from 0 to 1, and a ``note`` of at most
+        200 characters (None: none). ``get_job`` returns them (``progress``,
+        ``progress_note``, ``progress_at``), as do ``postkit job`` and the dashboard; a retry,
+        a release or a rescue clears them. One small UPDATE of the job's row, fenced by the
+        claim: a handler run by a worker calls :func:`postkit.worker.report_progress` instead.
+
+        Returns:
+            True if it was recorded; False, with nothing changed, when the caller no longer
+            holds the claim.
+
+        Raises:
+            InvalidProgressError: ``fraction`` is not a number from 0 to 1, or ``note`` is
+                not text of at most 200 characters; nothing is written.
+        """
+        return await self._run(
+            protocol.report_progress(
+                self._namespace,
+                job,
+                fraction=fraction,
+                note=note,
                 worker_id=worker_id,
                 claim_token=self._token(job, claim_token),
             )

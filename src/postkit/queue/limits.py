@@ -125,6 +125,8 @@ MAX_PAYLOAD_BYTES = Bounds(1, 104_857_600)
 JOB_ID = Bounds(-(2**63), 2**63 - 1)
 BATCH_PAYLOADS = 100_000
 """At most this many payloads per ``push_batch``."""
+PROGRESS_NOTE_CHARS = 200
+"""A progress report's note is at most this many characters (``report_progress``)."""
 MAX_PARENTS = 10_000
 """At most this many parents per job (``push(depends_on=...)``; the SQL module's
 ``max_parents()``)."""

@@ -93,7 +93,7 @@ SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload:
        j.attempts, j.max_attempts, j.unique_key, j.worker_id, j.claim_token::pg_catalog.text AS claim_token,
        j.claimed_at, j.visible_until, j.errors::pg_catalog.text AS errors, j.created_at, j.failed_at,
        j.trace_context::pg_catalog.text AS trace_context, j.group_key, j.claim_expired,
-       j.depends_on, j.waiting_on
+       j.depends_on, j.waiting_on, j.progress, j.progress_note, j.progress_at
 FROM postkit_queue.get_job(%(namespace)s, %(job_id)s::bigint) AS j;
 
 -- name: dependency_problem
@@ -171,6 +171,11 @@ FROM postkit_queue.search_dead_letters(
 -- name: outcomes_since
 SELECT o.queue, o.completed, o.dead_lettered, o.retried, o.rescued
 FROM postkit_queue.outcomes_since(%(namespace)s, %(since)s::pg_catalog.timestamptz) AS o;
+
+-- name: report_progress
+SELECT postkit_queue.report_progress(
+    %(namespace)s, %(job_id)s::bigint, %(fraction)s::pg_catalog.float8, %(note)s, %(worker_id)s,
+    %(claim_token)s::pg_catalog.uuid);
 
 -- name: release
 SELECT postkit_queue.release(

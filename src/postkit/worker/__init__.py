@@ -8,7 +8,15 @@ claims alive with ``heartbeat.py`` and runs the housekeeping in ``maintenance/``
 
 from postkit.worker.handlers import Handlers, HandlerSpec
 from postkit.worker.outcomes import error_summary
+from postkit.worker.progress import report_progress
 from postkit.worker.runtime import Worker
 from postkit.worker.stats import WorkerStats
 
-__all__ = ["HandlerSpec", "Handlers", "Worker", "WorkerStats", "error_summary"]
+__all__ = [
+    "HandlerSpec",
+    "Handlers",
+    "Worker",
+    "WorkerStats",
+    "error_summary",
+    "report_progress",
+]

@@ -36,7 +36,7 @@ import psycopg_pool
 from postkit import errors
 from postkit.queue import Job, Outcome, QueueClient, protocol
 from postkit.queue.protocol import CheckedResult
-from postkit.worker import tracing
+from postkit.worker import progress, tracing
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims, claim_seconds
 from postkit.worker.handlers import Handlers, HandlerSpec
@@ -233,7 +233,7 @@ class JobExecutor:
         started = self.claims.start(job, self.timeout_of(spec))
         if started is None:
             return True
-        with tracing.job_span(job, self.namespace):
+        with tracing.job_span(job, self.namespace), progress.reporting(job, self._report):
             return self._run_sync_handler(job, spec, started)
 
     def _run_sync_handler(self, job: Job, spec: HandlerSpec, started: float) -> bool:
@@ -259,6 +259,12 @@ class JobExecutor:
         else:
             return self._drop_late_outcome(job)
         return True
+
+    def _report(self, job: Job, fraction: float, note: str | None) -> bool:
+        """Record a progress report of ``job`` (:func:`postkit.worker.report_progress`) on a
+        pooled connection, fenced by its claim."""
+        assert self._pool is not None
+        return self._pool.run(lambda client: client.report_progress(job, fraction, note=note))
 
     def _handed(self, job: Job) -> Job:
         """The job as its handler gets it: with its parents' results (``Job.parent_results``,
@@ -410,7 +416,10 @@ class JobExecutor:
                     started = self.claims.start(job, self.timeout_of(spec))
                     if started is None:
                         continue  # released by a stop meanwhile
-                    with tracing.job_span(job, self.namespace):
+                    with (
+                        tracing.job_span(job, self.namespace),
+                        progress.reporting(job, self._report),
+                    ):
                         try:
                             value = spec.function(self._handed(job), cursor)
                         except BaseException as error:
@@ -486,7 +495,7 @@ class JobExecutor:
         started = self.claims.start(job, self.timeout_of(spec))
         if started is None:
             return
-        with tracing.job_span(job, self.namespace):
+        with tracing.job_span(job, self.namespace), progress.reporting(job, self._report):
             await self._run_async_handler(job, spec, started)
 
     async def _run_async_handler(self, job: Job, spec: HandlerSpec, started: float) -> None:

@@ -384,6 +384,12 @@ async function viewJob(main, jobId) {
       fields.push(h("dt", {}, key === "visible_until" ? "claim deadline" : key),
         h("dd", { "data-field": key }, shown + expired));
     }
+    if (job.progress !== null && job.progress !== undefined) {
+      fields.push(h("dt", {}, "progress"), h("dd", { "data-field": "progress" },
+        h("progress", { max: "1", value: String(job.progress) }),
+        ` ${Math.round(job.progress * 100)}%` + (job.progress_note ? ` — ${job.progress_note}` : "") +
+          (job.progress_at ? ` (at ${fmtTime(job.progress_at)})` : "")));
+    }
     if (job.depends_on && job.depends_on.length) {
       fields.push(h("dt", {}, "parents"), h("dd", { "data-field": "depends_on" },
         job.depends_on.flatMap((parent, i) => [i ? ", " : "", link("#" + parent, nsHash("/job/" + parent))])));

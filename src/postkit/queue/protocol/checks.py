@@ -337,6 +337,35 @@ def job_ids(value: Sequence[int] | None) -> list[int] | None:
     return [job_id(item) for item in value]
 
 
+def fraction(value: object) -> float:
+    """A progress report's fraction: a finite number from 0 to 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.InvalidProgressError(
+            f"progress must be a number from 0 to 1, got {type(value).__name__}"
+        )
+    if not 0 <= value <= 1:  # NaN too
+        raise errors.InvalidProgressError(f"progress must be a fraction from 0 to 1, got {value}")
+    return float(value)
+
+
+def progress_note(value: object) -> str | None:
+    """A progress report's note: None, or text of at most :data:`limits.PROGRESS_NOTE_CHARS`
+    characters that PostgreSQL can store."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or "\x00" in value:
+        raise errors.InvalidProgressError("a progress note must be text without NUL characters")
+    if len(value) > limits.PROGRESS_NOTE_CHARS:
+        raise errors.InvalidProgressError(
+            f"a progress note is at most {limits.PROGRESS_NOTE_CHARS} characters, got {len(value)}"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidProgressError(f"a progress note must be valid text: {exc}") from None
+    return value
+
+
 def parents(what: str, value: object) -> list[int] | None:
     """A job's ``depends_on``: None (no parents), or a list of job ids (``Job``s stand for
     their ids), at most :data:`limits.MAX_PARENTS`."""

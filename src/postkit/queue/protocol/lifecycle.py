@@ -159,6 +159,24 @@ def extend_visibility(
     return Call("extend_visibility", params, read.scalar)
 
 
+def report_progress(
+    namespace: str,
+    job: JobRef,
+    *,
+    fraction: object,
+    note: object,
+    worker_id: str | None,
+    claim_token: object,
+) -> Call[bool]:
+    params = check.base(
+        namespace,
+        **check.claim("report_progress", job, worker_id, claim_token),
+        fraction=check.fraction(fraction),
+        note=check.progress_note(note),
+    )
+    return Call("report_progress", params, read.scalar)
+
+
 def release(
     namespace: str, job: JobRef, *, worker_id: str | None, claim_token: object
 ) -> Call[bool]:

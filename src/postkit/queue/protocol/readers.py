@@ -93,6 +93,9 @@ def job(row: dict[str, Any]) -> Job:
             claim_expired=bool(row.get("claim_expired")),
             depends_on=tuple(row.get("depends_on") or ()),
             waiting_on=row.get("waiting_on"),
+            progress=row.get("progress"),
+            progress_note=row.get("progress_note"),
+            progress_at=row.get("progress_at"),
         )
     )
 

@@ -118,6 +118,14 @@ class Job(_RecordMapping):
     whose queue keeps no results), as the worker hands the job to its handler; None from the
     SDK's calls, where ``parent_results(job_id)`` reads them."""
 
+    progress: float | None = None
+    """What its running attempt's handler last reported (``report_progress``): a fraction
+    from 0 to 1; None when it reported none (``get_job``; None from the other calls)."""
+    progress_note: str | None = None
+    """The note of that report, if any."""
+    progress_at: datetime | None = None
+    """When that report was made, by the queue's clock."""
+
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> Job:
         """The job of ``fields`` (every field without a default, and any of the others), as

@@ -530,7 +530,8 @@ BEGIN
 
     UPDATE postkit_queue.jobs
     SET state = 'pending', run_at = v_now + v_delay, errors = v_errors,
-        worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
+        worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL,
+        progress = NULL, progress_note = NULL, progress_at = NULL
     WHERE namespace = p_namespace AND id = v_job.id;
     -- Waiting workers wake, find nothing ready yet, and sleep until this retry falls due.
     PERFORM postkit_queue.notify(p_namespace, v_job.queue);
@@ -600,7 +601,8 @@ BEGIN
 
     UPDATE postkit_queue.jobs j
     SET state = 'pending', attempts = j.attempts - 1, run_at = postkit_queue.clock(),
-        worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
+        worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL,
+        progress = NULL, progress_note = NULL, progress_at = NULL
     WHERE j.namespace = p_namespace AND j.id = p_job_id
       AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, p_worker_id,
                                     p_claim_token)
@@ -655,6 +657,47 @@ BEGIN
 END
 $$;
 
+-- report_progress: the handler of a running job says how far it got: p_fraction from 0 to 1,
+-- and a note of at most 200 characters (NULL: none), read back by get_job with when it was
+-- said. Fenced like extend_visibility: false, with nothing changed, when the caller no longer
+-- holds the claim, so a stale worker writes nothing. One UPDATE of the job's row, of columns no
+-- index holds (a HOT update where its page has room: the table's fillfactor keeps room); it
+-- takes the row lock that only this job's own settle, heartbeat and rescue also take, never a
+-- claim's, which locks pending rows. A retry, a release and a rescue clear it.
+CREATE OR REPLACE FUNCTION postkit_queue.report_progress(
+    p_namespace   text,
+    p_job_id      bigint,
+    p_fraction    float8,
+    p_note        text DEFAULT NULL,
+    p_worker_id   text DEFAULT NULL,
+    p_claim_token uuid DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_name('worker_id', p_worker_id, false);
+    PERFORM postkit_queue.check_claim('report_progress', p_worker_id, p_claim_token);
+    -- NaN is neither below 0 nor above 1, so it is named.
+    IF p_fraction IS NULL OR p_fraction = 'NaN' OR p_fraction < 0 OR p_fraction > 1 THEN
+        RAISE EXCEPTION 'postkit: progress must be a fraction from 0 to 1, got %',
+            coalesce(p_fraction::text, 'NULL') USING ERRCODE = 'PKQ20';
+    END IF;
+    IF char_length(p_note) > 200 THEN
+        RAISE EXCEPTION 'postkit: a progress note is at most 200 characters, got %',
+            char_length(p_note) USING ERRCODE = 'PKQ20';
+    END IF;
+    UPDATE postkit_queue.jobs j
+    SET progress = p_fraction, progress_note = p_note, progress_at = postkit_queue.clock()
+    WHERE j.namespace = p_namespace AND j.id = p_job_id
+      AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, p_worker_id,
+                                    p_claim_token);
+    RETURN FOUND;
+END
+$$;
+
 -- tick_timeouts: return expired claims to the queue, or dead-letter them when their attempts
 -- are spent (a job whose worker crashes every time must not loop forever). Any number of
 -- tickers may run at once: SKIP LOCKED hands each expired row to exactly one of them, and a
@@ -701,7 +744,8 @@ BEGIN
         ELSE
             UPDATE postkit_queue.jobs
             SET state = 'pending', run_at = v_now, errors = v_errors,
-                worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL
+                worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL,
+                progress = NULL, progress_note = NULL, progress_at = NULL
             WHERE namespace = p_namespace AND id = v_job.id;
             PERFORM postkit_queue.notify(p_namespace, v_job.queue);
             PERFORM postkit_queue.record_outcomes(
@@ -719,7 +763,8 @@ $$;
 
 -- get_job: one live job (pending, running or waiting), a dead-lettered one (state 'dead') or a
 -- cancelled one (state 'cancelled', failed_at its cancel). No row: unknown or completed.
--- depends_on: its parents; waiting_on: how many of them have not completed (waiting only).
+-- depends_on: its parents; waiting_on: how many of them have not completed (waiting only);
+-- progress, progress_note, progress_at: what its handler last reported (report_progress).
 -- claim_expired: the job is running past its claim's deadline by the queue's clock, so no
 -- worker holds it any more (its worker died, or is late with a heartbeat); it stays 'running'
 -- until a tick_timeouts of the namespace (any worker's, or `postkit tick`) returns it to the
@@ -730,7 +775,8 @@ RETURNS TABLE (
     run_at timestamptz, attempts integer, max_attempts integer, unique_key text,
     worker_id text, claim_token uuid, claimed_at timestamptz, visible_until timestamptz,
     errors jsonb, created_at timestamptz, failed_at timestamptz, trace_context jsonb,
-    group_key text, claim_expired boolean, depends_on bigint[], waiting_on integer)
+    group_key text, claim_expired boolean, depends_on bigint[], waiting_on integer,
+    progress float8, progress_note text, progress_at timestamptz)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -744,19 +790,19 @@ BEGIN
            j.visible_until, j.errors, j.created_at, NULL::timestamptz, j.trace_context,
            j.group_key,
            j.state = 'running' AND j.visible_until <= postkit_queue.clock(), j.depends_on,
-           j.waiting_on
+           j.waiting_on, j.progress, j.progress_note, j.progress_at
     FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     UNION ALL
     SELECT d.namespace, d.job_id, d.queue, 'dead', d.payload, d.priority, NULL, d.attempts,
            d.max_attempts, d.unique_key, d.worker_id, NULL, NULL, NULL, d.errors, d.created_at,
-           d.failed_at, d.trace_context, d.group_key, false, NULL, NULL
+           d.failed_at, d.trace_context, d.group_key, false, NULL, NULL, NULL, NULL, NULL
     FROM postkit_queue.dead_letters d
     WHERE d.namespace = p_namespace AND d.job_id = p_job_id
     UNION ALL
     SELECT c.namespace, c.job_id, c.queue, 'cancelled', c.payload, c.priority, NULL, c.attempts,
            c.attempts, NULL, NULL, NULL, NULL, NULL, '[]'::jsonb, c.created_at, c.cancelled_at,
-           NULL, NULL, false, c.depends_on, NULL
+           NULL, NULL, false, c.depends_on, NULL, NULL, NULL, NULL
     FROM postkit_queue.cancelled_jobs c
     WHERE c.namespace = p_namespace AND c.job_id = p_job_id;
 END

@@ -50,6 +50,12 @@ CREATE TABLE postkit_queue.jobs (
     depends_on    bigint[],
     waiting_on    integer,
     has_children  boolean,
+    -- What the running attempt's handler last reported (report_progress), last in the row,
+    -- where version 32 added them: a fraction from 0 to 1, a note, and when. A retry, a release
+    -- and a rescue clear them.
+    progress      float8      CHECK (progress BETWEEN 0 AND 1),
+    progress_note text        CHECK (char_length(progress_note) <= 200),
+    progress_at   timestamptz,
     PRIMARY KEY (namespace, id),
     -- Compared as text: a label that ALTER TYPE ... ADD VALUE adds cannot be used in the
     -- transaction that adds it, which is the upgrade's (version 31).
