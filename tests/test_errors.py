@@ -63,13 +63,12 @@ def test_every_validation_error_is_also_a_value_error() -> None:
     assert all(issubclass(cls, ValueError) for cls in validation)
 
 
-def test_every_pkq_sqlstate_is_a_validation_error_but_a_running_job_and_a_mismatch() -> None:
-    refusals = {code for code in PKQ_CODES if code not in ("PKQ08", "PKQ12")}
+def test_every_pkq_sqlstate_is_a_validation_error_but_a_mismatch() -> None:
+    refusals = {code for code in PKQ_CODES if code != "PKQ12"}
 
     assert all(
         issubclass(errors.SQLSTATE_ERRORS[code], errors.ValidationError) for code in refusals
     )
-    assert errors.SQLSTATE_ERRORS["PKQ08"] is errors.JobRunningError
     assert errors.SQLSTATE_ERRORS["PKQ12"] is errors.SchemaMismatchError
 
 

@@ -153,10 +153,6 @@ class ListenUnavailableError(PostkitError):
         super().__init__(message)
 
 
-class JobRunningError(PostkitError):
-    """The job is running: its worker holds the claim, so it cannot be cancelled."""
-
-
 class InvalidStateError(ValidationError):
     """A job state filter is not one of pending, scheduled, running or dead, or a queue's
     paused flag is NULL."""
@@ -221,7 +217,6 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ05": InvalidDurationError,
     "PKQ06": InvalidJobIdError,
     "PKQ07": InvalidLimitError,
-    "PKQ08": JobRunningError,
     "PKQ09": InvalidStateError,
     "PKQ10": InvalidScheduleError,
     "PKQ11": InvalidAccessError,
@@ -302,7 +297,6 @@ __all__ = [
     "InvalidStateError",
     "InvalidTraceContextError",
     "InvalidWorkerError",
-    "JobRunningError",
     "ListenUnavailableError",
     "MetricsUnavailableError",
     "PermanentError",

@@ -595,7 +595,7 @@ def test_cancel_asks_then_deletes_a_pending_job(run: Run, client: QueueClient) -
     assert "cancelled (cancelled)" in run("job", str(drop)).output
 
 
-def test_cancel_refuses_a_running_job_and_a_dead_letter(
+def test_cancel_cancels_a_running_job_and_refuses_a_dead_letter(
     run: Run, client: QueueClient, dead: dict[str, int]
 ) -> None:
     client.push("emails", {})
@@ -604,11 +604,11 @@ def test_cancel_refuses_a_running_job_and_a_dead_letter(
     commit(client)
     assert running is not None
 
-    busy = fails_cleanly(run("cancel", str(running.id), "--yes"), code=1)
-    assert "is running (claimed by server-b) and cannot be cancelled" in busy
+    asked = run("cancel", str(running.id), input="y\n")
+    assert "running on server-b, whose claim ends now" in ok(asked).output
     buried = fails_cleanly(run("cancel", str(dead["cursed"]), "--yes"), code=1)
     assert "is a dead letter of queue 'send_otp', not a live job" in buried
-    assert client.get_job(running.id) is not None
+    assert client.ack(running) is False
     commit(client)
 
 

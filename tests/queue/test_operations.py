@@ -557,21 +557,23 @@ def test_cancel_removes_a_waiting_job(queue: QueueClient, delay: int) -> None:
     assert (queue.result(job_id).state, queue.result(job_id).reason) == ("cancelled", "cancelled")
 
 
-def test_cancelling_a_running_job_raises_job_running_and_changes_nothing(
+def test_cancelling_a_running_job_makes_every_call_of_its_claim_stale(
     queue: QueueClient, conn: psycopg.Connection
 ) -> None:
     pushed(queue)
     job = pulled(queue, worker_id="w")
     conn.commit()
 
-    with pytest.raises(errors.JobRunningError, match="running") as raised:
-        queue.cancel(job.id)
+    assert queue.cancel(job.id) is True
 
-    assert str(job.id) in str(raised.value)
-    conn.rollback()
-    still = queue.get_job(job.id)
-    assert still is not None and (still.state, still.claim_token) == ("running", job.claim_token)
-    assert queue.ack(job)
+    assert queue.ack(job) is False
+    assert queue.nack_outcome(job, error="late") == "stale"
+    assert queue.fail(job, error="late") is False
+    assert queue.extend_visibility(job, extension=30) is False
+    assert queue.report_progress(job, 0.5) is False
+    assert queue.release(job) is False
+    assert (queue.result(job.id).state, queue.result(job.id).reason) == ("cancelled", "cancelled")
+    assert queue.tick_timeouts() == 0 and queue.pull(Q) is None  # never retried
 
 
 def test_cancelling_an_unknown_job_returns_false(queue: QueueClient, other_namespace: str) -> None:

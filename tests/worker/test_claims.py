@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 from postkit.queue import Job
@@ -147,7 +148,28 @@ def test_the_counts_per_queue_tell_running_from_held() -> None:
         "settling",
         "timed_out",
         "late",
+        "lost",
     }
+
+
+def test_a_lost_claim_gives_its_slot_back_and_its_outcome_is_dropped() -> None:
+    """The heartbeat found the claim gone (an operator cancelled the running job): the slot is
+    free at once, the handler is told, and what it returns is dropped."""
+    claims, _ = book()
+    running, waiting = claimed(1), claimed(2)
+    claims.add(running)
+    claims.add(waiting)
+    claims.start(running, timeout=None)
+
+    assert claims.lose(running) is ClaimState.RUNNING
+    assert claims.lose(waiting) is ClaimState.WAITING
+
+    assert claims.held()[0] == 0
+    assert claims.is_lost(running) and not claims.is_lost(waiting)
+    assert claims.start(waiting, timeout=None) is None  # a lost prefetched job never starts
+    assert claims.claim_outcome(running) is False
+    assert claims.drop_late_outcome(running) is ClaimState.LOST
+    assert claims.counts_by_queue() == (Counter(), Counter())
 
 
 def test_a_job_claimed_again_while_its_late_handler_runs_keeps_each_claim_apart() -> None:

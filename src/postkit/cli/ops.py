@@ -381,13 +381,14 @@ def _paused(connection: psycopg.Connection[Any], client: QueueClient, queue: str
 @yes_option
 @operation
 def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
-    """Cancel the pending, scheduled or waiting job JOB_ID before any worker runs it, with
-    the jobs that wait for it (their parent is cancelled). `postkit job JOB_ID` shows it as
-    cancelled for its queue's retention.
+    """Cancel the job JOB_ID, with the jobs that wait for it (their parent is cancelled): a
+    pending, scheduled or waiting one never runs; a running one is cancelled at once (its
+    worker's claim is stale from now on, so whatever its handler does is not settled, and it
+    is never retried; the worker gives its slot back at its next heartbeat). `postkit job
+    JOB_ID` shows it as cancelled for its queue's retention.
 
-    A running job cannot be cancelled (its worker holds the claim), and a dead letter is no
-    longer a live job (redrive it with `postkit dlq redrive`, or leave it to retention). Shows the
-    job and asks first, unless --yes.
+    A dead letter is no longer a live job (redrive it with `postkit dlq redrive`, or leave it to
+    retention). Shows the job and asks first, unless --yes.
 
     \b
     Example:
@@ -412,16 +413,15 @@ def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
                 f"job {job_id} of queue {job.queue!r} is cancelled already (see `postkit job "
                 f"{job_id}{namespace_argument(namespace)}`)"
             )
-        if job.state == "running":
-            raise click.ClickException(
-                f"job {job_id} is running (claimed by {job.worker_id or 'a worker'}) and cannot "
-                "be cancelled: its worker settles it, or tick_timeouts rescues it when its "
-                "claim expires"
-            )
         waits = job.run_at is not None and job.run_at > datetime.now(timezone.utc)
         when = f"{'runs at' if waits else 'ready since'} {format_time(job.run_at)} UTC"
         if job.state == "waiting":
             when = f"waiting for {plural(job.waiting_on or 0, 'parent')}"
+        if job.state == "running":
+            when = (
+                f"running on {job.worker_id or 'a worker'}, whose claim ends now: its handler's "
+                "outcome is dropped"
+            )
         confirm(
             f"Cancel job {job_id} of queue {job.queue} (payload "
             f"{shorten(compact_json(job.payload), 40)}, {when})? It never runs, and the jobs "

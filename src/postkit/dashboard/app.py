@@ -67,7 +67,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from postkit.dashboard.security import Guard
 from postkit.dashboard.settings import DashboardSettings
 from postkit.dashboard.source import BadRequest, DashboardSource, NotFound
-from postkit.errors import JobRunningError, PermissionDeniedError, PostkitError, ValidationError
+from postkit.errors import PermissionDeniedError, PostkitError, ValidationError
 
 logger = logging.getLogger("postkit.dashboard")
 
@@ -391,8 +391,6 @@ def _error(exc: BaseException) -> JSONResponse:
         status = 404
     elif isinstance(exc, (PermissionDeniedError, psycopg.errors.InsufficientPrivilege)):
         status = 403
-    elif isinstance(exc, JobRunningError):
-        status = 409
     elif isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
         status = 503
     diag = getattr(exc, "diag", None)

@@ -84,13 +84,15 @@ class Operations(Calls):
         return self._run(protocol.get_queue_policy(self._namespace, queue))
 
     def cancel(self, job_id: int) -> bool:
-        """Remove a pending or scheduled job.
+        """Cancel a job that has not finished, with the jobs that wait for it: a pending,
+        scheduled or waiting one never runs; a running one is cancelled at once, its claim
+        stale from now on (its worker's ack, nack, heartbeat and progress change nothing, and
+        it is never retried), and its worker gives the handler's slot back at its next
+        heartbeat, where ``postkit.worker.is_cancelled()`` turns true for the handler. The
+        job is kept as cancelled for its queue's retention (``result(job_id).state``).
 
         Returns:
             True if it was cancelled; False if no such live job exists.
-
-        Raises:
-            JobRunningError: the job is running; its worker holds the claim.
         """
         return self._run(protocol.cancel(self._namespace, job_id))
 

@@ -8,7 +8,7 @@ claims alive with ``heartbeat.py`` and runs the housekeeping in ``maintenance/``
 
 from postkit.worker.handlers import Handlers, HandlerSpec
 from postkit.worker.outcomes import error_summary
-from postkit.worker.progress import report_progress
+from postkit.worker.progress import is_cancelled, report_progress
 from postkit.worker.runtime import Worker
 from postkit.worker.stats import WorkerStats
 
@@ -18,5 +18,6 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "error_summary",
+    "is_cancelled",
     "report_progress",
 ]

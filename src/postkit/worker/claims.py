@@ -7,12 +7,17 @@ and tell it, and never read or write its bookkeeping themselves::
     claim ─> WAITING ─start─> RUNNING ─handler ended─> SETTLING ─settled─> (gone)
               │  │                │                       ▲   └─succeeded─> the batched ack
               │  └─cannot run (its payload)───────────────┘
-              │                   └─past its timeout─> TIMED_OUT ─nacked─> LATE ─ended─> (gone)
+              │                   ├─past its timeout─> TIMED_OUT ─nacked─> LATE ─ended─> (gone)
+              │                   └─its claim lost (cancelled)─> LOST ─ended─> (gone)
+              ├─its claim lost (cancelled)─> (gone)
               └─released at shutdown─> (gone)
 
 A job holds one of the worker's slots from its claim until it is settled, or nacked as timed
 out; its claim is extended (heartbeats) while it is WAITING or RUNNING. A job that succeeded
-leaves its slot at once and waits, with its result, for the next batched ack.
+leaves its slot at once and waits, with its result, for the next batched ack. A claim the
+heartbeat finds lost (an operator cancelled the running job, or it was rescued and settled
+elsewhere) gives its slot back at once; its handler, if it runs, is LOST: whatever it returns
+is dropped, and ``postkit.worker.is_cancelled()`` tells it to stop.
 """
 
 from __future__ import annotations
@@ -57,12 +62,17 @@ class ClaimState(enum.Enum):
     LATE = "late"
     """Nacked as timed out, its slot given back, its handler still running: whatever the
     handler returns is dropped."""
+    LOST = "lost"
+    """Its claim is no longer the worker's (cancelled, or rescued and settled elsewhere), its
+    slot given back, its handler still running: whatever the handler returns is dropped."""
 
 
 HEARTBEATS = (ClaimState.WAITING, ClaimState.RUNNING)
 """The states whose claims the heartbeat extends."""
 HOLDING = (ClaimState.WAITING, ClaimState.RUNNING, ClaimState.SETTLING, ClaimState.TIMED_OUT)
 """The states that hold one of the worker's slots."""
+DROPPED = (ClaimState.TIMED_OUT, ClaimState.LATE, ClaimState.LOST)
+"""The states whose handler's outcome is dropped."""
 
 
 @dataclass
@@ -148,7 +158,7 @@ class Claims:
             claim = self._claims.get(_key(job))
             if claim is None:
                 return True  # released: a settle finds the claim stale
-            if claim.state in (ClaimState.TIMED_OUT, ClaimState.LATE):
+            if claim.state in DROPPED:
                 return False
             started = claim.started if claim.state is ClaimState.RUNNING else None
             claim.state = ClaimState.SETTLING
@@ -191,22 +201,52 @@ class Claims:
             self._slot_freed = True
             self._lock.notify_all()
 
-    def drop_late_outcome(self, job: Job) -> None:
-        """The handler of a job nacked as timed out has ended: forget it once it is nacked."""
+    def drop_late_outcome(self, job: Job) -> ClaimState | None:
+        """The handler of a job nacked as timed out, or whose claim was lost, has ended: forget
+        it (once it is nacked). Returns the state it was in."""
         with self._lock:
             claim = self._claims.get(_key(job))
             if claim is None:
-                return
-            if claim.state is ClaimState.LATE:
+                return None
+            state = claim.state
+            if state in (ClaimState.LATE, ClaimState.LOST):
                 del self._claims[_key(job)]
             else:
                 claim.handler_ended = True
+            return state
 
     def ran_late(self, job: Job) -> bool:
-        """Whether ``job``'s handler ran past its timeout (its outcome is dropped)."""
+        """Whether ``job``'s handler ran past its timeout or lost its claim (its outcome is
+        dropped)."""
         with self._lock:
             claim = self._claims.get(_key(job))
-            return claim is not None and claim.state in (ClaimState.TIMED_OUT, ClaimState.LATE)
+            return claim is not None and claim.state in DROPPED
+
+    def lose(self, job: Job) -> ClaimState | None:
+        """The heartbeat found ``job``'s claim lost: a WAITING job is forgotten, a RUNNING one
+        is LOST (its async task cancelled); either gives its slot back, and the fetcher wakes
+        to fill it. Returns the state it was in (None: gone already)."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            if claim is None or claim.state not in HEARTBEATS:
+                return None if claim is None else claim.state
+            state = claim.state
+            if state is ClaimState.WAITING:
+                self._forget(job)
+            else:
+                claim.state = ClaimState.LOST
+                self._left_slot()
+                if claim.task is not None:
+                    claim.task.cancel()
+            self._slot_freed = True
+            self._lock.notify_all()
+            return state
+
+    def is_lost(self, job: Job) -> bool:
+        """Whether the worker found ``job``'s claim lost while its handler runs."""
+        with self._lock:
+            claim = self._claims.get(_key(job))
+            return claim is not None and claim.state is ClaimState.LOST
 
     def _forget(self, job: Job) -> None:
         claim = self._claims.pop(_key(job), None)

@@ -67,11 +67,7 @@ class Heartbeat:
                 self._closed.wait(min(1.0, min(claim_seconds(job) for job in due_jobs) / 6))
                 continue
             for job in claims.extended(due_jobs, lost, time.monotonic()):
-                logger.warning(
-                    "lost the claim of job %d: it was rescued or settled elsewhere",
-                    job.id,
-                    extra=job_fields(job, "claim_lost"),
-                )
+                self.executor.lose(job)
 
     def _expire_overdue_handlers(self) -> None:
         """Count the attempt of each job whose handler ran past its timeout as timed out: nack

@@ -38,7 +38,7 @@ from postkit.queue import Job, Outcome, QueueClient, protocol
 from postkit.queue.protocol import CheckedResult
 from postkit.worker import progress, tracing
 from postkit.worker.backoff import Backoff
-from postkit.worker.claims import Claims, claim_seconds
+from postkit.worker.claims import Claims, ClaimState, claim_seconds
 from postkit.worker.handlers import Handlers, HandlerSpec
 from postkit.worker.outcomes import (
     OutcomeLog,
@@ -233,7 +233,10 @@ class JobExecutor:
         started = self.claims.start(job, self.timeout_of(spec))
         if started is None:
             return True
-        with tracing.job_span(job, self.namespace), progress.reporting(job, self._report):
+        with (
+            tracing.job_span(job, self.namespace),
+            progress.reporting(job, self._report, self.claims.is_lost),
+        ):
             return self._run_sync_handler(job, spec, started)
 
     def _run_sync_handler(self, job: Job, spec: HandlerSpec, started: float) -> bool:
@@ -418,7 +421,7 @@ class JobExecutor:
                         continue  # released by a stop meanwhile
                     with (
                         tracing.job_span(job, self.namespace),
-                        progress.reporting(job, self._report),
+                        progress.reporting(job, self._report, self.claims.is_lost),
                     ):
                         try:
                             value = spec.function(self._handed(job), cursor)
@@ -469,10 +472,19 @@ class JobExecutor:
 
     def _drop_late_outcome(self, job: Job) -> bool:
         assert self._pool is not None
-        self.claims.drop_late_outcome(job)
-        tracing.failed("the handler ran past its timeout: its outcome is dropped")
+        lost = self.claims.drop_late_outcome(job) is ClaimState.LOST
         if self.handlers[job.queue].holds_pool_connection:
             self._pool.resize(-1)  # its connection is back in the pool
+        if lost:
+            tracing.failed("the job's claim was lost: its outcome is dropped")
+            logger.info(
+                "the handler of job %d ended after its claim was lost (cancelled, or rescued "
+                "and settled elsewhere): its outcome is dropped",
+                job.id,
+                extra=job_fields(job, "lost_outcome"),
+            )
+            return False
+        tracing.failed("the handler ran past its timeout: its outcome is dropped")
         logger.warning(
             "the handler of job %d ended after its timeout: its outcome is dropped (the "
             "attempt was counted as timed out)",
@@ -480,6 +492,27 @@ class JobExecutor:
             extra=job_fields(job, "late_outcome"),
         )
         return False
+
+    def lose(self, job: Job) -> None:
+        """The heartbeat found ``job``'s claim lost: give its slot back now (a running
+        synchronous handler's to a new thread, since its own runs on), and tell its handler
+        (``is_cancelled()``; an ``async def`` one is cancelled)."""
+        assert self._pool is not None
+        state = self.claims.lose(job)
+        spec = self.handlers[job.queue]
+        if state is not ClaimState.RUNNING:
+            return
+        logger.warning(
+            "lost the claim of job %d while its handler runs (cancelled, or rescued and "
+            "settled elsewhere): its slot is given back%s",
+            job.id,
+            "" if spec.is_async else ", its handler thread runs on, its outcome dropped",
+            extra=job_fields(job, "claim_lost"),
+        )
+        if not spec.is_async:
+            self.start_handler_thread()
+        if spec.holds_pool_connection:
+            self._pool.resize(+1)  # as for a handler past its timeout (heartbeat.py)
 
     # ---------------------------------------------------------------------------------------
     # Async handlers.
@@ -495,7 +528,10 @@ class JobExecutor:
         started = self.claims.start(job, self.timeout_of(spec))
         if started is None:
             return
-        with tracing.job_span(job, self.namespace), progress.reporting(job, self._report):
+        with (
+            tracing.job_span(job, self.namespace),
+            progress.reporting(job, self._report, self.claims.is_lost),
+        ):
             await self._run_async_handler(job, spec, started)
 
     async def _run_async_handler(self, job: Job, spec: HandlerSpec, started: float) -> None:

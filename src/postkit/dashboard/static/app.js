@@ -406,9 +406,10 @@ async function viewJob(main, jobId) {
     " ", step.state || "finished",
     step.redriven_job_id ? ` → redriven as #${step.redriven_job_id} at ${fmtTime(step.redriven_at)}` : ""));
   const buttons = [];
-  if (job && (job.state === "pending" || job.state === "scheduled" || job.state === "waiting")) {
+  if (job && ["pending", "scheduled", "waiting", "running"].includes(job.state)) {
     buttons.push(actionButton("Cancel job", async () => {
-      if (!(await confirmDialog(`Cancel job ${jobId}? It never runs, and the jobs waiting for it are cancelled too.`))) return;
+      const running = job.state === "running" ? " Its worker's claim ends now, and whatever its handler does is not settled." : "";
+      if (!(await confirmDialog(`Cancel job ${jobId}? It never runs again, and the jobs waiting for it are cancelled too.${running}`))) return;
       const result = await api(nsPath("/jobs/" + jobId + "/cancel"), {});
       showActionResult(result.cancelled ? "Cancelled." : "Nothing to cancel: the job is gone.");
     }, { class: "danger", id: "cancel" }));

@@ -978,10 +978,15 @@ BEGIN
 END
 $$;
 
--- cancel: remove a pending, scheduled or waiting job, and keep it as cancelled
--- (cancelled_jobs, for its queue's retain_dead: job_result says 'cancelled'). Its waiting
--- descendants are cancelled too (dependencies.sql). Returns false when no such live job
--- exists. A running job cannot be cancelled (its worker holds the claim): that raises PKQ08.
+-- cancel: cancel a job that has not finished, and keep it as cancelled (cancelled_jobs, for its
+-- queue's retain_dead: job_result says 'cancelled'), with its waiting descendants
+-- (dependencies.sql). A pending, scheduled or waiting one never runs. A running one is
+-- cancelled at once, whatever its handler is doing: its row leaves the jobs table, so every
+-- later call of its claim (ack, nack, fail, extend_visibility, report_progress, release) finds
+-- the claim stale and changes nothing, and it is never retried; its worker learns of it when
+-- its next heartbeat's extend_visibility answers false, and gives the handler's slot back. A
+-- queue with a concurrency or group limit is told that the slot is free (notify). Returns
+-- false when no such live job exists.
 CREATE OR REPLACE FUNCTION postkit_queue.cancel(p_namespace text, p_job_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -1001,12 +1006,10 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF v_job.state = 'running' THEN
-        RAISE EXCEPTION 'postkit: job % is running and cannot be cancelled; it is settled by '
-                        'its worker (or rescued when its claim expires)', p_job_id
-            USING ERRCODE = 'PKQ08';
-    END IF;
     DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;
+    IF v_job.state = 'running' THEN
+        PERFORM postkit_queue.notify(p_namespace, v_job.queue);
+    END IF;
     PERFORM postkit_queue.record_cancel(
         p_namespace, v_job.id, v_job.queue, v_job.payload, v_job.priority, v_job.attempts,
         v_job.depends_on, v_job.created_at, 'cancelled', v_now);

@@ -1,0 +1,3 @@
+-- Migration 33: cancel cancels a running job too (operations.sql): its claim goes stale at once
+-- and it is never retried. No table changes: the current functions replace the old ones.
+-- schema: 2dcda77e1f791762
