@@ -154,8 +154,8 @@ class ListenUnavailableError(PostkitError):
 
 
 class InvalidStateError(ValidationError):
-    """A job state filter is not one of pending, scheduled, running or dead, or a queue's
-    paused flag is NULL."""
+    """A job state filter is not one of the job states (pending, scheduled, running, waiting,
+    dead, cancelled), or a queue's paused flag is NULL."""
 
 
 class InvalidDependencyError(ValidationError):

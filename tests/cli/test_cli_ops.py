@@ -732,7 +732,7 @@ def test_stats_shows_running_against_the_limit_and_a_rate_limited_queue(
     table = ok(run("stats")).output.splitlines()
     (row,) = as_json(run("stats", "--json"))
 
-    assert table[1].split()[:5] == ["webhooks", "rate-limited", "1", "0", "1/20"]
+    assert table[1].split()[:6] == ["webhooks", "rate-limited", "1", "0", "0", "1/20"]
     assert row["concurrency"] == 20 and row["rate_limited_until"] is not None
 
 
@@ -969,9 +969,10 @@ def test_stats_counts_each_queue(run: Run, client: QueueClient, dead: dict[str, 
     only = as_json(run("stats", "--queue", "emails", "--json"))
     assert [row["queue"] for row in only] == ["emails"]
     table = ok(run("stats")).output.splitlines()
-    assert table[0].split()[:6] == ["QUEUE", "STATE", "PENDING", "SCHEDULED", "RUNNING", "DEAD"]
-    assert table[1].split()[:6] == ["emails", "active", "3", "1", "0", "0"]
-    assert table[2].split()[:6] == ["send_otp", "active", "0", "0", "0", "2"]
+    headers = ["QUEUE", "STATE", "PENDING", "SCHEDULED", "WAITING", "RUNNING", "DEAD", "CANCELLED"]
+    assert table[0].split()[:8] == headers
+    assert table[1].split()[:8] == ["emails", "active", "3", "1", "0", "0", "0", "0"]
+    assert table[2].split()[:8] == ["send_otp", "active", "0", "0", "0", "0", "2", "0"]
 
 
 def test_stats_of_an_empty_namespace_says_so(run: Run, namespace: str) -> None:

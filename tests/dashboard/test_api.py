@@ -557,7 +557,14 @@ def test_metrics_serve_the_queue_gauges_of_the_namespaces_shown(
     assert response.headers["content-type"].startswith("text/plain")
     samples = parse(response.text)
     jobs = values(samples, "postkit_queue_jobs", by="state", namespace=namespace, queue=Q)
-    assert jobs == {"pending": 3, "scheduled": 1, "running": 0, "dead": 0}
+    assert jobs == {
+        "pending": 3,
+        "scheduled": 1,
+        "waiting": 0,
+        "running": 0,
+        "dead": 0,
+        "cancelled": 0,
+    }
     assert (
         value(samples, "postkit_queue_jobs", namespace=namespace, queue="emails", state="dead") == 1
     )

@@ -77,7 +77,7 @@ def test_an_operator_watches_inspects_redrives_and_pauses_in_a_real_browser(
             for job in q.pull_batch("send_otp", worker_id="w1", limit=3):
                 q.ack(job)
             wait_for(browser, lambda d: cell_text(d, row, 1) == "0", "the backlog drained")
-            wait_for(browser, lambda d: cell_text(d, row, 6) == "3", "3 done in the last minute")
+            wait_for(browser, lambda d: cell_text(d, row, 8) == "3", "3 done in the last minute")
             screenshot(browser, tmp_path, "overview")
 
             # A hostile payload and a hostile error, shown as the text they are.

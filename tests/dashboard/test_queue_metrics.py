@@ -54,14 +54,18 @@ def test_each_queue_has_its_jobs_by_state_its_oldest_pending_age_and_its_pause(
     assert values(samples, "postkit_queue_jobs", "state", **emails) == {
         "pending": 1,
         "scheduled": 1,
+        "waiting": 0,
         "running": 1,
         "dead": 1,
+        "cancelled": 0,
     }
     assert values(samples, "postkit_queue_jobs", "state", **reports) == {
         "pending": 1,
         "scheduled": 0,
+        "waiting": 0,
         "running": 0,
         "dead": 0,
+        "cancelled": 0,
     }
     (row,) = [row for row in read[0] if row.queue == "emails"]
     assert row.oldest_ready_age is not None

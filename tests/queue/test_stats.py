@@ -112,6 +112,21 @@ def test_stats_count_pending_scheduled_running_and_dead_jobs_per_queue(
     assert not any(s.paused for s in stats.values())
 
 
+def test_stats_count_waiting_and_cancelled_jobs_and_list_their_queues(
+    queue: QueueClient,
+) -> None:
+    parent = pushed(queue)
+    for _ in range(2):
+        pushed(queue, OTHER, depends_on=[parent])  # the only jobs of OTHER: waiting
+    assert queue.cancel(pushed(queue))
+
+    stats = {s.queue: s for s in queue.stats()}
+
+    assert sorted(stats) == [Q, OTHER]
+    assert (stats[OTHER].waiting, stats[OTHER].pending, stats[OTHER].cancelled) == (2, 0, 0)
+    assert (stats[Q].waiting, stats[Q].pending, stats[Q].cancelled) == (0, 1, 1)
+
+
 def test_stats_of_one_queue_report_that_queue_only(queue: QueueClient) -> None:
     pushed(queue)
     pushed(queue, OTHER)
@@ -204,6 +219,22 @@ def test_outcomes_of_the_last_minute_and_hour(queue: QueueClient, shift_clock: S
     assert stats.mean_attempts == pytest.approx(4 / 3, abs=0.01)  # attempts 1, 1 and 2
     other = one_stats(queue, OTHER)
     assert (other.completed_last_hour, other.rescued_last_hour, other.mean_attempts) == (0, 1, None)
+
+
+def test_the_last_minute_slides_past_the_start_of_a_minute(
+    queue: QueueClient, shift_clock: Shift
+) -> None:
+    minute = start_of_a_minute(queue, shift_clock)  # 1 s into a minute
+    for _ in range(4):
+        assert queue.ack(claimed(queue))
+
+    shift_clock(queue, minute + 74)  # 15 s into the next minute: 45 of its 60 s still count
+    sliding = one_stats(queue)
+    shift_clock(queue, minute + 120)  # 1 s into the minute after: none of them counts
+    later = one_stats(queue)
+
+    assert (sliding.completed_last_minute, sliding.completed_last_hour) == (3, 4)
+    assert (later.completed_last_minute, later.completed_last_hour) == (0, 4)
 
 
 def test_outcomes_of_every_session_add_up(make_client: Callable[[], QueueClient]) -> None:

@@ -117,7 +117,7 @@ def _stats_table(
 
     watching = rates is not None
     headers = ["QUEUE", "STATE", *(["COMPLETED/S", "DEAD-LETTERED/S"] if watching else [])]
-    headers += ["PENDING", "SCHEDULED", "RUNNING", "DEAD", "OLDEST"]
+    headers += ["PENDING", "SCHEDULED", "WAITING", "RUNNING", "DEAD", "CANCELLED", "OLDEST"]
     headers += ["COMPLETED 1H", "DEAD-LETTERED 1H", "RETRIED 1H", "RESCUED 1H", "ATTEMPTS"]
     table = [
         [
@@ -130,8 +130,10 @@ def _stats_table(
             *([rate(row, 0), rate(row, 1)] if watching else []),
             count(row, row.pending),
             count(row, row.scheduled),
+            count(row, row.waiting),
             count(row, row.running) + ("" if row.concurrency is None else f"/{row.concurrency}"),
             count(row, row.dead),
+            count(row, row.cancelled),
             format_duration(row.oldest_ready_age),
             row.completed_last_hour,
             row.dead_lettered_last_hour,

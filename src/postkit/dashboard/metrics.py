@@ -5,7 +5,8 @@ reads the queues' O(1) statistics (``QueueClient.stats``) at each scrape.
 metric                                          labels
 =============================================== ===================================
 ``postkit_queue_jobs``                          namespace, queue, state (pending,
-                                                scheduled, running, dead)
+                                                scheduled, waiting, running, dead,
+                                                cancelled)
 ``postkit_queue_oldest_pending_age_seconds``    namespace, queue
 ``postkit_queue_paused``                        namespace, queue
 ``postkit_queue_counts_capped``                 namespace, queue
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 StatsReader = Callable[[], Iterable[tuple[str, Sequence[QueueStats]]]]
 """Reads the statistics to report: for each namespace, its queues' ``stats()`` rows."""
 
-STATES = ("pending", "scheduled", "running", "dead")
+STATES = ("pending", "scheduled", "waiting", "running", "dead", "cancelled")
 """The states ``postkit_queue_jobs`` counts, each a field of :class:`QueueStats`."""
 
 
@@ -74,7 +75,8 @@ class _Families:
         self.jobs = GaugeMetricFamily(
             "postkit_queue_jobs",
             "Jobs in the queue by state: pending (ready now), scheduled (waiting for their "
-            "run_at), running (claimed), dead (in the dead-letter queue). Exact up to the "
+            "run_at), waiting (for their parents), running (claimed), dead (in the dead-letter "
+            "queue), cancelled (kept for the queue's retain_dead). Exact up to the "
             "stats cap, then the cap (see postkit_queue_counts_capped).",
             labels=["namespace", "queue", "state"],
         )

@@ -41,9 +41,9 @@ class Operations(Calls):
         after: str | None = None,
         limit: int | None = None,
     ) -> list[QueueStats]:
-        """Per queue (or one queue), in name order: pending, scheduled, running and dead
-        counts, the age of the oldest ready job, outcomes in the last minute and hour, mean
-        attempts, and the flow limits in force.
+        """Per queue (or one queue), in name order: pending, scheduled, waiting, running, dead
+        and cancelled counts, the age of the oldest ready job, outcomes in the last minute and
+        hour, mean attempts, and the flow limits in force.
 
         Fast at any size: live counts are exact up to ``cap`` and then reported as ``cap``
         with ``counts_capped`` set; outcomes come from counters kept as jobs settle. Each queue

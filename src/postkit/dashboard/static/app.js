@@ -221,7 +221,8 @@ async function viewOverview(main, params) {
   const rows = data.queues.map((q) => h("tr", { "data-queue": q.queue },
     h("td", {}, link(q.queue, nsHash("/queue/" + encodeURIComponent(q.queue))),
       " ", queueBadges(q)),
-    count(q, "pending"), count(q, "scheduled"), runningCount(q), count(q, "dead"),
+    count(q, "pending"), count(q, "scheduled"), count(q, "waiting"), runningCount(q),
+    count(q, "dead"), count(q, "cancelled"),
     h("td", { class: "num" }, fmtAge(q.oldest_ready_age)),
     num(q.completed_last_minute), num(q.dead_lettered_last_minute),
     num(q.retried_last_hour), num(q.rescued_last_hour)));
@@ -233,7 +234,8 @@ async function viewOverview(main, params) {
     h("h1", {}, "Overview"),
     workers,
     data.queues.length
-      ? table(["queue", "pending#", "scheduled#", "running#", "dead#", "oldest ready#",
+      ? table(["queue", "pending#", "scheduled#", "waiting#", "running#", "dead#", "cancelled#",
+        "oldest ready#",
         "completed/min#", "dead-lettered/min#", "retried/h#", "rescued/h#"], rows, { id: "queues" })
       : notice("No queues in this namespace yet. Push a job, or run `postkit demo` for data."),
     h("p", {},

@@ -72,20 +72,28 @@ class QueueStats(_RecordMapping):
     oldest_ready_age: timedelta | None
     """How long the oldest ready job has waited; None when none is ready."""
     completed_last_minute: int
+    """Completed in the last 60 seconds. The counters are kept per minute: this is the current
+    minute's count plus the previous minute's, weighted by the part of it still within the
+    last 60 seconds (exact when the outcomes of a minute are spread evenly), so it does not
+    fall to 0 as a minute begins."""
     completed_last_hour: int
     dead_lettered_last_minute: int
-    """Dead-lettered in the current minute."""
+    """Dead-lettered in the last 60 seconds, counted as ``completed_last_minute``."""
     dead_lettered_last_hour: int
     retried_last_hour: int
     rescued_last_hour: int
     """Expired claims returned to the queue by tick_timeouts."""
     mean_attempts: float | None
     """Mean attempts of the jobs completed in the last hour."""
-    concurrency: int | None = None
+    concurrency: int | None
     """The queue's concurrency limit, which ``running`` stands against; None: no limit."""
-    rate_limited_until: datetime | None = None
+    rate_limited_until: datetime | None
     """While the queue's rate limit holds claims back, when the next claim may be made (by
     the queue's clock); None: it does not now (or the queue has none)."""
+    waiting: int
+    """Waiting for their parents to complete (``depends_on``)."""
+    cancelled: int
+    """Cancelled before they finished, kept for the queue's ``retain_dead``."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)

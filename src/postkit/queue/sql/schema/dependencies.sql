@@ -53,8 +53,10 @@ BEGIN
                       postkit_queue.max_parents(), cardinality(p_parents));
     END IF;
     FOR v_parent IN SELECT DISTINCT p.id FROM unnest(p_parents) AS p(id) ORDER BY p.id LOOP
-        v_state := postkit_queue.parent_state(p_namespace, v_parent);
-        IF v_state NOT IN ('live', 'completed') THEN
+        -- job_result's probes, one primary key per table: a parent pending, scheduled,
+        -- running, waiting or completed is one a child may wait for.
+        SELECT r.state INTO v_state FROM postkit_queue.job_result(p_namespace, v_parent) AS r;
+        IF v_state IN ('dead', 'cancelled', 'unknown') THEN
             RETURN postkit_queue.parent_refusal(v_parent, v_state);
         END IF;
     END LOOP;
@@ -83,44 +85,8 @@ BEGIN
 END
 $$;
 
--- What a parent is, for a child's push: 'live' (in the jobs table: pending, running or
--- waiting), 'completed' (its completion recorded), 'dead', 'cancelled' or 'unknown'. One
--- primary-key probe per table, in that order.
-CREATE OR REPLACE FUNCTION postkit_queue.parent_state(p_namespace text, p_parent bigint)
-RETURNS text
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_parent;
-    IF FOUND THEN
-        RETURN 'live';
-    END IF;
-    PERFORM FROM postkit_queue.job_results r
-    WHERE r.namespace = p_namespace AND r.job_id = p_parent;
-    IF FOUND THEN
-        RETURN 'completed';
-    END IF;
-    PERFORM FROM postkit_queue.completed_jobs c
-    WHERE c.namespace = p_namespace AND c.job_id = p_parent;
-    IF FOUND THEN
-        RETURN 'completed';
-    END IF;
-    PERFORM FROM postkit_queue.dead_letters d
-    WHERE d.namespace = p_namespace AND d.job_id = p_parent;
-    IF FOUND THEN
-        RETURN 'dead';
-    END IF;
-    PERFORM FROM postkit_queue.cancelled_jobs c
-    WHERE c.namespace = p_namespace AND c.job_id = p_parent;
-    IF FOUND THEN
-        RETURN 'cancelled';
-    END IF;
-    RETURN 'unknown';
-END
-$$;
-
--- The message that refuses a parent in state p_state (parent_state).
+-- The message that refuses a parent that job_result says is in state p_state: 'dead',
+-- 'cancelled' or 'unknown'.
 CREATE OR REPLACE FUNCTION postkit_queue.parent_refusal(p_parent bigint, p_state text)
 RETURNS text
 LANGUAGE sql IMMUTABLE

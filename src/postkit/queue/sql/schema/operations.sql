@@ -6,8 +6,8 @@
 -- takes the locks it needs and says so below. The ones that destroy jobs also require operator
 -- access (require_operator), beyond EXECUTE.
 
--- stats: per queue, how many jobs are pending (ready now), scheduled (delayed), running and
--- dead; the age of the oldest ready job; outcomes in the last minute and hour; mean attempts
+-- stats: per queue, how many jobs are pending (ready now), scheduled (delayed), running,
+-- dead, waiting (for their parents) and cancelled (kept for the queue's retain_dead); the age of the oldest ready job; outcomes in the last minute and hour; mean attempts
 -- of completed jobs; the queue's concurrency limit and, while its rate limit holds claims
 -- back, when the next claim may be made. Queues come in name order; p_after and p_limit page
 -- through them (the queues named after p_after, at most p_limit of them: a namespace of
@@ -23,7 +23,7 @@ RETURNS TABLE (
     completed_last_minute bigint, completed_last_hour bigint,
     dead_lettered_last_minute bigint, dead_lettered_last_hour bigint,
     retried_last_hour bigint, rescued_last_hour bigint, mean_attempts numeric,
-    concurrency integer, rate_limited_until timestamptz)
+    concurrency integer, rate_limited_until timestamptz, waiting bigint, cancelled bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 -- Each count must stop at p_cap rows, which only a plain index scan does: a bitmap scan reads
@@ -35,6 +35,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now        timestamptz := postkit_queue.clock();
+    v_minute     timestamptz := date_trunc('minute', v_now);
     v_queue      text;
     v_priorities smallint[];
     v_policy     record;
@@ -106,7 +107,17 @@ BEGIN
             WHERE d.namespace = p_namespace AND d.queue = v_queue
               AND d.redriven_job_id IS NULL
             LIMIT p_cap) buried;
-        counts_capped := greatest(pending, scheduled, running, dead) >= p_cap;
+        -- jobs_waiting_idx, partial on waiting_on, which only a waiting job has.
+        SELECT count(*) INTO waiting FROM (
+            SELECT 1 FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = v_queue AND j.waiting_on IS NOT NULL
+            LIMIT p_cap) parked;
+        -- cancelled_jobs_queue_idx.
+        SELECT count(*) INTO cancelled FROM (
+            SELECT 1 FROM postkit_queue.cancelled_jobs c
+            WHERE c.namespace = p_namespace AND c.queue = v_queue
+            LIMIT p_cap) ended;
+        counts_capped := greatest(pending, scheduled, running, dead, waiting, cancelled) >= p_cap;
         -- The oldest ready job: the earliest run_at of each priority, then the earliest of those.
         SELECT v_now - min(first.run_at) INTO oldest_ready_age
         FROM unnest(v_priorities) AS p(priority)
@@ -116,11 +127,13 @@ BEGIN
               AND j.priority = p.priority
             ORDER BY j.run_at LIMIT 1) first
         WHERE first.run_at <= v_now;
-        -- Primary-key range scan of queue_stats: at most 60 minutes x 8 slots.
-        SELECT coalesce(sum(s.completed) FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
+        -- Primary-key range scan of queue_stats: at most 60 minutes x 8 slots. The counters
+        -- are kept per minute, so "the last minute" is the current minute's count plus the
+        -- previous minute's weighted by the part of it still within the last 60 seconds (a
+        -- sliding window): it does not fall to 0 as each minute begins.
+        SELECT round(coalesce(sum(s.completed * w.weight), 0))::bigint,
                coalesce(sum(s.completed), 0),
-               coalesce(sum(s.dead_lettered)
-                        FILTER (WHERE s.minute >= date_trunc('minute', v_now)), 0),
+               round(coalesce(sum(s.dead_lettered * w.weight), 0))::bigint,
                coalesce(sum(s.dead_lettered), 0),
                coalesce(sum(s.retried), 0),
                coalesce(sum(s.rescued), 0),
@@ -128,6 +141,11 @@ BEGIN
         INTO completed_last_minute, completed_last_hour, dead_lettered_last_minute,
              dead_lettered_last_hour, retried_last_hour, rescued_last_hour, mean_attempts
         FROM postkit_queue.queue_stats s
+        CROSS JOIN LATERAL (SELECT CASE
+            WHEN s.minute >= v_minute THEN 1.0
+            WHEN s.minute >= v_minute - interval '1 minute'
+                THEN 1.0 - extract(epoch FROM v_now - v_minute) / 60
+            ELSE 0.0 END) AS w(weight)
         WHERE s.namespace = p_namespace AND s.queue = v_queue
           AND s.minute > v_now - interval '1 hour';
         RETURN NEXT;
@@ -135,10 +153,11 @@ BEGIN
 END
 $$;
 
--- The queues a namespace has: configured ones, ones with live jobs, dead letters or recent
--- outcomes. Live queues come from a skip scan of jobs_pull_idx (one index probe per distinct
--- queue, however many jobs) plus the running rows, which are bounded by the workers' slots;
--- queues with dead letters from a skip scan of dead_letters_queue_idx.
+-- The queues a namespace has: configured ones, ones with live jobs, dead letters, cancelled
+-- jobs or recent outcomes. Live queues come from a skip scan of jobs_pull_idx (one index probe
+-- per distinct queue, however many jobs) plus the running rows, which are bounded by the
+-- workers' slots; queues with waiting jobs, dead letters or cancelled jobs from skip scans of
+-- jobs_waiting_idx, dead_letters_queue_idx and cancelled_jobs_queue_idx.
 CREATE OR REPLACE FUNCTION postkit_queue.queues(p_namespace text)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
@@ -167,6 +186,27 @@ BEGIN
                 ORDER BY d.queue LIMIT 1)
         FROM dead_queues q
         WHERE q.queue IS NOT NULL
+    ), waiting_queues(queue) AS (
+        (SELECT j.queue FROM postkit_queue.jobs j
+         WHERE j.namespace = p_namespace AND j.waiting_on IS NOT NULL
+         ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.waiting_on IS NOT NULL
+                  AND j.queue > q.queue
+                ORDER BY j.queue LIMIT 1)
+        FROM waiting_queues q
+        WHERE q.queue IS NOT NULL
+    ), cancelled_queues(queue) AS (
+        (SELECT c.queue FROM postkit_queue.cancelled_jobs c
+         WHERE c.namespace = p_namespace
+         ORDER BY c.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT c.queue FROM postkit_queue.cancelled_jobs c
+                WHERE c.namespace = p_namespace AND c.queue > q.queue
+                ORDER BY c.queue LIMIT 1)
+        FROM cancelled_queues q
+        WHERE q.queue IS NOT NULL
     )
     SELECT queue FROM pending_queues WHERE queue IS NOT NULL
     UNION
@@ -178,7 +218,11 @@ BEGIN
     SELECT s.queue FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute >= postkit_queue.clock() - interval '1 hour'
     UNION
-    SELECT queue FROM dead_queues WHERE queue IS NOT NULL;
+    SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM waiting_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM cancelled_queues WHERE queue IS NOT NULL;
 END
 $$;
 

@@ -104,7 +104,8 @@ CREATE INDEX jobs_group_idx ON postkit_queue.jobs (namespace, queue, group_key, 
 CREATE INDEX jobs_group_running_idx ON postkit_queue.jobs (namespace, queue, group_key)
     WHERE state = 'running' AND group_key IS NOT NULL;
 
--- Serves the waiting listing (jobs) of a queue, in push order. Partial: only a waiting job has
+-- Serves the waiting listing (jobs) and count (stats) of a queue, in push order, and the skip
+-- scan of the queues with waiting jobs (queues). Partial: only a waiting job has
 -- a waiting_on count, so the claim path never writes it.
 CREATE INDEX jobs_waiting_idx ON postkit_queue.jobs (namespace, queue, id)
     WHERE waiting_on IS NOT NULL;
@@ -142,7 +143,8 @@ CREATE TABLE postkit_queue.cancelled_jobs (
 -- Serves prune(): the cancelled jobs of a namespace whose retention ran out.
 CREATE INDEX cancelled_jobs_expires_at_idx ON postkit_queue.cancelled_jobs (namespace, expires_at);
 
--- Serves the cancelled listing (jobs) of a queue, in id order.
+-- Serves the cancelled listing (jobs) and count (stats) of a queue, in id order, and the skip
+-- scan of the queues with cancelled jobs (queues).
 CREATE INDEX cancelled_jobs_queue_idx ON postkit_queue.cancelled_jobs (namespace, queue, job_id);
 
 -- Jobs that ran out of attempts or were failed, with everything needed to look into them and
