@@ -659,6 +659,7 @@ def test_the_children_get_every_option_given_but_the_ones_the_supervisor_sets_fo
     per_child = {"processes", "worker_id", "supervised", "no_housekeeping", "dsn", "metrics_port"}
     given = ["tasks:handlers", "-q", "emails", "-q", "reports", "-c", "3", "--prefetch", "0"]
     given += ["--namespace", "shop", "--visibility-timeout", "12.5", "--grace-period", "0"]
+    given += ["--cancel-grace", "0.5"]
     given += ["--handler-timeout", "0.25", "--poll-interval", "1e-3", "--pooler", "-v"]
     given += ["--report-interval", "0", "--vacuum-interval", "7", "--log-format", "json"]
     given += ["--metrics-host", "0.0.0.0"]

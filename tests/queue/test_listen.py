@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 
 from postkit.queue import AsyncWorkListener, QueueClient, WorkListener
-from tests.signals import query_start, wait_until_idle_after
+from tests.signals import query_start, wait_until, wait_until_idle_after
 
 Q = "emails"
 
@@ -45,6 +45,10 @@ class ListenerSide:
         woken: bool = self._await(self.listener.wait_for_work(timeout=timeout))
         return woken
 
+    def poll(self) -> bool:
+        work: bool = self._await(self.listener.poll())
+        return work
+
 
 OpenListener = Callable[..., ListenerSide]
 
@@ -66,18 +70,25 @@ def open_listener(
     loop = asyncio.new_event_loop() if listener_kind == "async" else None
     async_connections: list[psycopg.AsyncConnection[Any]] = []
 
-    def _open(queues: list[str] | None = None, *, on_namespace: str | None = None) -> ListenerSide:
+    def _open(
+        queues: list[str] | None = None,
+        *,
+        on_namespace: str | None = None,
+        on_cancel: Callable[[int], None] | None = None,
+    ) -> ListenerSide:
         names = queues or [Q]
         where = on_namespace or namespace
         if loop is None:
             connection = connect(autocommit=True)
-            listener: WorkListener | AsyncWorkListener = WorkListener(connection, where, names)
+            listener: WorkListener | AsyncWorkListener = WorkListener(
+                connection, where, names, on_cancel=on_cancel
+            )
             return ListenerSide(listener, connection.info.backend_pid, None)
         async_connection = loop.run_until_complete(
             psycopg.AsyncConnection.connect(dsn, autocommit=True)
         )
         async_connections.append(async_connection)
-        listener = AsyncWorkListener(async_connection, where, names)
+        listener = AsyncWorkListener(async_connection, where, names, on_cancel=on_cancel)
         return ListenerSide(listener, async_connection.info.backend_pid, loop)
 
     yield _open
@@ -427,3 +438,25 @@ def test_a_queue_whose_limits_hold_jobs_back_notifies_without_a_request(
     producer.cursor.connection.commit()
 
     assert [note.channel for note in observer.notifies(timeout=1)] == [channel]
+
+
+def test_a_running_jobs_cancel_is_told_to_on_cancel_and_is_not_work(
+    open_listener: OpenListener, producer: QueueClient
+) -> None:
+    cancelled: list[int] = []
+    side = open_listener(on_cancel=cancelled.append)
+    side.listen()
+    job_id = producer.push(Q, {})
+    producer.cursor.connection.commit()
+    job = producer.pull(Q, worker_id="w1")
+    assert job is not None and job.id == job_id
+    producer.cursor.connection.commit()
+
+    assert producer.cancel(job_id)
+    producer.cursor.connection.commit()
+
+    polled: list[bool] = []  # the notice reaches the listener's socket a moment after commit
+    wait_until(lambda: polled.append(side.poll()) or cancelled, "the cancel's notice")
+    assert cancelled == [job_id]
+    assert not any(polled)
+    assert side.wait_for_work(timeout=0.3) is False  # the notice was read, and is not work

@@ -161,8 +161,8 @@ def test_a_lost_claim_gives_its_slot_back_and_its_outcome_is_dropped() -> None:
     claims.add(waiting)
     claims.start(running, timeout=None)
 
-    assert claims.lose(running) is ClaimState.RUNNING
-    assert claims.lose(waiting) is ClaimState.WAITING
+    assert claims.lose(running) == (ClaimState.RUNNING, None)
+    assert claims.lose(waiting) == (ClaimState.WAITING, None)
 
     assert claims.held()[0] == 0
     assert claims.is_lost(running) and not claims.is_lost(waiting)

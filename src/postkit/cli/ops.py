@@ -384,7 +384,7 @@ def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
     """Cancel the job JOB_ID, with the jobs that wait for it (their parent is cancelled): a
     pending, scheduled or waiting one never runs; a running one is cancelled at once (its
     worker's claim is stale from now on, so whatever its handler does is not settled, and it
-    is never retried; the worker gives its slot back at its next heartbeat). `postkit job
+    is never retried; its worker is notified and gives its slot back). `postkit job
     JOB_ID` shows it as cancelled for its queue's retention.
 
     A dead letter is no longer a live job (redrive it with `postkit dlq redrive`, or leave it to

@@ -390,6 +390,14 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     help="Seconds running jobs get to finish after SIGTERM before they are released.",
 )
 @click.option(
+    "--cancel-grace",
+    type=click.FloatRange(0),
+    default=defaults.CANCEL_GRACE,
+    show_default=True,
+    help="Seconds an async handler whose job an operator cancelled gets to return by itself "
+    "(is_cancelled() tells it) before it is cancelled with asyncio.CancelledError.",
+)
+@click.option(
     "--handler-timeout",
     type=click.FloatRange(0),
     default=defaults.HANDLER_TIMEOUT,
@@ -467,6 +475,7 @@ def worker(
     worker_id: str | None,
     visibility_timeout: float | None,
     grace_period: float,
+    cancel_grace: float,
     handler_timeout: float,
     poll_interval: float | None,
     pooler: bool,
@@ -562,6 +571,7 @@ def worker(
         poll_interval=poll_interval,
         pooler=pooler,
         grace_period=grace_period,
+        cancel_grace=cancel_grace,
         handler_timeout=handler_timeout or None,
         report_interval=report_interval or None,
         report=report,

@@ -21,6 +21,7 @@ from it by tools/async_to_sync.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -37,6 +38,10 @@ FIRST_RECHECK = 0.002
 """After a new wake-up request, a waiting worker looks for due jobs again after this many
 seconds, then after twice as long, and so on (see ``WorkListener.wait_for_work``)."""
 
+CANCELLED = "cancelled "
+"""What a running job's cancel (``postkit_queue.cancel``) sends on its queue's channel, followed
+by the job's id, so that the worker holding it learns of it at once."""
+
 RESULT_POLL_INTERVAL = 1.0
 """How long a wait for a result goes at most without reading it again (seconds): a result
 whose announcement never reaches the listener (a session that turned notifications off, a
@@ -48,22 +53,42 @@ class AsyncWorkListener:
 
     Use :meth:`connect` to open the dedicated connection, or pass an open autocommit
     connection that is used for nothing else. Close it with :meth:`close` or ``with``.
+
+    A running job cancelled by an operator is announced on its queue's channel too: the
+    listener calls ``on_cancel`` with its id (from the thread or task that waits or polls), and
+    does not count it as work. The announcement is a hint, which anyone who may send to the
+    channel can forge: the worker checks the job's claim before it acts on it.
     """
 
-    def __init__(self, connection: psycopg.AsyncConnection[Any], namespace: str, queues: list[str]):
+    def __init__(
+        self,
+        connection: psycopg.AsyncConnection[Any],
+        namespace: str,
+        queues: list[str],
+        *,
+        on_cancel: Callable[[int], None] | None = None,
+    ):
         self._connection = connection
         self._namespace = namespace
         self._queues = list(queues)
+        self._on_cancel = on_cancel
         self._listening = False
         self.notifications = 0
         """How many notifications :meth:`wait_for_work` has returned on (a due job or the
         timeout is none): a worker counts its wake-ups with it."""
 
     @classmethod
-    async def connect(cls, dsn: str, namespace: str, queues: list[str]) -> AsyncWorkListener:
+    async def connect(
+        cls,
+        dsn: str,
+        namespace: str,
+        queues: list[str],
+        *,
+        on_cancel: Callable[[int], None] | None = None,
+    ) -> AsyncWorkListener:
         """Open a dedicated autocommit connection to ``dsn`` and LISTEN on ``queues``."""
         connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-        listener = cls(connection, namespace, queues)
+        listener = cls(connection, namespace, queues, on_cancel=on_cancel)
         await listener.listen()
         return listener
 
@@ -133,13 +158,34 @@ class AsyncWorkListener:
             until = deadline if due.seconds is None else min(deadline, now + due.seconds)
             wait_until = min(until, now + recheck)
             recheck *= 2
-            async for _ in self._connection.notifies(
+            woken = False
+            async for notify in self._connection.notifies(
                 timeout=max(wait_until - now, 0.0), stop_after=1
             ):
+                woken = self._is_work(notify) or woken
+            if woken:
                 self.notifications += 1
                 return True
             if wait_until >= until:
                 return until < deadline
+
+    async def poll(self) -> bool:
+        """Read the notifications that have arrived, without waiting (the cancels go to
+        ``on_cancel``); returns whether any announced work. A worker whose slots are all
+        taken polls between its waits, so that a cancel reaches it while it runs jobs."""
+        work = False
+        async for notify in self._connection.notifies(timeout=0.0):
+            work = self._is_work(notify) or work
+        return work
+
+    def _is_work(self, notify: psycopg.Notify) -> bool:
+        """Whether ``notify`` announces work; a running job's cancel goes to ``on_cancel``."""
+        if not notify.payload.startswith(CANCELLED):
+            return True
+        job_id = notify.payload.removeprefix(CANCELLED)
+        if self._on_cancel is not None and job_id.isascii() and job_id.isdigit():
+            self._on_cancel(int(job_id))
+        return False
 
     async def close(self) -> None:
         await self._connection.close()

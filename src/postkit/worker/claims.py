@@ -222,25 +222,37 @@ class Claims:
             claim = self._claims.get(_key(job))
             return claim is not None and claim.state in DROPPED
 
-    def lose(self, job: Job) -> ClaimState | None:
+    def lose(self, job: Job) -> tuple[ClaimState | None, concurrent.futures.Future[None] | None]:
         """The heartbeat found ``job``'s claim lost: a WAITING job is forgotten, a RUNNING one
-        is LOST (its async task cancelled); either gives its slot back, and the fetcher wakes
-        to fill it. Returns the state it was in (None: gone already)."""
+        is LOST; either gives its slot back, and the fetcher wakes to fill it. Returns the
+        state it was in (None: gone already) and, for a RUNNING async handler, its task, for
+        the executor to cancel after its grace."""
         with self._lock:
             claim = self._claims.get(_key(job))
             if claim is None or claim.state not in HEARTBEATS:
-                return None if claim is None else claim.state
+                return (None if claim is None else claim.state), None
             state = claim.state
             if state is ClaimState.WAITING:
                 self._forget(job)
             else:
                 claim.state = ClaimState.LOST
                 self._left_slot()
-                if claim.task is not None:
-                    claim.task.cancel()
             self._slot_freed = True
             self._lock.notify_all()
-            return state
+            return state, claim.task
+
+    def check_soon(self, job_id: int) -> None:
+        """A notification says job ``job_id`` was cancelled: if the worker holds it, its next
+        heartbeat is due now, and that heartbeat's extend finds out whether the claim is still
+        the worker's (a notification is only a hint, and may be forged)."""
+        with self._lock:
+            found = False
+            for (claimed_id, _), claim in self._claims.items():
+                if claimed_id == job_id and claim.state in HEARTBEATS:
+                    claim.next_beat = -math.inf
+                    found = True
+        if found:
+            self._heartbeat_wake.set()
 
     def is_lost(self, job: Job) -> bool:
         """Whether the worker found ``job``'s claim lost while its handler runs."""

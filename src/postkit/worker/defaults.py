@@ -18,6 +18,10 @@ TICK_INTERVAL = 10.0
 GRACE_PERIOD = 30.0
 """Seconds claimed jobs get to finish after a stop is requested."""
 
+CANCEL_GRACE = 5.0
+"""Seconds an ``async def`` handler of a cancelled job gets to stop by itself (it sees
+``is_cancelled()``) before it is cancelled with ``asyncio.CancelledError``."""
+
 HANDLER_TIMEOUT = 3600.0
 """Seconds a handler may run, unless its registration says otherwise."""
 

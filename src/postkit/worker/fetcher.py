@@ -43,6 +43,7 @@ from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
 from postkit.worker.server_guard import ServerGuard
+from postkit.worker.threads import SelectableEvent
 
 logger = logging.getLogger("postkit.worker")
 
@@ -109,8 +110,9 @@ class Fetcher:
         self._hint_taken = threading.Event()
         # Set while the claim loop waits for something to do: only then does the listener
         # thread wait for work (a notification, a due job). While the claim loop is claiming,
-        # notifications queue up on the listener's connection and are read at the next wait.
-        self._idle = threading.Event()
+        # or every slot is taken, the listener only reads the cancels of running jobs; its
+        # wait for them ends as soon as this is set.
+        self._idle = SelectableEvent()
         # Held while claiming, by the claim loop or by the listener thread on a wake-up
         # (_claim_on_wake), so the two never claim at once and never overfill the slots.
         self._claiming = threading.Lock()
@@ -329,7 +331,9 @@ class Fetcher:
                         listener.close()
                     listener = None
                 if listener is None:
-                    listener = WorkListener.connect(self.dsn, self.namespace, self.queues)
+                    listener = WorkListener.connect(
+                        self.dsn, self.namespace, self.queues, on_cancel=self.claims.check_soon
+                    )
                     if self.guard is not None:
                         try:
                             self.guard.check(listener.connection)
@@ -345,7 +349,7 @@ class Fetcher:
                         self.metrics.reconnected("listener")
                     backoff.reset()
                 wait = min(self.poll_interval, self._maintain(listener.connection))
-                if not self._idle.wait(wait):
+                if not self._wait_until_idle(listener, wait):
                     continue
                 if self._closed.is_set():
                     break
@@ -397,6 +401,27 @@ class Fetcher:
         if listener is not None:
             with contextlib.suppress(psycopg.Error):
                 listener.close()
+
+    def _wait_until_idle(self, listener: WorkListener, timeout: float) -> bool:
+        """Wait until the claim loop waits for work (True) or ``timeout`` passes (False),
+        reading the listener's notifications meanwhile, so that a running job's cancel
+        reaches its claim at once. An announcement of work read here is dropped: the claim
+        loop is claiming, or claims as soon as a slot frees, and the listener's next wait for
+        work begins with a look for due jobs."""
+        deadline = time.monotonic() + timeout
+        while not self._idle.is_set():
+            listener.poll()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._idle.wait_with(listener.connection.fileno(), remaining)
+        return True
+
+    def close(self, listener_thread: threading.Thread | None) -> None:
+        """Free what the fetcher holds once it has stopped: the pipe of its idle event, unless
+        ``listener_thread`` still runs (stuck in a statement: it may wait on the pipe)."""
+        if listener_thread is None or not listener_thread.is_alive():
+            self._idle.close()
 
     def _maintain(self, connection: psycopg.Connection[Any]) -> float:
         """Run the maintenance services that are due on the listener's ``connection``; return

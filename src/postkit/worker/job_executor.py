@@ -82,6 +82,7 @@ class JobExecutor:
         namespace: str,
         concurrency: int,
         handler_timeout: float | None,
+        cancel_grace: float,
         closed: threading.Event,
     ) -> None:
         self.handlers = handlers
@@ -90,6 +91,7 @@ class JobExecutor:
         self.namespace = namespace
         self.concurrency = concurrency
         self.handler_timeout = handler_timeout
+        self.cancel_grace = cancel_grace
         self._closed = closed
         self._pool: WorkerPool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -496,12 +498,17 @@ class JobExecutor:
     def lose(self, job: Job) -> None:
         """The heartbeat found ``job``'s claim lost: give its slot back now (a running
         synchronous handler's to a new thread, since its own runs on), and tell its handler
-        (``is_cancelled()``; an ``async def`` one is cancelled)."""
+        (``is_cancelled()``); an ``async def`` one is cancelled after ``cancel_grace``
+        seconds, unless it has returned by then."""
         assert self._pool is not None
-        state = self.claims.lose(job)
+        state, task = self.claims.lose(job)
         spec = self.handlers[job.queue]
         if state is not ClaimState.RUNNING:
             return
+        if task is not None:
+            assert self._loop is not None
+            # call_later runs on the loop's thread; a task done by then ignores the cancel.
+            self._loop.call_soon_threadsafe(self._loop.call_later, self.cancel_grace, task.cancel)
         logger.warning(
             "lost the claim of job %d while its handler runs (cancelled, or rescued and "
             "settled elsewhere): its slot is given back%s",

@@ -65,8 +65,9 @@ def is_cancelled() -> bool:
     """Whether the job this handler runs for is no longer the worker's: an operator cancelled
     it (``postkit cancel``, ``QueueClient.cancel``), or its claim expired and another worker
     took it. Its outcome will be dropped, so a long handler polls this and returns early. The
-    worker learns of it at the job's next heartbeat (every third of its visibility timeout),
-    gives the job's slot back then, and cancels an ``async def`` handler's task; reading this
+    worker learns of a cancel at once, from a notification (at the job's next heartbeat, every
+    third of its visibility timeout, if the notification is lost), gives the job's slot back
+    then, and cancels an ``async def`` handler's task after its ``cancel_grace``; reading this
     costs no round trip.
 
     Raises:

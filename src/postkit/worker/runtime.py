@@ -127,6 +127,7 @@ class Worker:
         poll_interval: float | None = None,
         tick_interval: float = defaults.TICK_INTERVAL,
         grace_period: float = defaults.GRACE_PERIOD,
+        cancel_grace: float = defaults.CANCEL_GRACE,
         handler_timeout: float | None = defaults.HANDLER_TIMEOUT,
         report_interval: float | None = None,
         report: Callable[[WorkerStats], None] | None = None,
@@ -165,6 +166,11 @@ class Worker:
                 it the jobs that have not started are released; a job whose handler is still
                 running keeps its claim (heartbeats go on) until the handler returns or its
                 timeout passes: a job is never released while its handler runs.
+            cancel_grace: seconds an ``async def`` handler whose job was cancelled while it
+                ran gets to return by itself (``postkit.worker.is_cancelled()`` tells it)
+                before its task is cancelled with ``asyncio.CancelledError``. Its slot is given
+                back at once, and whatever it returns is dropped. A synchronous handler cannot
+                be stopped: it runs on, on a thread of its own.
             handler_timeout: the maximum run time of each handler, in seconds, unless its
                 registration names one (see :meth:`Handlers.add` for what happens past it);
                 None: no limit, a handler that never returns keeps its job forever.
@@ -225,6 +231,8 @@ class Worker:
         self.grace_period = grace_period
         if handler_timeout is not None and not handler_timeout > 0:
             raise ValueError("handler_timeout must be positive")
+        if not cancel_grace >= 0:
+            raise ValueError("cancel_grace must be 0 or more")
         self.handler_timeout = handler_timeout
         self.report_interval = report_interval
         self._report = report
@@ -256,6 +264,7 @@ class Worker:
             namespace=namespace,
             concurrency=concurrency,
             handler_timeout=handler_timeout,
+            cancel_grace=cancel_grace,
             closed=self._closed,
         )
         # Rescue and schedules are quick and due often; retention and vacuum may take long
@@ -567,6 +576,7 @@ class Worker:
         if threads.listener is not None:
             fetcher.stop_listener(threads.listener)
             self._claim_path.stop_services()
+        fetcher.close(threads.listener)
         if threads.reporter is not None:
             threads.reporter.join(timeout=5)
         self._executor.stop()

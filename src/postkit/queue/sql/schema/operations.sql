@@ -1027,8 +1027,9 @@ $$;
 -- (dependencies.sql). A pending, scheduled or waiting one never runs. A running one is
 -- cancelled at once, whatever its handler is doing: its row leaves the jobs table, so every
 -- later call of its claim (ack, nack, fail, extend_visibility, report_progress, release) finds
--- the claim stale and changes nothing, and it is never retried; its worker learns of it when
--- its next heartbeat's extend_visibility answers false, and gives the handler's slot back. A
+-- the claim stale and changes nothing, and it is never retried; its worker learns of it from
+-- a notification on the queue's channel, or at the latest when its next heartbeat's
+-- extend_visibility answers false, and gives the handler's slot back. A
 -- queue with a concurrency or group limit is told that the slot is free (notify). Returns
 -- false when no such live job exists.
 CREATE OR REPLACE FUNCTION postkit_queue.cancel(p_namespace text, p_job_id bigint)
@@ -1053,6 +1054,11 @@ BEGIN
     DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;
     IF v_job.state = 'running' THEN
         PERFORM postkit_queue.notify(p_namespace, v_job.queue);
+        -- Its worker listens on the queue's channel: 'cancelled <id>' tells it to look at the
+        -- claim now (its heartbeat's extend_visibility, which answers false), not at its next
+        -- heartbeat. The message is a hint only: a forged one costs one extend.
+        PERFORM postkit_queue.send_notification(
+            postkit_queue.channel_name(p_namespace, v_job.queue), 'cancelled ' || v_job.id);
     END IF;
     PERFORM postkit_queue.record_cancel(
         p_namespace, v_job.id, v_job.queue, v_job.payload, v_job.priority, v_job.attempts,

@@ -1,0 +1,4 @@
+-- Migration 35: cancel tells the worker holding a running job at once: 'cancelled <id>' on the
+-- job's queue's channel (operations.sql). No table changes: the current functions replace the
+-- old ones.
+-- schema: 778835408e734ed4
