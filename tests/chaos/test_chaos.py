@@ -62,7 +62,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -75,6 +74,7 @@ from psycopg.types.json import Jsonb
 
 from postkit.embedded import EmbeddedServer
 from postkit.queue import QueueClient, install
+from tests.chaos.harness import DB_DEADLINE, Database, WorkerSlot
 from tests.signals import poll_until, wait_until
 
 T = TypeVar("T")
@@ -85,8 +85,6 @@ NAMESPACE = "chaos"
 WORKER_SCRIPT = Path(__file__).with_name("chaos_worker.py")
 QUEUE_CONCURRENCY = 6
 """The transactional queue's concurrency limit: fewer than the workers' slots (4 x 4 in CI)."""
-DB_DEADLINE = 60.0
-"""Seconds the test keeps retrying its own statements while the server is down or restarting."""
 
 SCHEMA = """
 CREATE TABLE chaos_pushed (job_id bigint PRIMARY KEY, queue text NOT NULL, kind text NOT NULL,
@@ -158,43 +156,8 @@ SOAK_TIMEOUT = int(float(os.environ.get("POSTKIT_CHAOS_SECONDS", "300")) * 2) + 
 
 
 # ---------------------------------------------------------------------------------------------
-# The database, as the test sees it: every statement retried while the server is away.
+# The running jobs, sampled.
 # ---------------------------------------------------------------------------------------------
-
-
-class Database:
-    """The test's own connection. Each call is retried, reconnecting, until the server answers
-    or DB_DEADLINE passes: the test crashes the server on purpose."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self._connection: psycopg.Connection[Any] | None = None
-
-    def call(self, action: Callable[[psycopg.Connection[Any]], T]) -> T:
-        deadline = time.monotonic() + DB_DEADLINE
-        while True:
-            try:
-                if self._connection is None or self._connection.closed:
-                    self._connection = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
-                return action(self._connection)
-            except psycopg.OperationalError:
-                if self._connection is not None:
-                    self._connection.close()
-                self._connection = None
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)  # the server is away (crashed on purpose): try again shortly
-
-    def rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return self.call(lambda connection: connection.execute(query, params).fetchall())
-
-    def value(self, query: str, params: tuple[Any, ...] = ()) -> Any:
-        rows = self.rows(query, params)
-        return rows[0][0]
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
 
 
 class RunningSampler:
@@ -241,90 +204,6 @@ class RunningSampler:
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker processes.
-# ---------------------------------------------------------------------------------------------
-
-
-class WorkerSlot:
-    """One worker position: a process, restarted under a new worker_id whenever it dies."""
-
-    def __init__(self, index: int, dsn: str, directory: Path, config: ChaosConfig) -> None:
-        self.index = index
-        self.name = f"w{index}"
-        self.application_name = f"chaos-{self.name}"
-        self.dsn = psycopg.conninfo.make_conninfo(dsn, application_name=self.application_name)
-        self.log_path = directory / f"{self.name}.log"
-        self.run_log = directory / f"{self.name}.runs"
-        self.config = config
-        self.incarnation = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self.stopped_until: float | None = None
-
-    @property
-    def worker_id(self) -> str:
-        return f"{self.name}.{self.incarnation}"
-
-    def start(self) -> None:
-        self.incarnation += 1
-        env = {
-            **os.environ,
-            "CHAOS_DSN": self.dsn,
-            "CHAOS_NAMESPACE": NAMESPACE,
-            "CHAOS_WORKER_ID": self.worker_id,
-            "CHAOS_RUN_LOG": str(self.run_log),
-            "CHAOS_VISIBILITY": str(self.config.visibility),
-            "CHAOS_CONCURRENCY": str(self.config.concurrency),
-        }
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT)],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def signal(self, signum: int) -> None:
-        """Send ``signum`` (nothing if the process has exited and been waited for)."""
-        assert self.process is not None
-        self.process.send_signal(signum)
-
-    def kill(self) -> None:
-        if self.process is None:
-            return
-        if self.stopped_until is not None:
-            self.signal(signal.SIGCONT)
-            self.stopped_until = None
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(timeout=30)
-
-    @property
-    def ready(self) -> bool:
-        """Has this incarnation said it handles SIGTERM?"""
-        try:
-            return f"{self.worker_id} starting" in self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return False
-
-    def ready_or_gone(self) -> bool:
-        """Has this incarnation said it handles SIGTERM, or exited?"""
-        return self.ready or not self.alive
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-# ---------------------------------------------------------------------------------------------
 # The run.
 # ---------------------------------------------------------------------------------------------
 
@@ -357,7 +236,18 @@ class Chaos:
         self.config = config
         self.random = random.Random(config.seed)
         self.db = Database(self.dsn)
-        self.slots = [WorkerSlot(i, self.dsn, directory, config) for i in range(config.workers)]
+        self.slots = [
+            WorkerSlot(
+                i,
+                self.dsn,
+                directory,
+                script=WORKER_SCRIPT,
+                namespace=NAMESPACE,
+                visibility=config.visibility,
+                concurrency=config.concurrency,
+            )
+            for i in range(config.workers)
+        ]
         self.figures: collections.Counter[str] = collections.Counter()
         self.timings: dict[str, float] = {}
         self.unexpected_exits: list[str] = []
