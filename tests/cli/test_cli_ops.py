@@ -803,7 +803,7 @@ def test_job_shows_a_live_job_and_its_attempts(run: Run, client: QueueClient) ->
     assert as_json(run("job", str(running), "--json"))["claim_expired"] is False
 
 
-def test_job_shows_a_running_jobs_progress_and_a_waiting_jobs_parents(
+def test_job_shows_a_running_jobs_progress_and_children_and_a_waiting_jobs_parents(
     run: Run, client: QueueClient
 ) -> None:
     running = client.push("emails", {"n": 1})
@@ -816,6 +816,8 @@ def test_job_shows_a_running_jobs_progress_and_a_waiting_jobs_parents(
     waiting = ok(run("job", str(child))).output.splitlines()
 
     assert any(line.split()[:3] == ["progress", "42%:", "page"] for line in shown)
+    assert any(line.split() == ["waiting", "for", "it", str(child)] for line in shown)
+    assert as_json(run("job", str(running), "--json"))["waiting_children"] == [child]
     assert waiting[0] == f"Job {child} of queue reports: waiting (0 of 20 attempts made)"
     assert any(line.split() == ["parents", str(running)] for line in waiting)
     assert any(line.split()[:3] == ["waiting", "on", "1"] for line in waiting)

@@ -276,6 +276,14 @@ def test_a_job_shows_its_payload_errors_and_claim(api: httpx.Client, q: QueueCli
     assert data["claim_token"] is None  # the fence stays with the worker
 
 
+def test_a_job_shows_the_jobs_waiting_for_it(api: httpx.Client, q: QueueClient) -> None:
+    parent = q.push(Q, {"n": 1})
+    children = [q.push(Q, {"n": 2}, depends_on=[parent]) for _ in range(2)]
+
+    assert ok(api.get(f"jobs/{parent}"))["waiting_children"] == children
+    assert ok(api.get(f"jobs/{children[0]}"))["job"]["depends_on"] == [parent]
+
+
 def test_a_running_job_past_its_claim_deadline_shows_its_claim_expired(
     api: httpx.Client, q: QueueClient
 ) -> None:

@@ -70,6 +70,17 @@ def test_a_child_waits_until_its_last_parent_completes(queue: QueueClient) -> No
     assert job is not None and (job.depends_on, job.waiting_on) == ((first, second), None)
 
 
+def test_a_jobs_waiting_children_are_listed_until_it_completes(queue: QueueClient) -> None:
+    parent, other = pushed(queue), pushed(queue)
+    children = [pushed(queue, queue=OTHER, depends_on=[parent, other]) for _ in range(3)]
+
+    assert queue.waiting_children(parent) == children
+    assert queue.waiting_children(parent, limit=2) == children[:2]
+    completed(queue, parent)
+    assert queue.waiting_children(parent) == []
+    assert queue.waiting_children(other) == children  # still waiting for this one
+
+
 def test_a_waiting_job_is_never_claimed_nor_counted_as_ready(queue: QueueClient) -> None:
     queue.configure_queue(Q, max_attempts=5)
     parent = pushed(queue, queue=OTHER)

@@ -324,6 +324,11 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT count(*) FROM postkit_queue.job_lineage(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["job_lineage"]),
     ),
+    "limit-waiting_children": Limit(
+        lambda ns, v: protocol.waiting_children(ns, 1, v),
+        "SELECT count(*) FROM postkit_queue.waiting_children(%(ns)s, 1, %(v)s)",
+        around(limits.LIMITS["waiting_children"]),
+    ),
     "limit-search_dead_letters": Limit(
         lambda ns, v: protocol.search_dead_letters(ns, "x", None, **SEARCH, limit=v, scan_limit=10),
         "SELECT count(*) FROM postkit_queue.search_dead_letters(%(ns)s, 'x', p_limit => %(v)s)",

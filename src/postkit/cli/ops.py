@@ -156,12 +156,14 @@ def jobs(
 @operation
 def job(job_id: int, namespace: str, dsn: str | None, as_json: bool) -> None:
     """One job and what became of it: a live job (pending, scheduled, running, or waiting for
-    its parents) with its payload, attempts and parents; a completed one with its result (what
-    its handler returned), kept while its queue keeps results (`postkit queue configure QUEUE
-    --retain-results 1d`); a dead letter with its error; a cancelled job with the reason.
+    its parents) with its payload, attempts, parents and the jobs waiting for it; a completed
+    one with its result (what its handler returned), kept while its queue keeps results
+    (`postkit queue configure QUEUE --retain-results 1d`); a dead letter with its error; a
+    cancelled job with the reason.
 
     --json prints what `QueueClient.result` returns (state, value, error, ...) and, for a live
-    or dead job, the job itself under "job". A job nothing is known of (never pushed, in
+    or dead job, the job itself under "job" and the ids of the jobs waiting for it under
+    "waiting_children". A job nothing is known of (never pushed, in
     another namespace, or completed in a queue that keeps no results) is an error.
 
     \b
@@ -172,6 +174,7 @@ def job(job_id: int, namespace: str, dsn: str | None, as_json: bool) -> None:
     with connect(dsn, namespace) as (_, client):
         result = client.result(job_id)
         found = None if result.state in ("completed", "unknown") else client.get_job(job_id)
+        children = [] if found is None else client.waiting_children(job_id, limit=_CHILDREN)
     if result.state == "unknown":
         raise click.ClickException(
             f"no job {job_id} in namespace {namespace!r}: never pushed, in another namespace, "
@@ -180,10 +183,25 @@ def job(job_id: int, namespace: str, dsn: str | None, as_json: bool) -> None:
         )
     expired = found is not None and found.claim_expired
     if as_json:
-        echo_json({**to_jsonable(result), "job": found, "claim_expired": expired})
+        echo_json(
+            {
+                **to_jsonable(result),
+                "job": found,
+                "claim_expired": expired,
+                "waiting_children": children,
+            }
+        )
         return
     click.echo(f"Job {job_id} of queue {result.queue}: {_job_state(result, found, expired)}")
-    click.echo(render_fields(_job_fields(result, found, namespace, expired)))
+    fields = _job_fields(result, found, namespace, expired)
+    if children:
+        more = ", ..." if len(children) == _CHILDREN else ""
+        fields.append(("waiting for it", ", ".join(map(str, children)) + more))
+    click.echo(render_fields(fields))
+
+
+_CHILDREN = 20
+"""How many of the jobs waiting for it `postkit job` lists."""
 
 
 def _job_state(result: JobResult, found: Job | None, expired: bool) -> str:

@@ -240,11 +240,13 @@ class DashboardSource:
 
     def job(self, namespace: str, job_id: int) -> dict[str, Any]:
         """One job, whole: payload, every attempt's error, its claim, its lineage (the dead
-        letter it was redriven from, the job its dead letter became), and what became of it
-        (``result``: a completed job's kept value, when its queue keeps results)."""
+        letter it was redriven from, the job its dead letter became), the jobs waiting for it
+        (the first 100), and what became of it (``result``: a completed job's kept value, when
+        its queue keeps results)."""
         with self.client(namespace) as q:
             now = q.clock()
             job = q.get_job(job_id)
+            children = [] if job is None else q.waiting_children(job_id)
             lineage = q.job_lineage(job_id)
             result = q.result(job_id)
         if job is None and not lineage and result.state == "unknown":
@@ -262,6 +264,7 @@ class DashboardSource:
             # (any worker of the namespace, or `postkit tick`) to return it to pending.
             "claim_expired": job is not None and job.claim_expired,
             "lineage": to_jsonable(lineage),
+            "waiting_children": children,
             "result": outcome,
         }
 

@@ -24,10 +24,10 @@ from postkit.queue.tracing import current_trace_context
 
 class AsyncProducer(AsyncCalls):
     """Push jobs and follow them: :meth:`push`, :meth:`push_batch`, :meth:`get_job`,
-    :meth:`result`, :meth:`wait_for_result`, :meth:`parent_results`. A role needs the
-    ``producer`` access kind (``postkit install --grant ROLE:producer``). Each call is one
-    statement in the caller's transaction: a push commits, or vanishes, with the caller's own
-    writes."""
+    :meth:`result`, :meth:`wait_for_result`, :meth:`parent_results`, :meth:`waiting_children`.
+    A role needs the ``producer`` access kind (``postkit install --grant ROLE:producer``). Each
+    call is one statement in the caller's transaction: a push commits, or vanishes, with the
+    caller's own writes."""
 
     async def push(
         self,
@@ -122,6 +122,13 @@ class AsyncProducer(AsyncCalls):
         completed in a queue that keeps results; None for a parent that has not completed,
         or whose queue keeps no results. Empty: the job has no parents, or is unknown."""
         return await self._run(protocol.parent_results(self._namespace, job_id))
+
+    async def waiting_children(self, job_id: int, *, limit: int = 100) -> list[int]:
+        """The ids of the jobs that wait for job ``job_id`` to complete (their push named it
+        in ``depends_on``), in id order, at most ``limit``. Known while the job has not
+        finished: its ack releases them, and its dead letter or cancel cancels them; empty
+        once it finished, or for an unknown job."""
+        return await self._run(protocol.waiting_children(self._namespace, job_id, limit))
 
     async def push_batch(
         self,

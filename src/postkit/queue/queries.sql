@@ -104,6 +104,10 @@ SELECT postkit_queue.dependency_problem(%(namespace)s, %(depends_on)s::bigint[])
 SELECT r.parent_id, r.state, r.result::pg_catalog.text AS result
 FROM postkit_queue.parent_results(%(namespace)s, %(job_id)s::bigint) AS r;
 
+-- name: waiting_children
+SELECT c.child_id
+FROM postkit_queue.waiting_children(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS c;
+
 -- name: dead_letters
 SELECT d.namespace, d.job_id, d.queue, d.payload::pg_catalog.text AS payload, d.priority, d.attempts,
        d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::pg_catalog.text AS errors,

@@ -396,6 +396,12 @@ async function viewJob(main, jobId) {
       fields.push(h("dt", {}, "parents"), h("dd", { "data-field": "depends_on" },
         job.depends_on.flatMap((parent, i) => [i ? ", " : "", link("#" + parent, nsHash("/job/" + parent))])));
     }
+    const children = data.waiting_children || [];
+    if (children.length) {
+      fields.push(h("dt", {}, "waiting for it"), h("dd", { "data-field": "waiting_children" },
+        children.flatMap((child, i) => [i ? ", " : "", link("#" + child, nsHash("/job/" + child))]),
+        children.length >= 100 ? ", …" : ""));
+    }
     if (job.state === "cancelled" && data.result && data.result.reason) {
       fields.push(h("dt", {}, "reason"), h("dd", { "data-field": "reason" }, data.result.reason));
     }

@@ -47,6 +47,7 @@ from postkit.queue.protocol.lifecycle import (
     results_channel,
     tick_timeouts,
     unlisten,
+    waiting_children,
     wake,
 )
 from postkit.queue.protocol.operations import (
@@ -187,6 +188,7 @@ __all__ = [
     "vacuum_lock",
     "vacuum_state",
     "vacuum_unlock",
+    "waiting_children",
     "wake",
     "worker_heartbeat",
     "workers",

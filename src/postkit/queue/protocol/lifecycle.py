@@ -72,6 +72,17 @@ def parent_results(namespace: str, job_id: int) -> Call[dict[int, Any]]:
     return Call("parent_results", params, read.parent_results)
 
 
+def waiting_children(namespace: str, job_id: int, limit: int) -> Call[list[int]]:
+    """The ids of the jobs waiting for job ``job_id`` to complete, in id order, at most
+    ``limit``."""
+    params = check.base(
+        namespace,
+        job_id=check.job_id(job_id),
+        limit=check.limit("waiting_children", limit),
+    )
+    return Call("waiting_children", params, lambda rows: [row["child_id"] for row in rows])
+
+
 def pull(
     namespace: str,
     queue: str,

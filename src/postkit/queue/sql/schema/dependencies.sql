@@ -313,3 +313,30 @@ BEGIN
     ORDER BY p.n;
 END
 $$;
+
+-- waiting_children: the jobs that wait for job p_job_id, in id order, at most p_limit, each
+-- with its queue and how many parents it still waits for. A job's children are known while it
+-- has not finished: its ack releases them (they run as any job then), and its dead letter or
+-- cancel cancels them. A primary-key range scan of the job's edges (job_dependencies), then
+-- one primary-key probe of the jobs table per child.
+CREATE OR REPLACE FUNCTION postkit_queue.waiting_children(
+    p_namespace text, p_job_id bigint, p_limit integer DEFAULT 100)
+RETURNS TABLE (child_id bigint, queue text, waiting_on integer)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_limit(p_limit, 10000);
+    RETURN QUERY
+    SELECT e.child_id, c.queue, c.waiting_on
+    FROM (SELECT d.child_id FROM postkit_queue.job_dependencies d
+          WHERE d.namespace = p_namespace AND d.parent_id = p_job_id
+          ORDER BY d.child_id LIMIT p_limit) e
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.waiting_on FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.id = e.child_id) c
+    ORDER BY e.child_id;
+END
+$$;

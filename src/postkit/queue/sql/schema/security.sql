@@ -541,6 +541,7 @@ WITH listed (name, access) AS (VALUES
     ('clock', 'producer'), ('schema_version', 'producer'), ('known_queues', 'producer'),
     ('job_result', 'producer'), ('results_channel', 'producer'),
     ('dependency_problem', 'producer'), ('parent_results', 'producer'),
+    ('waiting_children', 'producer'),
     -- Workers claim, settle and keep the queue moving (timeouts, schedules, retention).
     ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
     ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),

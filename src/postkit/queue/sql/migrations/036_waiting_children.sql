@@ -1,0 +1,3 @@
+-- Migration 36: waiting_children lists the jobs waiting for a job (dependencies.sql). No table
+-- changes.
+-- schema: ba014767d689c9ec
