@@ -37,8 +37,10 @@ indexes that do not name the state (a HOT claim), in plain SQL, and writes claim
 transaction, at 1, 16 and 64 producers, against the same transaction without it and with a
 bare INSERT of the job's row, and the producers' commit tail while workers drain, and writes
 producers.md (benchmarks/producers.py). ``dependencies`` drains a fan-in of 10,000 parents into
-one child against 10,001 plain jobs, with the same workers, and writes dependencies.md
-(dependencies-quick.md with ``--quick``; benchmarks/dependencies.py).
+one child against 10,001 plain jobs, with the same workers, and the plain drain again while
+1,000 other running jobs get 100 progress reports a second, and writes dependencies.md
+(dependencies-quick.md with ``--quick``; benchmarks/dependencies.py); ``run`` includes it as
+its workload ``dependencies``.
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -225,6 +227,11 @@ def run_comparison(args: argparse.Namespace) -> int:
             runs=args.runs,
             command=suite.command_line(),
             oban_python=args.oban_python,
+        )
+    if "dependencies" in selected:
+        log.info("jobs that wait for jobs, and progress (benchmarks/dependencies.py)")
+        result["dependencies"] = dependencies.run(
+            database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
         )
     paths = [suite.save(result, name), *report.write(result, name)]
     print(report.markdown(result))

@@ -1,5 +1,6 @@
-"""What jobs that wait for jobs cost (issue 30): a fan-in of N parents into one child, drained
-by the same workers as N + 1 plain jobs.
+"""What jobs that wait for jobs, and progress reports, cost (issue 30): a fan-in of N parents
+into one child, drained by the same workers as N + 1 plain jobs; and the plain drain again
+while 1,000 other jobs, held claimed, get 100 progress reports a second.
 
 Each row starts the flow benchmark's worker processes (2 x 32 slots, a no-op handler) on an
 empty namespace of its own, lets them settle into waiting, then commits its backlog in one
@@ -7,15 +8,21 @@ transaction and times from that commit to the moment the namespace's jobs table 
 poll every 5 ms): the plain row pushes N + 1 jobs; the fan-in row pushes N parents and one child
 that depends on all of them (the child runs last, after the last parent's ack made it pending,
 and reads its N parents' results). The child's push, which locks and marks its N parents, is
-timed on its own.
+timed on its own. The progress row pushes what the plain row pushes, while a thread of its own
+reports progress on 1,000 running jobs of another namespace (claimed for an hour before the
+row starts), one report every 10 ms, each its own transaction: the same table, the same
+indexes, written while the workers drain.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import statistics
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -31,6 +38,10 @@ CHILD_QUEUE = "children"
 WORKERS = WorkerConfig(2, 32)
 SETTLE = 3.0
 """Seconds the workers get to start and wait before a row's backlog commits."""
+REPORTED = 1_000
+"""Running jobs the progress row reports on."""
+REPORT_EVERY = 0.01
+"""Seconds between two progress reports: 100 a second."""
 
 
 def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
@@ -40,12 +51,65 @@ def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
     plain: list[float] = []
     fan_in: list[float] = []
     child_push: list[float] = []
+    reported: list[float] = []
+    reports: list[int] = []
     for turn in range(runs):
         plain.append(_timed(dsn, f"bench-plain-{turn}", lambda client: _plain(client, parents)))
         fan_in.append(
             _timed(dsn, f"bench-fan-in-{turn}", lambda client: _fan_in(client, parents, child_push))
         )
-    return _render(dsn, parents, plain, fan_in, child_push, quick, command, started)
+        with _reporting(dsn, f"bench-reported-{turn}", reports):
+            reported.append(
+                _timed(dsn, f"bench-progress-{turn}", lambda client: _plain(client, parents))
+            )
+    rows = Rows(plain, fan_in, child_push, reported, reports)
+    return _render(dsn, parents, rows, quick, command, started)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """Each row's drain times, the fan-in's child pushes, and the progress reports each
+    progress row wrote."""
+
+    plain: list[float]
+    fan_in: list[float]
+    child_push: list[float]
+    reported: list[float]
+    reports: list[int]
+
+
+@contextlib.contextmanager
+def _reporting(dsn: str, namespace: str, counts: list[int]) -> Iterator[None]:
+    """While the block runs, report progress on REPORTED running jobs of ``namespace``, one
+    report every REPORT_EVERY seconds, each committed on its own; appends how many it wrote."""
+    stop = threading.Event()
+    written = 0
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        client = QueueClient(connection.cursor(), namespace=namespace)
+        client.push_batch("long", [{"n": n} for n in range(REPORTED)])
+        jobs = client.pull_batch(
+            "long", worker_id="reporter", limit=REPORTED, visibility_timeout=3600
+        )
+
+        def report() -> None:
+            nonlocal written
+            next_at = time.perf_counter()
+            while not stop.is_set():
+                job = jobs[written % len(jobs)]
+                client.report_progress(job, (written % 100) / 100, note=f"step {written}")
+                written += 1
+                next_at += REPORT_EVERY
+                stop.wait(max(0.0, next_at - time.perf_counter()))
+
+        thread = threading.Thread(target=report, name="progress-reports", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            connection.execute("DELETE FROM postkit_queue.jobs WHERE namespace = %s", (namespace,))
+    counts.append(written)
 
 
 def _plain(client: QueueClient, parents: int) -> None:
@@ -90,20 +154,13 @@ def _timed(dsn: str, namespace: str, push: Callable[[QueueClient], None]) -> flo
             adapter.clear()
 
 
-def _render(
-    dsn: str,
-    parents: int,
-    plain: list[float],
-    fan_in: list[float],
-    child_push: list[float],
-    quick: bool,
-    command: str,
-    started: float,
-) -> str:
+def _render(dsn: str, parents: int, rows: Rows, quick: bool, command: str, started: float) -> str:
     def seconds(values: list[float]) -> str:
         return f"{statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})"
 
-    ratio = statistics.median(fan_in) / statistics.median(plain)
+    plain = rows.plain
+    ratio = statistics.median(rows.fan_in) / statistics.median(plain)
+    progress_ratio = statistics.median(rows.reported) / statistics.median(plain)
     return "\n".join(
         [
             "# Dependencies: a fan-in against a plain drain",
@@ -122,10 +179,16 @@ def _render(
             "|---|---:|---:|",
             f"| plain: {parents + 1:,} jobs | {parents + 1:,} | {seconds(plain)} |",
             f"| fan-in: {parents:,} parents, one child depending on all | {parents + 1:,} | "
-            f"{seconds(fan_in)} |",
+            f"{seconds(rows.fan_in)} |",
+            f"| plain, while {REPORTED:,} other running jobs get {1 / REPORT_EVERY:.0f} progress "
+            f"reports a second | {parents + 1:,} | {seconds(rows.reported)} |",
             "",
             f"Fan-in / plain: **{ratio:.2f}x**. The child's push (locking and marking its "
-            f"{parents:,} parents, with the SDK's check before it): {seconds(child_push)}.",
+            f"{parents:,} parents, with the SDK's check before it): {seconds(rows.child_push)}.",
+            "",
+            f"Plain with progress reports / plain: **{progress_ratio:.2f}x** "
+            f"({statistics.median(rows.reports):.0f} reports written in each such row, its "
+            "workers' start included, median).",
             "",
         ]
     )

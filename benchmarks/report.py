@@ -316,7 +316,12 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         *targets_table(report),
     ]
-    lines += _producers_section(report)
+    lines += _own_section(
+        report, "producers", "The producer's transaction (on a cluster of its own, in the same run)"
+    )
+    lines += _own_section(
+        report, "dependencies", "Jobs that wait for jobs, and progress (Postkit, in the same run)"
+    )
     lines += _sweep_section(report)
     lines += _settings_section(report, off)
     lines += _workload_notes(report)
@@ -700,14 +705,15 @@ def _floor_section(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _producers_section(report: dict[str, Any]) -> list[str]:
-    """The producer's transaction (benchmarks/producers.py's report, its headings one level
-    down), measured in the same run on a cluster of its own."""
-    text: str | None = report.get("producers")
+def _own_section(report: dict[str, Any], key: str, heading: str) -> list[str]:
+    """A report of its own measured in the same run (benchmarks/producers.py's under
+    "producers", benchmarks/dependencies.py's under "dependencies"), under ``heading``, its
+    own headings one level down."""
+    text: str | None = report.get(key)
     if not text:
         return []
     lines = text.strip().splitlines()
-    lines[0] = "## The producer's transaction (on a cluster of its own, in the same run)"
+    lines[0] = f"## {heading}"
     lines[1:] = [f"#{line}" if line.startswith("#") else line for line in lines[1:]]
     return ["", *lines]
 

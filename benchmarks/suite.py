@@ -28,10 +28,13 @@ from benchmarks.common import RESULTS
 
 log = logging.getLogger("benchmarks")
 
-WORKLOADS = ("W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor", "producers")
-SERVER_WORKLOADS = ("floor", "producers")
-"""Workloads of the server rather than of a library: pgbench's floor, and the producer's
-transaction (benchmarks/producers.py, run by ``run_comparison`` on a cluster of its own)."""
+WORKLOADS = (
+    "W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor", "producers", "dependencies"
+)  # fmt: skip
+SERVER_WORKLOADS = ("floor", "producers", "dependencies")
+"""Workloads outside the per-library loop: pgbench's floor, the producer's transaction
+(benchmarks/producers.py, run by ``run_comparison`` on a cluster of its own), and Postkit's
+fan-in, no-dependency and progress rows (benchmarks/dependencies.py)."""
 
 PRESET_LIMITS: dict[str, tuple[str, ...]] = {
     "W3": ("postkit", "pgqueuer"),
