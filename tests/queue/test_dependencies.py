@@ -148,6 +148,36 @@ def test_depends_on_must_be_job_ids(queue: QueueClient, parents: Any) -> None:
         queue.push(Q, {}, depends_on=parents)
 
 
+@pytest.mark.parametrize("parent", [-1, 2**63 - 1, -(2**63)])
+def test_push_and_push_batch_take_every_bigint_as_a_job_id(queue: QueueClient, parent: int) -> None:
+    """One that no job has is unknown to both, not malformed."""
+    statements = [
+        ("SELECT postkit_queue.push(%s, %s, '{}', p_depends_on => ARRAY[%s]::bigint[])", parent),
+        (
+            "SELECT * FROM postkit_queue.push_batch(%s, %s, '[{}]', p_depends_on => %s::jsonb)",
+            f"[[{parent}]]",
+        ),
+    ]
+    for statement, depends_on in statements:
+        with pytest.raises(psycopg.Error) as raised, queue.cursor.connection.transaction():
+            queue.cursor.execute(statement, (queue.namespace, Q, depends_on))
+        assert raised.value.sqlstate == "PKQ19"
+        assert "is unknown" in str(raised.value)
+
+
+@pytest.mark.parametrize("entry", ["[1.5]", '["1"]', "[18446744073709551616]", "[true]", "{}"])
+def test_push_batch_refuses_a_depends_on_entry_that_is_not_job_ids(
+    queue: QueueClient, entry: str
+) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        queue.cursor.execute(
+            "SELECT * FROM postkit_queue.push_batch(%s, %s, '[{}]', p_depends_on => %s::jsonb)",
+            (queue.namespace, Q, f"[{entry}]"),
+        )
+    assert raised.value.sqlstate == "PKQ19"
+    assert "must be a list of job ids" in str(raised.value)
+
+
 def test_ten_thousand_and_one_parents_are_refused(queue: QueueClient) -> None:
     with pytest.raises(errors.InvalidDependencyError, match="at most 10000"):
         queue.push(Q, {}, depends_on=list(range(1, 10_002)))

@@ -65,7 +65,8 @@ END
 $$;
 
 -- parent_ids: one entry of push_batch's depends_on (p_what names it) as push takes it: a JSON
--- array of job ids, or JSON null (no parents: NULL).
+-- array of job ids (integers in bigint's range, as push's p_depends_on takes them), or JSON
+-- null (no parents: NULL).
 CREATE OR REPLACE FUNCTION postkit_queue.parent_ids(p_what text, p_entry jsonb)
 RETURNS bigint[]
 LANGUAGE plpgsql IMMUTABLE
@@ -75,9 +76,15 @@ BEGIN
     IF p_entry IS NULL OR jsonb_typeof(p_entry) = 'null' THEN
         RETURN NULL;
     END IF;
+    -- The CASE casts only what the pattern let through: an integer of at most 19 digits,
+    -- which numeric holds exactly, compared with bigint's bounds before the cast to bigint.
     IF jsonb_typeof(p_entry) = 'array' AND NOT EXISTS (
            SELECT FROM jsonb_array_elements(p_entry) AS e
-           WHERE jsonb_typeof(e.value) <> 'number' OR e.value::text !~ '^[0-9]{1,18}$') THEN
+           WHERE CASE WHEN jsonb_typeof(e.value) = 'number'
+                           AND e.value::text ~ '^-?[0-9]{1,19}$'
+                      THEN e.value::text::numeric
+                           NOT BETWEEN -9223372036854775808 AND 9223372036854775807
+                      ELSE true END) THEN
         RETURN array(SELECT e.value::text::bigint FROM jsonb_array_elements(p_entry) AS e);
     END IF;
     RAISE EXCEPTION 'postkit: % must be a list of job ids or null, got %', p_what,

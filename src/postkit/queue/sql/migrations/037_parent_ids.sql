@@ -1,0 +1,3 @@
+-- Migration 37: push_batch's depends_on takes every bigint as a job id, as push does
+-- (dependencies.sql: parent_ids). No table changes.
+-- schema: 24a436e756241095
