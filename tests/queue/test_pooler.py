@@ -182,6 +182,39 @@ def test_a_pooler_mode_worker_drains_its_queue_and_says_notifications_are_off(
     assert not any("error" in message for message in messages), messages
 
 
+def test_a_pooler_mode_worker_runs_a_fan_in_after_its_parents_with_their_results(
+    pooled_dsn: str, namespace: str, pooled_client: QueueClient, client: QueueClient
+) -> None:
+    """Pushed through the pooler and run by a worker in pooler mode: the child waits for its
+    parents, then reads their results (parent_results, through the pooler too)."""
+    sums: list[int] = []
+    handlers = Handlers()
+
+    @handlers.register(Q)
+    def part(job: Job) -> int:
+        return int(job.payload["n"])
+
+    @handlers.register("total")
+    def total(job: Job) -> None:
+        assert job.parent_results is not None
+        sums.append(sum(job.parent_results.values()))
+
+    pooled_client.configure_queue(Q, retain_results=3600)
+    parents = pooled_client.push_batch(Q, [{"n": n} for n in range(1, 11)])
+    child = pooled_client.push("total", {}, depends_on=[p for p in parents if p is not None])
+    assert pooled_client.result(child).state == "waiting"
+    worker = Worker(pooled_dsn, handlers, namespace=namespace, pooler=True, concurrency=4)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: worker.stats.completed == 11, "the parents, then the child")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert sums == [55]
+    assert client.get_job(child) is None
+
+
 def test_a_pooler_mode_worker_leaves_no_session_setting_to_other_clients(
     pooled_dsn: str, namespace: str, pooled_client: QueueClient, table: str
 ) -> None:

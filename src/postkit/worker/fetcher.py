@@ -113,6 +113,9 @@ class Fetcher:
         # or every slot is taken, the listener only reads the cancels of running jobs; its
         # wait for them ends as soon as this is set.
         self._idle = SelectableEvent()
+        # Set by the listener thread when it read an announcement of work while the claim loop
+        # was busy: its next wait for work returns at once.
+        self._announced = False
         # Held while claiming, by the claim loop or by the listener thread on a wake-up
         # (_claim_on_wake), so the two never claim at once and never overfill the slots.
         self._claiming = threading.Lock()
@@ -354,11 +357,12 @@ class Fetcher:
                 if self._closed.is_set():
                     break
                 received = listener.notifications
-                woken = listener.wait_for_work(timeout=wait)
+                announced, self._announced = self._announced, False
+                woken = announced or listener.wait_for_work(timeout=wait)
                 if woken:
                     if self._closed.is_set():
                         break
-                    if listener.notifications != received:
+                    if announced or listener.notifications != received:
                         self.metrics.notified()
                     self._claim_on_wake(listener.connection)
                     self._hint_taken.clear()
@@ -405,12 +409,13 @@ class Fetcher:
     def _wait_until_idle(self, listener: WorkListener, timeout: float) -> bool:
         """Wait until the claim loop waits for work (True) or ``timeout`` passes (False),
         reading the listener's notifications meanwhile, so that a running job's cancel
-        reaches its claim at once. An announcement of work read here is dropped: the claim
-        loop is claiming, or claims as soon as a slot frees, and the listener's next wait for
-        work begins with a look for due jobs."""
+        reaches its claim at once. An announcement of work read here is kept for the next
+        wait for work, which then returns at once: a slot freed in a queue with a concurrency
+        limit, say, is announced only once."""
         deadline = time.monotonic() + timeout
         while not self._idle.is_set():
-            listener.poll()
+            if listener.poll():
+                self._announced = True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
