@@ -35,7 +35,7 @@ from postkit.queue.admin import (
 )
 from postkit.queue.protocol import queries
 from postkit.queue.schema import _INSTALL_LOCK_KEY
-from postkit.worker import Worker
+from postkit.worker import Worker, is_cancelled, report_progress
 from postkit.worker.maintenance import Maintenance
 from tests import on_citus
 from tests.queue.legacy import install_legacy
@@ -455,6 +455,69 @@ def test_an_operator_login_runs_the_operators_commands(
             [*command, *arguments, *options], capture_output=True, text=True, timeout=60
         )
         assert result.returncode == 0, (arguments, result.stdout + result.stderr)
+
+
+def test_a_pipeline_runs_under_the_three_logins_and_an_operator_cancels_its_long_job(
+    make_login: MakeLogin, namespace: str
+) -> None:
+    """Jobs that wait for jobs, progress and cancelling a running job, each under the login
+    the docs name: a producer pushes a fan-in and follows it, a worker runs it (parents'
+    results, progress reports, the cancel's notification on its listener), an operator
+    cancels the long job from the command line; none may do the others' part."""
+    producer = client(make_login("producer"), namespace)
+    operator_dsn = make_login("operator")
+    client(operator_dsn, namespace).configure_queue("parts", retain_results=3600)
+    parts = [producer.push("parts", {"n": n}) for n in (1, 2, 3)]
+    assert all(part is not None for part in parts)
+    total = producer.push("total", {}, depends_on=[p for p in parts if p is not None])
+    long_id = producer.push("long", {})
+    assert long_id is not None
+    assert producer.waiting_children(parts[0]) == [total]
+    with pytest.raises(errors.PermissionDeniedError):
+        producer.cancel(long_id)
+    sums: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+    told: stdlib_queue.SimpleQueue[int] = stdlib_queue.SimpleQueue()
+
+    def part(job: Any) -> int:
+        assert report_progress(0.5, note="halfway")
+        return int(job.payload["n"])
+
+    def long(job: Any) -> None:
+        while not is_cancelled():
+            report_progress(0.1)
+            threading.Event().wait(0.05)
+        told.put(job.id)
+
+    worker = Worker(
+        make_login("worker"),
+        {
+            "parts": part,
+            "total": lambda job: sums.put(sum(job.parent_results.values())),
+            "long": long,
+        },
+        namespace=namespace,
+        visibility_timeout=120,  # its heartbeat comes after 40 s: the cancel's notice comes first
+        grace_period=2.0,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert sums.get(timeout=20) == 6
+        wait_until(lambda: producer.result(long_id).state == "running", "the long job to run")
+        options = ["--dsn", operator_dsn, "--namespace", namespace]
+        cancelled = subprocess.run(
+            [sys.executable, "-m", "postkit.cli", "cancel", str(long_id), "--yes", *options],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+        assert told.get(timeout=20) == long_id
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert producer.result(long_id).state == "cancelled"
 
 
 def test_a_worker_cannot_pause_or_rewrite_a_schedule(make_login: MakeLogin, namespace: str) -> None:
