@@ -42,6 +42,7 @@ AS $$
 DECLARE
     v_parent bigint;
     v_state  text;
+    v_live   bigint[];
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     IF p_parents IS NULL OR array_position(p_parents, NULL) IS NOT NULL
@@ -52,9 +53,16 @@ BEGIN
         RETURN format('a job may depend on at most %s jobs, got %s',
                       postkit_queue.max_parents(), cardinality(p_parents));
     END IF;
-    FOR v_parent IN SELECT DISTINCT p.id FROM unnest(p_parents) AS p(id) ORDER BY p.id LOOP
-        -- job_result's probes, one primary key per table: a parent pending, scheduled,
-        -- running, waiting or completed is one a child may wait for.
+    -- A live parent (pending, scheduled, running or waiting), the usual one, is one a child may
+    -- wait for: one statement reads them all, by primary key. The others get job_result's
+    -- probes, which say whether they completed.
+    SELECT array_agg(j.id) INTO v_live FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = ANY (p_parents);
+    FOR v_parent IN
+        SELECT p.id FROM unnest(p_parents) AS p(id)
+        EXCEPT SELECT l.id FROM unnest(coalesce(v_live, '{}')) AS l(id)
+        ORDER BY 1
+    LOOP
         SELECT r.state INTO v_state FROM postkit_queue.job_result(p_namespace, v_parent) AS r;
         IF v_state IN ('dead', 'cancelled', 'unknown') THEN
             RETURN postkit_queue.parent_refusal(v_parent, v_state);

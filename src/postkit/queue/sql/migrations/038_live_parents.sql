@@ -1,0 +1,3 @@
+-- Migration 38: a push's check of its parents reads the live ones in one statement, and job_result
+-- only for the others (dependencies.sql: dependency_problem). No table changes.
+-- schema: 1e57569b178b04fb
