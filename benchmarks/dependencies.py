@@ -45,7 +45,8 @@ REPORT_EVERY = 0.01
 
 
 def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
-    """The plain and fan-in rows, ``runs`` times each, alternated, as markdown."""
+    """The plain, fan-in and progress rows, ``runs`` times each, each turn starting with the
+    next row, as markdown."""
     parents = 1_000 if quick else 10_000
     started = time.time()
     plain: list[float] = []
@@ -53,15 +54,26 @@ def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
     child_push: list[float] = []
     reported: list[float] = []
     reports: list[int] = []
-    for turn in range(runs):
+
+    def plain_row(turn: int) -> None:
         plain.append(_timed(dsn, f"bench-plain-{turn}", lambda client: _plain(client, parents)))
+
+    def fan_in_row(turn: int) -> None:
         fan_in.append(
             _timed(dsn, f"bench-fan-in-{turn}", lambda client: _fan_in(client, parents, child_push))
         )
+
+    def progress_row(turn: int) -> None:
         with _reporting(dsn, f"bench-reported-{turn}", reports):
             reported.append(
                 _timed(dsn, f"bench-progress-{turn}", lambda client: _plain(client, parents))
             )
+
+    order = [plain_row, fan_in_row, progress_row]
+    for turn in range(runs):
+        # Each turn starts with the next row: no row always comes first, or after another.
+        for row in order[turn % 3 :] + order[: turn % 3]:
+            row(turn)
     rows = Rows(plain, fan_in, child_push, reported, reports)
     return _render(dsn, parents, rows, quick, command, started)
 
@@ -168,7 +180,8 @@ def _render(dsn: str, parents: int, rows: Rows, quick: bool, command: str, start
             f"{environment(dsn)}; Postkit from {suite.postkit_source()}. Command: `{command}`"
             + (" (quick: counts too small for the figures to mean much)." if quick else "."),
             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, "
-            f"{time.time() - started:.0f} s, {len(plain)} runs of each row, alternated; "
+            f"{time.time() - started:.0f} s, {len(plain)} runs of each row, each turn starting "
+            "with the next row; "
             "medians (min-max).",
             "",
             f"Each row: {WORKERS.processes} worker processes x {WORKERS.concurrency} slots, "
