@@ -175,7 +175,7 @@ def _render(dsn: str, parents: int, rows: Rows, quick: bool, command: str, start
     progress_ratio = statistics.median(rows.reported) / statistics.median(plain)
     return "\n".join(
         [
-            "# Dependencies: a fan-in against a plain drain",
+            "# Dependencies and progress: a fan-in, and progress reports, against a plain drain",
             "",
             f"{environment(dsn)}; Postkit from {suite.postkit_source()}. Command: `{command}`"
             + (" (quick: counts too small for the figures to mean much)." if quick else "."),
