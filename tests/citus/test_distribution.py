@@ -140,6 +140,7 @@ def test_the_tables_without_a_namespace_and_the_tenants_become_reference_tables(
 # are (tests/citus/test_schema_follows_the_rules.py checks the list).
 ON_THE_COORDINATOR = {
     "cancel",
+    "cancel_queue",
     "purge_queue",
     "purge_queue_before",
     "push",

@@ -134,6 +134,7 @@ COMMANDS = [
     ["queue", "resume"],
     ["queue", "configure"],
     ["queue", "purge"],
+    ["queue", "cancel"],
     ["schedule"],
     ["schedule", "create"],
     ["schedule", "list"],
@@ -392,6 +393,7 @@ def seen_queues(client: QueueClient) -> set[str]:
         ["queue", "pause", "sned_otp"],
         ["queue", "resume", "sned_otp"],
         ["queue", "purge", "sned_otp", "--yes"],
+        ["queue", "cancel", "sned_otp", "--yes"],
         ["queue", "configure", "sned_otp", "--max-attempts", "3"],
         ["jobs", "sned_otp"],
         ["stats", "--queue", "sned_otp"],
@@ -1325,6 +1327,37 @@ def test_queue_purge_deletes_what_it_asked_about_not_a_job_pushed_while_it_asked
     assert "Delete 2 pending and scheduled job(s) of queue emails?" in result.output
     assert result.output.endswith("Deleted 2 pending and scheduled jobs of queue emails.\n")
     assert pushed_meanwhile[0] is not None and asked[0] is not None
+    assert live_job_ids(client, "emails") == [pushed_meanwhile[0]]
+
+
+def test_queue_cancel_cancels_what_it_asked_about_running_ones_and_descendants_too(
+    dsn: str, namespace: str, client: QueueClient, make_client: Callable[[], QueueClient]
+) -> None:
+    first, second = (client.push("emails", {"n": n}) for n in range(2))
+    running = client.pull("emails", worker_id="server-a")
+    assert running is not None and running.id == first and second is not None
+    child = client.push("reports", {}, depends_on=[second])
+    commit(client)
+    other = make_client()
+    pushed_meanwhile: list[int | None] = []
+
+    def push_another() -> None:
+        pushed_meanwhile.append(other.push("emails", {"n": "late"}))
+        commit(other)
+
+    result = CliRunner().invoke(
+        main,
+        ["queue", "cancel", "emails", "--dsn", dsn, "--namespace", namespace],
+        input=AnswerAfter("y\n", push_another),
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "Cancel 2 live job(s) of queue emails (1 running)" in result.output
+    assert result.output.endswith(
+        "Cancelled 3 jobs: the live jobs of queue emails and the jobs that waited for them.\n"
+    )
+    assert [client.result(job_id).state for job_id in (first, second, child)] == ["cancelled"] * 3
+    assert client.ack(running) is False
     assert live_job_ids(client, "emails") == [pushed_meanwhile[0]]
 
 

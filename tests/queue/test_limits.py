@@ -324,6 +324,11 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT count(*) FROM postkit_queue.job_lineage(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["job_lineage"]),
     ),
+    "limit-cancel_queue": Limit(
+        lambda ns, v: protocol.cancel_queue(ns, "q", created_before=None, limit=v),
+        "SELECT postkit_queue.cancel_queue(%(ns)s, 'q', p_limit => %(v)s)",
+        around(limits.LIMITS["cancel_queue"]),
+    ),
     "limit-waiting_children": Limit(
         lambda ns, v: protocol.waiting_children(ns, 1, v),
         "SELECT count(*) FROM postkit_queue.waiting_children(%(ns)s, 1, %(v)s)",

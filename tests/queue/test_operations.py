@@ -585,6 +585,48 @@ def test_cancelling_an_unknown_job_returns_false(queue: QueueClient, other_names
     assert elsewhere.get_job(foreign) is not None
 
 
+def test_cancel_queue_cancels_every_live_job_of_the_queue_and_what_waits_for_them(
+    queue: QueueClient,
+) -> None:
+    pushed(queue)
+    running = queue.pull(Q, worker_id="w")
+    assert running is not None
+    ready, later = pushed(queue), pushed(queue, delay=600)
+    waiting = pushed(queue, depends_on=[ready])
+    child_elsewhere = pushed(queue, "reports", depends_on=[later])
+    untouched = pushed(queue, "reports")
+
+    assert queue.cancel_queue(Q) == 5  # four of the queue's, and one descendant elsewhere
+
+    for job_id in (running.id, ready, later, waiting, child_elsewhere):
+        assert queue.result(job_id).state == "cancelled"
+    assert queue.ack(running) is False
+    assert queue.get_job(untouched) is not None
+    assert queue.cancel_queue(Q) == 0
+
+
+def test_cancel_queue_leaves_the_jobs_pushed_after_its_cutoff_and_stops_at_its_limit(
+    queue: QueueClient, shift_clock: Callable[[QueueClient, float], None]
+) -> None:
+    old = [pushed(queue) for _ in range(3)]
+    cutoff = queue.clock()
+    shift_clock(queue, 60)
+    new = pushed(queue)
+
+    assert queue.cancel_queue(Q, created_before=cutoff, limit=2) == 2
+    assert queue.cancel_queue(Q, created_before=cutoff, limit=2) == 1
+
+    assert [queue.result(job_id).state for job_id in old] == ["cancelled"] * 3
+    assert queue.result(new).state == "pending"
+
+
+def test_cancel_queue_checks_its_arguments_before_anything_is_sent(queue: QueueClient) -> None:
+    with pytest.raises(errors.InvalidLimitError):
+        queue.cancel_queue(Q, limit=0)
+    with pytest.raises(errors.InvalidNameError):
+        queue.cancel_queue("")
+
+
 @pytest.fixture
 def other_namespace(namespace: str) -> str:
     return f"{namespace}-other"

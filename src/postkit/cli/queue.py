@@ -300,6 +300,51 @@ def queue_configure(
     click.echo(render_fields(_describe_policy(policy)))
 
 
+@queue_group.command("cancel")
+@click.argument("queue")
+@yes_option
+@operation
+def queue_cancel(queue: str, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """Cancel every live job of QUEUE, whatever its state: pending, scheduled and waiting ones
+    never run, running ones are cancelled at once (their workers are told), and the jobs that
+    wait for any of them, in any queue, are cancelled too. Each is kept as cancelled for its
+    queue's retention (`postkit job ID`). `postkit queue purge` deletes only the pending and
+    scheduled ones instead. Asks first, unless --yes; a job pushed while the question waits is
+    not cancelled.
+
+    \b
+    Example:
+      postkit queue cancel exports
+      postkit queue cancel exports --yes --json
+    """
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue)
+        # One cutoff, by the queue's clock, as for purge: a job pushed while the prompt waits
+        # is not one the operator agreed to cancel.
+        cutoff = client.clock()
+        (stats,) = client.stats(queue)
+        live = stats.pending + stats.scheduled + stats.waiting + stats.running
+        connection.rollback()
+        cancelled = 0
+        if live:
+            confirm(
+                f"Cancel {live}{'+' if stats.counts_capped else ''} live job(s) of queue "
+                f"{queue} ({stats.running} running), and the jobs that wait for them?",
+                yes,
+            )
+            # A page at a time, each committed: a queue of millions holds no lock for long.
+            while done := client.cancel_queue(queue, created_before=cutoff):
+                connection.commit()
+                cancelled += done
+    if as_json:
+        echo_json({"queue": queue, "cancelled": cancelled})
+    else:
+        click.echo(
+            f"Cancelled {plural(cancelled, 'job')}: the live jobs of queue {queue} and the "
+            "jobs that waited for them."
+        )
+
+
 @queue_group.command("purge")
 @click.argument("queue")
 @yes_option

@@ -129,6 +129,26 @@ class AsyncOperations(AsyncCalls):
             )
         )
 
+    async def cancel_queue(
+        self, queue: str, *, created_before: datetime | None = None, limit: int = 10_000
+    ) -> int:
+        """Cancel the live jobs of ``queue``, whatever their state (pending, scheduled, waiting
+        or running), each as :meth:`cancel` does, with the jobs that wait for them in any
+        queue; with ``created_before``, only those pushed at or before it (by the queue's
+        clock, :meth:`clock`). At most ``limit`` of the queue's jobs per call: returns how
+        many jobs it cancelled, descendants included; call it again until it returns 0.
+        :meth:`purge_queue` deletes the pending and scheduled ones instead, and leaves the
+        running ones to their workers.
+
+        Raises:
+            PermissionDeniedError: the role lacks operator access.
+        """
+        return await self._run(
+            protocol.cancel_queue(
+                self._namespace, queue, created_before=created_before, limit=limit
+            )
+        )
+
     async def queues(self) -> list[str]:
         """The queues of this namespace, by name: those with pending, scheduled or running
         jobs, dead letters not yet retried, settings (configured or paused), or outcomes in the

@@ -279,6 +279,11 @@ SELECT postkit_queue.purge_dead_letters(
 -- name: cancel
 SELECT postkit_queue.cancel(%(namespace)s, %(job_id)s::bigint);
 
+-- name: cancel_queue
+SELECT postkit_queue.cancel_queue(
+    %(namespace)s, %(queue)s, %(created_before)s::pg_catalog.timestamptz,
+    %(limit)s::integer) AS cancelled;
+
 -- name: pause_queue
 SELECT postkit_queue.pause_queue(%(namespace)s, %(queue)s);
 

@@ -437,6 +437,20 @@ def cancel(namespace: str, job_id: int) -> Call[bool]:
     return Call("cancel", check.base(namespace, job_id=check.job_id(job_id)), read.scalar)
 
 
+def cancel_queue(
+    namespace: str, queue: str, *, created_before: datetime | None, limit: int
+) -> Call[int]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        created_before=None
+        if created_before is None
+        else check.time("created_before", created_before),
+        limit=check.limit("cancel_queue", limit),
+    )
+    return Call("cancel_queue", params, lambda rows: int(read.scalar(rows)))
+
+
 def set_queue_paused(namespace: str, queue: str, *, paused: bool) -> Call[bool]:
     params = check.base(namespace, queue=check.name("queue", queue, required=True))
     return Call("pause_queue" if paused else "resume_queue", params, read.scalar)

@@ -1037,19 +1037,67 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_job postkit_queue.jobs;
-    v_now timestamptz := postkit_queue.clock();
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_job_id);
     PERFORM postkit_queue.require_operator('cancel a job');
+    RETURN postkit_queue.cancel_job(p_namespace, p_job_id, postkit_queue.clock()) > 0;
+END
+$$;
+
+-- cancel_queue: cancel the live jobs of a queue (pending, scheduled, waiting or running), at
+-- most p_limit of them, each as cancel does, with their waiting descendants in any queue; with
+-- p_created_before only those pushed at or before it (a prompt's cutoff: a job pushed while
+-- the operator answers is not one they agreed to cancel). Returns how many jobs it cancelled,
+-- descendants included; call it again while it returns p_limit or more. One scan of the
+-- queue's jobs, then cancel_job's row lock for each: a job whose ack is in progress is
+-- waited for, and then is gone.
+CREATE OR REPLACE FUNCTION postkit_queue.cancel_queue(
+    p_namespace text, p_queue text, p_created_before timestamptz DEFAULT NULL,
+    p_limit integer DEFAULT 10000)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id        bigint;
+    v_now       timestamptz := postkit_queue.clock();
+    v_cancelled integer := 0;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_limit(p_limit, 100000);
+    PERFORM postkit_queue.require_operator('cancel the jobs of a queue');
+    FOR v_id IN
+        SELECT j.id FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.queue = p_queue
+          AND (p_created_before IS NULL OR j.created_at <= p_created_before)
+        LIMIT p_limit
+    LOOP
+        v_cancelled := v_cancelled + postkit_queue.cancel_job(p_namespace, v_id, v_now);
+    END LOOP;
+    RETURN v_cancelled;
+END
+$$;
+
+-- cancel_job: cancel's work, for cancel and cancel_queue (which check and require operator
+-- access first): how many jobs it cancelled, the job's waiting descendants included; 0 when
+-- no such live job exists (any more).
+CREATE OR REPLACE FUNCTION postkit_queue.cancel_job(
+    p_namespace text, p_job_id bigint, p_at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job postkit_queue.jobs;
+BEGIN
     -- Lock the row so a concurrent pull cannot claim it between the check and the delete.
     SELECT * INTO v_job FROM postkit_queue.jobs j
     WHERE j.namespace = p_namespace AND j.id = p_job_id
     FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN false;
+        RETURN 0;
     END IF;
     DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;
     IF v_job.state = 'running' THEN
@@ -1062,11 +1110,12 @@ BEGIN
     END IF;
     PERFORM postkit_queue.record_cancel(
         p_namespace, v_job.id, v_job.queue, v_job.payload, v_job.priority, v_job.attempts,
-        v_job.depends_on, v_job.created_at, 'cancelled', v_now);
+        v_job.depends_on, v_job.created_at, 'cancelled', p_at);
     IF v_job.has_children THEN
-        PERFORM postkit_queue.cancel_descendants(p_namespace, ARRAY[v_job.id], 'cancelled', v_now);
+        RETURN 1 + postkit_queue.cancel_descendants(
+            p_namespace, ARRAY[v_job.id], 'cancelled', p_at);
     END IF;
-    RETURN true;
+    RETURN 1;
 END
 $$;
 

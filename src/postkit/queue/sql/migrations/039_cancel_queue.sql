@@ -1,0 +1,3 @@
+-- Migration 39: cancel_queue cancels the live jobs of a queue, whatever their state (operations.sql),
+-- and runs on the Citus coordinator, as cancel does (citus.sql). No table changes.
+-- schema: 42744a1df5498546
