@@ -10,7 +10,8 @@ restarts it, and cancels 100 jobs drawn at random, whatever their state (each on
 100 pushed, most of them still waiting or running). Then it lets the workers drain, and
 checks the books:
 
-- none is stranded: nothing is left waiting, pending or running;
+- none is stranded: nothing is left waiting, pending or running, nor any edge of the
+  dependency graph;
 - every job ended exactly one way (completed, dead or cancelled), and the way the rules say,
   from its parents' ends: a job whose parent was dead-lettered or cancelled is cancelled, with
   the reason naming that parent ('parent 17 was dead-lettered'), or with 'cancelled' if the
@@ -303,6 +304,11 @@ class DagChaos:
 
         problems: list[str] = []
         assert self.live_jobs() == 0, "a job is stranded"
+        edges = self.db.value(
+            "SELECT count(*) FROM postkit_queue.job_dependencies WHERE namespace = %s",
+            (NAMESPACE,),
+        )
+        assert edges == 0, f"{edges} edges outlived their waiting children"
         early = [run for run in runs if run[2] != "1"]
         if early:
             problems.append(f"{len(early)} runs began before every parent completed: {early[:5]}")

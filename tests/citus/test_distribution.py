@@ -141,6 +141,7 @@ def test_the_tables_without_a_namespace_and_the_tenants_become_reference_tables(
 ON_THE_COORDINATOR = {
     "cancel",
     "cancel_queue",
+    "cancel_tree",
     "purge_queue",
     "purge_queue_before",
     "push",

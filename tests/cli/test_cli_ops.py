@@ -614,6 +614,42 @@ def test_cancel_cancels_a_running_job_and_refuses_a_dead_letter(
     commit(client)
 
 
+def test_cancel_tree_cancels_the_live_jobs_beneath_a_completed_root(
+    run: Run, client: QueueClient
+) -> None:
+    root = client.push("emails", {})
+    assert root is not None
+    children = [client.push("emails", {"n": n}, depends_on=[root]) for n in range(2)]
+    job = client.pull("emails", worker_id="w")
+    assert job is not None and job.id == root and client.ack(job)
+    running = client.pull("emails", worker_id="w")
+    commit(client)
+    assert running is not None
+
+    asked = ok(run("cancel", str(root), "--tree", input="y\n")).output
+    assert f"Cancel 2 live jobs of job {root}'s tree (1 running)?" in asked
+    assert asked.endswith(f"Cancelled 2 jobs of job {root}'s tree.\n")
+    assert [client.result(child).state for child in children] == ["cancelled"] * 2
+    finished = fails_cleanly(run("cancel", str(root), "--tree", "--yes"), code=1)
+    assert "no live job descends from it" in finished
+    commit(client)
+
+
+def test_cancel_tree_of_a_tree_with_nothing_live_says_so(run: Run, client: QueueClient) -> None:
+    client.configure_queue("emails", retain_results=3600)
+    root = client.push("emails", {})
+    job = client.pull("emails", worker_id="w")
+    assert job is not None and job.id == root and client.ack(job)
+    commit(client)
+
+    assert as_json(run("cancel", str(root), "--tree", "--json")) == {
+        "id": root,
+        "tree": True,
+        "cancelled": 0,
+    }
+    assert "Nothing to cancel" in ok(run("cancel", str(root), "--tree")).output
+
+
 # -------------------------------------------------------------------------------------------
 # queue configure
 # -------------------------------------------------------------------------------------------
@@ -868,7 +904,10 @@ def test_tick_reports_the_job_results_it_pruned(
 
     text = ok(run("tick", "--once")).output
 
-    assert "retention deleted 0 archived jobs, 0 dead letters and 1 job result" in text
+    assert (
+        "retention deleted 0 archived jobs, 0 dead letters, 1 job result, 0 cancelled jobs"
+        " and 0 ancestry links" in text
+    )
 
 
 # -------------------------------------------------------------------------------------------

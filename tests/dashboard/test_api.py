@@ -284,6 +284,26 @@ def test_a_job_shows_the_jobs_waiting_for_it(api: httpx.Client, q: QueueClient) 
     assert ok(api.get(f"jobs/{children[0]}"))["job"]["depends_on"] == [parent]
 
 
+def test_a_job_shows_its_tree_and_the_tree_is_cancelled_whole(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    root = q.push(Q, {"n": 1})
+    child = q.push(Q, {"n": 2}, depends_on=[root])
+    grandchild = q.push(Q, {"n": 3}, depends_on=[child])
+    alone = q.push(Q, {"n": 4})
+
+    tree = ok(api.get(f"jobs/{root}"))["tree"]
+    assert [(node["job_id"], node["depth"], node["state"]) for node in tree] == [
+        (root, 0, "pending"),
+        (child, 1, "waiting"),
+        (grandchild, 2, "waiting"),
+    ]
+    assert ok(api.get(f"jobs/{alone}"))["tree"] == []  # nothing descends from it
+
+    assert ok(api.post(f"jobs/{root}/cancel-tree", json={})) == {"job_id": root, "cancelled": 3}
+    assert {q.result(job_id).state for job_id in (root, child, grandchild)} == {"cancelled"}
+
+
 def test_a_running_job_past_its_claim_deadline_shows_its_claim_expired(
     api: httpx.Client, q: QueueClient
 ) -> None:

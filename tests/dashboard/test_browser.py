@@ -142,6 +142,51 @@ def test_an_operator_watches_inspects_redrives_and_pauses_in_a_real_browser(
             screenshot(browser, tmp_path, "limits")
 
 
+def tree_rows(driver: Any) -> list[tuple[str, str]]:
+    """The job page's tree: each line's depth and state."""
+    return [
+        (str(item.get_attribute("data-depth")), str(item.find_element(By.CLASS_NAME, "badge").text))
+        for item in driver.find_elements(By.CSS_SELECTOR, "#tree li")
+    ]
+
+
+def test_an_operator_sees_a_jobs_tree_and_cancels_it_in_a_real_browser(
+    browser: Any, serve_dashboard: ServeDashboard, dsn: str, namespace: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        q = QueueClient(connection.cursor(), namespace=namespace)
+        root = q.push("imports", {"file": "orders.csv"})
+        assert root is not None
+        parts = [q.push("imports", {"part": n}, depends_on=[root]) for n in range(2)]
+        total = q.push("reports", {"sum": True}, depends_on=parts)
+        job = q.pull("imports", worker_id="w1")
+        assert job is not None and job.id == root and q.ack(job)
+        running = q.pull("imports", worker_id="w1")
+        assert running is not None
+        with serve_dashboard(namespaces=(namespace,)) as http:
+            base = str(http.base_url).rstrip("/")
+            browser.get(f"{base}/#/ns/{namespace}/job/{root}")
+            wait_for(
+                browser,
+                lambda d: (
+                    tree_rows(d)
+                    == [("0", "unknown"), ("1", "running"), ("1", "pending"), ("2", "waiting")]
+                ),
+                "the root's tree, a generation to a line",
+            )
+            screenshot(browser, tmp_path, "job-tree")
+
+            click(browser, "#cancel-tree")
+            assert "Cancel the 3 live jobs of job" in confirm_modal(browser)
+            wait_for(
+                browser,
+                lambda d: "Cancelled 3 jobs" in d.find_element(By.ID, "action-result").text,
+                "the tree cancelled",
+            )
+            assert [q.result(job_id).state for job_id in (*parts, total)] == ["cancelled"] * 3
+            assert q.ack(running) is False
+
+
 def test_a_visitor_logs_in_with_the_form_and_the_token_stays_out_of_the_history(
     browser: Any, serve_dashboard: ServeDashboard, namespace: str, tmp_path: Path
 ) -> None:

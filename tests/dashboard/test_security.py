@@ -207,6 +207,7 @@ def test_read_only_refuses_every_action_and_changes_nothing(
             "queues/emails/pause",
             "queues/emails/purge",
             f"jobs/{job_id}/cancel",
+            f"jobs/{job_id}/cancel-tree",
             "dead-letters/redrive",
             "dead-letters/purge",
         ):

@@ -329,6 +329,16 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT postkit_queue.cancel_queue(%(ns)s, 'q', p_limit => %(v)s)",
         around(limits.LIMITS["cancel_queue"]),
     ),
+    "limit-cancel_tree": Limit(
+        lambda ns, v: protocol.cancel_tree(ns, 1, limit=v),
+        "SELECT postkit_queue.cancel_tree(%(ns)s, 1, %(v)s)",
+        around(limits.LIMITS["cancel_tree"]),
+    ),
+    "limit-job_tree": Limit(
+        lambda ns, v: protocol.job_tree(ns, 1, v),
+        "SELECT count(*) FROM postkit_queue.job_tree(%(ns)s, 1, %(v)s)",
+        around(limits.LIMITS["job_tree"]),
+    ),
     "limit-waiting_children": Limit(
         lambda ns, v: protocol.waiting_children(ns, 1, v),
         "SELECT count(*) FROM postkit_queue.waiting_children(%(ns)s, 1, %(v)s)",

@@ -396,14 +396,25 @@ def _paused(connection: psycopg.Connection[Any], client: QueueClient, queue: str
 
 @click.command()
 @click.argument("job_id", type=JOB_ID)
+@click.option(
+    "--tree",
+    is_flag=True,
+    help="Cancel every live job of JOB_ID's tree: the job and what descends from it through "
+    "depends_on, also past its descendants that completed (JOB_ID itself may have completed).",
+)
 @yes_option
 @operation
-def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
+def cancel(
+    job_id: int, tree: bool, yes: bool, namespace: str, dsn: str | None, as_json: bool
+) -> None:
     """Cancel the job JOB_ID, with the jobs that wait for it (their parent is cancelled): a
     pending, scheduled or waiting one never runs; a running one is cancelled at once (its
     worker's claim is stale from now on, so whatever its handler does is not settled, and it
     is never retried; its worker is notified and gives its slot back). `postkit job
     JOB_ID` shows it as cancelled for its queue's retention.
+
+    With --tree, cancel the live part of JOB_ID's tree instead: the jobs its completion
+    released run as any job, and --tree reaches them, and theirs, however deep.
 
     A dead letter is no longer a live job (redrive it with `postkit dlq redrive`, or leave it to
     retention). Shows the job and asks first, unless --yes.
@@ -412,7 +423,11 @@ def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
     Example:
       postkit cancel 42
       postkit cancel 42 --yes --json
+      postkit cancel 42 --tree
     """
+    if tree:
+        _cancel_tree(job_id, yes, namespace, dsn, as_json)
+        return
     with connect(dsn, namespace) as (connection, client):
         job = client.get_job(job_id)
         connection.rollback()
@@ -455,3 +470,37 @@ def cancel(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
         echo_json({"id": job_id, "queue": job.queue, "cancelled": True})
     else:
         click.echo(f"Cancelled job {job_id} of queue {job.queue}.")
+
+
+_LIVE = ("pending", "scheduled", "running", "waiting")
+
+
+def _cancel_tree(job_id: int, yes: bool, namespace: str, dsn: str | None, as_json: bool) -> None:
+    """`postkit cancel JOB_ID --tree`: count the tree's live jobs, ask, then cancel them a page
+    at a time, each page committed."""
+    with connect(dsn, namespace) as (connection, client):
+        jobs = client.job_tree(job_id, limit=limits.LIMITS["job_tree"].high)
+        connection.rollback()
+        if not jobs:
+            raise click.ClickException(
+                f"no job {job_id} in namespace {namespace!r}, and no live job descends from it: "
+                "never pushed, in another namespace, or its tree has finished"
+            )
+        live = [job for job in jobs if job.state in _LIVE]
+        cancelled = 0
+        if live:
+            running = sum(job.state == "running" for job in live)
+            confirm(
+                f"Cancel {plural(len(live), 'live job')} of job {job_id}'s tree "
+                f"({running} running)?",
+                yes,
+            )
+            while done := client.cancel_tree(job_id):
+                connection.commit()
+                cancelled += done
+    if as_json:
+        echo_json({"id": job_id, "tree": True, "cancelled": cancelled})
+    elif cancelled:
+        click.echo(f"Cancelled {plural(cancelled, 'job')} of job {job_id}'s tree.")
+    else:
+        click.echo(f"Nothing to cancel: no job of job {job_id}'s tree is live.")

@@ -39,11 +39,13 @@ def _report_round(result: RoundReport, *, as_json: bool, quiet_if_idle: bool) ->
             f"{stamp}  schedule {broken.name} is broken and no longer fires: "
             f"{printable(first_line(broken.reason))} (create it again to repair it)"
         )
-    if result.pruned.completed_jobs or result.pruned.dead_letters or result.pruned.results:
+    if any(result.pruned.batches):
         click.echo(
             f"{stamp}  retention deleted {plural(result.pruned.completed_jobs, 'archived job')},"
-            f" {plural(result.pruned.dead_letters, 'dead letter')}"
-            f" and {plural(result.pruned.results, 'job result')}"
+            f" {plural(result.pruned.dead_letters, 'dead letter')},"
+            f" {plural(result.pruned.results, 'job result')},"
+            f" {plural(result.pruned.cancelled, 'cancelled job')}"
+            f" and {plural(result.pruned.ancestry, 'ancestry link')}"
         )
     if not result.anything and not quiet_if_idle:
         click.echo(f"{stamp}  nothing to do: no expired claims, no due schedules, nothing to prune")

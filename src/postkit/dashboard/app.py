@@ -29,7 +29,8 @@ POST     /api/ns/{ns}/queues/{queue}/limits           {"concurrency": N, "rate":
                                                       is set (null: no limit), others kept
 POST     /api/ns/{ns}/queues/{queue}/purge            {"dry_run": true} counts; then
                                                       {"created_before": <its cutoff>}
-POST     /api/ns/{ns}/jobs/{id}/cancel                a pending or scheduled job
+POST     /api/ns/{ns}/jobs/{id}/cancel                a live job, with what waits for it
+POST     /api/ns/{ns}/jobs/{id}/cancel-tree           the live jobs of the job's tree
 POST     /api/ns/{ns}/jobs/{id}/redrive               a dead letter, as a new job
 POST     /api/ns/{ns}/dead-letters/redrive            {"job_ids": [...]} or the filters,
                                                       "dry_run"
@@ -166,6 +167,11 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route(
             "/api/ns/{ns}/jobs/{job_id:int}/cancel",
             endpoint(lambda r, b: source.cancel(ns(r), r.path_params["job_id"])),
+            methods=post,
+        ),
+        Route(
+            "/api/ns/{ns}/jobs/{job_id:int}/cancel-tree",
+            endpoint(lambda r, b: source.cancel_tree(ns(r), r.path_params["job_id"])),
             methods=post,
         ),
         Route(

@@ -44,6 +44,9 @@ STATS_CAP = 10_000
 COUNT_CAP = 10_000
 """Dead-letter counts (a page's total, a dry run's) stop here."""
 
+TREE_SIZE = 200
+"""How many jobs of a job's tree its page shows (the root and the nearest generations)."""
+
 SEARCH_SCAN = 2_000
 """How many dead letters one page of an error-text search reads."""
 
@@ -241,15 +244,17 @@ class DashboardSource:
     def job(self, namespace: str, job_id: int) -> dict[str, Any]:
         """One job, whole: payload, every attempt's error, its claim, its lineage (the dead
         letter it was redriven from, the job its dead letter became), the jobs waiting for it
-        (the first 100), and what became of it (``result``: a completed job's kept value, when
-        its queue keeps results)."""
+        (the first 100), its tree (what descends from it through depends_on, the first
+        ``TREE_SIZE`` jobs, when anything does), and what became of it (``result``: a
+        completed job's kept value, when its queue keeps results)."""
         with self.client(namespace) as q:
             now = q.clock()
             job = q.get_job(job_id)
             children = [] if job is None else q.waiting_children(job_id)
             lineage = q.job_lineage(job_id)
             result = q.result(job_id)
-        if job is None and not lineage and result.state == "unknown":
+            tree = q.job_tree(job_id, limit=TREE_SIZE + 1)
+        if job is None and not lineage and result.state == "unknown" and not tree:
             raise NotFound(
                 f"no job {job_id} in namespace {namespace!r} (a completed job leaves unless its "
                 "queue keeps results or completed jobs)"
@@ -265,6 +270,8 @@ class DashboardSource:
             "claim_expired": job is not None and job.claim_expired,
             "lineage": to_jsonable(lineage),
             "waiting_children": children,
+            "tree": to_jsonable(tree[:TREE_SIZE]) if len(tree) > 1 else [],
+            "tree_truncated": len(tree) > TREE_SIZE,
             "result": outcome,
         }
 
@@ -410,6 +417,16 @@ class DashboardSource:
     def cancel(self, namespace: str, job_id: int) -> dict[str, Any]:
         with self.client(namespace) as q:
             return {"job_id": job_id, "cancelled": q.cancel(job_id)}
+
+    def cancel_tree(self, namespace: str, job_id: int) -> dict[str, Any]:
+        """Cancel the live jobs of the job's tree, a page at a time, each page committed."""
+        cancelled = 0
+        while True:
+            with self.client(namespace) as q:
+                done = q.cancel_tree(job_id)
+            if not done:
+                return {"job_id": job_id, "cancelled": cancelled}
+            cancelled += done
 
     def redrive(
         self,

@@ -162,6 +162,8 @@ LIMITS: dict[str, Bounds] = {
     "job_lineage": Bounds(1, 1000),
     "waiting_children": Bounds(1, 10_000),
     "cancel_queue": Bounds(1, 100_000),
+    "job_tree": Bounds(1, 100_000),
+    "cancel_tree": Bounds(1, 100_000),
 }
 """The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan, the
 page's ``limit`` for stats_page) each SQL function accepts."""

@@ -129,6 +129,18 @@ class AsyncOperations(AsyncCalls):
             )
         )
 
+    async def cancel_tree(self, job_id: int, *, limit: int = 10_000) -> int:
+        """Cancel the live jobs of job ``job_id``'s tree (:meth:`job_tree`: the job and what
+        descends from it, through the completed jobs that released their children), each as
+        :meth:`cancel` does. At most ``limit`` jobs per call: returns how many it cancelled;
+        call it again until it returns 0. A child that an ack in progress releases while the
+        tree is walked is left: the next call reaches it.
+
+        Raises:
+            PermissionDeniedError: the role lacks operator access.
+        """
+        return await self._run(protocol.cancel_tree(self._namespace, job_id, limit=limit))
+
     async def cancel_queue(
         self, queue: str, *, created_before: datetime | None = None, limit: int = 10_000
     ) -> int:

@@ -19,16 +19,16 @@ from postkit.queue import limits, protocol
 from postkit.queue.calls import Calls
 from postkit.queue.listen import ResultListener
 from postkit.queue.protocol import Duration
-from postkit.queue.records import Job, JobResult
+from postkit.queue.records import Job, JobResult, TreeJob
 from postkit.queue.tracing import current_trace_context
 
 
 class Producer(Calls):
     """Push jobs and follow them: :meth:`push`, :meth:`push_batch`, :meth:`get_job`,
-    :meth:`result`, :meth:`wait_for_result`, :meth:`parent_results`, :meth:`waiting_children`.
-    A role needs the ``producer`` access kind (``postkit install --grant ROLE:producer``). Each
-    call is one statement in the caller's transaction: a push commits, or vanishes, with the
-    caller's own writes."""
+    :meth:`result`, :meth:`wait_for_result`, :meth:`parent_results`, :meth:`waiting_children`,
+    :meth:`job_tree`. A role needs the ``producer`` access kind (``postkit install --grant
+    ROLE:producer``). Each call is one statement in the caller's transaction: a push commits, or
+    vanishes, with the caller's own writes."""
 
     def push(
         self,
@@ -130,6 +130,17 @@ class Producer(Calls):
         finished: its ack releases them, and its dead letter or cancel cancels them; empty
         once it finished, or for an unknown job."""
         return self._run(protocol.waiting_children(self._namespace, job_id, limit))
+
+    def job_tree(self, job_id: int, *, limit: int = 1000) -> list[TreeJob]:
+        """Job ``job_id`` and what descends from it through ``depends_on`` (its children,
+        theirs, and so on), generation by generation, at most ``limit`` jobs: the root first
+        (depth 0), then each generation's live jobs and its completed ones, each in id order.
+        A descendant is listed while it is live, or completed with children of its own (kept
+        for its queue's ``retain_dead``): the tree goes on through it to the jobs it
+        released. A branch ends at a job that completed without children, and at one
+        dead-lettered or cancelled (its waiting descendants were cancelled with it). Empty
+        when the job is unknown and nothing descends from it."""
+        return self._run(protocol.job_tree(self._namespace, job_id, limit))
 
     def push_batch(
         self,

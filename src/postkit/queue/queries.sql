@@ -108,6 +108,10 @@ FROM postkit_queue.parent_results(%(namespace)s, %(job_id)s::bigint) AS r;
 SELECT c.child_id
 FROM postkit_queue.waiting_children(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS c;
 
+-- name: job_tree
+SELECT t.job_id, t.depth, t.queue, t.state, t.depends_on
+FROM postkit_queue.job_tree(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS t;
+
 -- name: dead_letters
 SELECT d.namespace, d.job_id, d.queue, d.payload::pg_catalog.text AS payload, d.priority, d.attempts,
        d.max_attempts, d.unique_key, d.worker_id, d.reason, d.error, d.errors::pg_catalog.text AS errors,
@@ -279,6 +283,9 @@ SELECT postkit_queue.purge_dead_letters(
 -- name: cancel
 SELECT postkit_queue.cancel(%(namespace)s, %(job_id)s::bigint);
 
+-- name: cancel_tree
+SELECT postkit_queue.cancel_tree(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS cancelled;
+
 -- name: cancel_queue
 SELECT postkit_queue.cancel_queue(
     %(namespace)s, %(queue)s, %(created_before)s::pg_catalog.timestamptz,
@@ -294,7 +301,7 @@ SELECT postkit_queue.resume_queue(%(namespace)s, %(queue)s);
 SELECT postkit_queue.purge_queue(%(namespace)s, %(queue)s) AS purged;
 
 -- name: prune
-SELECT p.completed_jobs, p.dead_letters, p.stats_rows, p.results, p.cancelled
+SELECT p.completed_jobs, p.dead_letters, p.stats_rows, p.results, p.cancelled, p.ancestry
 FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
 
 -- name: save_schedule

@@ -83,9 +83,9 @@ class Runtime(Calls):
         return self._run(protocol.known_queues(self._namespace))
 
     def prune(self, *, limit: int = 1000) -> Pruned:
-        """Apply retention once: delete up to ``limit`` expired archived jobs, up to ``limit``
-        dead letters and up to ``limit`` job results, and old outcome counters. The worker
-        runtime's prune service and ``postkit tick`` call this."""
+        """Apply retention once: delete up to ``limit`` of each kind of expired record (archived
+        jobs, dead letters, job results, cancelled jobs, ancestry links) and the old outcome
+        counters. The worker runtime's prune service and ``postkit tick`` call this."""
         return self._run(protocol.prune(self._namespace, limit=limit))
 
     def next_schedule_at(self) -> NextDue:

@@ -507,12 +507,11 @@ class Worker:
                 fired.next_run_at.isoformat(),
                 extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
             )
-        if done.pruned.completed_jobs or done.pruned.dead_letters or done.pruned.results:
+        if any(done.pruned.batches):
             logger.info(
-                "retention pruned %d archived job(s), %d dead letter(s) and %d job result(s)",
-                done.pruned.completed_jobs,
-                done.pruned.dead_letters,
-                done.pruned.results,
+                "retention pruned %d archived job(s), %d dead letter(s), %d job result(s), "
+                "%d cancelled job(s) and %d ancestry link(s)",
+                *done.pruned.batches,
                 extra={"event": "pruned"},
             )
 

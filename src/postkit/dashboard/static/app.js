@@ -413,7 +413,28 @@ async function viewJob(main, jobId) {
       : link("#" + step.job_id, nsHash("/job/" + step.job_id)),
     " ", step.state || "finished",
     step.redriven_job_id ? ` → redriven as #${step.redriven_job_id} at ${fmtTime(step.redriven_at)}` : ""));
+  // The tree: the job and what descends from it, one line per job, indented by generation.
+  const tree = data.tree || [];
+  const liveStates = ["pending", "scheduled", "waiting", "running"];
+  const liveInTree = tree.filter((node) => liveStates.includes(node.state));
+  const treeItems = tree.map((node) => {
+    const item = h("li", { "data-job": node.job_id, "data-depth": node.depth },
+      node.job_id === jobId ? h("strong", {}, "#" + node.job_id + " (this job)")
+        : link("#" + node.job_id, nsHash("/job/" + node.job_id)),
+      " ", badge(node.state, "state"), node.queue ? ` ${node.queue}` : "");
+    // Through the CSSOM: the policy (style-src 'self') refuses a style attribute.
+    item.style.marginLeft = `${node.depth * 1.5}em`;
+    return item;
+  });
   const buttons = [];
+  if (liveInTree.length > 1 || (liveInTree.length === 1 && liveInTree[0].job_id !== jobId)) {
+    buttons.push(actionButton("Cancel tree…", async () => {
+      const running = liveInTree.filter((node) => node.state === "running").length;
+      if (!(await confirmDialog(`Cancel the ${liveInTree.length}${data.tree_truncated ? "+" : ""} live jobs of job ${jobId}'s tree (${running} running)?`))) return;
+      const result = await api(nsPath("/jobs/" + jobId + "/cancel-tree"), {});
+      showActionResult(`Cancelled ${fmtNumber(result.cancelled)} jobs.`);
+    }, { class: "danger", id: "cancel-tree" }));
+  }
   if (job && ["pending", "scheduled", "waiting", "running"].includes(job.state)) {
     buttons.push(actionButton("Cancel job", async () => {
       const running = job.state === "running" ? " Its worker's claim ends now, and whatever its handler does is not settled." : "";
@@ -451,7 +472,13 @@ async function viewJob(main, jobId) {
         h("td", { class: "mono" }, e.worker_id || ""), h("td", {}, fmtTime(e.at)))), { id: "errors" })
       : h("p", { class: "muted" }, "No failed attempts."),
     h("h2", {}, "Lineage"),
-    lineage.length ? h("ul", { id: "lineage" }, lineage) : h("p", { class: "muted" }, "Not redriven."));
+    lineage.length ? h("ul", { id: "lineage" }, lineage) : h("p", { class: "muted" }, "Not redriven."),
+    tree.length ? [
+      h("h2", {}, "Tree"),
+      h("p", { class: "muted" }, "The jobs that descend from it through depends_on, generation by generation: live ones, and completed ones the tree goes on through."),
+      h("ul", { id: "tree", class: "tree" }, treeItems),
+      data.tree_truncated ? h("p", { class: "muted" }, `The first ${tree.length} jobs.`) : null,
+    ] : null);
 }
 
 function deadFilters(params) {

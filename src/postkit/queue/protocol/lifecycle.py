@@ -14,7 +14,7 @@ from postkit.queue.protocol import checks as check
 from postkit.queue.protocol import readers as read
 from postkit.queue.protocol.call import Call, Duration, JobRef, Rows
 from postkit.queue.protocol.readers import NextDue
-from postkit.queue.records import Job, JobResult, NackOutcome
+from postkit.queue.records import Job, JobResult, NackOutcome, TreeJob
 
 
 def push(
@@ -81,6 +81,17 @@ def waiting_children(namespace: str, job_id: int, limit: int) -> Call[list[int]]
         limit=check.limit("waiting_children", limit),
     )
     return Call("waiting_children", params, lambda rows: [row["child_id"] for row in rows])
+
+
+def job_tree(namespace: str, job_id: int, limit: int) -> Call[list[TreeJob]]:
+    """Job ``job_id`` and what descends from it, generation by generation, at most ``limit``
+    jobs."""
+    params = check.base(
+        namespace,
+        job_id=check.job_id(job_id),
+        limit=check.limit("job_tree", limit),
+    )
+    return Call("job_tree", params, read.tree_jobs)
 
 
 def pull(

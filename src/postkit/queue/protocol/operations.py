@@ -437,6 +437,13 @@ def cancel(namespace: str, job_id: int) -> Call[bool]:
     return Call("cancel", check.base(namespace, job_id=check.job_id(job_id)), read.scalar)
 
 
+def cancel_tree(namespace: str, job_id: int, *, limit: int) -> Call[int]:
+    params = check.base(
+        namespace, job_id=check.job_id(job_id), limit=check.limit("cancel_tree", limit)
+    )
+    return Call("cancel_tree", params, lambda rows: int(read.scalar(rows)))
+
+
 def cancel_queue(
     namespace: str, queue: str, *, created_before: datetime | None, limit: int
 ) -> Call[int]:

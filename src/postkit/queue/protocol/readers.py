@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postkit.queue.protocol.call import Rows
-from postkit.queue.records import DeadLetter, Job, JobResult, Schedule
+from postkit.queue.records import DeadLetter, Job, JobResult, Schedule, TreeJob
 
 # A run of digits long enough to hold a fraction past the largest float (about 1.8e308).
 _LONG_DIGITS = re.compile(r"[0-9]{309}")
@@ -141,6 +141,19 @@ def job_result(rows: Rows) -> JobResult:
         redriven_job_id=row["redriven_job_id"],
         value_error=value_error,
     )
+
+
+def tree_jobs(rows: Rows) -> list[TreeJob]:
+    return [
+        TreeJob(
+            job_id=row["job_id"],
+            depth=row["depth"],
+            queue=row["queue"],
+            state=row["state"],
+            depends_on=tuple(row["depends_on"] or ()),
+        )
+        for row in rows
+    ]
 
 
 def parent_results(rows: Rows) -> dict[int, Any]:

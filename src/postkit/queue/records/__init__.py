@@ -23,6 +23,7 @@ from postkit.queue.records.jobs import (
     JobState,
     NackOutcome,
     Outcome,
+    TreeJob,
 )
 from postkit.queue.records.mapping import (
     to_jsonable,
@@ -68,6 +69,7 @@ __all__ = [
     "RunningJob",
     "Schedule",
     "ScheduleRun",
+    "TreeJob",
     "WorkerInfo",
     "to_jsonable",
 ]

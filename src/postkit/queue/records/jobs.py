@@ -30,8 +30,8 @@ class JobState(str, enum.Enum):
     """Pushed with parents (``depends_on``) that have not all completed: never claimed until
     the last one's ack makes it pending."""
     CANCELLED = "cancelled"
-    """Cancelled before it ran: by an operator, or because a parent was dead-lettered,
-    cancelled or purged (``JobResult.reason`` says which)."""
+    """Cancelled before it completed (pending, waiting or running): by an operator, or because
+    a parent was dead-lettered, cancelled or purged (``JobResult.reason`` says which)."""
 
 
 class Outcome(str, enum.Enum):
@@ -166,7 +166,7 @@ class JobResult(_RecordMapping):
     - 'completed': ``value`` is what its handler returned (None when it returned None, or when
       its queue keeps completed jobs but no results, or the value could not be kept);
     - 'dead': dead-lettered, with the dead letter's ``error`` and ``reason``;
-    - 'cancelled': cancelled before it ran, with ``reason``: 'cancelled' (by an operator) or
+    - 'cancelled': cancelled before it completed, with ``reason``: 'cancelled' (by an operator) or
       'parent 17 was dead-lettered' (or cancelled, or purged);
     - 'unknown': nothing is known: never pushed (or in another namespace), completed in a queue
       that keeps neither results nor completed jobs, purged, or its record pruned.
@@ -201,6 +201,24 @@ class JobResult(_RecordMapping):
         """The job completed, was dead-lettered or was cancelled: its result will not change
         (but for a redrive, whose new job has a result of its own)."""
         return self.state in ("completed", JobState.DEAD.value, JobState.CANCELLED.value)
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class TreeJob(_RecordMapping):
+    """One job of a job's tree (``QueueClient.job_tree``): the root, or a job that descends from
+    it through ``depends_on``."""
+
+    job_id: int
+    depth: int
+    """0 for the root, 1 for its children, and so on (a job two paths reach: the nearer)."""
+    queue: str | None
+    """None when the state is 'unknown' (the root only)."""
+    state: str
+    """'pending', 'scheduled', 'running' or 'waiting' while it is live; 'completed' for a job
+    that completed and had children (the tree goes on through it); the root's may also be
+    'dead', 'cancelled' or 'unknown', as :class:`JobResult` says them."""
+    depends_on: tuple[int, ...]
+    """Its parents (empty for a root pushed without any, or one no longer known)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=True)

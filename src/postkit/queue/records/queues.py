@@ -139,3 +139,12 @@ class Pruned(_RecordMapping):
     """Job results whose retention (the queue's retain_results) ran out."""
     cancelled: int = 0
     """Cancelled jobs whose retention (the queue's retain_dead) ran out."""
+    ancestry: int = 0
+    """Links from completed jobs to their parents (``QueueClient.job_tree`` walks through them)
+    whose retention (the queue's retain_dead) ran out."""
+
+    @property
+    def batches(self) -> tuple[int, int, int, int, int]:
+        """What each bounded batch deleted (every kind but the outcome counters): one at the
+        call's limit means more may be due."""
+        return (self.completed_jobs, self.dead_letters, self.results, self.cancelled, self.ancestry)

@@ -32,7 +32,7 @@ class Prune(Service):
         pruned = client.prune(limit=self.limit)
         report.pruned = pruned
         client.prune_workers()  # a day after a lost worker's last heartbeat
-        full = max(pruned.completed_jobs, pruned.dead_letters, pruned.results) >= self.limit
+        full = max(pruned.batches) >= self.limit
         return 0.0 if full else self.next_wait()
 
 

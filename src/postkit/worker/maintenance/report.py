@@ -25,20 +25,13 @@ class RoundReport:
     """Schedule runs fired (:class:`~postkit.worker.maintenance.schedules.Schedules`)."""
     broken: list[BrokenSchedule] = field(default_factory=list)
     """Due schedules marked broken instead of firing."""
-    pruned: Pruned = field(default_factory=lambda: Pruned(0, 0, 0, 0))
+    pruned: Pruned = field(default_factory=lambda: Pruned(0, 0, 0))
     """What retention deleted (:class:`~postkit.worker.maintenance.prune.Prune`)."""
 
     @property
     def anything(self) -> bool:
         """Whether the round did anything worth a line."""
-        return bool(
-            self.rescued
-            or self.fired
-            or self.broken
-            or self.pruned.completed_jobs
-            or self.pruned.dead_letters
-            or self.pruned.results
-        )
+        return bool(self.rescued or self.fired or self.broken or any(self.pruned.batches))
 
 
 __all__ = ["RoundReport"]

@@ -371,6 +371,10 @@ BEGIN
     v_now := postkit_queue.clock();
     IF v_job.has_children THEN
         PERFORM postkit_queue.release_children(p_namespace, ARRAY[v_job.id], v_now);
+        IF v_job.depends_on IS NOT NULL THEN
+            PERFORM postkit_queue.keep_ancestry(
+                p_namespace, v_job.id, v_job.queue, v_job.depends_on, v_now);
+        END IF;
     END IF;
     IF postkit_queue.keeps_completed(p_namespace, v_job.queue)
        AND postkit_queue.keep_completed(
@@ -447,6 +451,10 @@ BEGIN
         v_attempts[cardinality(v_attempts) + 1] := v_job.attempts;
         IF v_job.has_children THEN
             v_parents[cardinality(v_parents) + 1] := v_job.id;
+            IF v_job.depends_on IS NOT NULL THEN
+                PERFORM postkit_queue.keep_ancestry(
+                    p_namespace, v_job.id, v_job.queue, v_job.depends_on, v_now);
+            END IF;
         END IF;
         -- Whether the job's queue keeps anything, asked once per queue of the batch.
         IF v_job.queue IS DISTINCT FROM v_queue THEN

@@ -1100,6 +1100,9 @@ BEGIN
         RETURN 0;
     END IF;
     DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;
+    IF v_job.state = 'waiting' THEN
+        PERFORM postkit_queue.drop_edges(p_namespace, v_job.id, v_job.depends_on);
+    END IF;
     IF v_job.state = 'running' THEN
         PERFORM postkit_queue.notify(p_namespace, v_job.queue);
         -- Its worker listens on the queue's channel: 'cancelled <id>' tells it to look at the
@@ -1353,13 +1356,13 @@ END
 $$;
 
 -- prune: retention, in bounded batches so no single call holds locks for long. Deletes up to
--- p_limit archived completed jobs, up to p_limit dead letters, up to p_limit job results and
--- up to p_limit cancelled jobs whose retention ran out, and outcome counters older than two
--- hours. The worker runtime's prune service and postkit tick call it. Returns how many rows of
+-- p_limit archived completed jobs, up to p_limit dead letters, up to p_limit job results, up
+-- to p_limit cancelled jobs and up to p_limit ancestry rows (job_ancestry) whose retention ran
+-- out, and outcome counters older than two hours. The worker runtime's prune service and postkit tick call it. Returns how many rows of
 -- each kind it deleted.
 CREATE OR REPLACE FUNCTION postkit_queue.prune(p_namespace text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint, results bigint,
-               cancelled bigint)
+               cancelled bigint, ancestry bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1426,6 +1429,18 @@ BEGIN
     DELETE FROM postkit_queue.cancelled_jobs c
     WHERE c.namespace = p_namespace AND c.job_id = ANY (v_batch);
     GET DIAGNOSTICS cancelled = ROW_COUNT;
+    v_batch := '{}';
+    FOR v_job_id IN
+        SELECT e.job_id FROM postkit_queue.job_ancestry e
+        WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
+    LOOP
+        v_batch := v_batch || v_job_id;
+    END LOOP;
+    DELETE FROM postkit_queue.job_ancestry a
+    WHERE a.namespace = p_namespace AND a.job_id = ANY (v_batch);
+    GET DIAGNOSTICS ancestry = ROW_COUNT;
     DELETE FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute < v_now - interval '2 hours';
     GET DIAGNOSTICS stats_rows = ROW_COUNT;

@@ -516,9 +516,9 @@ DECLARE
 BEGIN
     PERFORM postkit_queue.refuse_roles_on_citus('turn on tenant isolation');
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
-                                   'job_dependencies', 'cancelled_jobs', 'queue_stats',
-                                   'queue_settings', 'flow_state', 'schedules', 'workers',
-                                   'wakeups'] LOOP
+                                   'job_dependencies', 'job_ancestry', 'cancelled_jobs',
+                                   'queue_stats', 'queue_settings', 'flow_state', 'schedules',
+                                   'workers', 'wakeups'] LOOP
         v_policy := postkit_queue.tenant_policy(v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
@@ -541,7 +541,7 @@ WITH listed (name, access) AS (VALUES
     ('clock', 'producer'), ('schema_version', 'producer'), ('known_queues', 'producer'),
     ('job_result', 'producer'), ('results_channel', 'producer'),
     ('dependency_problem', 'producer'), ('parent_results', 'producer'),
-    ('waiting_children', 'producer'),
+    ('waiting_children', 'producer'), ('job_tree', 'producer'),
     -- Workers claim, settle and keep the queue moving (timeouts, schedules, retention).
     ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
     ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),
@@ -560,6 +560,7 @@ WITH listed (name, access) AS (VALUES
     ('outcomes_since', 'operator'), ('set_paused', 'operator'), ('pause_queue', 'operator'),
     ('resume_queue', 'operator'), ('purge_queue', 'operator'),
     ('purge_queue_before', 'operator'), ('cancel', 'operator'), ('cancel_queue', 'operator'),
+    ('cancel_tree', 'operator'),
     ('redrive', 'operator'),
     ('purge_dead_letters', 'operator'), ('purge_dead_letters_before', 'operator'),
     ('save_schedule', 'operator'), ('schedules', 'operator'),

@@ -110,10 +110,12 @@ CREATE INDEX jobs_group_running_idx ON postkit_queue.jobs (namespace, queue, gro
 CREATE INDEX jobs_waiting_idx ON postkit_queue.jobs (namespace, queue, id)
     WHERE waiting_on IS NOT NULL;
 
--- The edges of the dependency graph whose parent has not finished: one row per (parent,
--- waiting child), written by the child's push, deleted when the parent completes (its child's
--- waiting_on goes down by one), is dead-lettered or cancelled (its children are cancelled).
--- Serves release_children and cancel_descendants: one range scan per finished parent.
+-- The edges of the dependency graph into the waiting jobs: one row per (parent, waiting
+-- child), written by the child's push, kept while the child waits (whether its parent is live
+-- or completed, so that job_tree finds a waiting child from either), and deleted when the child
+-- stops waiting: made pending by its last parent's ack, or cancelled. Serves release_children,
+-- cancel_descendants and job_tree: one range scan per parent; and the deletes of a child's
+-- edges: one probe per parent (the child's depends_on names them).
 CREATE TABLE postkit_queue.job_dependencies (
     namespace text   NOT NULL,
     parent_id bigint NOT NULL,
@@ -121,9 +123,35 @@ CREATE TABLE postkit_queue.job_dependencies (
     PRIMARY KEY (namespace, parent_id, child_id)
 );
 
--- Jobs cancelled before they ran: by an operator (cancel), or because a parent was
--- dead-lettered or cancelled (reason says which). Kept for the queue's retain_dead, as dead
--- letters are, so that job_result can say 'cancelled' and why.
+-- The completed jobs that had children, each with its parents (depends_on), kept for its
+-- queue's retain_dead: a completed job leaves the jobs table, and with it the link from its
+-- parents to the children it released, which job_tree follows down from a root through it. A
+-- job without parents needs no row (a walk starts at it), nor one without children (a walk
+-- ends at it). Written by the ack that completes the job (keep_ancestry).
+CREATE TABLE postkit_queue.job_ancestry (
+    namespace  text        NOT NULL,
+    job_id     bigint      NOT NULL,
+    queue      text        NOT NULL,
+    depends_on bigint[]    NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (namespace, job_id)
+);
+
+-- Serve job_tree's walk down a dependency tree: the jobs, released (pending or running) or
+-- completed with children, whose parents include one of a generation's (a waiting one is found
+-- by its edges, job_dependencies). Partial on the jobs table: a job without parents, the usual
+-- kind, never enters it and costs it no write, nor does a waiting one, whose row each parent's
+-- ack updates (a fan-in child of 10,000 parents would be indexed again at each of them).
+CREATE INDEX job_ancestry_depends_on_idx ON postkit_queue.job_ancestry USING gin (depends_on);
+CREATE INDEX jobs_depends_on_idx ON postkit_queue.jobs USING gin (depends_on)
+    WHERE depends_on IS NOT NULL AND waiting_on IS NULL;
+
+-- Serves prune(): the ancestry of a namespace whose retention ran out.
+CREATE INDEX job_ancestry_expires_at_idx ON postkit_queue.job_ancestry (namespace, expires_at);
+
+-- Jobs cancelled before they completed: by an operator (cancel, cancel_queue, cancel_tree),
+-- or because a parent was dead-lettered or cancelled (reason says which). Kept for the queue's
+-- retain_dead, as dead letters are, so that job_result can say 'cancelled' and why.
 CREATE TABLE postkit_queue.cancelled_jobs (
     namespace    text        NOT NULL,
     job_id       bigint      NOT NULL,

@@ -14,8 +14,8 @@
 --   dead       dead-lettered: in postkit_queue.dead_letters, not in the jobs table
 --   waiting    pushed with parents (depends_on) not all completed yet: never claimed, never
 --              counted as ready, until the last parent's ack makes it pending (dependencies.sql)
---   cancelled  cancelled before it ran, or because a parent was dead-lettered or cancelled: in
---              postkit_queue.cancelled_jobs, not in the jobs table
+--   cancelled  cancelled before it completed (by an operator), or because a parent was
+--              dead-lettered or cancelled: in postkit_queue.cancelled_jobs, not in the jobs table
 -- The jobs table stores pending, running and waiting (a scheduled job is a pending row with a
 -- future run_at); listings and get_job report all six. Version 31 added waiting and cancelled,
 -- last (ALTER TYPE ... ADD VALUE appends).
