@@ -170,6 +170,12 @@ class InvalidProgressError(ValidationError):
     most 200 characters."""
 
 
+class WorkflowStepError(ValidationError):
+    """A workflow step cannot be recorded at this position: a step is recorded there already
+    (a replay met a step it should have found, or two transactions of one claim raced), the
+    step before it is not, or the position is out of range (0 to 99,999)."""
+
+
 class InvalidScheduleError(ValidationError):
     """A schedule's cron expression, time zone or interval is invalid."""
 
@@ -229,6 +235,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ18": FlowControlIsolationError,
     "PKQ19": InvalidDependencyError,
     "PKQ20": InvalidProgressError,
+    "PKQ21": WorkflowStepError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -307,5 +314,6 @@ __all__ = [
     "SchemaMismatchError",
     "SchemaNotInstalledError",
     "ValidationError",
+    "WorkflowStepError",
     "translate_error",
 ]

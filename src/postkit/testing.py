@@ -45,6 +45,7 @@ from postkit.queue import Job, NackOutcome, QueueClient, install, protocol
 from postkit.tasks import App
 from postkit.worker import Handlers
 from postkit.worker.outcomes import settlement_of
+from postkit.worker.workflow import WorkflowContext
 
 DSN_VARIABLE = "POSTKIT_TEST_DSN"
 """The environment variable that names the server to test on (beside ``--postkit-dsn``)."""
@@ -102,10 +103,12 @@ def drain(
     Each job is claimed with ``pull`` and settled as the worker settles it: a return acks it
     (with the returned value as its result, when that can be one), and an exception becomes a
     dead letter or a retry by the worker's own rule
-    (:func:`postkit.worker.outcomes.settlement_of`); a payload Python cannot decode is failed.
-    A transactional handler gets the client's cursor, inside a savepoint that rolls back when
-    it raises. An ``async def`` handler runs with ``asyncio.run`` (so drain cannot be called
-    from a running event loop). Handler timeouts are not enforced.
+    (:func:`postkit.worker.outcomes.settlement_of`); a payload Python cannot decode is failed. A
+    transactional handler gets the client's cursor, inside a savepoint that rolls back when it
+    raises; a workflow records its steps in the client's transaction, each transactional step in
+    a savepoint of its own, and replays them on a retry as a worker does. An ``async def``
+    handler runs with ``asyncio.run`` (so drain cannot be called from a running event loop).
+    Handler timeouts are not enforced.
 
     A retry's backoff, and a job pushed with a delay, are not waited for: when no job is ready,
     drain moves the queue's clock (the session's ``postkit_queue.clock_offset``) to the next
@@ -182,6 +185,8 @@ def _run(client: QueueClient, job: Job, spec: Any, record: DrainedJob) -> None:
                 cursor.execute("ROLLBACK TO SAVEPOINT postkit_drain")
                 raise
             cursor.execute("RELEASE SAVEPOINT postkit_drain")
+        elif spec.workflow:
+            value = spec.function(job, _workflow_context(client, job))
         elif spec.is_async:
             value = asyncio.run(spec.function(job))
         else:
@@ -205,6 +210,29 @@ def _run(client: QueueClient, job: Job, spec: Any, record: DrainedJob) -> None:
         result = None
     record.result = value
     record.state = "completed" if client.ack(job, result=result) else "stale"
+
+
+def _workflow_context(client: QueueClient, job: Job) -> WorkflowContext:
+    """A workflow run's context in the client's transaction: each step's checkpoint on the
+    client's cursor, each transactional step in a savepoint that rolls back when it raises."""
+
+    @contextlib.contextmanager
+    def savepoint() -> Iterator[Any]:
+        cursor = client.cursor
+        cursor.execute("SAVEPOINT postkit_drain_step")
+        try:
+            yield cursor
+        except BaseException:
+            cursor.execute("ROLLBACK TO SAVEPOINT postkit_drain_step")
+            raise
+        cursor.execute("RELEASE SAVEPOINT postkit_drain_step")
+
+    return WorkflowContext(
+        job,
+        recorded=client.workflow_steps(job.id),
+        record=lambda position, name, result: client.record_step(job, position, name, result),
+        transaction=savepoint,
+    )
 
 
 def _move_clock_to_next(client: QueueClient, queues: list[str]) -> bool:

@@ -905,8 +905,8 @@ def test_tick_reports_the_job_results_it_pruned(
     text = ok(run("tick", "--once")).output
 
     assert (
-        "retention deleted 0 archived jobs, 0 dead letters, 1 job result, 0 cancelled jobs"
-        " and 0 ancestry links" in text
+        "retention deleted 0 archived jobs, 0 dead letters, 1 job result, 0 cancelled jobs,"
+        " 0 ancestry links and 0 workflow steps" in text
     )
 
 

@@ -44,8 +44,9 @@ def _report_round(result: RoundReport, *, as_json: bool, quiet_if_idle: bool) ->
             f"{stamp}  retention deleted {plural(result.pruned.completed_jobs, 'archived job')},"
             f" {plural(result.pruned.dead_letters, 'dead letter')},"
             f" {plural(result.pruned.results, 'job result')},"
-            f" {plural(result.pruned.cancelled, 'cancelled job')}"
-            f" and {plural(result.pruned.ancestry, 'ancestry link')}"
+            f" {plural(result.pruned.cancelled, 'cancelled job')},"
+            f" {plural(result.pruned.ancestry, 'ancestry link')}"
+            f" and {plural(result.pruned.steps, 'workflow step')}"
         )
     if not result.anything and not quiet_if_idle:
         click.echo(f"{stamp}  nothing to do: no expired claims, no due schedules, nothing to prune")

@@ -362,6 +362,42 @@ class AsyncConsumer(AsyncCalls):
             )
         )
 
+    async def record_step(
+        self,
+        job: JobRef,
+        position: int,
+        name: str,
+        result: Any = None,
+        *,
+        claim_token: Any = None,
+    ) -> bool:
+        """Record step ``position`` (0, 1, 2... in order) of the workflow run ``job``, named
+        ``name``, with the step's ``result`` (None: none; a JSON value, by the rules of a job's
+        result), in the caller's transaction, fenced by the claim as an ack is. A step whose
+        database writes share this transaction commits exactly once: with its checkpoint, or
+        not at all. ``workflow_steps`` reads them back; ``postkit.tasks`` workflows call this
+        for you.
+
+        Returns:
+            True if it was recorded; False, with nothing recorded, when the caller no longer
+            holds the claim: roll the transaction back, so that the step's writes go too.
+
+        Raises:
+            WorkflowStepError: a step is recorded at ``position`` already, or none at the
+                position before it (the SQL module raises it: the transaction is aborted).
+            InvalidResultError: ``result`` cannot be a result; nothing is sent.
+        """
+        return await self._run(
+            protocol.record_step(
+                self._namespace,
+                job,
+                claim_token=self._token(job, claim_token),
+                position=position,
+                name=name,
+                result=result,
+            )
+        )
+
     async def release(
         self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None
     ) -> bool:

@@ -130,6 +130,9 @@ PROGRESS_NOTE_CHARS = 200
 MAX_PARENTS = 10_000
 """At most this many parents per job (``push(depends_on=...)``; the SQL module's
 ``max_parents()``)."""
+MAX_STEPS = 100_000
+"""The most steps one workflow run may record (the SQL module's ``max_steps()``): its positions
+are 0 to MAX_STEPS - 1."""
 WORKER_PID = Bounds(1, 2**31 - 1)
 """A registered worker's process id."""
 WORKER_CONCURRENCY = Bounds(0, 100_000)

@@ -19,16 +19,16 @@ from postkit.queue import limits, protocol
 from postkit.queue.calls import Calls
 from postkit.queue.listen import ResultListener
 from postkit.queue.protocol import Duration
-from postkit.queue.records import Job, JobResult, TreeJob
+from postkit.queue.records import Job, JobResult, TreeJob, WorkflowStep
 from postkit.queue.tracing import current_trace_context
 
 
 class Producer(Calls):
     """Push jobs and follow them: :meth:`push`, :meth:`push_batch`, :meth:`get_job`,
     :meth:`result`, :meth:`wait_for_result`, :meth:`parent_results`, :meth:`waiting_children`,
-    :meth:`job_tree`. A role needs the ``producer`` access kind (``postkit install --grant
-    ROLE:producer``). Each call is one statement in the caller's transaction: a push commits, or
-    vanishes, with the caller's own writes."""
+    :meth:`job_tree`, :meth:`workflow_steps`. A role needs the ``producer`` access kind
+    (``postkit install --grant ROLE:producer``). Each call is one statement in the caller's
+    transaction: a push commits, or vanishes, with the caller's own writes."""
 
     def push(
         self,
@@ -130,6 +130,12 @@ class Producer(Calls):
         finished: its ack releases them, and its dead letter or cancel cancels them; empty
         once it finished, or for an unknown job."""
         return self._run(protocol.waiting_children(self._namespace, job_id, limit))
+
+    def workflow_steps(self, run_id: int) -> list[WorkflowStep]:
+        """The steps the workflow run ``run_id`` recorded, in order: each one's position, name,
+        result, the attempt that recorded it and when. Kept while the run is live, and for its
+        queue's ``retain_dead`` once it finished. Empty: none recorded, or an unknown run."""
+        return self._run(protocol.workflow_steps(self._namespace, run_id))
 
     def job_tree(self, job_id: int, *, limit: int = 1000) -> list[TreeJob]:
         """Job ``job_id`` and what descends from it through ``depends_on`` (its children,

@@ -185,6 +185,15 @@ SELECT postkit_queue.report_progress(
     %(namespace)s, %(job_id)s::bigint, %(fraction)s::pg_catalog.float8, %(note)s, %(worker_id)s,
     %(claim_token)s::pg_catalog.uuid);
 
+-- name: record_step
+SELECT postkit_queue.record_step(
+    %(namespace)s, %(job_id)s::bigint, %(claim_token)s::pg_catalog.uuid, %(position)s::integer,
+    %(name)s, %(result)s::pg_catalog.jsonb);
+
+-- name: workflow_steps
+SELECT s.position, s.name, s.result::pg_catalog.text AS result, s.attempt, s.recorded_at
+FROM postkit_queue.workflow_steps(%(namespace)s, %(job_id)s::bigint) AS s;
+
 -- name: release
 SELECT postkit_queue.release(
     %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
@@ -301,7 +310,8 @@ SELECT postkit_queue.resume_queue(%(namespace)s, %(queue)s);
 SELECT postkit_queue.purge_queue(%(namespace)s, %(queue)s) AS purged;
 
 -- name: prune
-SELECT p.completed_jobs, p.dead_letters, p.stats_rows, p.results, p.cancelled, p.ancestry
+SELECT p.completed_jobs, p.dead_letters, p.stats_rows, p.results, p.cancelled, p.ancestry,
+       p.steps
 FROM postkit_queue.prune(%(namespace)s, %(limit)s::integer) AS p;
 
 -- name: save_schedule

@@ -84,8 +84,9 @@ class Runtime(Calls):
 
     def prune(self, *, limit: int = 1000) -> Pruned:
         """Apply retention once: delete up to ``limit`` of each kind of expired record (archived
-        jobs, dead letters, job results, cancelled jobs, ancestry links) and the old outcome
-        counters. The worker runtime's prune service and ``postkit tick`` call this."""
+        jobs, dead letters, job results, cancelled jobs, ancestry links, finished runs' steps)
+        and the old outcome counters. The worker runtime's prune service and ``postkit tick``
+        call this."""
         return self._run(protocol.prune(self._namespace, limit=limit))
 
     def next_schedule_at(self) -> NextDue:

@@ -83,8 +83,9 @@ class AsyncRuntime(AsyncCalls):
 
     async def prune(self, *, limit: int = 1000) -> Pruned:
         """Apply retention once: delete up to ``limit`` of each kind of expired record (archived
-        jobs, dead letters, job results, cancelled jobs, ancestry links) and the old outcome
-        counters. The worker runtime's prune service and ``postkit tick`` call this."""
+        jobs, dead letters, job results, cancelled jobs, ancestry links, finished runs' steps)
+        and the old outcome counters. The worker runtime's prune service and ``postkit tick``
+        call this."""
         return await self._run(protocol.prune(self._namespace, limit=limit))
 
     async def next_schedule_at(self) -> NextDue:

@@ -123,6 +123,7 @@ _CODE = (
     "helpers.sql",
     "lifecycle.sql",
     "dependencies.sql",
+    "workflows.sql",
     "flow.sql",
     "batches.sql",
     "operations.sql",

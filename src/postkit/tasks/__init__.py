@@ -26,7 +26,15 @@ policies it applies, ``context.py`` what a function reads of its job (``parent_r
 
 from postkit.tasks.app import App
 from postkit.tasks.context import parent_results
-from postkit.tasks.task import BaseTask, PushOptions, Task, TaskSettings, TransactionalTask
+from postkit.tasks.task import (
+    BaseTask,
+    PushOptions,
+    Task,
+    TaskSettings,
+    TransactionalTask,
+    Workflow,
+)
+from postkit.worker.workflow import WorkflowContext
 
 __all__ = [
     "App",
@@ -35,5 +43,7 @@ __all__ = [
     "Task",
     "TaskSettings",
     "TransactionalTask",
+    "Workflow",
+    "WorkflowContext",
     "parent_results",
 ]

@@ -13,7 +13,7 @@ from postkit import errors
 from postkit.queue import QueueClient, QueuePolicy, limits
 from postkit.queue.protocol import Duration
 from postkit.queue.protocol import checks as check
-from postkit.tasks.task import BaseTask, Task, TaskSettings, TransactionalTask
+from postkit.tasks.task import BaseTask, Task, TaskSettings, TransactionalTask, Workflow
 from postkit.worker import Handlers, Worker
 from postkit.worker.handlers import Transaction
 
@@ -163,27 +163,7 @@ class App:
                 ``transaction``), or a transactional task's function is ``async def`` (when
                 decorating, from :meth:`Handlers.add`).
         """
-        check.name("queue", queue, required=True)
-        if transaction is not None and not transactional:
-            raise ValueError("only a transactional task runs in a given transaction")
-        check.integer(
-            "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
-        )
-        for what, duration in (
-            ("backoff_base", backoff_base),
-            ("backoff_cap", backoff_cap),
-            ("visibility_timeout", visibility_timeout),
-            ("retain_results", retain_results),
-        ):
-            check.duration(what, duration)
-        check.required_integer(
-            "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
-        )
-        if isinstance(unique_by, str):
-            raise errors.InvalidArgumentsError(
-                f"unique_by takes a sequence of parameter names, e.g. ({unique_by!r},), not a str"
-            )
-        settings = TaskSettings(
+        settings = _settings(
             queue=queue,
             max_attempts=max_attempts,
             backoff_base=backoff_base,
@@ -192,7 +172,7 @@ class App:
             retain_results=retain_results,
             timeout=timeout,
             priority=priority,
-            unique_by=tuple(unique_by),
+            unique_by=unique_by,
             transactional=transactional,
             transaction=transaction,
         )
@@ -212,6 +192,54 @@ class App:
             )
             self.tasks[queue] = task
             return task
+
+        return decorate
+
+    def workflow(
+        self,
+        *,
+        queue: str,
+        max_attempts: int | None = None,
+        backoff_base: Duration | None = None,
+        backoff_cap: Duration | None = None,
+        visibility_timeout: Duration | None = None,
+        retain_results: Duration | None = None,
+        timeout: float | None = None,
+        priority: int = 0,
+        unique_by: Sequence[str] = (),
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], Workflow[P, R]]:
+        """Decorate a function to make it a :class:`Workflow` whose runs are jobs of
+        ``queue``: the function takes a :class:`~postkit.worker.workflow.WorkflowContext`
+        first and calls its steps through it (``ctx.step``, ``ctx.transaction``); each step
+        completed is recorded, fenced by the run's claim, and a run that runs again (a retry, a
+        rescue, a restart) replays the recorded steps instead of running them again. A run is
+        retried, dead-lettered, cancelled and rate-limited as any job of its queue; its result
+        is what the function returns. The options are :meth:`task`'s.
+
+        Raises:
+            as :meth:`task`; ValueError also when the function is ``async def``.
+        """
+        settings = _settings(
+            queue=queue,
+            max_attempts=max_attempts,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            visibility_timeout=visibility_timeout,
+            retain_results=retain_results,
+            timeout=timeout,
+            priority=priority,
+            unique_by=unique_by,
+            transactional=False,
+            transaction=None,
+        )
+
+        def decorate(function: Callable[Concatenate[Any, P], R]) -> Workflow[P, R]:
+            if inspect.iscoroutinefunction(function):
+                raise ValueError("workflows must be synchronous functions")
+            workflow: Workflow[P, R] = Workflow(self.namespace, function, settings)
+            self.handlers.add(queue, workflow.handler(), timeout=timeout, workflow=True)
+            self.tasks[queue] = workflow
+            return workflow
 
         return decorate
 
@@ -298,6 +326,56 @@ class App:
 def _shown(settings: dict[str, Any]) -> str:
     """``max_attempts 5, backoff_base 2``: queue settings as a log line shows them."""
     return ", ".join(f"{name} {value}" for name, value in settings.items())
+
+
+def _settings(
+    *,
+    queue: str,
+    max_attempts: int | None,
+    backoff_base: Duration | None,
+    backoff_cap: Duration | None,
+    visibility_timeout: Duration | None,
+    retain_results: Duration | None,
+    timeout: float | None,
+    priority: int,
+    unique_by: Sequence[str],
+    transactional: bool,
+    transaction: Transaction | None,
+) -> TaskSettings:
+    """A task's settings, each checked as the queue checks it (see :meth:`App.task`)."""
+    check.name("queue", queue, required=True)
+    if transaction is not None and not transactional:
+        raise ValueError("only a transactional task runs in a given transaction")
+    check.integer(
+        "max_attempts", max_attempts, errors.InvalidMaxAttemptsError, bounds=limits.MAX_ATTEMPTS
+    )
+    for what, duration in (
+        ("backoff_base", backoff_base),
+        ("backoff_cap", backoff_cap),
+        ("visibility_timeout", visibility_timeout),
+        ("retain_results", retain_results),
+    ):
+        check.duration(what, duration)
+    check.required_integer(
+        "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
+    )
+    if isinstance(unique_by, str):
+        raise errors.InvalidArgumentsError(
+            f"unique_by takes a sequence of parameter names, e.g. ({unique_by!r},), not a str"
+        )
+    return TaskSettings(
+        queue=queue,
+        max_attempts=max_attempts,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+        visibility_timeout=visibility_timeout,
+        retain_results=retain_results,
+        timeout=timeout,
+        priority=priority,
+        unique_by=tuple(unique_by),
+        transactional=transactional,
+        transaction=transaction,
+    )
 
 
 __all__ = ["App"]

@@ -40,10 +40,19 @@ class Signature:
     """A task function's signature: encodes a call as its payload, checks and decodes a
     payload back into a call, and computes a unique key from a call's arguments."""
 
-    def __init__(self, name: str, function: Any, *, takes_cursor: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        function: Any,
+        *,
+        takes_cursor: bool = False,
+        missing_first: str = "a transactional task takes the cursor as its first parameter, e.g. "
+        "def task(cursor, order_id): ...",
+    ) -> None:
         """The signature of ``function``, shown as ``name`` in errors. ``takes_cursor``: its
-        first parameter is a transactional task's cursor, which the worker passes and a push
-        does not: the signature is the parameters after it.
+        first parameter is a transactional task's cursor (a workflow's context), which the worker
+        passes and a push does not: the signature is the parameters after it;
+        ``missing_first`` is the error's text when the function has none.
 
         Raises:
             InvalidArgumentsError: ``takes_cursor`` and the function has no first parameter
@@ -58,10 +67,7 @@ class Signature:
                 inspect.Parameter.POSITIONAL_ONLY,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
             ):
-                raise InvalidArgumentsError(
-                    f"{name}: a transactional task takes the cursor as its "
-                    "first parameter, e.g. def task(cursor, order_id): ..."
-                )
+                raise InvalidArgumentsError(f"{name}: {missing_first}")
             self.signature = self.signature.replace(
                 parameters=list(self.signature.parameters.values())[1:]
             )

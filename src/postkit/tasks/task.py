@@ -87,6 +87,9 @@ class BaseTask(Generic[P, R]):
     _takes_cursor: ClassVar[bool] = False
     """Whether the function takes the ack's cursor first: ``settings.transactional`` says so
     of a :class:`TransactionalTask`'s, and of no other's."""
+    _is_workflow: ClassVar[bool] = False
+    """Whether the function is a workflow's, which takes a WorkflowContext first (the worker
+    passes it, as it passes a transactional task's cursor)."""
 
     def __init__(self, namespace: str, function: Callable[..., R], settings: TaskSettings) -> None:
         """A task of ``function`` in ``namespace``; ``@app.task(...)`` makes them.
@@ -98,7 +101,7 @@ class BaseTask(Generic[P, R]):
             ValueError: ``settings.transactional`` is true of a :class:`Task`, or false of a
                 :class:`TransactionalTask`.
         """
-        if settings.transactional is not self._takes_cursor:
+        if settings.transactional is not (self._takes_cursor and not self._is_workflow):
             raise ValueError(
                 f"a {type(self).__name__} with settings.transactional={settings.transactional}: "
                 "a transactional task is a TransactionalTask, any other a Task"
@@ -112,7 +115,18 @@ class BaseTask(Generic[P, R]):
         # shown without its "outer.<locals>." prefix.
         qualname = getattr(function, "__qualname__", None) or repr(function)
         name = qualname.rpartition("<locals>.")[2]
-        self.signature = Signature(name, function, takes_cursor=self._takes_cursor)
+        self.signature = Signature(
+            name,
+            function,
+            takes_cursor=self._takes_cursor,
+            missing_first=(
+                "a workflow takes its context as its first parameter, e.g. "
+                "def workflow(ctx, order_id): ..."
+            )
+            if self._is_workflow
+            else "a transactional task takes the cursor as its first parameter, e.g. "
+            "def task(cursor, order_id): ...",
+        )
         self.signature.check_unique_by(settings.unique_by)
 
     @property
@@ -408,4 +422,44 @@ class TransactionalTask(BaseTask[P, R]):
         return self.function(cursor, *args, **kwargs)
 
 
-__all__ = ["BaseTask", "PushOptions", "Task", "TaskSettings", "TransactionalTask"]
+class Workflow(BaseTask[P, R]):
+    """A function registered with ``@app.workflow(queue=...)``: a run of it is a job, and the
+    worker passes it a :class:`~postkit.worker.workflow.WorkflowContext` first, through which
+    it calls its steps; each step completed is recorded, and a run that runs again (a retry, a
+    rescue, a restart) replays the recorded ones instead of running them:
+
+        @app.workflow(queue="orders")
+        def fulfil(ctx: WorkflowContext, order_id: str) -> str:
+            charge = ctx.step("charge", charge_card, order_id)     # at least once
+            ctx.transaction("record", record_order, order_id)       # exactly once, with its
+            return charge["id"]                                     # checkpoint
+
+        run_id = fulfil.push(cursor, order_id="42")
+
+    The context is not an argument: :meth:`push` takes the arguments after it, and the payload
+    never holds it. The function must be synchronous.
+    """
+
+    _takes_cursor = True
+    _is_workflow = True
+
+    def __init__(
+        self, namespace: str, function: Callable[Concatenate[Any, P], R], settings: TaskSettings
+    ) -> None:
+        """A workflow of ``function`` in ``namespace``; ``@app.workflow(...)`` makes them.
+
+        Raises:
+            InvalidArgumentsError: the function takes no context first (a parameter that can
+                be passed by position); ``settings.unique_by`` names something that is not a
+                named parameter of the function after it.
+            ValueError: ``settings.transactional`` is true.
+        """
+        super().__init__(namespace, function, settings)
+        functools.update_wrapper(self, function)
+
+    def __call__(self, ctx: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function here and now with ``ctx``, as a plain call: no job, no checks."""
+        return self.function(ctx, *args, **kwargs)
+
+
+__all__ = ["BaseTask", "PushOptions", "Task", "TaskSettings", "TransactionalTask", "Workflow"]

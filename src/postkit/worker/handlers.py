@@ -30,6 +30,9 @@ class HandlerSpec:
     pool."""
     batch: int = 1
     """How many jobs of a transactional handler may share one transaction (1: each its own)."""
+    workflow: bool = False
+    """The handler is a workflow's: ``function(job, ctx)`` with a
+    :class:`~postkit.worker.workflow.WorkflowContext` (postkit/worker/workflow.py)."""
 
     @property
     def holds_pool_connection(self) -> bool:
@@ -56,9 +59,12 @@ class Handlers(Mapping[str, HandlerSpec]):
         timeout: float | None = None,
         transaction: Transaction | None = None,
         batch: int = 1,
+        workflow: bool = False,
     ) -> None:
         """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
-        ``transactional``).
+        ``transactional``; ``function(job, ctx)`` when ``workflow``, with a
+        :class:`~postkit.worker.workflow.WorkflowContext` that records each step the run
+        completes and replays them when it runs again: see postkit/worker/workflow.py).
 
         ``timeout`` is the handler's maximum run time in seconds (default: the worker's
         ``handler_timeout``). Past it the attempt counts as timed out: the job is nacked with a
@@ -98,11 +104,17 @@ class Handlers(Mapping[str, HandlerSpec]):
                 transactional (the ack's transaction lives on a synchronous connection), or
                 ``timeout`` is not positive, or ``transaction`` is given to a handler that is
                 not transactional, or ``batch`` is below 1, or above 1 for a handler that is
-                not transactional or has a ``transaction`` of its own.
+                not transactional or has a ``transaction`` of its own, or a ``workflow``
+                handler is ``async def``, transactional or batched.
         """
         if queue in self._specs:
             raise ValueError(f"queue {queue!r} already has a handler")
         is_async = inspect.iscoroutinefunction(function)
+        if workflow and (is_async or transactional or transaction is not None or batch != 1):
+            raise ValueError(
+                "a workflow's handler is a synchronous function, neither transactional nor "
+                "batched: its steps bring their own transactions (ctx.transaction)"
+            )
         if is_async and transactional:
             raise ValueError("transactional handlers must be synchronous functions")
         if timeout is not None and not timeout > 0:
@@ -117,7 +129,7 @@ class Handlers(Mapping[str, HandlerSpec]):
                 "own) runs in batches"
             )
         self._specs[queue] = HandlerSpec(
-            function, transactional, is_async, timeout, transaction, batch
+            function, transactional, is_async, timeout, transaction, batch, workflow
         )
 
     def register(
@@ -128,6 +140,7 @@ class Handlers(Mapping[str, HandlerSpec]):
         timeout: float | None = None,
         transaction: Transaction | None = None,
         batch: int = 1,
+        workflow: bool = False,
     ) -> Callable[[F], F]:
         """Decorator form of :meth:`add`."""
 
@@ -139,6 +152,7 @@ class Handlers(Mapping[str, HandlerSpec]):
                 timeout=timeout,
                 transaction=transaction,
                 batch=batch,
+                workflow=workflow,
             )
             return function
 

@@ -49,6 +49,7 @@ from postkit.worker.outcomes import (
 )
 from postkit.worker.pool import WorkerPool
 from postkit.worker.threads import start_thread
+from postkit.worker.workflow import pooled_context
 
 logger = logging.getLogger("postkit.worker")
 
@@ -247,6 +248,9 @@ class JobExecutor:
             if spec.transactional:
                 if not self._run_transactional(job, spec):
                     return self._drop_late_outcome(job)
+            elif spec.workflow:
+                assert self._pool is not None
+                value = spec.function(self._handed(job), pooled_context(job, self._pool))
             else:
                 value = spec.function(self._handed(job))
         except BaseException as error:

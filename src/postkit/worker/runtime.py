@@ -510,7 +510,7 @@ class Worker:
         if any(done.pruned.batches):
             logger.info(
                 "retention pruned %d archived job(s), %d dead letter(s), %d job result(s), "
-                "%d cancelled job(s) and %d ancestry link(s)",
+                "%d cancelled job(s), %d ancestry link(s) and %d workflow step(s)",
                 *done.pruned.batches,
                 extra={"event": "pruned"},
             )

@@ -42,6 +42,7 @@ from postkit.queue.protocol.lifecycle import (
     pull_any,
     push,
     push_batch,
+    record_step,
     release,
     report_progress,
     request_wakeup,
@@ -50,6 +51,7 @@ from postkit.queue.protocol.lifecycle import (
     unlisten,
     waiting_children,
     wake,
+    workflow_steps,
 )
 from postkit.queue.protocol.operations import (
     JOB_STATES,
@@ -171,6 +173,7 @@ __all__ = [
     "push_batch",
     "queries",
     "queues",
+    "record_step",
     "redrive",
     "register_queues",
     "register_worker",
@@ -198,4 +201,5 @@ __all__ = [
     "wake",
     "worker_heartbeat",
     "workers",
+    "workflow_steps",
 ]

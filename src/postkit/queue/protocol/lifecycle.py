@@ -14,7 +14,7 @@ from postkit.queue.protocol import checks as check
 from postkit.queue.protocol import readers as read
 from postkit.queue.protocol.call import Call, Duration, JobRef, Rows
 from postkit.queue.protocol.readers import NextDue
-from postkit.queue.records import Job, JobResult, NackOutcome, TreeJob
+from postkit.queue.records import Job, JobResult, NackOutcome, TreeJob, WorkflowStep
 
 
 def push(
@@ -197,6 +197,38 @@ def report_progress(
         note=check.progress_note(note),
     )
     return Call("report_progress", params, read.scalar)
+
+
+def record_step(
+    namespace: str, job: JobRef, *, claim_token: object, position: int, name: str, result: object
+) -> Call[bool]:
+    """Record step ``position`` (``name``) of the run ``job``, fenced by its claim token, with
+    the step's ``result`` (None: none)."""
+    params = check.base(namespace, **check.claim("record_step", job, None, claim_token))
+    if params["claim_token"] is None:
+        raise errors.InvalidClaimTokenError(
+            "record_step needs the claim token pull returned (pass the Job, or claim_token=)"
+        )
+    del params["worker_id"]
+    if (
+        isinstance(position, bool)
+        or not isinstance(position, int)
+        or not 0 <= position < limits.MAX_STEPS
+    ):
+        raise errors.WorkflowStepError(
+            f"a step's position must be from 0 to {limits.MAX_STEPS - 1}, got {position!r}"
+        )
+    params["position"] = position
+    params["name"] = check.name("step name", name, required=True)
+    checked = check.result(result)
+    params["result"] = None if checked is None else checked.text
+    return Call("record_step", params, read.scalar)
+
+
+def workflow_steps(namespace: str, job_id: int) -> Call[list[WorkflowStep]]:
+    """The steps run ``job_id`` recorded, in order."""
+    params = check.base(namespace, job_id=check.job_id(job_id))
+    return Call("workflow_steps", params, read.workflow_steps)
 
 
 def release(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from postkit.queue.protocol.call import Rows
-from postkit.queue.records import DeadLetter, Job, JobResult, Schedule, TreeJob
+from postkit.queue.records import DeadLetter, Job, JobResult, Schedule, TreeJob, WorkflowStep
 
 # A run of digits long enough to hold a fraction past the largest float (about 1.8e308).
 _LONG_DIGITS = re.compile(r"[0-9]{309}")
@@ -141,6 +141,25 @@ def job_result(rows: Rows) -> JobResult:
         redriven_job_id=row["redriven_job_id"],
         value_error=value_error,
     )
+
+
+def workflow_steps(rows: Rows) -> list[WorkflowStep]:
+    steps = []
+    for row in rows:
+        result, result_error = (
+            (None, None) if row["result"] is None else decode(row["result"], "result")
+        )
+        steps.append(
+            WorkflowStep(
+                position=row["position"],
+                name=row["name"],
+                result=result,
+                attempt=row["attempt"],
+                recorded_at=row["recorded_at"],
+                result_error=result_error,
+            )
+        )
+    return steps
 
 
 def tree_jobs(rows: Rows) -> list[TreeJob]:

@@ -24,6 +24,7 @@ from postkit.queue.records.jobs import (
     NackOutcome,
     Outcome,
     TreeJob,
+    WorkflowStep,
 )
 from postkit.queue.records.mapping import (
     to_jsonable,
@@ -71,5 +72,6 @@ __all__ = [
     "ScheduleRun",
     "TreeJob",
     "WorkerInfo",
+    "WorkflowStep",
     "to_jsonable",
 ]

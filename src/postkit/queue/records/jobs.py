@@ -222,6 +222,22 @@ class TreeJob(_RecordMapping):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
+class WorkflowStep(_RecordMapping):
+    """One step a workflow run recorded (``QueueClient.workflow_steps``)."""
+
+    position: int
+    """0 for the run's first step, then 1, 2... in the order the run reached them."""
+    name: str
+    result: Any
+    """What the step returned, as JSON gives it back (None: nothing)."""
+    attempt: int
+    """The run's attempt (its claim) that recorded it."""
+    recorded_at: datetime
+    result_error: str | None = None
+    """None when ``result`` was decoded; else why Python could not decode it."""
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
 class JobCursor(_RecordMapping):
     """Where a page of ``jobs`` ended: pass it as ``after`` for the next page, or carry its
     ``token`` (in a URL, on a command line) and read it back with ``JobCursor.parse(token)``.

@@ -143,8 +143,18 @@ class Pruned(_RecordMapping):
     """Links from completed jobs to their parents (``QueueClient.job_tree`` walks through them)
     whose retention (the queue's retain_dead) ran out."""
 
+    steps: int = 0
+    """Steps of finished workflow runs whose retention (the queue's retain_dead) ran out."""
+
     @property
-    def batches(self) -> tuple[int, int, int, int, int]:
+    def batches(self) -> tuple[int, int, int, int, int, int]:
         """What each bounded batch deleted (every kind but the outcome counters): one at the
         call's limit means more may be due."""
-        return (self.completed_jobs, self.dead_letters, self.results, self.cancelled, self.ancestry)
+        return (
+            self.completed_jobs,
+            self.dead_letters,
+            self.results,
+            self.cancelled,
+            self.ancestry,
+            self.steps,
+        )

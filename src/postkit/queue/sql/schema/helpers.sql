@@ -1008,6 +1008,9 @@ BEGIN
     IF v_policy.retain_results IS NOT NULL THEN
         PERFORM postkit_queue.notify_results(p_namespace, ARRAY[v_job.id]);
     END IF;
+    IF v_job.has_steps THEN
+        PERFORM postkit_queue.finish_steps(p_namespace, v_job.id, v_job.queue, p_at);
+    END IF;
     -- Its waiting children can never run: they are cancelled (dependencies.sql).
     IF v_job.has_children THEN
         PERFORM postkit_queue.cancel_descendants(

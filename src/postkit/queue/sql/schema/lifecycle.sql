@@ -376,6 +376,9 @@ BEGIN
                 p_namespace, v_job.id, v_job.queue, v_job.depends_on, v_now);
         END IF;
     END IF;
+    IF v_job.has_steps THEN
+        PERFORM postkit_queue.finish_steps(p_namespace, v_job.id, v_job.queue, v_now);
+    END IF;
     IF postkit_queue.keeps_completed(p_namespace, v_job.queue)
        AND postkit_queue.keep_completed(
            p_namespace, v_now, p_result, v_job.id, v_job.queue, v_job.payload, v_job.priority,
@@ -449,6 +452,9 @@ BEGIN
         v_acked[cardinality(v_acked) + 1] := v_job.id;
         v_queues[cardinality(v_queues) + 1] := v_job.queue;
         v_attempts[cardinality(v_attempts) + 1] := v_job.attempts;
+        IF v_job.has_steps THEN
+            PERFORM postkit_queue.finish_steps(p_namespace, v_job.id, v_job.queue, v_now);
+        END IF;
         IF v_job.has_children THEN
             v_parents[cardinality(v_parents) + 1] := v_job.id;
             IF v_job.depends_on IS NOT NULL THEN

@@ -933,24 +933,31 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_deleted bigint := 0;
-    v_parent  bigint;
+    v_purged  bigint;
+    v_queue   text;
+    v_children boolean;
+    v_steps   boolean;
     v_parents bigint[] := '{}';
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_name('queue', p_queue, true);
     PERFORM postkit_queue.require_operator('purge a queue');
     -- A loop over the DELETE's rows, not a CTE: Citus routes only a plain statement.
-    FOR v_parent IN
+    FOR v_purged, v_queue, v_children, v_steps IN
         DELETE FROM postkit_queue.jobs j
         WHERE j.namespace = p_namespace AND j.id IN (
             SELECT p.id FROM postkit_queue.jobs p
             WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
             FOR UPDATE SKIP LOCKED)
-        RETURNING CASE WHEN j.has_children THEN j.id END
+        RETURNING j.id, j.queue, j.has_children, j.has_steps
     LOOP
         v_deleted := v_deleted + 1;
-        IF v_parent IS NOT NULL THEN
-            v_parents[cardinality(v_parents) + 1] := v_parent;
+        IF v_children THEN
+            v_parents[cardinality(v_parents) + 1] := v_purged;
+        END IF;
+        IF v_steps THEN
+            PERFORM postkit_queue.finish_steps(
+                p_namespace, v_purged, v_queue, postkit_queue.clock());
         END IF;
     END LOOP;
     IF cardinality(v_parents) > 0 THEN
@@ -980,7 +987,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_count   bigint := 0;
-    v_parent  bigint;
+    v_purged  bigint;
+    v_queue   text;
+    v_children boolean;
+    v_steps   boolean;
     v_parents bigint[] := '{}';
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
@@ -1000,18 +1010,22 @@ BEGIN
           AND p.created_at <= p_created_before;
         RETURN v_count;
     END IF;
-    FOR v_parent IN
+    FOR v_purged, v_queue, v_children, v_steps IN
         DELETE FROM postkit_queue.jobs j
         WHERE j.namespace = p_namespace AND j.id IN (
             SELECT p.id FROM postkit_queue.jobs p
             WHERE p.namespace = p_namespace AND p.queue = p_queue AND p.state = 'pending'
               AND p.created_at <= p_created_before
             FOR UPDATE SKIP LOCKED)
-        RETURNING CASE WHEN j.has_children THEN j.id END
+        RETURNING j.id, j.queue, j.has_children, j.has_steps
     LOOP
         v_count := v_count + 1;
-        IF v_parent IS NOT NULL THEN
-            v_parents[cardinality(v_parents) + 1] := v_parent;
+        IF v_children THEN
+            v_parents[cardinality(v_parents) + 1] := v_purged;
+        END IF;
+        IF v_steps THEN
+            PERFORM postkit_queue.finish_steps(
+                p_namespace, v_purged, v_queue, postkit_queue.clock());
         END IF;
     END LOOP;
     IF cardinality(v_parents) > 0 THEN
@@ -1102,6 +1116,9 @@ BEGIN
     DELETE FROM postkit_queue.jobs j WHERE j.namespace = p_namespace AND j.id = p_job_id;
     IF v_job.state = 'waiting' THEN
         PERFORM postkit_queue.drop_edges(p_namespace, v_job.id, v_job.depends_on);
+    END IF;
+    IF v_job.has_steps THEN
+        PERFORM postkit_queue.finish_steps(p_namespace, v_job.id, v_job.queue, p_at);
     END IF;
     IF v_job.state = 'running' THEN
         PERFORM postkit_queue.notify(p_namespace, v_job.queue);
@@ -1357,12 +1374,13 @@ $$;
 
 -- prune: retention, in bounded batches so no single call holds locks for long. Deletes up to
 -- p_limit archived completed jobs, up to p_limit dead letters, up to p_limit job results, up
--- to p_limit cancelled jobs and up to p_limit ancestry rows (job_ancestry) whose retention ran
--- out, and outcome counters older than two hours. The worker runtime's prune service and postkit tick call it. Returns how many rows of
+-- to p_limit cancelled jobs, up to p_limit ancestry rows (job_ancestry) and up to p_limit steps
+-- of finished workflow runs (workflow_steps) whose retention ran out, and outcome counters
+-- older than two hours. The worker runtime's prune service and postkit tick call it. Returns how many rows of
 -- each kind it deleted.
 CREATE OR REPLACE FUNCTION postkit_queue.prune(p_namespace text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint, results bigint,
-               cancelled bigint, ancestry bigint)
+               cancelled bigint, ancestry bigint, steps bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1441,6 +1459,21 @@ BEGIN
     DELETE FROM postkit_queue.job_ancestry a
     WHERE a.namespace = p_namespace AND a.job_id = ANY (v_batch);
     GET DIAGNOSTICS ancestry = ROW_COUNT;
+    -- A run's steps by (run, position): the batch is of runs, each at most max_steps rows.
+    v_batch := '{}';
+    FOR v_job_id IN
+        SELECT e.run_id FROM postkit_queue.workflow_steps e
+        WHERE e.namespace = p_namespace AND e.expires_at < v_now
+        ORDER BY e.expires_at
+        LIMIT p_limit FOR UPDATE SKIP LOCKED
+    LOOP
+        IF v_job_id <> ALL (v_batch) THEN
+            v_batch := v_batch || v_job_id;
+        END IF;
+    END LOOP;
+    DELETE FROM postkit_queue.workflow_steps s
+    WHERE s.namespace = p_namespace AND s.run_id = ANY (v_batch) AND s.expires_at < v_now;
+    GET DIAGNOSTICS steps = ROW_COUNT;
     DELETE FROM postkit_queue.queue_stats s
     WHERE s.namespace = p_namespace AND s.minute < v_now - interval '2 hours';
     GET DIAGNOSTICS stats_rows = ROW_COUNT;

@@ -56,6 +56,9 @@ CREATE TABLE postkit_queue.jobs (
     progress      float8      CHECK (progress BETWEEN 0 AND 1),
     progress_note text        CHECK (char_length(progress_note) <= 200),
     progress_at   timestamptz,
+    -- A workflow run (workflows.sql) that recorded a step, last in the row, where version 41
+    -- added it: its ack, dead letter, cancel or purge gives its steps their retention then.
+    has_steps     boolean,
     PRIMARY KEY (namespace, id),
     -- Compared as text: a label that ALTER TYPE ... ADD VALUE adds cannot be used in the
     -- transaction that adds it, which is the upgrade's (version 31).
@@ -148,6 +151,27 @@ CREATE INDEX jobs_depends_on_idx ON postkit_queue.jobs USING gin (depends_on)
 
 -- Serves prune(): the ancestry of a namespace whose retention ran out.
 CREATE INDEX job_ancestry_expires_at_idx ON postkit_queue.job_ancestry (namespace, expires_at);
+
+-- The steps of workflow runs (workflows.sql): one row per step a run completed, written by
+-- record_step in the transaction that checkpoints it, read back by each resume of the run
+-- (workflow_steps). Kept while the run is live, and for its queue's retain_dead once it
+-- finished (expires_at, set then); prune deletes them after.
+CREATE TABLE postkit_queue.workflow_steps (
+    namespace   text        NOT NULL,
+    run_id      bigint      NOT NULL,
+    position    integer     NOT NULL,
+    name        text        NOT NULL,
+    result      jsonb,
+    attempt     integer     NOT NULL,  -- the run's attempt that recorded it
+    recorded_at timestamptz NOT NULL,
+    expires_at  timestamptz,
+    -- Serves record_step and workflow_steps: a run's steps in order.
+    PRIMARY KEY (namespace, run_id, position)
+);
+
+-- Serves prune(): the steps of finished runs whose retention ran out.
+CREATE INDEX workflow_steps_expires_at_idx ON postkit_queue.workflow_steps (namespace, expires_at)
+    WHERE expires_at IS NOT NULL;
 
 -- Jobs cancelled before they completed: by an operator (cancel, cancel_queue, cancel_tree),
 -- or because a parent was dead-lettered or cancelled (reason says which). Kept for the queue's

@@ -1,0 +1,137 @@
+-- Workflows: a run is a job whose handler goes through named steps, each recorded once.
+--
+--     claim ──> replay the recorded steps (workflow_steps) ──> run the next one ──record_step──┐
+--       ^                                                                                      │
+--       └────────── a retry, a rescue or a restart replays; a recorded step never runs again ─┘
+--
+-- - A run is an ordinary job: claimed, fenced by its claim token, retried with backoff,
+--   dead-lettered, cancelled and isolated by namespace by the rules of lifecycle.sql.
+-- - record_step checkpoints step p_position of the run, in the caller's transaction, fenced by
+--   the claim as an ack is: a caller whose claim went stale (rescued, cancelled, settled)
+--   records nothing, and its transaction's other writes, which it rolls back then, never
+--   commit. A step recorded in the transaction that made its database writes (a transactional
+--   step) therefore commits exactly once; any other step may run again if its process dies
+--   between running it and its checkpoint's commit (at least once).
+-- - Steps are recorded in order, 0, 1, 2...: a step recorded at a position already taken is
+--   refused (PKQ21), so that two transactions of one claim can never both commit a step, and
+--   a replay that reaches a position with another name than the recorded one is told of it
+--   (the SDK fails the run: the code changed under a run in flight).
+-- - The row lock that record_step takes on the run's job (FOR SHARE) orders the checkpoint and
+--   whatever else would change the claim (a rescue, a cancel): whichever commits first wins,
+--   and the other sees what it left.
+
+-- The most steps one run may record: a run that loops without end fails instead of growing the
+-- table without bound.
+CREATE OR REPLACE FUNCTION postkit_queue.max_steps()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+RETURN 100000;
+
+-- record_step: the run p_run_id, which the caller holds (p_claim_token), completed its step
+-- p_position, named p_name, with the result p_result (NULL or the JSON null: none; the same
+-- rules as a job's result, check_result). Returns false, and records nothing, when the caller
+-- no longer holds the claim: its transaction must roll back whatever the step wrote. Raises
+-- PKQ21 when the position is taken already, or the one before it is not.
+CREATE OR REPLACE FUNCTION postkit_queue.record_step(
+    p_namespace   text,
+    p_run_id      bigint,
+    p_claim_token uuid,
+    p_position    integer,
+    p_name        text,
+    p_result      jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job      postkit_queue.jobs;
+    v_recorded text;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_run_id);
+    PERFORM postkit_queue.check_claim('record a step', NULL, p_claim_token);
+    PERFORM postkit_queue.check_name('step name', p_name, true);
+    PERFORM postkit_queue.check_result('result', p_result);
+    IF p_position IS NULL OR p_position NOT BETWEEN 0 AND postkit_queue.max_steps() - 1 THEN
+        RAISE EXCEPTION 'postkit: a step''s position must be from 0 to %, got %',
+            postkit_queue.max_steps() - 1, coalesce(p_position::text, 'NULL')
+            USING ERRCODE = 'PKQ21';
+    END IF;
+    -- The claim's fence, under a share lock of the run's row that lasts until this transaction
+    -- ends: a rescue (tick_timeouts' UPDATE) or a cancel (its DELETE) waits for the checkpoint,
+    -- and one that came first has left no row that holds this claim.
+    SELECT * INTO v_job FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_run_id
+    FOR SHARE;
+    IF NOT FOUND OR NOT postkit_queue.holds_claim(
+           v_job.state, v_job.worker_id, v_job.claim_token, NULL, p_claim_token) THEN
+        RETURN false;
+    END IF;
+    IF NOT coalesce(v_job.has_steps, false) THEN
+        -- The run's first checkpoint: its end (ack, dead letter, cancel, purge) will give its
+        -- steps their retention (finish_steps).
+        UPDATE postkit_queue.jobs j SET has_steps = true
+        WHERE j.namespace = p_namespace AND j.id = p_run_id;
+    END IF;
+    IF p_position > 0 THEN
+        PERFORM FROM postkit_queue.workflow_steps s
+        WHERE s.namespace = p_namespace AND s.run_id = p_run_id AND s.position = p_position - 1;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'postkit: run % has no step % recorded: steps are recorded in order',
+                p_run_id, p_position - 1 USING ERRCODE = 'PKQ21';
+        END IF;
+    END IF;
+    -- The primary key arbitrates two transactions of the claim that record the same position:
+    -- the second waits for the first, then finds its row.
+    INSERT INTO postkit_queue.workflow_steps (
+        namespace, run_id, position, name, result, attempt, recorded_at)
+    VALUES (
+        p_namespace, p_run_id, p_position, p_name, nullif(p_result, 'null'::jsonb),
+        v_job.attempts, postkit_queue.clock())
+    ON CONFLICT (namespace, run_id, position) DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT s.name INTO v_recorded FROM postkit_queue.workflow_steps s
+        WHERE s.namespace = p_namespace AND s.run_id = p_run_id AND s.position = p_position;
+        RAISE EXCEPTION 'postkit: step % of run % is recorded already (as %)',
+            p_position, p_run_id, v_recorded USING ERRCODE = 'PKQ21';
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- workflow_steps: the steps run p_run_id recorded, in order: what a resumed run replays, and
+-- what a reader follows. A primary-key range scan. No row: none recorded, or an unknown run.
+CREATE OR REPLACE FUNCTION postkit_queue.workflow_steps(p_namespace text, p_run_id bigint)
+RETURNS TABLE (
+    "position" integer, name text, result jsonb, attempt integer, recorded_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_run_id);
+    RETURN QUERY
+    SELECT s.position, s.name, s.result, s.attempt, s.recorded_at
+    FROM postkit_queue.workflow_steps s
+    WHERE s.namespace = p_namespace AND s.run_id = p_run_id
+    ORDER BY s.position;
+END
+$$;
+
+-- finish_steps: the run p_run_id (of queue p_queue) finished at p_at: completed, dead-lettered,
+-- cancelled or purged. Its steps are kept for the queue's retain_dead from then, as its dead
+-- letter or cancel would be, and prune deletes them after. A primary-key range scan.
+CREATE OR REPLACE FUNCTION postkit_queue.finish_steps(
+    p_namespace text, p_run_id bigint, p_queue text, p_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_policy record;
+BEGIN
+    v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
+    UPDATE postkit_queue.workflow_steps s SET expires_at = p_at + v_policy.retain_dead
+    WHERE s.namespace = p_namespace AND s.run_id = p_run_id;
+END
+$$;

@@ -1,0 +1,165 @@
+"""A workflow run's steps, as its handler goes through them (the SQL module's workflows.sql).
+
+A workflow is a handler that takes a :class:`WorkflowContext` beside its job and calls its
+work through it: ``ctx.step(name, fn, ...)`` and ``ctx.transaction(name, fn, ...)``. Each step
+completed is recorded (``record_step``), fenced by the run's claim; when the run runs again (a
+retry after a failure, a rescue after a crash, a restart), the handler is called from the
+start and each step already recorded returns its recorded result without running: the first
+step not recorded runs. So:
+
+- ``ctx.step`` runs ``fn`` until it succeeds once, at least once: a process that dies after
+  ``fn`` returned and before its checkpoint committed runs it again on the next attempt.
+- ``ctx.transaction`` runs ``fn(cursor, ...)`` in one transaction with its checkpoint: its
+  writes commit exactly once, with the checkpoint, or not at all. A stale claim (the run was
+  rescued, cancelled or finished meanwhile) rolls them back.
+- A replay that reaches a recorded step under another name than the one recorded fails the run
+  for good (:class:`NonDeterministicWorkflowError`): the code changed under a run in flight,
+  and following it would pair results with the wrong steps.
+
+A step's result is what ``fn`` returned, as JSON gives it back (a tuple comes back a list): the
+first run gets the same value a replay gets. It must be a JSON value of at most 1 MiB, as a
+job's result."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+from postkit import errors
+from postkit.queue import Job, QueueClient, protocol
+from postkit.queue.records import WorkflowStep
+from postkit.worker.pool import WorkerPool
+
+T = TypeVar("T")
+
+
+class NonDeterministicWorkflowError(errors.PermanentError):
+    """A replay reached a recorded step under another name than the one recorded: the
+    workflow's code changed under a run in flight. The run fails for good (a dead letter); see
+    the docs on changing a workflow with runs in flight."""
+
+
+class StaleRunError(errors.PostkitError):
+    """The run's claim went stale while it ran (rescued, cancelled or finished meanwhile): its
+    step was not recorded, and a transactional step's writes were rolled back. The worker drops
+    the run's outcome; whoever holds the run now goes on."""
+
+
+class WorkflowContext:
+    """What a workflow's handler calls its steps through (see the module docstring)."""
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        recorded: list[WorkflowStep],
+        record: Callable[[int, str, Any], bool],
+        transaction: Callable[[], AbstractContextManager[Any]],
+    ) -> None:
+        self._job = job
+        self._recorded = recorded
+        self._record = record
+        self._transaction = transaction
+        self._position = 0
+
+    @property
+    def run_id(self) -> int:
+        """The run's id: its job's."""
+        return self._job.id
+
+    @property
+    def job(self) -> Job:
+        """The run's job, as claimed."""
+        return self._job
+
+    def step(self, name: str, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``function(*args, **kwargs)`` as the step ``name`` and record what it returned;
+        on a replay, return what was recorded without running it. At least once: see the
+        module docstring.
+
+        Raises:
+            NonDeterministicWorkflowError: the step recorded at this point has another name.
+            StaleRunError: the run's claim went stale; nothing was recorded.
+            InvalidResultError: what ``function`` returned cannot be recorded.
+        """
+        recorded, position = self._replay(name)
+        if recorded is not None:
+            return recorded.result
+        value = _recorded_form(function(*args, **kwargs))
+        if not self._record(position, name, value):
+            raise StaleRunError(f"run {self.run_id} lost its claim: step {name!r} not recorded")
+        return value
+
+    def transaction(
+        self, name: str, function: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run ``function(cursor, *args, **kwargs)`` as the step ``name`` in one transaction
+        with its checkpoint, and return what it returned: its writes commit exactly once. On a
+        replay, return what was recorded without running it.
+
+        Raises:
+            NonDeterministicWorkflowError: the step recorded at this point has another name.
+            StaleRunError: the run's claim went stale; the step's writes were rolled back.
+            InvalidResultError: what ``function`` returned cannot be recorded (rolled back).
+        """
+        recorded, position = self._replay(name)
+        if recorded is not None:
+            return recorded.result
+        with self._transaction() as cursor:
+            value = _recorded_form(function(cursor, *args, **kwargs))
+            client = QueueClient(cursor, namespace=self._job.namespace)
+            if not client.record_step(self._job, position, name, value):
+                # Raised inside the transaction: it rolls back, and the step's writes with it.
+                raise StaleRunError(f"run {self.run_id} lost its claim: step {name!r} rolled back")
+        return value
+
+    def _replay(self, name: str) -> tuple[WorkflowStep | None, int]:
+        """The step recorded at the next position, if any (checked against ``name``), and the
+        position."""
+        position = self._position
+        self._position += 1
+        if position >= len(self._recorded):
+            return None, position
+        recorded = self._recorded[position]
+        if recorded.name != name:
+            raise NonDeterministicWorkflowError(
+                f"run {self.run_id} reached step {position} as {name!r}, which it recorded as "
+                f"{recorded.name!r}: the workflow changed under a run in flight"
+            )
+        return recorded, position
+
+
+def _recorded_form(value: Any) -> Any:
+    """``value`` as a replay will read it back: checked as a result, then through JSON."""
+    checked = protocol.checked_result(value)
+    return None if checked is None else json.loads(checked.text)
+
+
+def pooled_context(job: Job, pool: WorkerPool) -> WorkflowContext:
+    """A worker's context for the run ``job``: the steps it recorded (one read on a connection
+    of ``pool``), each new step's checkpoint on one (committed on its own), and each
+    transactional step's transaction on one."""
+
+    @contextmanager
+    def transaction() -> Iterator[Any]:
+        with pool.connection() as connection, connection.transaction():
+            yield connection.cursor()
+
+    return WorkflowContext(
+        job,
+        recorded=pool.run(lambda client: client.workflow_steps(job.id)),
+        record=lambda position, name, result: pool.run(
+            lambda client: client.record_step(job, position, name, result)
+        ),
+        transaction=transaction,
+    )
+
+
+__all__ = [
+    "NonDeterministicWorkflowError",
+    "StaleRunError",
+    "WorkflowContext",
+    "pooled_context",
+]

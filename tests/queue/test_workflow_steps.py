@@ -1,0 +1,184 @@
+"""Workflow steps (workflows.sql): a run is a job whose handler records each step it completes
+with record_step, fenced by its claim, in the transaction that checkpoints it; a resumed run
+reads them back with workflow_steps. A step whose writes share that transaction commits
+exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from postkit import errors
+from postkit.queue import QueueClient
+from postkit.queue.records import Job
+from tests.queue.conftest import WaitUntilBlocked, commit, rollback
+
+Q = "orders"
+
+Shift = Callable[[QueueClient, float], None]
+
+
+@pytest.fixture
+def clients(make_client: Callable[..., QueueClient]) -> tuple[QueueClient, QueueClient]:
+    """An application and a worker, each on a connection of its own, and the table a
+    transactional step writes to."""
+    app, worker = make_client(), make_client()
+    app.cursor.execute("CREATE TABLE IF NOT EXISTS step_effects (run_id bigint, step text)")
+    commit(app)
+    return app, worker
+
+
+def claimed(app: QueueClient, worker: QueueClient, **pull: Any) -> Job:
+    run_id = app.push(Q, {"order": 42})
+    commit(app)
+    job = worker.pull(Q, worker_id="w1", **pull)
+    assert job is not None and job.id == run_id
+    commit(worker)
+    return job
+
+
+def effects(client: QueueClient, run_id: int) -> list[str]:
+    client.cursor.execute(
+        "SELECT step FROM step_effects WHERE run_id = %s ORDER BY step", (run_id,)
+    )
+    rows = [str(row[0]) for row in client.cursor.fetchall()]
+    rollback(client)
+    return rows
+
+
+def transactional_step(worker: QueueClient, job: Job, position: int, name: str) -> bool:
+    """A transactional step: its write and its checkpoint in one transaction, rolled back when
+    the checkpoint is refused."""
+    worker.cursor.execute("INSERT INTO step_effects VALUES (%s, %s)", (job.id, name))
+    try:
+        recorded = worker.record_step(job, position, name, {"done": name})
+    except errors.WorkflowStepError:
+        rollback(worker)
+        raise
+    if recorded:
+        commit(worker)
+    else:
+        rollback(worker)
+    return recorded
+
+
+def test_the_steps_a_run_records_are_read_back_in_order(
+    clients: tuple[QueueClient, QueueClient],
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+
+    assert worker.record_step(job, 0, "charge", {"id": "ch_1"})
+    assert worker.record_step(job, 1, "notify")
+    commit(worker)
+
+    steps = app.workflow_steps(job.id)
+    assert [(s.position, s.name, s.result, s.attempt) for s in steps] == [
+        (0, "charge", {"id": "ch_1"}, 1),
+        (1, "notify", None, 1),
+    ]
+    assert app.workflow_steps(job.id + 1000) == []
+
+
+def test_a_transactional_step_commits_once_with_its_checkpoint(
+    clients: tuple[QueueClient, QueueClient],
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+
+    assert transactional_step(worker, job, 0, "record")
+    # The same step again (a replay that did not read its checkpoint): refused, and its write
+    # rolls back with it.
+    with pytest.raises(errors.WorkflowStepError, match="recorded already"):
+        transactional_step(worker, job, 0, "record")
+
+    assert effects(app, job.id) == ["record"]
+
+
+def test_a_stale_claim_records_no_step_and_its_writes_roll_back(
+    clients: tuple[QueueClient, QueueClient], shift_clock: Shift
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker, visibility_timeout=1)
+    shift_clock(app, 5)
+    assert app.tick_timeouts() == 1
+    commit(app)
+
+    assert transactional_step(worker, job, 0, "record") is False
+
+    assert effects(app, job.id) == [] and app.workflow_steps(job.id) == []
+
+
+def test_steps_are_recorded_in_order_and_in_range(
+    clients: tuple[QueueClient, QueueClient],
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+
+    with pytest.raises(errors.WorkflowStepError, match="position must be from 0 to 99999"):
+        worker.record_step(job, -1, "charge")  # refused before anything is sent
+    with pytest.raises(errors.WorkflowStepError, match="no step 0 recorded"):
+        worker.record_step(job, 1, "notify")
+    rollback(worker)
+    assert app.workflow_steps(job.id) == []
+
+
+def test_a_cancel_waits_for_a_checkpoint_in_progress_and_then_ends_the_run(
+    clients: tuple[QueueClient, QueueClient],
+    executor: ThreadPoolExecutor,
+    wait_until_blocked: WaitUntilBlocked,
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+    worker.cursor.execute("INSERT INTO step_effects VALUES (%s, 'record')", (job.id,))
+    assert worker.record_step(job, 0, "record")  # holds the run's row until it commits
+
+    cancelled = executor.submit(app.cancel, job.id)
+    wait_until_blocked(app, worker, cancelled)
+    commit(worker)
+
+    assert cancelled.result(timeout=10) is True
+    commit(app)
+    assert effects(app, job.id) == ["record"]
+    assert not worker.record_step(job, 1, "notify")  # the claim ended with the cancel
+    rollback(worker)
+
+
+def test_a_checkpoint_after_a_cancel_is_refused(
+    clients: tuple[QueueClient, QueueClient],
+    executor: ThreadPoolExecutor,
+    wait_until_blocked: WaitUntilBlocked,
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+    assert app.cancel(job.id)  # holds the run's row until it commits
+
+    recorded = executor.submit(transactional_step, worker, job, 0, "record")
+    wait_until_blocked(worker, app, recorded)
+    commit(app)
+
+    assert recorded.result(timeout=10) is False
+    assert effects(app, job.id) == []
+
+
+def test_a_finished_runs_steps_are_kept_for_its_queues_retention_then_pruned(
+    clients: tuple[QueueClient, QueueClient], shift_clock: Shift
+) -> None:
+    app, worker = clients
+    app.configure_queue(Q, retain_dead=3600)
+    commit(app)
+    live, finished = claimed(app, worker), claimed(app, worker)
+    for job in (live, finished):
+        assert worker.record_step(job, 0, "charge")
+    assert worker.ack(finished)
+    commit(worker)
+
+    shift_clock(app, 3601)
+    assert app.prune().steps == 1
+    commit(app)
+
+    assert app.workflow_steps(finished.id) == []
+    assert [step.name for step in app.workflow_steps(live.id)] == ["charge"]

@@ -1,0 +1,162 @@
+"""Workflows run by a real worker: a run is a job whose function calls its steps through a
+WorkflowContext; each step completed is recorded, and a run that runs again replays the
+recorded steps instead of running them. A transactional step's writes commit exactly once, with
+its checkpoint; a replay that meets a renamed step fails the run for good."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from postkit.errors import InvalidArgumentsError, RetryLater
+from postkit.queue import QueueClient
+from postkit.tasks import App, Workflow, WorkflowContext
+from tests.signals import wait_until
+from tests.tasks.test_tasks_worker import dead, gone
+
+StartWorker = Callable[..., Any]
+
+
+@pytest.fixture
+def table(connect: Callable[..., psycopg.Connection[Any]]) -> Iterator[sql.Identifier]:
+    """A table a transactional step writes to: one row per (order, step), so that a second
+    write of one fails."""
+    admin = connect(autocommit=True)
+    name = sql.Identifier(f"workflow_test_{uuid.uuid4().hex[:12]}")
+    admin.execute(
+        sql.SQL("CREATE TABLE {} (order_id text, step text, PRIMARY KEY (order_id, step))").format(
+            name
+        )
+    )
+    yield name
+    admin.execute(sql.SQL("DROP TABLE {}").format(name))
+
+
+def written(client: QueueClient, table: sql.Identifier) -> list[tuple[str, str]]:
+    client.cursor.execute(sql.SQL("SELECT order_id, step FROM {} ORDER BY 1, 2").format(table))
+    return [tuple(row) for row in client.cursor.fetchall()]  # type: ignore[misc]
+
+
+def test_the_context_is_no_argument_of_the_push_and_async_is_refused(
+    app: App, client: QueueClient
+) -> None:
+    @app.workflow(queue="orders")
+    def fulfil(ctx: WorkflowContext, order_id: str) -> str:
+        return order_id
+
+    assert isinstance(fulfil, Workflow)
+    run_id = fulfil.push(client.cursor, order_id="42")
+    assert run_id is not None
+    job = client.get_job(run_id)
+    assert job is not None and job.payload == {"args": [], "kwargs": {"order_id": "42"}}
+
+    with pytest.raises(InvalidArgumentsError, match="takes its context as its first parameter"):
+        app.workflow(queue="nothing")(lambda: None)
+    with pytest.raises(ValueError, match="synchronous"):
+
+        @app.workflow(queue="later")
+        async def later(ctx: WorkflowContext) -> None: ...
+
+
+def test_a_retried_run_replays_its_recorded_steps_and_runs_the_rest(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    client.configure_queue("orders", retain_results=3600)
+    runs: Counter[str] = Counter()
+
+    def charge(order_id: str) -> dict[str, str]:
+        runs["charge"] += 1
+        return {"id": f"ch_{order_id}"}
+
+    def ship(order_id: str) -> tuple[str, int]:
+        runs["ship"] += 1
+        if runs["ship"] == 1:
+            raise RetryLater("the carrier is down", delay=0)
+        return (order_id, 2)
+
+    @app.workflow(queue="orders")
+    def fulfil(ctx: WorkflowContext, order_id: str) -> list[Any]:
+        charged = ctx.step("charge", charge, order_id)
+        shipped = ctx.step("ship", ship, order_id)
+        return [charged["id"], shipped]
+
+    start_worker(app)
+    run_id = fulfil.push(client.cursor, order_id="42")
+    assert run_id is not None
+
+    wait_until(gone(client, run_id), "the run to complete")
+    assert client.result(run_id).value == ["ch_42", ["42", 2]]  # the tuple, as JSON gives it
+    assert runs == {"charge": 1, "ship": 2}
+    steps = client.workflow_steps(run_id)
+    assert [(s.position, s.name, s.result, s.attempt) for s in steps] == [
+        (0, "charge", {"id": "ch_42"}, 1),
+        (1, "ship", ["42", 2], 2),
+    ]
+
+
+def test_a_transactional_steps_writes_commit_once_however_often_the_run_runs(
+    app: App, start_worker: StartWorker, client: QueueClient, table: sql.Identifier
+) -> None:
+    attempts: Counter[str] = Counter()
+
+    def record(cursor: psycopg.Cursor[Any], order_id: str, step: str) -> str:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(table), (order_id, step))
+        return step
+
+    @app.workflow(queue="orders")
+    def fulfil(ctx: WorkflowContext, order_id: str) -> None:
+        ctx.transaction("reserve", record, order_id, "reserve")
+        attempts[order_id] += 1
+        if attempts[order_id] < 3:
+            raise RetryLater("not yet", delay=0)
+        ctx.transaction("invoice", record, order_id, "invoice")
+
+    start_worker(app)
+    run_id = fulfil.push(client.cursor, order_id="7")
+
+    wait_until(gone(client, run_id), "the run to complete")
+    assert written(client, table) == [("7", "invoice"), ("7", "reserve")]
+    assert attempts["7"] == 3
+
+
+def test_a_replay_that_meets_a_renamed_step_fails_the_run_for_good(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    names = iter(["charge", "charge_card"])
+
+    @app.workflow(queue="orders", max_attempts=5)
+    def fulfil(ctx: WorkflowContext, order_id: str) -> None:
+        ctx.step(next(names), lambda: None)  # the code changed between two attempts
+        raise RetryLater("again", delay=0)
+
+    start_worker(app)
+    run_id = fulfil.push(client.cursor, order_id="1")
+    assert run_id is not None
+
+    job = dead(client, run_id)
+    assert job.attempts == 2
+    assert "reached step 0 as 'charge_card', which it recorded as 'charge'" in str(
+        job.errors[-1]["error"]
+    )
+
+
+def test_a_step_whose_result_cannot_be_recorded_fails_the_run(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    @app.workflow(queue="orders", max_attempts=1)
+    def fulfil(ctx: WorkflowContext, order_id: str) -> None:
+        ctx.step("charge", lambda: object())
+
+    start_worker(app)
+    run_id = fulfil.push(client.cursor, order_id="1")
+    assert run_id is not None
+
+    job = dead(client, run_id)
+    assert "not JSON-serializable" in str(job.errors[-1]["error"])
+    assert client.workflow_steps(run_id) == []
