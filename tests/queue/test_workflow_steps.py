@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -182,3 +183,24 @@ def test_a_finished_runs_steps_are_kept_for_its_queues_retention_then_pruned(
 
     assert app.workflow_steps(finished.id) == []
     assert [step.name for step in app.workflow_steps(live.id)] == ["charge"]
+
+
+def test_a_parked_run_is_pending_from_its_wake_time_with_its_attempt_given_back(
+    clients: tuple[QueueClient, QueueClient], shift_clock: Shift
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+    until = worker.clock() + timedelta(hours=1)
+
+    assert worker.park(job, until)
+    commit(worker)
+
+    parked = app.get_job(job.id)
+    assert parked is not None
+    assert (parked.attempts, parked.run_at) == (0, until)
+    assert app.result(job.id).state == "scheduled"
+    assert worker.pull(Q, worker_id="w1") is None  # not due yet
+    assert not worker.park(job, until)  # the claim ended with the park
+    shift_clock(worker, 3601)
+    woken = worker.pull(Q, worker_id="w1")
+    assert woken is not None and (woken.id, woken.attempts) == (job.id, 1)

@@ -160,3 +160,34 @@ def test_a_step_whose_result_cannot_be_recorded_fails_the_run(
     job = dead(client, run_id)
     assert "not JSON-serializable" in str(job.errors[-1]["error"])
     assert client.workflow_steps(run_id) == []
+
+
+def test_a_sleeping_run_holds_no_slot_and_wakes_to_go_on(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    client.configure_queue("orders", retain_results=3600)
+    done: list[str] = []
+
+    @app.workflow(queue="orders", max_attempts=1)
+    def remind(ctx: WorkflowContext, user: str) -> str:
+        ctx.step("welcome", done.append, f"welcome {user}")
+        ctx.sleep(1.5)
+        ctx.step("remind", done.append, f"remind {user}")
+        return user
+
+    @app.task(queue="orders_other")
+    def other() -> None:
+        done.append("other")
+
+    start_worker(app, concurrency=1)
+    run_id = remind.push(client.cursor, user="ada")
+    assert run_id is not None
+    wait_until(lambda: client.result(run_id).state == "scheduled", "the run to park")
+    other.push(client.cursor)  # the one slot is free while the run sleeps
+    wait_until(lambda: "other" in done, "the other job to run")
+    job = client.get_job(run_id)
+    assert job is not None and job.attempts == 0  # a sleep spends no attempt
+
+    # The worker sleeps until the queue's next due job: the run, once its time comes.
+    wait_until(lambda: client.result(run_id).state == "completed", "the run to wake and finish")
+    assert done == ["welcome ada", "other", "remind ada"]

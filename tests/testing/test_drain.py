@@ -185,3 +185,23 @@ def test_drain_refuses_async_handlers_inside_a_running_event_loop(queue: QueueCl
     with pytest.raises(RuntimeError, match="outside a loop"):
         asyncio.run(from_a_loop())
     assert [job.id for job in pushed_jobs(queue, "mail")] == [job_id]
+
+
+def test_drain_runs_a_workflow_through_its_sleep_on_the_moved_clock(queue: QueueClient) -> None:
+    app = App(namespace=queue.namespace)
+    calls: list[str] = []
+
+    @app.workflow(queue="trials", retain_results=3600, max_attempts=1)
+    def trial(ctx: Any, user: str) -> str:
+        ctx.step("welcome", calls.append, f"welcome {user}")
+        ctx.sleep(timedelta(days=14))
+        ctx.step("remind", calls.append, f"remind {user}")
+        return user
+
+    run_id = trial.push(queue.cursor, user="ada")
+
+    drained = drain(queue, app)
+
+    assert calls == ["welcome ada", "remind ada"]  # each once, however often the run ran
+    assert run_id is not None and drained[run_id].state == "completed"
+    assert [step.name for step in queue.workflow_steps(run_id)] == ["welcome", "sleep", "remind"]

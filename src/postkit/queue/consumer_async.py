@@ -7,6 +7,7 @@ consumer.py (``Consumer``) is generated from it by tools/async_to_sync.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from postkit.queue import protocol
@@ -395,6 +396,22 @@ class AsyncConsumer(AsyncCalls):
                 position=position,
                 name=name,
                 result=result,
+            )
+        )
+
+    async def park(self, job: JobRef, until: datetime, *, claim_token: Any = None) -> bool:
+        """End the claim of the workflow run ``job`` and make it pending again from ``until``
+        (by the queue's clock), the attempt this claim counted given back: a durable sleep,
+        which holds no slot, claim or connection while it lasts. ``postkit.tasks`` workflows
+        call this for ``ctx.sleep``.
+
+        Returns:
+            True if it was parked; False, with nothing changed, when the caller no longer
+            holds the claim.
+        """
+        return await self._run(
+            protocol.park(
+                self._namespace, job, claim_token=self._token(job, claim_token), until=until
             )
         )
 

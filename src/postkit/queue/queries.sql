@@ -190,6 +190,11 @@ SELECT postkit_queue.record_step(
     %(namespace)s, %(job_id)s::bigint, %(claim_token)s::pg_catalog.uuid, %(position)s::integer,
     %(name)s, %(result)s::pg_catalog.jsonb);
 
+-- name: park
+SELECT postkit_queue.park(
+    %(namespace)s, %(job_id)s::bigint, %(claim_token)s::pg_catalog.uuid,
+    %(until)s::pg_catalog.timestamptz);
+
 -- name: workflow_steps
 SELECT s.position, s.name, s.result::pg_catalog.text AS result, s.attempt, s.recorded_at
 FROM postkit_queue.workflow_steps(%(namespace)s, %(job_id)s::bigint) AS s;

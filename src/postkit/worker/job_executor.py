@@ -49,7 +49,7 @@ from postkit.worker.outcomes import (
 )
 from postkit.worker.pool import WorkerPool
 from postkit.worker.threads import start_thread
-from postkit.worker.workflow import pooled_context
+from postkit.worker.workflow import RunParked, pooled_context
 
 logger = logging.getLogger("postkit.worker")
 
@@ -253,6 +253,12 @@ class JobExecutor:
                 value = spec.function(self._handed(job), pooled_context(job, self._pool))
             else:
                 value = spec.function(self._handed(job))
+        except RunParked:
+            # The run sleeps: parked in its own transaction, with nothing left to settle.
+            if self.claims.claim_outcome(job):
+                self.claims.finish(job)
+                return True
+            return self._drop_late_outcome(job)
         except BaseException as error:
             if not self.claims.claim_outcome(job):
                 return self._drop_late_outcome(job)

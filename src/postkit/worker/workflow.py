@@ -12,6 +12,8 @@ step not recorded runs. So:
 - ``ctx.transaction`` runs ``fn(cursor, ...)`` in one transaction with its checkpoint: its
   writes commit exactly once, with the checkpoint, or not at all. A stale claim (the run was
   rescued, cancelled or finished meanwhile) rolls them back.
+- ``ctx.sleep(duration)`` records the time the run wakes and parks it: until then the run is
+  a pending job due later, holding no slot, claim or connection.
 - A replay that reaches a recorded step under another name than the one recorded fails the run
   for good (:class:`NonDeterministicWorkflowError`): the code changed under a run in flight,
   and following it would pair results with the wrong steps.
@@ -25,10 +27,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from postkit import errors
 from postkit.queue import Job, QueueClient, protocol
+from postkit.queue.protocol import Duration
+from postkit.queue.protocol import checks as check
 from postkit.queue.records import WorkflowStep
 from postkit.worker.pool import WorkerPool
 
@@ -45,6 +50,17 @@ class StaleRunError(errors.PostkitError):
     """The run's claim went stale while it ran (rescued, cancelled or finished meanwhile): its
     step was not recorded, and a transactional step's writes were rolled back. The worker drops
     the run's outcome; whoever holds the run now goes on."""
+
+
+class RunParked(BaseException):
+    """Raised by ``ctx.sleep`` once the run is parked: its claim ended, and it is pending again
+    from ``until``. It ends the handler's call; the worker gives the slot back without settling
+    the job. A BaseException, as asyncio's CancelledError is, so that a handler's ``except
+    Exception`` does not swallow it and run on without a claim."""
+
+    def __init__(self, run_id: int, until: datetime) -> None:
+        super().__init__(f"run {run_id} sleeps until {until.isoformat()}")
+        self.until = until
 
 
 class WorkflowContext:
@@ -115,6 +131,41 @@ class WorkflowContext:
                 raise StaleRunError(f"run {self.run_id} lost its claim: step {name!r} rolled back")
         return value
 
+    def sleep(self, duration: Duration) -> None:
+        """Sleep for ``duration`` (seconds, or a timedelta), durably: the first time the run
+        gets here, the time it wakes (by the queue's clock) is recorded as a step named
+        'sleep', and the run is parked in the same transaction (``park``): the handler's call
+        ends, the worker's slot, claim and connection are free, and the run is a job due then.
+        Claimed again once it is due, the run replays its steps and goes on past the sleep.
+        A run that runs again before then (a retry) parks again until the recorded time.
+
+        Raises:
+            NonDeterministicWorkflowError: the step recorded at this point has another name.
+            StaleRunError: the run's claim went stale; it neither slept nor recorded anything.
+            InvalidDurationError: ``duration`` is negative, or longer than the longest delay.
+        """
+        # A sleep is a delay: at most the longest a push may delay a job.
+        microseconds = check.duration("delay", duration)
+        if microseconds is None:
+            raise errors.InvalidDurationError("a sleep's duration must be given")
+        recorded, position = self._replay("sleep")
+        with self._transaction() as cursor:
+            client = QueueClient(cursor, namespace=self._job.namespace)
+            now = client.clock()
+            if recorded is None:
+                until = now + timedelta(microseconds=microseconds)
+                if not client.record_step(
+                    self._job, position, "sleep", {"until": until.isoformat()}
+                ):
+                    raise StaleRunError(f"run {self.run_id} lost its claim before it slept")
+            else:
+                until = datetime.fromisoformat(recorded.result["until"])
+                if until <= now:
+                    return
+            if not client.park(self._job, until):
+                raise StaleRunError(f"run {self.run_id} lost its claim before it slept")
+        raise RunParked(self.run_id, until)
+
     def _replay(self, name: str) -> tuple[WorkflowStep | None, int]:
         """The step recorded at the next position, if any (checked against ``name``), and the
         position."""
@@ -159,6 +210,7 @@ def pooled_context(job: Job, pool: WorkerPool) -> WorkflowContext:
 
 __all__ = [
     "NonDeterministicWorkflowError",
+    "RunParked",
     "StaleRunError",
     "WorkflowContext",
     "pooled_context",

@@ -225,6 +225,21 @@ def record_step(
     return Call("record_step", params, read.scalar)
 
 
+def park(namespace: str, job: JobRef, *, claim_token: object, until: datetime) -> Call[bool]:
+    """End the claim of the run ``job`` and make it pending again from ``until``, its attempt
+    given back."""
+    params = check.base(namespace, **check.claim("park", job, None, claim_token))
+    if params["claim_token"] is None:
+        raise errors.InvalidClaimTokenError(
+            "park needs the claim token pull returned (pass the Job, or claim_token=)"
+        )
+    del params["worker_id"]
+    if check.time("until", until) is None:
+        raise errors.InvalidDurationError("until must be a timezone-aware datetime")
+    params["until"] = until
+    return Call("park", params, read.scalar)
+
+
 def workflow_steps(namespace: str, job_id: int) -> Call[list[WorkflowStep]]:
     """The steps run ``job_id`` recorded, in order."""
     params = check.base(namespace, job_id=check.job_id(job_id))

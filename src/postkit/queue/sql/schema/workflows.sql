@@ -19,6 +19,8 @@
 -- - The row lock that record_step takes on the run's job (FOR SHARE) orders the checkpoint and
 --   whatever else would change the claim (a rescue, a cancel): whichever commits first wins,
 --   and the other sees what it left.
+-- - A run that sleeps records the time it wakes as a step, and parks (park) in the same
+--   transaction: it is a pending job due then, and holds nothing while it sleeps.
 
 -- The most steps one run may record: a run that loops without end fails instead of growing the
 -- table without bound.
@@ -133,5 +135,44 @@ BEGIN
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     UPDATE postkit_queue.workflow_steps s SET expires_at = p_at + v_policy.retain_dead
     WHERE s.namespace = p_namespace AND s.run_id = p_run_id;
+END
+$$;
+
+-- park: the run p_job_id, which the caller holds (p_claim_token), sleeps until p_until: its
+-- claim ends, its attempt is given back (as release gives it back), and it is pending again
+-- from p_until, when a worker claims it as any job due then. A durable sleep thus holds no
+-- worker slot, no claim and no connection while it lasts, and costs a sleeping run nothing but
+-- its row (no poll per run: the workers' next_run_at finds the earliest). Returns false, and
+-- changes nothing, when the caller no longer holds the claim.
+CREATE OR REPLACE FUNCTION postkit_queue.park(
+    p_namespace text, p_job_id bigint, p_claim_token uuid, p_until timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_job_id);
+    PERFORM postkit_queue.check_claim('park', NULL, p_claim_token);
+    IF p_until IS NULL OR NOT isfinite(p_until) THEN
+        RAISE EXCEPTION 'postkit: a run parks until a finite time, got %',
+            coalesce(p_until::text, 'NULL') USING ERRCODE = 'PKQ05';
+    END IF;
+    UPDATE postkit_queue.jobs j
+    SET state = 'pending', attempts = j.attempts - 1,
+        run_at = greatest(p_until, postkit_queue.clock()),
+        worker_id = NULL, claim_token = NULL, claimed_at = NULL, visible_until = NULL,
+        progress = NULL, progress_note = NULL, progress_at = NULL
+    WHERE j.namespace = p_namespace AND j.id = p_job_id
+      AND postkit_queue.holds_claim(j.state, j.worker_id, j.claim_token, NULL, p_claim_token)
+    RETURNING j.queue INTO v_queue;
+    IF v_queue IS NULL THEN
+        RETURN false;
+    END IF;
+    -- A worker that sleeps until the queue's next due job learns of an earlier one.
+    PERFORM postkit_queue.notify(p_namespace, v_queue);
+    RETURN true;
 END
 $$;

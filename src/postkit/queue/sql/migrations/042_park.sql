@@ -1,0 +1,3 @@
+-- Migration 42: a workflow run sleeps durably (workflows.sql): park ends its claim and makes it
+-- pending again from the time it wakes, its attempt given back. No table changes.
+-- schema: 29b37d297e51d206
