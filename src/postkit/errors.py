@@ -176,6 +176,11 @@ class WorkflowStepError(ValidationError):
     step before it is not, or the position is out of range (0 to 99,999)."""
 
 
+class WorkflowEventError(ValidationError):
+    """An event cannot be sent to this run: it is not live (finished, or unknown), or it has an
+    event of that name already, sent without the same idempotency key."""
+
+
 class InvalidScheduleError(ValidationError):
     """A schedule's cron expression, time zone or interval is invalid."""
 
@@ -236,6 +241,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ19": InvalidDependencyError,
     "PKQ20": InvalidProgressError,
     "PKQ21": WorkflowStepError,
+    "PKQ22": WorkflowEventError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -314,6 +320,7 @@ __all__ = [
     "SchemaMismatchError",
     "SchemaNotInstalledError",
     "ValidationError",
+    "WorkflowEventError",
     "WorkflowStepError",
     "translate_error",
 ]

@@ -219,6 +219,7 @@ WAKE_UPS_LEFT_TO_THE_POLL = {
     "fail": "a dead letter's result, a freed flow slot",
     "nack": "a retry due at once, a freed flow slot",
     "park": "a run due earlier than the workers' next look",
+    "wait_event": "as park",
     "release": "the released job",
     "tick_timeouts": "a rescued job, a freed flow slot",
 }

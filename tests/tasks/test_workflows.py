@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from postkit.errors import InvalidArgumentsError, RetryLater
+from postkit.errors import InvalidArgumentsError, RetryLater, WorkflowEventError
 from postkit.queue import QueueClient
 from postkit.tasks import App, Workflow, WorkflowContext
 from tests.signals import wait_until
@@ -191,3 +191,61 @@ def test_a_sleeping_run_holds_no_slot_and_wakes_to_go_on(
     # The worker sleeps until the queue's next due job: the run, once its time comes.
     wait_until(lambda: client.result(run_id).state == "completed", "the run to wake and finish")
     assert done == ["welcome ada", "other", "remind ada"]
+
+
+def test_an_event_wakes_a_waiting_run_and_one_sent_first_is_kept_for_it(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    client.configure_queue("signups", retain_results=3600)
+
+    @app.workflow(queue="signups")
+    def signup(ctx: WorkflowContext, email: str) -> Any:
+        return ctx.wait_for("confirmed", timeout=3600)
+
+    early = signup.push(client.cursor, email="early@example.com")
+    assert early is not None
+    assert app.send_event(client.cursor, early, "confirmed", {"at": "first"})
+    start_worker(app)
+    wait_until(lambda: client.result(early).state == "completed", "the early run to finish")
+    assert client.result(early).value == {"at": "first"}
+
+    late = signup.push(client.cursor, email="late@example.com")
+    assert late is not None
+    wait_until(lambda: client.result(late).state == "scheduled", "the run to wait, parked")
+    assert app.send_event(client.cursor, late, "confirmed", {"at": "later"}, key="mail-1")
+    assert not app.send_event(client.cursor, late, "confirmed", {"at": "later"}, key="mail-1")
+    # Woken by the event at once, not at its deadline an hour from now.
+    wait_until(lambda: client.result(late).state == "completed", "the event to wake the run")
+    assert client.result(late).value == {"at": "later"}
+    assert [step.name for step in client.workflow_steps(late)] == ["wait_for", "event"]
+
+
+def test_a_wait_past_its_deadline_returns_none(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    client.configure_queue("signups", retain_results=3600)
+
+    @app.workflow(queue="signups")
+    def signup(ctx: WorkflowContext, email: str) -> str:
+        confirmation = ctx.wait_for("confirmed", timeout=0.5)
+        return "reminded" if confirmation is None else "confirmed"
+
+    start_worker(app)
+    run_id = signup.push(client.cursor, email="ada@example.com")
+    assert run_id is not None
+
+    wait_until(lambda: client.result(run_id).state == "completed", "the deadline to pass")
+    assert client.result(run_id).value == "reminded"
+
+
+def test_an_event_for_a_run_that_is_not_live_is_refused(app: App, client: QueueClient) -> None:
+    @app.workflow(queue="signups")
+    def signup(ctx: WorkflowContext) -> None: ...
+
+    run_id = signup.push(client.cursor)
+    assert run_id is not None
+    assert app.send_event(client.cursor, run_id, "confirmed")
+    with pytest.raises(WorkflowEventError, match="has an event confirmed already"):
+        app.send_event(client.cursor, run_id, "confirmed", {"again": True})
+    with pytest.raises(WorkflowEventError, match="is not live"):
+        app.send_event(client.cursor, run_id + 1000, "confirmed")

@@ -408,6 +408,26 @@ class Consumer(Calls):
             )
         )
 
+    def wait_event(
+        self, job: JobRef, position: int, name: str, until: datetime, *, claim_token: Any = None
+    ) -> tuple[str, Any]:
+        """The workflow run ``job`` waits for its event ``name`` until ``until``, as step
+        ``position`` (``postkit.tasks`` workflows call this for ``ctx.wait_for``): an event
+        sent is taken and recorded as the step, ``('received', payload)``; past ``until`` the
+        step is recorded without one, ``('timed_out', None)``; else the run is parked until
+        ``until`` and woken by an event sent meanwhile, ``('parked', None)``. ``('stale',
+        None)``: the caller no longer holds the claim, and nothing changed."""
+        return self._run(
+            protocol.wait_event(
+                self._namespace,
+                job,
+                claim_token=self._token(job, claim_token),
+                position=position,
+                name=name,
+                until=until,
+            )
+        )
+
     def release(
         self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None
     ) -> bool:

@@ -137,6 +137,28 @@ class Producer(Calls):
         queue's ``retain_dead`` once it finished. Empty: none recorded, or an unknown run."""
         return self._run(protocol.workflow_steps(self._namespace, run_id))
 
+    def send_event(
+        self, run_id: int, name: str, payload: Any = None, *, key: str | None = None
+    ) -> bool:
+        """Send the event ``name``, with ``payload`` (a JSON value, by the rules of a job's
+        result), to the live workflow run ``run_id``, in the caller's transaction: the run gets
+        it when it waits for it (``ctx.wait_for``), now or later, and one that waits already
+        is woken. One event per name and run.
+
+        Returns:
+            True if it was sent; False, with nothing changed, when an event of that name was
+            sent with the same ``key`` already (a repeat is a no-op).
+
+        Raises:
+            WorkflowEventError: the run is not live (finished, or unknown), or has an event of
+                that name already, sent without this ``key`` (the SQL module raises it: the
+                transaction is aborted).
+            InvalidResultError: ``payload`` cannot be one; nothing is sent.
+        """
+        return self._run(
+            protocol.send_event(self._namespace, run_id, name=name, payload=payload, key=key)
+        )
+
     def job_tree(self, job_id: int, *, limit: int = 1000) -> list[TreeJob]:
         """Job ``job_id`` and what descends from it through ``depends_on`` (its children,
         theirs, and so on), generation by generation, at most ``limit`` jobs: the root first

@@ -195,6 +195,16 @@ SELECT postkit_queue.park(
     %(namespace)s, %(job_id)s::bigint, %(claim_token)s::pg_catalog.uuid,
     %(until)s::pg_catalog.timestamptz);
 
+-- name: send_event
+SELECT postkit_queue.send_event(
+    %(namespace)s, %(job_id)s::bigint, %(name)s, %(payload)s::pg_catalog.jsonb, %(key)s);
+
+-- name: wait_event
+SELECT w.status, w.payload::pg_catalog.text AS payload
+FROM postkit_queue.wait_event(
+    %(namespace)s, %(job_id)s::bigint, %(claim_token)s::pg_catalog.uuid, %(position)s::integer,
+    %(name)s, %(until)s::pg_catalog.timestamptz) AS w;
+
 -- name: workflow_steps
 SELECT s.position, s.name, s.result::pg_catalog.text AS result, s.attempt, s.recorded_at
 FROM postkit_queue.workflow_steps(%(namespace)s, %(job_id)s::bigint) AS s;

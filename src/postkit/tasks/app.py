@@ -243,6 +243,13 @@ class App:
 
         return decorate
 
+    def send_event(
+        self, cursor: Any, run_id: int, name: str, payload: Any = None, *, key: str | None = None
+    ) -> bool:
+        """Send the event ``name`` with ``payload`` to the workflow run ``run_id`` of this App's
+        namespace, in the caller's transaction on ``cursor``: ``QueueClient.send_event``."""
+        return QueueClient(cursor, self.namespace).send_event(run_id, name, payload, key=key)
+
     def apply_policies(
         self, cursor: Any, *, queues: Collection[str] | None = None
     ) -> dict[str, QueuePolicy]:

@@ -13,7 +13,9 @@ step not recorded runs. So:
   writes commit exactly once, with the checkpoint, or not at all. A stale claim (the run was
   rescued, cancelled or finished meanwhile) rolls them back.
 - ``ctx.sleep(duration)`` records the time the run wakes and parks it: until then the run is
-  a pending job due later, holding no slot, claim or connection.
+  a pending job due later, holding no slot, claim or connection. ``ctx.wait_for(event,
+  timeout=)`` parks it the same way until the event is sent (``send_event``) or the deadline
+  passes.
 - A replay that reaches a recorded step under another name than the one recorded fails the run
   for good (:class:`NonDeterministicWorkflowError`): the code changed under a run in flight,
   and following it would pair results with the wrong steps.
@@ -165,6 +167,47 @@ class WorkflowContext:
             if not client.park(self._job, until):
                 raise StaleRunError(f"run {self.run_id} lost its claim before it slept")
         raise RunParked(self.run_id, until)
+
+    def wait_for(self, event: str, *, timeout: Duration) -> Any:
+        """Wait for the event ``event`` sent to this run (``send_event``), at most ``timeout``
+        (seconds, or a timedelta) from the first time the run gets here: return its payload,
+        or None past the deadline. An event sent before the run waits is kept and delivered.
+        Waiting, the run is parked (as ``ctx.sleep`` parks it) until the deadline, and an
+        event sent meanwhile wakes it at once; the deadline and the outcome are recorded as
+        two steps ('wait_for', 'event'), which a replay reads back.
+
+        Raises:
+            NonDeterministicWorkflowError: the steps recorded at this point are another's.
+            StaleRunError: the run's claim went stale; nothing changed.
+            InvalidDurationError: ``timeout`` is negative, or longer than the longest delay.
+        """
+        microseconds = check.duration("delay", timeout)
+        if microseconds is None:
+            raise errors.InvalidDurationError("wait_for's timeout must be given")
+        recorded, position = self._replay("wait_for")
+        if recorded is not None and recorded.result.get("event") != event:
+            raise NonDeterministicWorkflowError(
+                f"run {self.run_id} reached step {position} waiting for {event!r}, which it "
+                f"recorded waiting for {recorded.result.get('event')!r}"
+            )
+        outcome, outcome_position = self._replay("event")
+        if outcome is not None:
+            return outcome.result
+        with self._transaction() as cursor:
+            client = QueueClient(cursor, namespace=self._job.namespace)
+            if recorded is None:
+                until = client.clock() + timedelta(microseconds=microseconds)
+                deadline = {"event": event, "until": until.isoformat()}
+                if not client.record_step(self._job, position, "wait_for", deadline):
+                    raise StaleRunError(f"run {self.run_id} lost its claim before it waited")
+            else:
+                until = datetime.fromisoformat(recorded.result["until"])
+            status, payload = client.wait_event(self._job, outcome_position, event, until)
+            if status == "stale":
+                raise StaleRunError(f"run {self.run_id} lost its claim while it waited")
+        if status == "parked":
+            raise RunParked(self.run_id, until)
+        return payload
 
     def _replay(self, name: str) -> tuple[WorkflowStep | None, int]:
         """The step recorded at the next position, if any (checked against ``name``), and the

@@ -210,15 +210,7 @@ def record_step(
             "record_step needs the claim token pull returned (pass the Job, or claim_token=)"
         )
     del params["worker_id"]
-    if (
-        isinstance(position, bool)
-        or not isinstance(position, int)
-        or not 0 <= position < limits.MAX_STEPS
-    ):
-        raise errors.WorkflowStepError(
-            f"a step's position must be from 0 to {limits.MAX_STEPS - 1}, got {position!r}"
-        )
-    params["position"] = position
+    params["position"] = check_position(position)
     params["name"] = check.name("step name", name, required=True)
     checked = check.result(result)
     params["result"] = None if checked is None else checked.text
@@ -238,6 +230,62 @@ def park(namespace: str, job: JobRef, *, claim_token: object, until: datetime) -
         raise errors.InvalidDurationError("until must be a timezone-aware datetime")
     params["until"] = until
     return Call("park", params, read.scalar)
+
+
+def send_event(
+    namespace: str, run_id: int, *, name: str, payload: object, key: str | None
+) -> Call[bool]:
+    """Send the event ``name`` with ``payload`` to the run ``run_id``."""
+    checked = check.result(payload)
+    params = check.base(
+        namespace,
+        job_id=check.job_id(run_id),
+        name=check.name("event name", name, required=True),
+        payload=None if checked is None else checked.text,
+        key=check.name("key", key, required=False),
+    )
+    return Call("send_event", params, read.scalar)
+
+
+def wait_event(
+    namespace: str,
+    job: JobRef,
+    *,
+    claim_token: object,
+    position: int,
+    name: str,
+    until: datetime,
+) -> Call[tuple[str, Any]]:
+    """Take the run's event ``name`` (recorded as step ``position``), or park the run until
+    ``until``: ('received', payload), ('timed_out', None), ('parked', None) or ('stale',
+    None)."""
+    params = check.base(namespace, **check.claim("wait_event", job, None, claim_token))
+    if params["claim_token"] is None:
+        raise errors.InvalidClaimTokenError(
+            "wait_event needs the claim token pull returned (pass the Job, or claim_token=)"
+        )
+    del params["worker_id"]
+    if check.time("until", until) is None:
+        raise errors.InvalidDurationError("until must be a timezone-aware datetime")
+    params.update(
+        position=check_position(position),
+        name=check.name("event name", name, required=True),
+        until=until,
+    )
+    return Call("wait_event", params, read.event)
+
+
+def check_position(position: object) -> int:
+    """A step's position, 0 to limits.MAX_STEPS - 1."""
+    if (
+        isinstance(position, bool)
+        or not isinstance(position, int)
+        or not 0 <= position < limits.MAX_STEPS
+    ):
+        raise errors.WorkflowStepError(
+            f"a step's position must be from 0 to {limits.MAX_STEPS - 1}, got {position!r}"
+        )
+    return position
 
 
 def workflow_steps(namespace: str, job_id: int) -> Call[list[WorkflowStep]]:

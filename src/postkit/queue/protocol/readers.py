@@ -143,6 +143,13 @@ def job_result(rows: Rows) -> JobResult:
     )
 
 
+def event(rows: Rows) -> tuple[str, Any]:
+    """wait_event's row: its status, and the event's payload when one was received."""
+    row = rows[0]
+    payload = None if row["payload"] is None else decode(row["payload"], "payload")[0]
+    return str(row["status"]), payload
+
+
 def workflow_steps(rows: Rows) -> list[WorkflowStep]:
     steps = []
     for row in rows:

@@ -518,7 +518,8 @@ BEGIN
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
                                    'job_dependencies', 'job_ancestry', 'cancelled_jobs',
                                    'queue_stats', 'queue_settings', 'flow_state', 'schedules',
-                                   'workers', 'wakeups', 'workflow_steps'] LOOP
+                                   'workers', 'wakeups', 'workflow_steps',
+                                   'workflow_events'] LOOP
         v_policy := postkit_queue.tenant_policy(v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
@@ -542,12 +543,13 @@ WITH listed (name, access) AS (VALUES
     ('job_result', 'producer'), ('results_channel', 'producer'),
     ('dependency_problem', 'producer'), ('parent_results', 'producer'),
     ('waiting_children', 'producer'), ('job_tree', 'producer'),
-    ('workflow_steps', 'producer'),
+    ('workflow_steps', 'producer'), ('send_event', 'producer'),
     -- Workers claim, settle and keep the queue moving (timeouts, schedules, retention).
     ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
     ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),
     ('extend_visibility', 'worker'), ('release', 'worker'), ('tick_timeouts', 'worker'),
     ('report_progress', 'worker'), ('record_step', 'worker'), ('park', 'worker'),
+    ('wait_event', 'worker'),
     ('next_run_at', 'worker'), ('request_wakeup', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
     ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
     ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),

@@ -169,6 +169,20 @@ CREATE TABLE postkit_queue.workflow_steps (
     PRIMARY KEY (namespace, run_id, position)
 );
 
+-- The events sent to workflow runs (send_event): one per (run, name), kept until the run
+-- finishes (finish_steps deletes them), so that one sent before the run waits for it is
+-- delivered when it does (wait_event).
+CREATE TABLE postkit_queue.workflow_events (
+    namespace text        NOT NULL,
+    run_id    bigint      NOT NULL,
+    name      text        NOT NULL,
+    payload   jsonb,
+    key       text,  -- the sender's idempotency key: the same key again is no second event
+    sent_at   timestamptz NOT NULL,
+    -- Serves send_event and wait_event: one primary-key probe.
+    PRIMARY KEY (namespace, run_id, name)
+);
+
 -- Serves prune(): the steps of finished runs whose retention ran out.
 CREATE INDEX workflow_steps_expires_at_idx ON postkit_queue.workflow_steps (namespace, expires_at)
     WHERE expires_at IS NOT NULL;

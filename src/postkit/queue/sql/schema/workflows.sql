@@ -21,6 +21,10 @@
 --   and the other sees what it left.
 -- - A run that sleeps records the time it wakes as a step, and parks (park) in the same
 --   transaction: it is a pending job due then, and holds nothing while it sleeps.
+-- - An event sent to a run (send_event) is kept until the run finishes; a run that waits for
+--   one (wait_event) takes it, or parks until its deadline. Both lock the run's row first, so
+--   that an event sent while the run parks wakes it: the sender either comes first (the run
+--   then finds the event) or finds the run parked (and makes it due now).
 
 -- The most steps one run may record: a run that loops without end fails instead of growing the
 -- table without bound.
@@ -122,7 +126,8 @@ $$;
 
 -- finish_steps: the run p_run_id (of queue p_queue) finished at p_at: completed, dead-lettered,
 -- cancelled or purged. Its steps are kept for the queue's retain_dead from then, as its dead
--- letter or cancel would be, and prune deletes them after. A primary-key range scan.
+-- letter or cancel would be, and prune deletes them after; its events go now. Primary-key
+-- range scans.
 CREATE OR REPLACE FUNCTION postkit_queue.finish_steps(
     p_namespace text, p_run_id bigint, p_queue text, p_at timestamptz)
 RETURNS void
@@ -135,6 +140,8 @@ BEGIN
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     UPDATE postkit_queue.workflow_steps s SET expires_at = p_at + v_policy.retain_dead
     WHERE s.namespace = p_namespace AND s.run_id = p_run_id;
+    DELETE FROM postkit_queue.workflow_events e
+    WHERE e.namespace = p_namespace AND e.run_id = p_run_id;
 END
 $$;
 
@@ -174,5 +181,112 @@ BEGIN
     -- A worker that sleeps until the queue's next due job learns of an earlier one.
     PERFORM postkit_queue.notify(p_namespace, v_queue);
     RETURN true;
+END
+$$;
+
+-- send_event: send the event p_name, with p_payload (NULL: none; a result's rules), to the live
+-- run p_run_id: it is kept until the run finishes, and the run gets it when it waits for it
+-- (wait_event), now or later. A run that waits already (parked until its deadline) is made due
+-- now, and its queue woken; so is one that sleeps, which finds its sleep not over and parks
+-- again. One event per name: the same p_key again returns false and changes nothing; another
+-- send of the name raises PKQ22, as does a send to a run that is not live (finished or
+-- unknown).
+CREATE OR REPLACE FUNCTION postkit_queue.send_event(
+    p_namespace text, p_run_id bigint, p_name text, p_payload jsonb DEFAULT NULL,
+    p_key text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job  postkit_queue.jobs;
+    v_key  text;
+    v_now  timestamptz := postkit_queue.clock();
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_run_id);
+    PERFORM postkit_queue.check_name('event name', p_name, true);
+    PERFORM postkit_queue.check_name('key', p_key, false);
+    PERFORM postkit_queue.check_result('payload', p_payload);
+    -- The run's row first: a wait_event in progress is waited for (see the header).
+    SELECT * INTO v_job FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_run_id
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'postkit: run % is not live in namespace % (finished, or unknown): it '
+                        'can take no event', p_run_id, p_namespace USING ERRCODE = 'PKQ22';
+    END IF;
+    INSERT INTO postkit_queue.workflow_events (namespace, run_id, name, payload, key, sent_at)
+    VALUES (p_namespace, p_run_id, p_name, nullif(p_payload, 'null'::jsonb), p_key, v_now)
+    ON CONFLICT (namespace, run_id, name) DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT e.key INTO v_key FROM postkit_queue.workflow_events e
+        WHERE e.namespace = p_namespace AND e.run_id = p_run_id AND e.name = p_name;
+        IF v_key IS NOT NULL AND v_key = p_key THEN
+            RETURN false;
+        END IF;
+        RAISE EXCEPTION 'postkit: run % has an event % already: one event per name (send it '
+                        'with the same key to make a repeat a no-op)', p_run_id, p_name
+            USING ERRCODE = 'PKQ22';
+    END IF;
+    -- has_steps: the run's end deletes its events (finish_steps).
+    UPDATE postkit_queue.jobs j
+    SET has_steps = true,
+        run_at = CASE WHEN j.state = 'pending' THEN least(j.run_at, v_now) ELSE j.run_at END
+    WHERE j.namespace = p_namespace AND j.id = p_run_id;
+    IF v_job.state = 'pending' AND v_job.run_at > v_now THEN
+        PERFORM postkit_queue.notify(p_namespace, v_job.queue);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- wait_event: the run p_run_id, which the caller holds (p_claim_token), waits for its event
+-- p_name until p_until (the deadline its step p_position - 1 recorded). Under the run's row
+-- lock (see the header): an event sent is taken, recorded as step p_position (named 'event',
+-- its result the payload) and returned as 'received'; past the deadline, the step is
+-- recorded without one and 'timed_out' returned; else the run parks until the deadline, as
+-- park does, and 'parked' is returned (an event sent meanwhile makes it due now). 'stale':
+-- the caller no longer holds the claim; nothing changed.
+CREATE OR REPLACE FUNCTION postkit_queue.wait_event(
+    p_namespace text, p_run_id bigint, p_claim_token uuid, p_position integer, p_name text,
+    p_until timestamptz)
+RETURNS TABLE (status text, payload jsonb)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job   postkit_queue.jobs;
+    v_found boolean;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_run_id);
+    PERFORM postkit_queue.check_claim('wait for an event', NULL, p_claim_token);
+    PERFORM postkit_queue.check_name('event name', p_name, true);
+    IF p_until IS NULL OR NOT isfinite(p_until) THEN
+        RAISE EXCEPTION 'postkit: a run waits until a finite time, got %',
+            coalesce(p_until::text, 'NULL') USING ERRCODE = 'PKQ05';
+    END IF;
+    SELECT * INTO v_job FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_run_id
+    FOR UPDATE;
+    IF NOT FOUND OR NOT postkit_queue.holds_claim(
+           v_job.state, v_job.worker_id, v_job.claim_token, NULL, p_claim_token) THEN
+        status := 'stale';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT true, e.payload INTO v_found, payload FROM postkit_queue.workflow_events e
+    WHERE e.namespace = p_namespace AND e.run_id = p_run_id AND e.name = p_name;
+    IF coalesce(v_found, false) OR p_until <= postkit_queue.clock() THEN
+        PERFORM postkit_queue.record_step(
+            p_namespace, p_run_id, p_claim_token, p_position, 'event', payload);
+        status := CASE WHEN v_found THEN 'received' ELSE 'timed_out' END;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    PERFORM postkit_queue.park(p_namespace, p_run_id, p_claim_token, p_until);
+    status := 'parked';
+    RETURN NEXT;
 END
 $$;
