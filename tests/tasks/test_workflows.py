@@ -5,6 +5,7 @@ its checkpoint; a replay that meets a renamed step fails the run for good."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -12,8 +13,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 
+from postkit.cli import main
 from postkit.errors import InvalidArgumentsError, RetryLater, WorkflowEventError
 from postkit.queue import QueueClient
 from postkit.tasks import App, Workflow, WorkflowContext
@@ -249,3 +252,38 @@ def test_an_event_for_a_run_that_is_not_live_is_refused(app: App, client: QueueC
         app.send_event(client.cursor, run_id, "confirmed", {"again": True})
     with pytest.raises(WorkflowEventError, match="is not live"):
         app.send_event(client.cursor, run_id + 1000, "confirmed")
+
+
+def test_postkit_workflow_shows_a_runs_steps_and_cancels_a_waiting_run(
+    app: App, start_worker: StartWorker, client: QueueClient, dsn: str, namespace: str
+) -> None:
+    @app.workflow(queue="signups")
+    def signup(ctx: WorkflowContext, email: str) -> None:
+        ctx.step("account", lambda: {"id": 7})
+        ctx.wait_for("confirmed", timeout=3600)
+
+    start_worker(app)
+    run_id = signup.push(client.cursor, email="ada@example.com")
+    assert run_id is not None
+    wait_until(lambda: client.result(run_id).state == "scheduled", "the run to wait")
+    options = ["--dsn", dsn, "--namespace", namespace]
+
+    shown = CliRunner().invoke(main, ["workflow", "show", str(run_id), *options])
+    assert shown.exit_code == 0, shown.output
+    assert f"Run {run_id} of queue signups: scheduled, 2 steps" in shown.output
+    assert "account" in shown.output and '{"id": 7}' in shown.output
+    listed = json.loads(
+        CliRunner().invoke(main, ["workflow", "show", str(run_id), "--json", *options]).output
+    )
+    assert [step["name"] for step in listed["steps"]] == ["account", "wait_for"]
+
+    status = app.run_status(client.cursor, run_id)
+    assert (status.state, [step.name for step in status.steps]) == (
+        "scheduled",
+        ["account", "wait_for"],
+    )
+    cancelled = CliRunner().invoke(main, ["workflow", "cancel", str(run_id), "--yes", *options])
+    assert cancelled.exit_code == 0, cancelled.output
+    assert client.result(run_id).state == "cancelled"
+    again = CliRunner().invoke(main, ["workflow", "cancel", str(run_id), "--yes", *options])
+    assert again.exit_code == 1 and "is not live" in again.output

@@ -36,6 +36,7 @@ from postkit.cli import (
     tick,
     worker,
     workers,
+    workflow,
 )
 from postkit.cli.console import BadArgument
 from postkit.errors import PostkitError, ValidationError
@@ -84,6 +85,7 @@ def main() -> None:
       postkit jobs send_otp          a queue's jobs, a page at a time
       postkit job 42                 one job and what became of it (its result)
       postkit push send_otp '{}'     push a job (and postkit cancel JOB_ID)
+      postkit workflow show 42       a workflow run's steps (and workflow cancel)
       postkit dlq list               the dead-letter queue (and dlq show, redrive, purge)
       postkit queue pause send_otp   stop handing out a queue's jobs (and resume, configure,
                                      purge)
@@ -114,6 +116,7 @@ main.add_command(ops.jobs)
 main.add_command(ops.job)
 main.add_command(ops.push)
 main.add_command(ops.cancel)
+main.add_command(workflow.workflow_group)
 main.add_command(dlq.dlq)
 main.add_command(queue.queue_group)
 main.add_command(schedule.schedule)

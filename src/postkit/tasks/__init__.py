@@ -24,7 +24,7 @@ pydantic models in it, ``task.py`` a task and its pushes, ``app.py`` the App and
 policies it applies, ``context.py`` what a function reads of its job (``parent_results``).
 """
 
-from postkit.tasks.app import App
+from postkit.tasks.app import App, RunStatus
 from postkit.tasks.context import parent_results
 from postkit.tasks.task import (
     BaseTask,
@@ -40,6 +40,7 @@ __all__ = [
     "App",
     "BaseTask",
     "PushOptions",
+    "RunStatus",
     "Task",
     "TaskSettings",
     "TransactionalTask",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 import psycopg
@@ -13,6 +14,7 @@ from postkit import errors
 from postkit.queue import QueueClient, QueuePolicy, limits
 from postkit.queue.protocol import Duration
 from postkit.queue.protocol import checks as check
+from postkit.queue.records import WorkflowStep
 from postkit.tasks.task import BaseTask, Task, TaskSettings, TransactionalTask, Workflow
 from postkit.worker import Handlers, Worker
 from postkit.worker.handlers import Transaction
@@ -21,6 +23,22 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 logger = logging.getLogger("postkit.tasks")
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A workflow run as :meth:`App.run_status` reads it."""
+
+    run_id: int
+    state: str
+    """As ``QueueClient.result`` says it: 'pending', 'scheduled' (sleeping or waiting for an
+    event too), 'running', 'waiting', 'completed', 'dead', 'cancelled' or 'unknown'."""
+    reason: str | None
+    """Why it was dead-lettered or cancelled."""
+    result: Any
+    """What the workflow returned, once completed, when its queue keeps results."""
+    steps: list[WorkflowStep]
+    """The steps it recorded, in order."""
 
 
 class App:
@@ -250,6 +268,27 @@ class App:
         namespace, in the caller's transaction on ``cursor``: ``QueueClient.send_event``."""
         return QueueClient(cursor, self.namespace).send_event(run_id, name, payload, key=key)
 
+    def run_status(self, cursor: Any, run_id: int) -> RunStatus:
+        """Where the workflow run ``run_id`` of this App's namespace is (its job's
+        ``QueueClient.result``: state, reason, its return value once completed) and the steps
+        it recorded, in order; two reads in the caller's transaction on ``cursor``."""
+        client = QueueClient(cursor, self.namespace)
+        result = client.result(run_id)
+        return RunStatus(
+            run_id=run_id,
+            state=result.state,
+            reason=result.reason,
+            result=result.value,
+            steps=client.workflow_steps(run_id),
+        )
+
+    def cancel_run(self, cursor: Any, run_id: int) -> int:
+        """Cancel the workflow run ``run_id`` of this App's namespace, whatever it is doing,
+        with the live jobs of its tree (``QueueClient.cancel_tree``), in the caller's
+        transaction on ``cursor``: a page of at most 10,000 jobs. Returns how many it
+        cancelled (0: the run is not live)."""
+        return QueueClient(cursor, self.namespace).cancel_tree(run_id)
+
     def apply_policies(
         self, cursor: Any, *, queues: Collection[str] | None = None
     ) -> dict[str, QueuePolicy]:
@@ -385,4 +424,4 @@ def _settings(
     )
 
 
-__all__ = ["App"]
+__all__ = ["App", "RunStatus"]
