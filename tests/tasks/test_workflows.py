@@ -20,6 +20,7 @@ from postkit.cli import main
 from postkit.errors import InvalidArgumentsError, RetryLater, WorkflowEventError
 from postkit.queue import QueueClient
 from postkit.tasks import App, Workflow, WorkflowContext
+from postkit.testing import drain
 from tests.signals import wait_until
 from tests.tasks.test_tasks_worker import dead, gone
 
@@ -287,3 +288,52 @@ def test_postkit_workflow_shows_a_runs_steps_and_cancels_a_waiting_run(
     assert client.result(run_id).state == "cancelled"
     again = CliRunner().invoke(main, ["workflow", "cancel", str(run_id), "--yes", *options])
     assert again.exit_code == 1 and "is not live" in again.output
+
+
+def test_a_map_fans_out_waits_without_a_slot_and_returns_the_results_in_order(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    client.configure_queue("orders", retain_results=3600)
+
+    @app.task(queue="labels", retain_results=3600)
+    def print_label(item: int) -> str:
+        return f"label-{item}"
+
+    @app.workflow(queue="orders")
+    def fulfil(ctx: WorkflowContext, items: list[int]) -> list[str]:
+        return ctx.map(print_label, [{"item": item} for item in items])
+
+    start_worker(app, concurrency=1)  # the run waits without its slot: the labels get it
+    run_id = fulfil.push(client.cursor, items=[3, 1, 2])
+    assert run_id is not None
+
+    wait_until(lambda: client.result(run_id).state == "completed", "the map to complete")
+    assert client.result(run_id).value == ["label-3", "label-1", "label-2"]
+    steps = client.workflow_steps(run_id)
+    assert [step.name for step in steps] == ["map", "map_results"]
+    assert [client.result(job_id).state for job_id in steps[0].result["jobs"]] == ["completed"] * 3
+    job = client.get_job(run_id)
+    assert job is None  # completed: no row left
+
+
+def test_cancelling_a_run_cancels_the_jobs_of_its_map(
+    app: App, make_client: Callable[..., QueueClient]
+) -> None:
+    client = make_client()  # in a transaction, as drain works
+
+    @app.task(queue="labels", retain_results=3600)
+    def print_label(item: int) -> str:
+        return f"label-{item}"
+
+    @app.workflow(queue="orders")
+    def fulfil(ctx: WorkflowContext) -> list[str]:
+        return ctx.map(print_label, [{"item": 1}, {"item": 2}])
+
+    run_id = fulfil.push(client.cursor)
+    assert run_id is not None
+    drain(client, app, "orders")  # the run maps and waits; its labels are left pending
+    labels = client.workflow_steps(run_id)[0].result["jobs"]
+    assert client.result(run_id).state == "waiting"
+
+    assert app.cancel_run(client.cursor, run_id) == 3
+    assert [client.result(job_id).state for job_id in (run_id, *labels)] == ["cancelled"] * 3

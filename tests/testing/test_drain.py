@@ -205,3 +205,22 @@ def test_drain_runs_a_workflow_through_its_sleep_on_the_moved_clock(queue: Queue
     assert calls == ["welcome ada", "remind ada"]  # each once, however often the run ran
     assert run_id is not None and drained[run_id].state == "completed"
     assert [step.name for step in queue.workflow_steps(run_id)] == ["welcome", "sleep", "remind"]
+
+
+def test_drain_runs_a_workflows_map_and_the_jobs_it_pushed(queue: QueueClient) -> None:
+    app = App(namespace=queue.namespace)
+
+    @app.task(queue="squares", retain_results=3600)
+    def square(n: int) -> int:
+        return n * n
+
+    @app.workflow(queue="sums", retain_results=3600)
+    def total(ctx: Any, numbers: list[int]) -> int:
+        return sum(ctx.map(square, [{"n": n} for n in numbers]))
+
+    run_id = total.push(queue.cursor, numbers=[1, 2, 3])
+
+    drained = drain(queue, app)
+
+    assert run_id is not None and drained[run_id].state == "completed"
+    assert drained[run_id].result == 14

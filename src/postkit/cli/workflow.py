@@ -16,6 +16,7 @@ from postkit.cli.output import (
     shorten,
 )
 from postkit.queue.records import to_jsonable
+from postkit.worker.workflow import cancel_run
 
 
 @click.group("workflow")
@@ -92,7 +93,8 @@ def cancel(run_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
     """Cancel the run RUN, whatever it is doing: a running run's claim ends at once (its
     worker is told, its current step's checkpoint is refused and a transactional step's writes
     roll back), a sleeping or waiting one never wakes, and the live jobs of its tree (the jobs
-    that wait for it, and theirs) are cancelled with it. Asks first, unless --yes.
+    that wait for it, and theirs) and of its maps are cancelled with it. Asks first, unless
+    --yes.
 
     \b
     Example:
@@ -109,7 +111,7 @@ def cancel(run_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
             )
         confirm(f"Cancel run {run_id} of queue {result.queue} ({result.state})?", yes)
         cancelled = 0
-        while done := client.cancel_tree(run_id):
+        while done := cancel_run(client, run_id):
             connection.commit()
             cancelled += done
     if as_json:

@@ -441,6 +441,22 @@ class AsyncConsumer(AsyncCalls):
             )
         )
 
+    async def await_jobs(
+        self, job: JobRef, job_ids: Sequence[int], *, claim_token: Any = None
+    ) -> tuple[str, str | None]:
+        """The workflow run ``job`` waits for the jobs ``job_ids`` it pushed to complete, as a
+        job pushed with ``depends_on`` waits for its parents (``postkit.tasks`` workflows call
+        this for ``ctx.map``); they become its parents (``parent_results`` reads theirs). The
+        status: ``'waiting'``, the run's claim ended and the last job's ack makes it pending
+        again; ``'ready'``, they all completed already; ``'failed'``, one is unknown,
+        dead-lettered or cancelled (the second item says which), and nothing changed;
+        ``'stale'``, the caller no longer holds the claim, and nothing changed."""
+        return await self._run(
+            protocol.await_jobs(
+                self._namespace, job, claim_token=self._token(job, claim_token), job_ids=job_ids
+            )
+        )
+
     async def release(
         self, job: JobRef, *, worker_id: str | None = None, claim_token: Any = None
     ) -> bool:

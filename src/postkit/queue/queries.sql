@@ -205,6 +205,12 @@ FROM postkit_queue.wait_event(
     %(namespace)s, %(job_id)s::bigint, %(claim_token)s::pg_catalog.uuid, %(position)s::integer,
     %(name)s, %(until)s::pg_catalog.timestamptz) AS w;
 
+-- name: await_jobs
+SELECT a.status, a.problem
+FROM postkit_queue.await_jobs(
+    %(namespace)s, %(job_id)s::bigint, %(claim_token)s::pg_catalog.uuid,
+    %(job_ids)s::bigint[]) AS a;
+
 -- name: workflow_steps
 SELECT s.position, s.name, s.result::pg_catalog.text AS result, s.attempt, s.recorded_at
 FROM postkit_queue.workflow_steps(%(namespace)s, %(job_id)s::bigint) AS s;

@@ -15,7 +15,8 @@ step not recorded runs. So:
 - ``ctx.sleep(duration)`` records the time the run wakes and parks it: until then the run is
   a pending job due later, holding no slot, claim or connection. ``ctx.wait_for(event,
   timeout=)`` parks it the same way until the event is sent (``send_event``) or the deadline
-  passes.
+  passes. ``ctx.map(task, calls)`` pushes a job of ``task`` per call and parks the run until
+  they have all completed, as a job waits for its parents.
 - A replay that reaches a recorded step under another name than the one recorded fails the run
   for good (:class:`NonDeterministicWorkflowError`): the code changed under a run in flight,
   and following it would pair results with the wrong steps.
@@ -27,7 +28,7 @@ job's result."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -60,9 +61,14 @@ class RunParked(BaseException):
     the job. A BaseException, as asyncio's CancelledError is, so that a handler's ``except
     Exception`` does not swallow it and run on without a claim."""
 
-    def __init__(self, run_id: int, until: datetime) -> None:
-        super().__init__(f"run {run_id} sleeps until {until.isoformat()}")
+    def __init__(self, run_id: int, until: datetime | None) -> None:
+        super().__init__(
+            f"run {run_id} waits for its jobs"
+            if until is None
+            else f"run {run_id} sleeps until {until.isoformat()}"
+        )
         self.until = until
+        """When it is due again; None: when the jobs it waits for (a map's) have completed."""
 
 
 class WorkflowContext:
@@ -209,6 +215,64 @@ class WorkflowContext:
             raise RunParked(self.run_id, until)
         return payload
 
+    def map(self, task: Any, calls: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """Fan out: push a job of ``task`` (a task of ``postkit.tasks``) for each of
+        ``calls`` (each a mapping of its keyword arguments, as ``task.push_many`` takes them),
+        in one transaction with the step that records their ids (exactly once); then wait for
+        them all, parked as a job waits for its parents (no slot, no poll: the last one's ack
+        makes the run due), and return their results in the order of ``calls``, recorded as a
+        step. The task's queue must keep results (``retain_results``), and the results
+        together are recorded as one step: at most 1 MiB of JSON.
+
+        A job of the map dead-lettered or cancelled before the run waits fails the run for
+        good; one dead-lettered or cancelled while it waits cancels the run, as it cancels any
+        job that waits for it.
+
+        Raises:
+            NonDeterministicWorkflowError: the step recorded at this point is another's.
+            StaleRunError: the run's claim went stale; nothing changed.
+            PermanentError: a job of the map is unknown, dead-lettered or cancelled.
+        """
+        queue = task.settings.queue
+        pushed, position = self._replay("map")
+        if pushed is not None and pushed.result.get("queue") != queue:
+            raise NonDeterministicWorkflowError(
+                f"run {self.run_id} reached step {position} as a map of {queue!r}, which it "
+                f"recorded as a map of {pushed.result.get('queue')!r}"
+            )
+        gathered, _ = self._replay("map_results")
+        if gathered is not None:
+            return list(gathered.result)
+        if pushed is None:
+            with self._transaction() as cursor:
+                ids = task.push_many(cursor, calls)
+                if None in ids:
+                    raise errors.PermanentError(
+                        f"run {self.run_id}'s map pushed a job that its task's unique_by "
+                        "deduplicated: a map's jobs must each be new"
+                    )
+                client = QueueClient(cursor, namespace=self._job.namespace)
+                if not client.record_step(
+                    self._job, position, "map", {"queue": queue, "jobs": ids}
+                ):
+                    raise StaleRunError(f"run {self.run_id} lost its claim: its map rolled back")
+        else:
+            ids = pushed.result["jobs"]
+        with self._transaction() as cursor:
+            client = QueueClient(cursor, namespace=self._job.namespace)
+            status, problem = client.await_jobs(self._job, ids)
+            if status == "stale":
+                raise StaleRunError(f"run {self.run_id} lost its claim while it mapped")
+            if status == "failed":
+                raise errors.PermanentError(f"run {self.run_id}'s map failed: {problem}")
+            if status == "ready":
+                results = client.parent_results(self.run_id)
+                values = _recorded_form([results.get(job_id) for job_id in ids])
+                if not client.record_step(self._job, position + 1, "map_results", values):
+                    raise StaleRunError(f"run {self.run_id} lost its claim while it mapped")
+                return list(values)
+        raise RunParked(self.run_id, None)
+
     def _replay(self, name: str) -> tuple[WorkflowStep | None, int]:
         """The step recorded at the next position, if any (checked against ``name``), and the
         position."""
@@ -229,6 +293,17 @@ def _recorded_form(value: Any) -> Any:
     """``value`` as a replay will read it back: checked as a result, then through JSON."""
     checked = protocol.checked_result(value)
     return None if checked is None else json.loads(checked.text)
+
+
+def cancel_run(client: QueueClient, run_id: int) -> int:
+    """Cancel the workflow run ``run_id`` with the live jobs of its tree and of its maps (the
+    jobs each ``ctx.map`` pushed), each a page of at most 10,000 jobs. Returns how many were
+    cancelled (0: nothing was live)."""
+    maps = [step.result["jobs"] for step in client.workflow_steps(run_id) if step.name == "map"]
+    cancelled = client.cancel_tree(run_id)
+    for job_id in (job_id for jobs in maps for job_id in jobs):
+        cancelled += client.cancel_tree(job_id)
+    return cancelled
 
 
 def pooled_context(job: Job, pool: WorkerPool) -> WorkflowContext:
@@ -256,5 +331,6 @@ __all__ = [
     "RunParked",
     "StaleRunError",
     "WorkflowContext",
+    "cancel_run",
     "pooled_context",
 ]

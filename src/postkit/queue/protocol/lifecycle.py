@@ -275,6 +275,21 @@ def wait_event(
     return Call("wait_event", params, read.event)
 
 
+def await_jobs(
+    namespace: str, job: JobRef, *, claim_token: object, job_ids: Sequence[int]
+) -> Call[tuple[str, str | None]]:
+    """The run ``job`` waits for ``job_ids`` to complete: ('waiting', None), ('ready', None),
+    ('failed', the problem) or ('stale', None)."""
+    params = check.base(namespace, **check.claim("await_jobs", job, None, claim_token))
+    if params["claim_token"] is None:
+        raise errors.InvalidClaimTokenError(
+            "await_jobs needs the claim token pull returned (pass the Job, or claim_token=)"
+        )
+    del params["worker_id"]
+    params["job_ids"] = check.parents("job_ids", job_ids)
+    return Call("await_jobs", params, lambda rows: (str(rows[0]["status"]), rows[0]["problem"]))
+
+
 def check_position(position: object) -> int:
     """A step's position, 0 to limits.MAX_STEPS - 1."""
     if (

@@ -549,7 +549,7 @@ WITH listed (name, access) AS (VALUES
     ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),
     ('extend_visibility', 'worker'), ('release', 'worker'), ('tick_timeouts', 'worker'),
     ('report_progress', 'worker'), ('record_step', 'worker'), ('park', 'worker'),
-    ('wait_event', 'worker'),
+    ('wait_event', 'worker'), ('await_jobs', 'worker'),
     ('next_run_at', 'worker'), ('request_wakeup', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
     ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
     ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),

@@ -21,6 +21,8 @@
 --   and the other sees what it left.
 -- - A run that sleeps records the time it wakes as a step, and parks (park) in the same
 --   transaction: it is a pending job due then, and holds nothing while it sleeps.
+-- - A run that pushed jobs (a map) waits for them as a job waits for its parents
+--   (await_jobs): the last one's ack makes it pending again.
 -- - An event sent to a run (send_event) is kept until the run finishes; a run that waits for
 --   one (wait_event) takes it, or parks until its deadline. Both lock the run's row first, so
 --   that an event sent while the run parks wakes it: the sender either comes first (the run
@@ -287,6 +289,70 @@ BEGIN
     END IF;
     PERFORM postkit_queue.park(p_namespace, p_run_id, p_claim_token, p_until);
     status := 'parked';
+    RETURN NEXT;
+END
+$$;
+
+-- await_jobs: the run p_run_id, which the caller holds (p_claim_token), waits for the jobs
+-- p_job_ids it pushed (a map's): they become its parents (depends_on, in their order, which
+-- parent_results reads), and the run waits for the live ones as a job pushed with depends_on
+-- waits (dependencies.sql), its claim ended and its attempt given back: the last one's ack
+-- makes it pending, and a worker claims it then, with no poll. The status says what it did:
+-- 'waiting', so it is now; 'ready', every one of them completed already (the run holds its
+-- claim); 'failed', with the problem, one is unknown, dead-lettered or cancelled, and nothing
+-- changed; 'stale', the caller no longer holds the claim, and nothing changed. One that is
+-- dead-lettered or cancelled while the run waits cancels the run, as it cancels any job that
+-- waits for it.
+CREATE OR REPLACE FUNCTION postkit_queue.await_jobs(
+    p_namespace text, p_run_id bigint, p_claim_token uuid, p_job_ids bigint[])
+RETURNS TABLE (status text, problem text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job   postkit_queue.jobs;
+    v_waits bigint[];
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_run_id);
+    PERFORM postkit_queue.check_claim('await jobs', NULL, p_claim_token);
+    SELECT * INTO v_job FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = p_run_id
+    FOR UPDATE;
+    IF NOT FOUND OR NOT postkit_queue.holds_claim(
+           v_job.state, v_job.worker_id, v_job.claim_token, NULL, p_claim_token) THEN
+        status := 'stale';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    problem := postkit_queue.dependency_problem(p_namespace, p_job_ids);
+    IF problem IS NOT NULL THEN
+        status := 'failed';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- Each live job is marked (has_children) under its row lock, which orders this wait and
+    -- the job's ack, as for a child's push (lock_parents).
+    v_waits := postkit_queue.lock_parents(p_namespace, p_job_ids);
+    UPDATE postkit_queue.jobs j
+    SET depends_on = array(SELECT p.id FROM unnest(p_job_ids) WITH ORDINALITY AS p(id, n)
+                           GROUP BY p.id ORDER BY min(p.n)),
+        state = CASE WHEN cardinality(v_waits) > 0 THEN 'waiting'::postkit_queue.job_state
+                     ELSE j.state END,
+        waiting_on = nullif(cardinality(v_waits), 0),
+        attempts = CASE WHEN cardinality(v_waits) > 0 THEN j.attempts - 1 ELSE j.attempts END,
+        worker_id = CASE WHEN cardinality(v_waits) > 0 THEN NULL ELSE j.worker_id END,
+        claim_token = CASE WHEN cardinality(v_waits) > 0 THEN NULL ELSE j.claim_token END,
+        claimed_at = CASE WHEN cardinality(v_waits) > 0 THEN NULL ELSE j.claimed_at END,
+        visible_until = CASE WHEN cardinality(v_waits) > 0 THEN NULL ELSE j.visible_until END
+    WHERE j.namespace = p_namespace AND j.id = p_run_id;
+    IF cardinality(v_waits) = 0 THEN
+        status := 'ready';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    PERFORM postkit_queue.add_children(p_namespace, v_waits, p_run_id);
+    status := 'waiting';
     RETURN NEXT;
 END
 $$;

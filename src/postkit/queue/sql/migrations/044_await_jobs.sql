@@ -1,0 +1,4 @@
+-- Migration 44: a workflow run waits for the jobs it pushed (workflows.sql): await_jobs makes
+-- them its parents and the run waits for them as a job pushed with depends_on does. No table
+-- changes.
+-- schema: 9cb9a912c1c7f8c9
