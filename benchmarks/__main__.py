@@ -10,6 +10,7 @@
     python -m benchmarks claim-layouts [--dsn DSN] [--runs N]
     python -m benchmarks producers [--dsn DSN] [--quick] [--runs N] [--oban-python PATH]
     python -m benchmarks dependencies [--dsn DSN] [--quick] [--runs N]
+    python -m benchmarks workflows [--dsn DSN] [--quick] [--runs N]
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy, RQ (on Redis), awa and DBOS on the same server (install them with
@@ -40,7 +41,10 @@ producers.md (benchmarks/producers.py). ``dependencies`` drains a fan-in of 10,0
 one child against 10,001 plain jobs, with the same workers, and the plain drain again while
 1,000 other running jobs get 100 progress reports a second, and writes dependencies.md
 (dependencies-quick.md with ``--quick``; benchmarks/dependencies.py); ``run`` includes it as
-its workload ``dependencies``.
+its workload ``dependencies``. ``workflows`` times what a workflow's step costs over a plain
+task (ten steps, ten transactional steps) and the runs per second of a three-step workflow,
+and writes workflows.md (benchmarks/workflows.py); ``run`` includes it as its workload
+``workflows``.
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -70,6 +74,7 @@ from benchmarks import (
     roundtrip,
     sql_costs,
     suite,
+    workflows,
     workloads,
 )
 from benchmarks.adapters import LIBRARIES, oban
@@ -233,6 +238,11 @@ def run_comparison(args: argparse.Namespace) -> int:
         result["dependencies"] = dependencies.run(
             database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
         )
+    if "workflows" in selected:
+        log.info("what a workflow's step costs (benchmarks/workflows.py)")
+        result["workflows"] = workflows.run(
+            database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
+        )
     paths = [suite.save(result, name), *report.write(result, name)]
     print(report.markdown(result))
     print("->", ", ".join(str(path) for path in paths))
@@ -340,6 +350,7 @@ def main() -> None:
             "claim-layouts",
             "producers",
             "dependencies",
+            "workflows",
             "all",
         ],
         nargs="?",
@@ -475,6 +486,13 @@ def main() -> None:
             database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
         )
         name = "dependencies-quick" if args.quick else "dependencies"
+        print(text, f"-> {write_result(name, text)}", sep="\n")
+        return
+    if args.which == "workflows":
+        text = workflows.run(
+            database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
+        )
+        name = "workflows-quick" if args.quick else "workflows"
         print(text, f"-> {write_result(name, text)}", sep="\n")
         return
     if args.which == "run":

@@ -322,6 +322,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += _own_section(
         report, "dependencies", "Jobs that wait for jobs, and progress (Postkit, in the same run)"
     )
+    lines += _own_section(report, "workflows", "What a workflow's step costs (Postkit)")
     lines += _sweep_section(report)
     lines += _settings_section(report, off)
     lines += _workload_notes(report)

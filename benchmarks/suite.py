@@ -29,12 +29,14 @@ from benchmarks.common import RESULTS
 log = logging.getLogger("benchmarks")
 
 WORKLOADS = (
-    "W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor", "producers", "dependencies"
+    "W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor", "producers", "dependencies",
+    "workflows",
 )  # fmt: skip
-SERVER_WORKLOADS = ("floor", "producers", "dependencies")
+SERVER_WORKLOADS = ("floor", "producers", "dependencies", "workflows")
 """Workloads outside the per-library loop: pgbench's floor, the producer's transaction
 (benchmarks/producers.py, run by ``run_comparison`` on a cluster of its own), and Postkit's
-fan-in, no-dependency and progress rows (benchmarks/dependencies.py)."""
+fan-in, no-dependency and progress rows (benchmarks/dependencies.py) and a workflow step's cost
+(benchmarks/workflows.py)."""
 
 PRESET_LIMITS: dict[str, tuple[str, ...]] = {
     "W3": ("postkit", "pgqueuer"),

@@ -1,0 +1,137 @@
+"""What a workflow's steps cost (issue 31): a worker of this process (one, 8 slots) drains N runs
+of a workflow, and the same N plain tasks, and the difference per step is a step's overhead.
+
+Rows, each timed from the commit of its N pushes to the moment the namespace's jobs table is
+empty (a poll every 5 ms), on a namespace of its own:
+
+- plain: N tasks whose function returns at once (the baseline: a claim and an ack per job);
+- 10 steps: N runs of a workflow of ten ``ctx.step`` that return at once (each step one
+  statement, ``record_step``, committed on its own);
+- 10 transactional steps: the same with ``ctx.transaction`` (each step a transaction of its
+  own: the function's cursor, ``record_step``, the commit);
+- 3 steps: N runs of a three-step workflow, for runs per second.
+
+A step's overhead is (row - plain) / (N x 10), with the worker's slots busy; and, for one run
+alone, the time of its ten steps one after another, over a plain task's, divided by ten. The
+replay of the recorded steps happens only when a run runs again, which these runs do not.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from benchmarks import suite
+from benchmarks.common import environment
+from postkit import tasks
+
+RUNS = 300
+SLOTS = 8
+
+
+def _app(namespace: str) -> tasks.App:
+    app = tasks.App(namespace=namespace)
+
+    def nothing(*_: Any) -> None:
+        return None
+
+    @app.task(queue="plain")
+    def plain() -> None:
+        return None
+
+    @app.workflow(queue="ten")
+    def ten(ctx: tasks.WorkflowContext) -> None:
+        for step in range(10):
+            ctx.step(f"step {step}", nothing)
+
+    @app.workflow(queue="ten_tx")
+    def ten_tx(ctx: tasks.WorkflowContext) -> None:
+        for step in range(10):
+            ctx.transaction(f"step {step}", nothing)
+
+    @app.workflow(queue="three")
+    def three(ctx: tasks.WorkflowContext) -> None:
+        for step in range(3):
+            ctx.step(f"step {step}", nothing)
+
+    return app
+
+
+def _timed(dsn: str, namespace: str, queue: str, runs: int) -> float:
+    """Seconds from the commit of ``runs`` pushes to ``queue`` to an empty namespace."""
+    app = _app(namespace)
+    worker = app.worker(dsn, concurrency=SLOTS, queues=[queue])
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        time.sleep(1.0)  # the worker starts and waits
+        with psycopg.connect(dsn) as connection:
+            task = app.tasks[queue]
+            task.push_many(connection.cursor(), [{} for _ in range(runs)])
+            connection.commit()
+            started = time.perf_counter()
+            while True:
+                (live,) = connection.execute(
+                    "SELECT count(*) FROM postkit_queue.jobs WHERE namespace = %s", (namespace,)
+                ).fetchone()  # type: ignore[misc]
+                connection.rollback()
+                if live == 0:
+                    return time.perf_counter() - started
+                time.sleep(0.005)
+    finally:
+        worker.stop()
+        thread.join()
+
+
+def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
+    """Each row ``runs`` times, rotated, as markdown."""
+    jobs = 50 if quick else RUNS
+    rows = {
+        "plain": "plain",
+        "ten": "10 steps",
+        "ten_tx": "10 transactional steps",
+        "three": "3 steps",
+    }
+    times: dict[str, list[float]] = {queue: [] for queue in rows}
+    order = list(rows)
+    for turn in range(runs):
+        for queue in order[turn % len(order) :] + order[: turn % len(order)]:
+            times[queue].append(_timed(dsn, f"bench-wf-{queue}-{turn}", queue, jobs))
+    alone: dict[str, list[float]] = {"plain": [], "ten": []}
+    for turn in range(runs):
+        for queue in alone:
+            alone[queue].append(_timed(dsn, f"bench-wf-alone-{queue}-{turn}", queue, 1))
+    latency = (statistics.median(alone["ten"]) - statistics.median(alone["plain"])) / 10 * 1000
+    median = {queue: statistics.median(values) for queue, values in times.items()}
+    per_step = (median["ten"] - median["plain"]) / (jobs * 10) * 1000
+    per_tx_step = (median["ten_tx"] - median["plain"]) / (jobs * 10) * 1000
+    lines = [
+        "# Workflows: what a step costs",
+        "",
+        f"{environment(dsn)}; Postkit from {suite.postkit_source()}. Command: `{command}`.",
+        f"{runs} runs of each row, rotated; medians (min-max). One worker in the benchmark's "
+        f"process, {SLOTS} slots; {jobs} jobs or runs per row (benchmarks/workflows.py).",
+        "",
+        "| row | drained in |",
+        "|---|---:|",
+    ]
+    for queue, label in rows.items():
+        values = times[queue]
+        lines.append(
+            f"| {label}: {jobs} | {median[queue]:.3f} s ({min(values):.3f}-{max(values):.3f}) |"
+        )
+    lines += [
+        "",
+        f"A step's overhead: **{per_step:.2f} ms** (`ctx.step`), "
+        f"**{per_tx_step:.2f} ms** (`ctx.transaction`), over a plain task's claim and ack. "
+        f"Three-step runs: **{jobs / median['three']:.0f} runs/s**.",
+        "",
+        f"One run alone, ten steps one after another: **{latency:.2f} ms per step** over a "
+        f"plain task (its median {statistics.median(alone['ten']) * 1000:.1f} ms, a plain "
+        f"task's {statistics.median(alone['plain']) * 1000:.1f} ms, from the push's commit).",
+    ]
+    return "\n".join(lines) + "\n"
