@@ -304,6 +304,23 @@ def test_a_job_shows_its_tree_and_the_tree_is_cancelled_whole(
     assert {q.result(job_id).state for job_id in (root, child, grandchild)} == {"cancelled"}
 
 
+def test_a_workflow_runs_page_lists_its_steps(api: httpx.Client, q: QueueClient) -> None:
+    run_id = q.push(Q, {"order": 42})
+    run = q.pull(Q, worker_id="w1")
+    assert run is not None and run.id == run_id
+    assert q.record_step(run, 0, "charge", {"id": "ch_1", "note": "<b>x</b>"})
+    assert q.record_step(run, 1, "notify")
+
+    steps = ok(api.get(f"jobs/{run_id}"))["steps"]
+
+    assert [(s["position"], s["name"], s["attempt"]) for s in steps] == [
+        (0, "charge", 1),
+        (1, "notify", 1),
+    ]
+    assert '"note": "<b>x</b>"' in steps[0]["result_json"]  # text, for the page to show as text
+    assert steps[1]["result_json"] == "null"
+
+
 def test_a_running_job_past_its_claim_deadline_shows_its_claim_expired(
     api: httpx.Client, q: QueueClient
 ) -> None:

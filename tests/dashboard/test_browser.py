@@ -187,6 +187,33 @@ def test_an_operator_sees_a_jobs_tree_and_cancels_it_in_a_real_browser(
             assert q.ack(running) is False
 
 
+def test_an_operator_reads_a_workflow_runs_steps_in_a_real_browser(
+    browser: Any, serve_dashboard: ServeDashboard, dsn: str, namespace: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        q = QueueClient(connection.cursor(), namespace=namespace)
+        run_id = q.push("orders", {"order": 42})
+        run = q.pull("orders", worker_id="w1")
+        assert run is not None and run.id == run_id
+        assert q.record_step(run, 0, "charge", {"id": "ch_1", "note": HOSTILE})
+        assert q.record_step(run, 1, "notify")
+        with serve_dashboard(namespaces=(namespace,)) as http:
+            base = str(http.base_url).rstrip("/")
+            browser.get(f"{base}/#/ns/{namespace}/job/{run_id}")
+            wait_for(
+                browser,
+                lambda d: len(d.find_elements(By.CSS_SELECTOR, "#steps tr[data-step]")) == 2,
+                "the run's two steps",
+            )
+            wait_for(
+                browser,
+                lambda d: HOSTILE in d.find_element(By.ID, "steps").text,
+                "the hostile step result shown as text",
+            )
+            assert browser.execute_script("return window.__pwned") is None
+            screenshot(browser, tmp_path, "workflow-steps")
+
+
 def test_a_visitor_logs_in_with_the_form_and_the_token_stays_out_of_the_history(
     browser: Any, serve_dashboard: ServeDashboard, namespace: str, tmp_path: Path
 ) -> None:

@@ -245,8 +245,9 @@ class DashboardSource:
         """One job, whole: payload, every attempt's error, its claim, its lineage (the dead
         letter it was redriven from, the job its dead letter became), the jobs waiting for it
         (the first 100), its tree (what descends from it through depends_on, the first
-        ``TREE_SIZE`` jobs, when anything does), and what became of it (``result``: a
-        completed job's kept value, when its queue keeps results)."""
+        ``TREE_SIZE`` jobs, when anything does), a workflow run's recorded steps, and what
+        became of it (``result``: a completed job's kept value, when its queue keeps
+        results)."""
         with self.client(namespace) as q:
             now = q.clock()
             job = q.get_job(job_id)
@@ -254,7 +255,8 @@ class DashboardSource:
             lineage = q.job_lineage(job_id)
             result = q.result(job_id)
             tree = q.job_tree(job_id, limit=TREE_SIZE + 1)
-        if job is None and not lineage and result.state == "unknown" and not tree:
+            steps = q.workflow_steps(job_id)
+        if job is None and not lineage and result.state == "unknown" and not tree and not steps:
             raise NotFound(
                 f"no job {job_id} in namespace {namespace!r} (a completed job leaves unless its "
                 "queue keeps results or completed jobs)"
@@ -272,6 +274,19 @@ class DashboardSource:
             "waiting_children": children,
             "tree": to_jsonable(tree[:TREE_SIZE]) if len(tree) > 1 else [],
             "tree_truncated": len(tree) > TREE_SIZE,
+            # A workflow run's steps, each with its result as pretty JSON text (as the job's
+            # payload is shown): the page draws them as text, never as markup.
+            "steps": [
+                {
+                    "position": step.position,
+                    "name": step.name,
+                    "attempt": step.attempt,
+                    "recorded_at": step.recorded_at.isoformat(),
+                    "result_json": pretty_value(step.result) if step.result_error is None else None,
+                    "result_error": step.result_error,
+                }
+                for step in steps
+            ],
             "result": outcome,
         }
 

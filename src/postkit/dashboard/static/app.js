@@ -473,6 +473,12 @@ async function viewJob(main, jobId) {
       : h("p", { class: "muted" }, "No failed attempts."),
     h("h2", {}, "Lineage"),
     lineage.length ? h("ul", { id: "lineage" }, lineage) : h("p", { class: "muted" }, "Not redriven."),
+    (data.steps || []).length ? [
+      h("h2", {}, `Workflow steps (${data.steps.length})`),
+      table(["step#", "name", "attempt#", "recorded", "result"], data.steps.map((step) => h("tr", { "data-step": step.position },
+        num(step.position), h("td", { class: "mono" }, step.name), num(step.attempt), h("td", {}, fmtTime(step.recorded_at)),
+        h("td", { class: "mono preview" }, step.result_json !== null ? step.result_json : `(${step.result_error || "no result"})`))), { id: "steps" }),
+    ] : null,
     tree.length ? [
       h("h2", {}, "Tree"),
       h("p", { class: "muted" }, "The jobs that descend from it through depends_on, generation by generation: live ones, and completed ones the tree goes on through."),
