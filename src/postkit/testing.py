@@ -45,7 +45,7 @@ from postkit.queue import Job, NackOutcome, QueueClient, install, protocol
 from postkit.tasks import App
 from postkit.worker import Handlers
 from postkit.worker.outcomes import settlement_of
-from postkit.worker.workflow import RunParked, WorkflowContext
+from postkit.worker.workflow import AsyncWorkflowContext, RunParked, WorkflowContext
 
 DSN_VARIABLE = "POSTKIT_TEST_DSN"
 """The environment variable that names the server to test on (beside ``--postkit-dsn``)."""
@@ -185,6 +185,9 @@ def _run(client: QueueClient, job: Job, spec: Any, record: DrainedJob) -> None:
                 cursor.execute("ROLLBACK TO SAVEPOINT postkit_drain")
                 raise
             cursor.execute("RELEASE SAVEPOINT postkit_drain")
+        elif spec.workflow and spec.is_async:
+            context = AsyncWorkflowContext(_workflow_context(client, job))
+            value = asyncio.run(spec.function(job, context))
         elif spec.workflow:
             value = spec.function(job, _workflow_context(client, job))
         elif spec.is_async:

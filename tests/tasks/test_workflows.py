@@ -5,6 +5,7 @@ its checkpoint; a replay that meets a renamed step fails the run for good."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections import Counter
@@ -19,7 +20,7 @@ from psycopg import sql
 from postkit.cli import main
 from postkit.errors import InvalidArgumentsError, RetryLater, WorkflowEventError
 from postkit.queue import QueueClient
-from postkit.tasks import App, Workflow, WorkflowContext
+from postkit.tasks import App, AsyncWorkflowContext, Workflow, WorkflowContext
 from postkit.testing import drain
 from tests.signals import wait_until
 from tests.tasks.test_tasks_worker import dead, gone
@@ -47,9 +48,7 @@ def written(client: QueueClient, table: sql.Identifier) -> list[tuple[str, str]]
     return [tuple(row) for row in client.cursor.fetchall()]  # type: ignore[misc]
 
 
-def test_the_context_is_no_argument_of_the_push_and_async_is_refused(
-    app: App, client: QueueClient
-) -> None:
+def test_the_context_is_no_argument_of_the_push(app: App, client: QueueClient) -> None:
     @app.workflow(queue="orders")
     def fulfil(ctx: WorkflowContext, order_id: str) -> str:
         return order_id
@@ -62,10 +61,6 @@ def test_the_context_is_no_argument_of_the_push_and_async_is_refused(
 
     with pytest.raises(InvalidArgumentsError, match="takes its context as its first parameter"):
         app.workflow(queue="nothing")(lambda: None)
-    with pytest.raises(ValueError, match="synchronous"):
-
-        @app.workflow(queue="later")
-        async def later(ctx: WorkflowContext) -> None: ...
 
 
 def test_a_retried_run_replays_its_recorded_steps_and_runs_the_rest(
@@ -337,3 +332,39 @@ def test_cancelling_a_run_cancels_the_jobs_of_its_map(
 
     assert app.cancel_run(client.cursor, run_id) == 3
     assert [client.result(job_id).state for job_id in (run_id, *labels)] == ["cancelled"] * 3
+
+
+def test_an_async_workflow_awaits_its_steps_sleeps_and_waits(
+    app: App, start_worker: StartWorker, client: QueueClient, table: sql.Identifier
+) -> None:
+    client.configure_queue("orders", retain_results=3600)
+
+    async def charge(order_id: str) -> dict[str, str]:
+        await asyncio.sleep(0)
+        return {"id": f"ch_{order_id}"}
+
+    def record(cursor: psycopg.Cursor[Any], order_id: str) -> None:
+        cursor.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'record')").format(table), (order_id,))
+
+    @app.workflow(queue="orders")
+    async def fulfil(ctx: AsyncWorkflowContext, order_id: str) -> list[Any]:
+        charged = await ctx.step("charge", charge, order_id)
+        await ctx.transaction("record", record, order_id)
+        await ctx.sleep(0.2)
+        approval = await ctx.wait_for("approved", timeout=0.2)
+        return [charged["id"], approval]
+
+    start_worker(app)
+    run_id = fulfil.push(client.cursor, order_id="9")
+    assert run_id is not None
+
+    wait_until(lambda: client.result(run_id).state == "completed", "the async run to finish")
+    assert client.result(run_id).value == ["ch_9", None]
+    assert written(client, table) == [("9", "record")]
+    assert [step.name for step in client.workflow_steps(run_id)] == [
+        "charge",
+        "record",
+        "sleep",
+        "wait_for",
+        "event",
+    ]

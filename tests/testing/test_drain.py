@@ -224,3 +224,19 @@ def test_drain_runs_a_workflows_map_and_the_jobs_it_pushed(queue: QueueClient) -
 
     assert run_id is not None and drained[run_id].state == "completed"
     assert drained[run_id].result == 14
+
+
+def test_drain_runs_an_async_workflow(queue: QueueClient) -> None:
+    app = App(namespace=queue.namespace)
+
+    @app.workflow(queue="trials", retain_results=3600)
+    async def trial(ctx: Any, user: str) -> str:
+        greeting = await ctx.step("welcome", lambda: f"welcome {user}")
+        await ctx.sleep(timedelta(days=1))
+        return str(greeting)
+
+    run_id = trial.push(queue.cursor, user="ada")
+
+    drained = drain(queue, app)
+
+    assert run_id is not None and drained[run_id].result == "welcome ada"

@@ -34,10 +34,11 @@ from postkit.tasks.task import (
     TransactionalTask,
     Workflow,
 )
-from postkit.worker.workflow import WorkflowContext
+from postkit.worker.workflow import AsyncWorkflowContext, WorkflowContext
 
 __all__ = [
     "App",
+    "AsyncWorkflowContext",
     "BaseTask",
     "PushOptions",
     "RunStatus",

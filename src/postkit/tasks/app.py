@@ -232,10 +232,12 @@ class App:
         completed is recorded, fenced by the run's claim, and a run that runs again (a retry, a
         rescue, a restart) replays the recorded steps instead of running them again. A run is
         retried, dead-lettered, cancelled and rate-limited as any job of its queue; its result
-        is what the function returns. The options are :meth:`task`'s.
+        is what the function returns. An ``async def`` function gets an
+        :class:`~postkit.worker.workflow.AsyncWorkflowContext` and awaits its steps. The
+        options are :meth:`task`'s.
 
         Raises:
-            as :meth:`task`; ValueError also when the function is ``async def``.
+            as :meth:`task`.
         """
         settings = _settings(
             queue=queue,
@@ -252,8 +254,6 @@ class App:
         )
 
         def decorate(function: Callable[Concatenate[Any, P], R]) -> Workflow[P, R]:
-            if inspect.iscoroutinefunction(function):
-                raise ValueError("workflows must be synchronous functions")
             workflow: Workflow[P, R] = Workflow(self.namespace, function, settings)
             self.handlers.add(queue, workflow.handler(), timeout=timeout, workflow=True)
             self.tasks[queue] = workflow

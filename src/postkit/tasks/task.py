@@ -274,6 +274,14 @@ class BaseTask(Generic[P, R]):
         """
         function: Callable[..., Any] = self.function
         decode = self.signature.decode
+        if self._takes_cursor and inspect.iscoroutinefunction(function):
+
+            async def run_async_workflow(job: Job, ctx: Any) -> Any:
+                args, kwargs = decode(job.payload)
+                with running(job):
+                    return await function(ctx, *args, **kwargs)
+
+            return run_async_workflow
         if self._takes_cursor:
 
             def run_in_transaction(job: Job, cursor: Any) -> Any:
@@ -437,7 +445,8 @@ class Workflow(BaseTask[P, R]):
         run_id = fulfil.push(cursor, order_id="42")
 
     The context is not an argument: :meth:`push` takes the arguments after it, and the payload
-    never holds it. The function must be synchronous.
+    never holds it. An ``async def`` workflow gets an
+    :class:`~postkit.worker.workflow.AsyncWorkflowContext` and awaits its steps.
     """
 
     _takes_cursor = True

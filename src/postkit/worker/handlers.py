@@ -64,7 +64,8 @@ class Handlers(Mapping[str, HandlerSpec]):
         """Run ``function(job)`` for each job of ``queue`` (``function(job, cursor)`` when
         ``transactional``; ``function(job, ctx)`` when ``workflow``, with a
         :class:`~postkit.worker.workflow.WorkflowContext` that records each step the run
-        completes and replays them when it runs again: see postkit/worker/workflow.py).
+        completes and replays them when it runs again, an ``AsyncWorkflowContext`` for an
+        ``async def`` one: see postkit/worker/workflow.py).
 
         ``timeout`` is the handler's maximum run time in seconds (default: the worker's
         ``handler_timeout``). Past it the attempt counts as timed out: the job is nacked with a
@@ -105,15 +106,15 @@ class Handlers(Mapping[str, HandlerSpec]):
                 ``timeout`` is not positive, or ``transaction`` is given to a handler that is
                 not transactional, or ``batch`` is below 1, or above 1 for a handler that is
                 not transactional or has a ``transaction`` of its own, or a ``workflow``
-                handler is ``async def``, transactional or batched.
+                handler is transactional or batched.
         """
         if queue in self._specs:
             raise ValueError(f"queue {queue!r} already has a handler")
         is_async = inspect.iscoroutinefunction(function)
-        if workflow and (is_async or transactional or transaction is not None or batch != 1):
+        if workflow and (transactional or transaction is not None or batch != 1):
             raise ValueError(
-                "a workflow's handler is a synchronous function, neither transactional nor "
-                "batched: its steps bring their own transactions (ctx.transaction)"
+                "a workflow's handler is neither transactional nor batched: its steps bring "
+                "their own transactions (ctx.transaction)"
             )
         if is_async and transactional:
             raise ValueError("transactional handlers must be synchronous functions")

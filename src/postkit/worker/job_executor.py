@@ -33,8 +33,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from postkit import errors
-from postkit.queue import Job, Outcome, QueueClient, protocol
+from postkit.queue import Job, Outcome, QueueClient
 from postkit.queue.protocol import CheckedResult
 from postkit.worker import progress, tracing
 from postkit.worker.backoff import Backoff
@@ -48,8 +47,9 @@ from postkit.worker.outcomes import (
     settlement_of,
 )
 from postkit.worker.pool import WorkerPool
+from postkit.worker.results import Results
 from postkit.worker.threads import start_thread
-from postkit.worker.workflow import RunParked, pooled_context
+from postkit.worker.workflow import AsyncWorkflowContext, RunParked, pooled_context
 
 logger = logging.getLogger("postkit.worker")
 
@@ -111,15 +111,12 @@ class JobExecutor:
         )
         self._batched_lock = threading.Lock()
         self._settle_backoff = Backoff.housekeeping(jitter=0.0)
-        # The queues whose handlers returned a value that cannot be kept, logged at WARNING once,
-        # and those whose policy was read for whether they keep results at all.
-        self._unkept_queues: set[str] = set()
-        self._keeping_checked: set[str] = set()
-        self._unkept_lock = threading.Lock()
+        self._results: Results | None = None
 
     def start(self, pool: WorkerPool, *, with_event_loop: bool) -> None:
         """Start the handler threads, and the event loop for ``async def`` handlers."""
         self._pool = pool
+        self._results = Results(pool)
         for _ in range(self.concurrency):
             self.start_handler_thread()
         if with_event_loop:
@@ -254,11 +251,7 @@ class JobExecutor:
             else:
                 value = spec.function(self._handed(job))
         except RunParked:
-            # The run sleeps: parked in its own transaction, with nothing left to settle.
-            if self.claims.claim_outcome(job):
-                self.claims.finish(job)
-                return True
-            return self._drop_late_outcome(job)
+            return self._parked(job)
         except BaseException as error:
             if not self.claims.claim_outcome(job):
                 return self._drop_late_outcome(job)
@@ -275,6 +268,18 @@ class JobExecutor:
             return self._drop_late_outcome(job)
         return True
 
+    def _result_of(self, job: Job, value: object) -> CheckedResult | None:
+        assert self._results is not None
+        return self._results.result_of(job, value)
+
+    def _parked(self, job: Job) -> bool:
+        """A workflow run parked itself (a sleep, a wait, a map), in its own transaction:
+        nothing is left to settle, and its slot is free."""
+        if self.claims.claim_outcome(job):
+            self.claims.finish(job)
+            return True
+        return self._drop_late_outcome(job)
+
     def _report(self, job: Job, fraction: float, note: str | None) -> bool:
         """Record a progress report of ``job`` (:func:`postkit.worker.report_progress`) on a
         pooled connection, fenced by its claim."""
@@ -289,55 +294,6 @@ class JobExecutor:
         assert self._pool is not None
         results = self._pool.run(lambda client: client.parent_results(job.id))
         return dataclasses.replace(job, parent_results=results)
-
-    def _result_of(self, job: Job, value: object) -> CheckedResult | None:
-        """What ``job``'s handler returned, as the result its ack sends: None for None, and
-        for a value that cannot be a result (logged; see the module docstring)."""
-        if value is None:
-            return None
-        with self._unkept_lock:
-            unchecked = job.queue not in self._keeping_checked
-            self._keeping_checked.add(job.queue)
-        if unchecked:
-            self._warn_if_results_discarded(job)
-        try:
-            return protocol.checked_result(value)
-        except Exception as exc:  # an InvalidResultError, or whatever a strange value raises
-            with self._unkept_lock:
-                first = job.queue not in self._unkept_queues
-                self._unkept_queues.add(job.queue)
-            logger.log(
-                logging.WARNING if first else logging.DEBUG,
-                "job %d returned a value that cannot be its result (%s): it is completed without "
-                "one; return None or a JSON value of at most 1 MiB%s",
-                job.id,
-                exc,
-                " (further ones of this queue are logged at debug level)" if first else "",
-                extra=job_fields(job, "result_dropped"),
-            )
-            return None
-
-    def _warn_if_results_discarded(self, job: Job) -> None:
-        """Log at WARNING when ``job``'s queue keeps no results: the SQL module then drops
-        what its handlers return, which would otherwise go unnoticed until someone waits for
-        a result that never comes."""
-        assert self._pool is not None
-        try:
-            with self._pool.connection() as connection:
-                policy = self._pool.client_on(connection).queue_policy(job.queue)
-        except (psycopg.Error, psycopg_pool.PoolTimeout, errors.PostkitError) as exc:
-            logger.debug("could not read queue %s's policy: %s", job.queue, exc)
-            return
-        if policy.retain_results is None:
-            logger.warning(
-                "queue %s keeps no results, so what its handlers return is discarded (job %d "
-                "returned a value): keep them with @app.task(..., retain_results=...) or "
-                "`postkit queue configure %s --retain-results 1d`, or return None",
-                job.queue,
-                job.id,
-                job.queue,
-                extra=job_fields(job, "results_discarded"),
-            )
 
     def _run_transactional(self, job: Job, spec: HandlerSpec) -> bool:
         """The handler's writes and the ack share one transaction: both commit, or neither.
@@ -554,7 +510,15 @@ class JobExecutor:
     async def _run_async_handler(self, job: Job, spec: HandlerSpec, started: float) -> None:
         try:
             handed = await asyncio.to_thread(self._handed, job) if job.depends_on else job
-            value = await spec.function(handed)
+            if spec.workflow:
+                assert self._pool is not None
+                context = await asyncio.to_thread(pooled_context, job, self._pool)
+                value = await spec.function(handed, AsyncWorkflowContext(context))
+            else:
+                value = await spec.function(handed)
+        except RunParked:
+            self._parked(job)
+            return
         except BaseException as error:
             if not self.claims.claim_outcome(job):
                 self._drop_late_outcome(job)

@@ -27,6 +27,8 @@ job's result."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -289,6 +291,62 @@ class WorkflowContext:
         return recorded, position
 
 
+class AsyncWorkflowContext:
+    """What an ``async def`` workflow awaits its steps through: :class:`WorkflowContext`'s
+    calls, each awaitable, with the same rules. A step's function may be ``async def`` (it is
+    awaited) or not; a transactional step's function is synchronous, as its cursor is. Await
+    each step before the next: the steps are recorded in the order they complete, and a
+    replay must meet them in that order.
+    """
+
+    def __init__(self, context: WorkflowContext) -> None:
+        self._context = context
+
+    @property
+    def run_id(self) -> int:
+        """The run's id: its job's."""
+        return self._context.run_id
+
+    @property
+    def job(self) -> Job:
+        """The run's job, as claimed."""
+        return self._context.job
+
+    async def step(
+        self, name: str, function: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """As :meth:`WorkflowContext.step`; ``function`` may be ``async def``."""
+        context = self._context
+        recorded, position = context._replay(name)
+        if recorded is not None:
+            return recorded.result
+        value = function(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        value = _recorded_form(value)
+        if not await asyncio.to_thread(context._record, position, name, value):
+            raise StaleRunError(f"run {self.run_id} lost its claim: step {name!r} not recorded")
+        return value
+
+    async def transaction(
+        self, name: str, function: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """As :meth:`WorkflowContext.transaction`, on a thread: ``function`` is synchronous."""
+        return await asyncio.to_thread(self._context.transaction, name, function, *args, **kwargs)
+
+    async def sleep(self, duration: Duration) -> None:
+        """As :meth:`WorkflowContext.sleep`."""
+        await asyncio.to_thread(self._context.sleep, duration)
+
+    async def wait_for(self, event: str, *, timeout: Duration) -> Any:
+        """As :meth:`WorkflowContext.wait_for`."""
+        return await asyncio.to_thread(self._context.wait_for, event, timeout=timeout)
+
+    async def map(self, task: Any, calls: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """As :meth:`WorkflowContext.map`."""
+        return await asyncio.to_thread(self._context.map, task, calls)
+
+
 def _recorded_form(value: Any) -> Any:
     """``value`` as a replay will read it back: checked as a result, then through JSON."""
     checked = protocol.checked_result(value)
@@ -327,6 +385,7 @@ def pooled_context(job: Job, pool: WorkerPool) -> WorkflowContext:
 
 
 __all__ = [
+    "AsyncWorkflowContext",
     "NonDeterministicWorkflowError",
     "RunParked",
     "StaleRunError",
