@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -204,3 +204,53 @@ def test_a_parked_run_is_pending_from_its_wake_time_with_its_attempt_given_back(
     shift_clock(worker, 3601)
     woken = worker.pull(Q, worker_id="w1")
     assert woken is not None and (woken.id, woken.attempts) == (job.id, 1)
+
+
+def deadline_step(worker: QueueClient, job: Job, seconds: float) -> datetime:
+    """Record a wait's deadline as step 0, as ctx.wait_for does, and return it."""
+    until = worker.clock() + timedelta(seconds=seconds)
+    assert worker.record_step(job, 0, "wait_for", {"event": "go", "until": until.isoformat()})
+    return until
+
+
+def test_an_event_sent_while_the_run_parks_wakes_it(
+    clients: tuple[QueueClient, QueueClient],
+    executor: ThreadPoolExecutor,
+    wait_until_blocked: WaitUntilBlocked,
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+    until = deadline_step(worker, job, 3600)
+    assert worker.wait_event(job, 1, "go", until) == ("parked", None)  # holds the run's row
+
+    sent = executor.submit(app.send_event, job.id, "go", {"n": 1})
+    wait_until_blocked(app, worker, sent)
+    commit(worker)
+
+    assert sent.result(timeout=10) is True
+    commit(app)
+    woken = app.get_job(job.id)
+    assert woken is not None and woken.run_at is not None and woken.run_at < until
+    again = worker.pull(Q, worker_id="w2")
+    assert again is not None and again.id == job.id
+    assert worker.wait_event(again, 1, "go", until) == ("received", {"n": 1})
+    commit(worker)
+
+
+def test_a_run_that_waits_while_its_event_is_sent_takes_it(
+    clients: tuple[QueueClient, QueueClient],
+    executor: ThreadPoolExecutor,
+    wait_until_blocked: WaitUntilBlocked,
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+    until = deadline_step(worker, job, 0.001)  # the deadline passes as the event is sent
+    commit(worker)
+    assert app.send_event(job.id, "go", {"n": 2})  # holds the run's row until it commits
+
+    waited = executor.submit(worker.wait_event, job, 1, "go", until)
+    wait_until_blocked(worker, app, waited)
+    commit(app)
+
+    assert waited.result(timeout=10) == ("received", {"n": 2})
+    commit(worker)

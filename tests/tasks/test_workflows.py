@@ -368,3 +368,52 @@ def test_an_async_workflow_awaits_its_steps_sleeps_and_waits(
         "wait_for",
         "event",
     ]
+
+
+def test_a_run_that_fails_after_fifty_steps_replays_them_without_running_them(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    client.configure_queue("orders", retain_results=3600)
+    runs: Counter[int] = Counter()
+    attempts: list[int] = []
+
+    def count(step: int) -> int:
+        runs[step] += 1
+        return step
+
+    @app.workflow(queue="orders")
+    def long(ctx: WorkflowContext) -> int:
+        total = sum(ctx.step(f"step {step}", count, step) for step in range(50))
+        attempts.append(ctx.job.attempts)
+        if len(attempts) == 1:
+            raise RetryLater("once more", delay=0)
+        return total
+
+    start_worker(app)
+    run_id = long.push(client.cursor)
+    assert run_id is not None
+
+    wait_until(lambda: client.result(run_id).state == "completed", "the replayed run to finish")
+    assert client.result(run_id).value == sum(range(50))
+    assert attempts == [1, 2] and set(runs.values()) == {1}  # each step ran once
+
+
+def test_a_map_of_a_thousand_jobs_returns_each_result_in_order(
+    app: App, start_worker: StartWorker, client: QueueClient
+) -> None:
+    client.configure_queue("orders", retain_results=3600)
+
+    @app.task(queue="labels", retain_results=3600)
+    def label(item: int) -> int:
+        return item * 3
+
+    @app.workflow(queue="orders")
+    def fan(ctx: WorkflowContext) -> list[int]:
+        return ctx.map(label, [{"item": item} for item in range(1000)])
+
+    start_worker(app, concurrency=16)
+    run_id = fan.push(client.cursor)
+    assert run_id is not None
+
+    wait_until(lambda: client.result(run_id).state == "completed", "the map of 1,000 to finish", 60)
+    assert client.result(run_id).value == [item * 3 for item in range(1000)]
