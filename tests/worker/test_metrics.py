@@ -302,3 +302,23 @@ def test_a_worker_without_metrics_never_imports_prometheus_client(
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_workflows_steps_are_counted_by_kind(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    handlers = Handlers()
+
+    @handlers.register(Q, workflow=True)
+    def run(job: Job, ctx: Any) -> None:
+        ctx.step("charge", lambda: 1)
+        ctx.transaction("record", lambda cursor: 2)
+
+    worker = start_worker(handlers)
+    client.push(Q, {})
+    wait_until(lambda: worker.stats.completed == 1, "the run to complete")
+
+    samples = scrape(url(worker))
+    assert value(samples, "postkit_workflow_steps_total", queue=Q, kind="step") == 1
+    assert value(samples, "postkit_workflow_steps_total", queue=Q, kind="transaction") == 1
+    assert value(samples, "postkit_workflow_steps_total", queue=Q, kind="sleep") == 0

@@ -27,7 +27,7 @@ import logging
 import queue as stdlib_queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -247,7 +247,9 @@ class JobExecutor:
                     return self._drop_late_outcome(job)
             elif spec.workflow:
                 assert self._pool is not None
-                value = spec.function(self._handed(job), pooled_context(job, self._pool))
+                value = spec.function(
+                    self._handed(job), pooled_context(job, self._pool, self._step_recorded(job))
+                )
             else:
                 value = spec.function(self._handed(job))
         except RunParked:
@@ -271,6 +273,10 @@ class JobExecutor:
     def _result_of(self, job: Job, value: object) -> CheckedResult | None:
         assert self._results is not None
         return self._results.result_of(job, value)
+
+    def _step_recorded(self, job: Job) -> Callable[[str], None]:
+        """Counts ``job``'s workflow steps in the worker's metrics."""
+        return lambda kind: self.outcomes.metrics.step_recorded(job.queue, kind)
 
     def _parked(self, job: Job) -> bool:
         """A workflow run parked itself (a sleep, a wait, a map), in its own transaction:
@@ -512,7 +518,9 @@ class JobExecutor:
             handed = await asyncio.to_thread(self._handed, job) if job.depends_on else job
             if spec.workflow:
                 assert self._pool is not None
-                context = await asyncio.to_thread(pooled_context, job, self._pool)
+                context = await asyncio.to_thread(
+                    pooled_context, job, self._pool, self._step_recorded(job)
+                )
                 value = await spec.function(handed, AsyncWorkflowContext(context))
             else:
                 value = await spec.function(handed)

@@ -46,6 +46,10 @@ class Recorder:
         """A settle-and-claim call, sent at ``started`` (time.monotonic()), returned just now
         with ``claimed`` jobs (None: it only acknowledged, asking for none)."""
 
+    def step_recorded(self, queue: str, kind: str) -> None:
+        """A workflow run of ``queue`` recorded a step of ``kind`` (one of
+        ``postkit.worker.workflow.STEP_KINDS``)."""
+
     def notified(self) -> None:
         """The listener received a notification."""
 

@@ -54,6 +54,7 @@ from postkit.worker.claims import Claims
 from postkit.worker.metrics import Connection, Recorder
 from postkit.worker.outcomes import SETTLED_OUTCOMES
 from postkit.worker.threads import start_thread
+from postkit.worker.workflow import STEP_KINDS
 
 # A handler runs for a millisecond or for an hour (the default handler timeout).
 _HANDLER_BUCKETS = (
@@ -119,6 +120,19 @@ class PrometheusRecorder(Recorder):
             buckets=_BATCH_BUCKETS,
             registry=self.registry,
         ).labels(namespace)
+        steps = Counter(
+            "postkit_workflow_steps",
+            "Steps of workflow runs this worker recorded, by kind: step (at least once), "
+            "transaction (exactly once), sleep, wait (a wait for an event, its deadline and "
+            "its outcome), map (its jobs pushed, and their results).",
+            ["namespace", "queue", "kind"],
+            registry=self.registry,
+        )
+        self._steps = {
+            (queue, kind): steps.labels(namespace, queue, kind)
+            for queue in self.queues
+            for kind in STEP_KINDS
+        }
         self._notifications = Counter(
             "postkit_notifications",
             "Notifications (LISTEN/NOTIFY) that woke the worker's listener.",
@@ -159,6 +173,9 @@ class PrometheusRecorder(Recorder):
         self._round_trips.observe(time.monotonic() - started)
         if claimed is not None:
             self._batches.observe(claimed)
+
+    def step_recorded(self, queue: str, kind: str) -> None:
+        self._steps[queue, kind].inc()
 
     def notified(self) -> None:
         self._notifications.inc()

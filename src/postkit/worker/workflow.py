@@ -44,6 +44,12 @@ from postkit.worker.pool import WorkerPool
 
 T = TypeVar("T")
 
+STEP_KINDS = ("step", "transaction", "sleep", "wait", "map")
+"""The kinds of steps a run records, as the worker's metrics count them
+(``postkit_workflow_steps``): ``ctx.step``'s, ``ctx.transaction``'s, ``ctx.sleep``'s, a
+``ctx.wait_for``'s two (its deadline, its outcome) and a ``ctx.map``'s two (its jobs, their
+results)."""
+
 
 class NonDeterministicWorkflowError(errors.PermanentError):
     """A replay reached a recorded step under another name than the one recorded: the
@@ -83,11 +89,14 @@ class WorkflowContext:
         recorded: list[WorkflowStep],
         record: Callable[[int, str, Any], bool],
         transaction: Callable[[], AbstractContextManager[Any]],
+        on_step: Callable[[str], None] = lambda kind: None,
     ) -> None:
         self._job = job
         self._recorded = recorded
         self._record = record
         self._transaction = transaction
+        self._on_step = on_step
+        """Told the kind of each step recorded (STEP_KINDS): the worker's metrics."""
         self._position = 0
 
     @property
@@ -116,6 +125,7 @@ class WorkflowContext:
         value = _recorded_form(function(*args, **kwargs))
         if not self._record(position, name, value):
             raise StaleRunError(f"run {self.run_id} lost its claim: step {name!r} not recorded")
+        self._on_step("step")
         return value
 
     def transaction(
@@ -139,6 +149,7 @@ class WorkflowContext:
             if not client.record_step(self._job, position, name, value):
                 # Raised inside the transaction: it rolls back, and the step's writes with it.
                 raise StaleRunError(f"run {self.run_id} lost its claim: step {name!r} rolled back")
+        self._on_step("transaction")
         return value
 
     def sleep(self, duration: Duration) -> None:
@@ -168,6 +179,7 @@ class WorkflowContext:
                     self._job, position, "sleep", {"until": until.isoformat()}
                 ):
                     raise StaleRunError(f"run {self.run_id} lost its claim before it slept")
+                self._on_step("sleep")
             else:
                 until = datetime.fromisoformat(recorded.result["until"])
                 if until <= now:
@@ -208,6 +220,7 @@ class WorkflowContext:
                 deadline = {"event": event, "until": until.isoformat()}
                 if not client.record_step(self._job, position, "wait_for", deadline):
                     raise StaleRunError(f"run {self.run_id} lost its claim before it waited")
+                self._on_step("wait")
             else:
                 until = datetime.fromisoformat(recorded.result["until"])
             status, payload = client.wait_event(self._job, outcome_position, event, until)
@@ -215,6 +228,7 @@ class WorkflowContext:
                 raise StaleRunError(f"run {self.run_id} lost its claim while it waited")
         if status == "parked":
             raise RunParked(self.run_id, until)
+        self._on_step("wait")
         return payload
 
     def map(self, task: Any, calls: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -258,6 +272,7 @@ class WorkflowContext:
                     self._job, position, "map", {"queue": queue, "jobs": ids}
                 ):
                     raise StaleRunError(f"run {self.run_id} lost its claim: its map rolled back")
+            self._on_step("map")
         else:
             ids = pushed.result["jobs"]
         with self._transaction() as cursor:
@@ -272,8 +287,10 @@ class WorkflowContext:
                 values = _recorded_form([results.get(job_id) for job_id in ids])
                 if not client.record_step(self._job, position + 1, "map_results", values):
                     raise StaleRunError(f"run {self.run_id} lost its claim while it mapped")
-                return list(values)
-        raise RunParked(self.run_id, None)
+        if status != "ready":
+            raise RunParked(self.run_id, None)
+        self._on_step("map")
+        return list(values)
 
     def _replay(self, name: str) -> tuple[WorkflowStep | None, int]:
         """The step recorded at the next position, if any (checked against ``name``), and the
@@ -326,6 +343,7 @@ class AsyncWorkflowContext:
         value = _recorded_form(value)
         if not await asyncio.to_thread(context._record, position, name, value):
             raise StaleRunError(f"run {self.run_id} lost its claim: step {name!r} not recorded")
+        context._on_step("step")
         return value
 
     async def transaction(
@@ -364,10 +382,12 @@ def cancel_run(client: QueueClient, run_id: int) -> int:
     return cancelled
 
 
-def pooled_context(job: Job, pool: WorkerPool) -> WorkflowContext:
+def pooled_context(
+    job: Job, pool: WorkerPool, on_step: Callable[[str], None] = lambda kind: None
+) -> WorkflowContext:
     """A worker's context for the run ``job``: the steps it recorded (one read on a connection
     of ``pool``), each new step's checkpoint on one (committed on its own), and each
-    transactional step's transaction on one."""
+    transactional step's transaction on one; ``on_step`` is told each step's kind."""
 
     @contextmanager
     def transaction() -> Iterator[Any]:
@@ -381,10 +401,12 @@ def pooled_context(job: Job, pool: WorkerPool) -> WorkflowContext:
             lambda client: client.record_step(job, position, name, result)
         ),
         transaction=transaction,
+        on_step=on_step,
     )
 
 
 __all__ = [
+    "STEP_KINDS",
     "AsyncWorkflowContext",
     "NonDeterministicWorkflowError",
     "RunParked",
