@@ -9,7 +9,10 @@ empty (a poll every 5 ms), on a namespace of its own:
   statement, ``record_step``, committed on its own);
 - 10 transactional steps: the same with ``ctx.transaction`` (each step a transaction of its
   own: the function's cursor, ``record_step``, the commit);
-- 3 steps: N runs of a three-step workflow, for runs per second.
+- 3 steps: N runs of a three-step workflow, for runs per second;
+
+and the same shapes on DBOS Transact, in the same run, when it is installed
+(benchmarks/workflows_dbos.py).
 
 A step's overhead is (row - plain) / (N x 10), with the worker's slots busy; and, for one run
 alone, the time of its ten steps one after another, over a plain task's, divided by ten. The
@@ -25,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import suite
+from benchmarks import suite, workflows_dbos
 from benchmarks.common import environment
 from postkit import tasks
 
@@ -87,6 +90,15 @@ def _timed(dsn: str, namespace: str, queue: str, runs: int) -> float:
         thread.join()
 
 
+def _dbos(dsn: str, jobs: int, runs: int) -> dict[str, list[float]] | None:
+    """DBOS's rows (benchmarks/workflows_dbos.py), or None when DBOS is not installed."""
+    try:
+        import dbos  # noqa: F401
+    except ImportError:
+        return None
+    return workflows_dbos.measure(dsn, jobs=jobs, runs=runs)
+
+
 def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
     """Each row ``runs`` times, rotated, as markdown."""
     jobs = 50 if quick else RUNS
@@ -106,6 +118,7 @@ def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
         for queue in alone:
             alone[queue].append(_timed(dsn, f"bench-wf-alone-{queue}-{turn}", queue, 1))
     latency = (statistics.median(alone["ten"]) - statistics.median(alone["plain"])) / 10 * 1000
+    dbos_times = _dbos(dsn, jobs, runs)
     median = {queue: statistics.median(values) for queue, values in times.items()}
     per_step = (median["ten"] - median["plain"]) / (jobs * 10) * 1000
     per_tx_step = (median["ten_tx"] - median["plain"]) / (jobs * 10) * 1000
@@ -134,4 +147,8 @@ def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
         f"plain task (its median {statistics.median(alone['ten']) * 1000:.1f} ms, a plain "
         f"task's {statistics.median(alone['plain']) * 1000:.1f} ms, from the push's commit).",
     ]
+    if dbos_times is None:
+        lines += ["", "DBOS is not installed (`pip install dbos`): no DBOS rows."]
+    else:
+        lines += ["", "| row | drained in |", "|---|---:|", *workflows_dbos.lines(dbos_times, jobs)]
     return "\n".join(lines) + "\n"

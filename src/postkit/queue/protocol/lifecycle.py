@@ -204,12 +204,7 @@ def record_step(
 ) -> Call[bool]:
     """Record step ``position`` (``name``) of the run ``job``, fenced by its claim token, with
     the step's ``result`` (None: none)."""
-    params = check.base(namespace, **check.claim("record_step", job, None, claim_token))
-    if params["claim_token"] is None:
-        raise errors.InvalidClaimTokenError(
-            "record_step needs the claim token pull returned (pass the Job, or claim_token=)"
-        )
-    del params["worker_id"]
+    params = check.base(namespace, **fenced("record_step", job, claim_token))
     params["position"] = check_position(position)
     params["name"] = check.name("step name", name, required=True)
     checked = check.result(result)
@@ -220,12 +215,7 @@ def record_step(
 def park(namespace: str, job: JobRef, *, claim_token: object, until: datetime) -> Call[bool]:
     """End the claim of the run ``job`` and make it pending again from ``until``, its attempt
     given back."""
-    params = check.base(namespace, **check.claim("park", job, None, claim_token))
-    if params["claim_token"] is None:
-        raise errors.InvalidClaimTokenError(
-            "park needs the claim token pull returned (pass the Job, or claim_token=)"
-        )
-    del params["worker_id"]
+    params = check.base(namespace, **fenced("park", job, claim_token))
     if check.time("until", until) is None:
         raise errors.InvalidDurationError("until must be a timezone-aware datetime")
     params["until"] = until
@@ -259,12 +249,7 @@ def wait_event(
     """Take the run's event ``name`` (recorded as step ``position``), or park the run until
     ``until``: ('received', payload), ('timed_out', None), ('parked', None) or ('stale',
     None)."""
-    params = check.base(namespace, **check.claim("wait_event", job, None, claim_token))
-    if params["claim_token"] is None:
-        raise errors.InvalidClaimTokenError(
-            "wait_event needs the claim token pull returned (pass the Job, or claim_token=)"
-        )
-    del params["worker_id"]
+    params = check.base(namespace, **fenced("wait_event", job, claim_token))
     if check.time("until", until) is None:
         raise errors.InvalidDurationError("until must be a timezone-aware datetime")
     params.update(
@@ -280,14 +265,21 @@ def await_jobs(
 ) -> Call[tuple[str, str | None]]:
     """The run ``job`` waits for ``job_ids`` to complete: ('waiting', None), ('ready', None),
     ('failed', the problem) or ('stale', None)."""
-    params = check.base(namespace, **check.claim("await_jobs", job, None, claim_token))
-    if params["claim_token"] is None:
-        raise errors.InvalidClaimTokenError(
-            "await_jobs needs the claim token pull returned (pass the Job, or claim_token=)"
-        )
-    del params["worker_id"]
+    params = check.base(namespace, **fenced("await_jobs", job, claim_token))
     params["job_ids"] = check.parents("job_ids", job_ids)
     return Call("await_jobs", params, lambda rows: (str(rows[0]["status"]), rows[0]["problem"]))
+
+
+def fenced(call: str, job: JobRef, claim_token: object) -> dict[str, Any]:
+    """The parameters of a workflow run's call: its job id and its claim token (the Job's own
+    when none is given), which the call requires: a worker_id alone does not fence it."""
+    params = check.claim(call, job, None, claim_token)
+    if params["claim_token"] is None:
+        raise errors.InvalidClaimTokenError(
+            f"{call} needs the claim token pull returned (pass the Job, or claim_token=)"
+        )
+    del params["worker_id"]
+    return params
 
 
 def check_position(position: object) -> int:

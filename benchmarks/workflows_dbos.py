@@ -1,0 +1,94 @@
+"""The same shapes as benchmarks/workflows.py on DBOS Transact (``pip install dbos``), in the
+same run: a DBOS application in this process (``DBOS.launch``) with its queue's
+``worker_concurrency`` at 8 (the Postkit worker's slots) and its polling interval at 0.1 s, as
+the comparison's DBOS adapter tunes it (benchmarks/adapters/dbos.py). N workflows enqueued,
+timed until every one's result is back: a workflow without steps (plain), one of ten
+``@DBOS.step`` that return at once, one of three. And one workflow alone, called directly,
+with ten steps and without: the difference over ten is a step's cost."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from typing import Any
+
+import psycopg
+
+from benchmarks import pg
+
+
+def _fresh(dsn: str, name: str) -> str:
+    """A database ``name`` on the server of ``dsn``, new and empty; its DSN."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return psycopg.conninfo.make_conninfo(dsn, dbname=name)
+
+
+def measure(dsn: str, *, jobs: int, runs: int) -> dict[str, list[float]]:
+    """Seconds for each row, ``runs`` times: 'plain', 'ten', 'three' (``jobs`` enqueued
+    workflows each) and 'alone ten', 'alone plain' (one workflow, called directly)."""
+    from dbos import DBOS
+
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    url = pg.as_uri(_fresh(dsn, "bench_dbos_workflows"))
+    DBOS(config={"name": "bench-workflows", "system_database_url": url, "log_level": "WARNING"})
+
+    @DBOS.step()
+    def nothing() -> None:
+        return None
+
+    @DBOS.workflow()
+    def plain() -> None:
+        return None
+
+    @DBOS.workflow()
+    def ten() -> None:
+        for _ in range(10):
+            nothing()
+
+    @DBOS.workflow()
+    def three() -> None:
+        for _ in range(3):
+            nothing()
+
+    DBOS.launch()
+    DBOS.register_queue("bench-workflows", worker_concurrency=8, polling_interval_sec=0.1)
+    queue = DBOS.retrieve_queue("bench-workflows")
+    shapes: dict[str, Any] = {"plain": plain, "ten": ten, "three": three}
+    times: dict[str, list[float]] = {name: [] for name in [*shapes, "alone ten", "alone plain"]}
+    try:
+        for _ in range(runs):
+            for name, workflow in shapes.items():
+                started = time.perf_counter()
+                handles = [queue.enqueue(workflow) for _ in range(jobs)]
+                for handle in handles:
+                    handle.get_result()
+                times[name].append(time.perf_counter() - started)
+            for name, workflow in (("alone ten", ten), ("alone plain", plain)):
+                started = time.perf_counter()
+                workflow()
+                times[name].append(time.perf_counter() - started)
+    finally:
+        DBOS.destroy()
+    return times
+
+
+def lines(times: dict[str, list[float]], jobs: int) -> list[str]:
+    """The DBOS rows of the workflows report."""
+    median = {name: statistics.median(values) for name, values in times.items()}
+    per_step = (median["ten"] - median["plain"]) / (jobs * 10) * 1000
+    alone = (median["alone ten"] - median["alone plain"]) / 10 * 1000
+    rows = [
+        f"| DBOS {label}: {jobs} | {median[name]:.3f} s "
+        f"({min(times[name]):.3f}-{max(times[name]):.3f}) |"
+        for name, label in (("plain", "plain"), ("ten", "10 steps"), ("three", "3 steps"))
+    ]
+    summary = (
+        f"DBOS, the same shapes: a step's overhead **{per_step:.2f} ms** with 8 workflows at "
+        f"once, **{jobs / median['three']:.0f} three-step runs/s**; one workflow alone, called "
+        f"directly, **{alone:.2f} ms per step**. Steps only: DBOS's transactional steps, "
+        "which need an application database of its own configuration, are not measured here."
+    )
+    return [*rows, "", summary]
