@@ -12,7 +12,8 @@ empty (a poll every 5 ms), on a namespace of its own:
 - 3 steps: N runs of a three-step workflow, for runs per second;
 
 and the same shapes on DBOS Transact, in the same run, when it is installed
-(benchmarks/workflows_dbos.py).
+(benchmarks/workflows_dbos.py). Last, what sleeping runs cost: the transactions a waiting
+worker's database commits per second while 100,000 runs sleep, against none.
 
 A step's overhead is (row - plain) / (N x 10), with the worker's slots busy; and, for one run
 alone, the time of its ten steps one after another, over a plain task's, divided by ten. The
@@ -31,6 +32,7 @@ import psycopg
 from benchmarks import suite, workflows_dbos
 from benchmarks.common import environment
 from postkit import tasks
+from postkit.queue import QueueClient
 
 RUNS = 300
 SLOTS = 8
@@ -85,6 +87,39 @@ def _timed(dsn: str, namespace: str, queue: str, runs: int) -> float:
                 if live == 0:
                     return time.perf_counter() - started
                 time.sleep(0.005)
+    finally:
+        worker.stop()
+        thread.join()
+
+
+def _idle_transactions(dsn: str, namespace: str, sleeping: int, seconds: float) -> float:
+    """Transactions per second the database commits while a worker waits and ``sleeping``
+    runs of its queue sleep (pending, due in a day: what a parked run is), over ``seconds``."""
+    app = _app(namespace)
+    with psycopg.connect(dsn) as connection:
+        client = QueueClient(connection.cursor(), namespace=namespace)
+        for start in range(0, sleeping, 10_000):
+            client.push_batch(
+                "three", [{"args": [], "kwargs": {}}] * min(10_000, sleeping - start), delay=86400
+            )
+            connection.commit()
+    worker = app.worker(dsn, concurrency=SLOTS, queues=["three"])
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        time.sleep(3.0)  # the worker starts and settles into waiting
+        with psycopg.connect(dsn, autocommit=True) as connection:
+
+            def commits() -> int:
+                row = connection.execute(
+                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                ).fetchone()
+                connection.execute("SELECT pg_stat_clear_snapshot()")
+                return int(row[0]) if row else 0
+
+            before = commits()
+            time.sleep(seconds)
+            return (commits() - before - 1) / seconds
     finally:
         worker.stop()
         thread.join()
@@ -146,6 +181,17 @@ def run(dsn: str, *, quick: bool, runs: int, command: str) -> str:
         f"One run alone, ten steps one after another: **{latency:.2f} ms per step** over a "
         f"plain task (its median {statistics.median(alone['ten']) * 1000:.1f} ms, a plain "
         f"task's {statistics.median(alone['plain']) * 1000:.1f} ms, from the push's commit).",
+    ]
+    sleeping = 1_000 if quick else 100_000
+    idle = {
+        count: _idle_transactions(dsn, f"bench-wf-idle-{count}", count, 3.0 if quick else 10.0)
+        for count in (0, sleeping)
+    }
+    lines += [
+        "",
+        f"While {sleeping:,} runs sleep (parked: pending, due in a day), a waiting worker's "
+        f"database commits **{idle[sleeping]:.1f} transactions/s**, against "
+        f"**{idle[0]:.1f}/s** with none: a sleeping run is a row, and nothing polls it.",
     ]
     if dbos_times is None:
         lines += ["", "DBOS is not installed (`pip install dbos`): no DBOS rows."]
