@@ -319,6 +319,19 @@ def test_a_workflow_runs_page_lists_its_steps(api: httpx.Client, q: QueueClient)
     ]
     assert '"note": "<b>x</b>"' in steps[0]["result_json"]  # text, for the page to show as text
     assert steps[1]["result_json"] == "null"
+    assert [s["jobs"] for s in steps] == [[], []]
+
+
+def test_a_workflow_runs_map_step_lists_its_jobs(api: httpx.Client, q: QueueClient) -> None:
+    run_id = q.push(Q, {"order": 42})
+    run = q.pull(Q, worker_id="w1")
+    assert run is not None and run.id == run_id
+    assert q.record_step(run, 0, "map", {"queue": "labels", "jobs": [7, 8]})
+    assert q.record_step(run, 1, "charge", {"jobs": [9]})  # not a map: no links
+
+    steps = ok(api.get(f"jobs/{run_id}"))["steps"]
+
+    assert [s["jobs"] for s in steps] == [[7, 8], []]
 
 
 def test_a_running_job_past_its_claim_deadline_shows_its_claim_expired(

@@ -197,13 +197,23 @@ def test_an_operator_reads_a_workflow_runs_steps_in_a_real_browser(
         assert run is not None and run.id == run_id
         assert q.record_step(run, 0, "charge", {"id": "ch_1", "note": HOSTILE})
         assert q.record_step(run, 1, "notify")
+        label = q.push("labels", {"item": 1})
+        assert q.record_step(run, 2, "map", {"queue": "labels", "jobs": [label]})
         with serve_dashboard(namespaces=(namespace,)) as http:
             base = str(http.base_url).rstrip("/")
             browser.get(f"{base}/#/ns/{namespace}/job/{run_id}")
             wait_for(
                 browser,
-                lambda d: len(d.find_elements(By.CSS_SELECTOR, "#steps tr[data-step]")) == 2,
-                "the run's two steps",
+                lambda d: len(d.find_elements(By.CSS_SELECTOR, "#steps tr[data-step]")) == 3,
+                "the run's three steps",
+            )
+            wait_for(
+                browser,
+                lambda d: (
+                    d.find_element(By.CSS_SELECTOR, "#steps tr[data-step='2'] a").text
+                    == f"#{label}"
+                ),
+                "the map's job, linked",
             )
             wait_for(
                 browser,

@@ -284,6 +284,8 @@ class DashboardSource:
                     "recorded_at": step.recorded_at.isoformat(),
                     "result_json": pretty_value(step.result) if step.result_error is None else None,
                     "result_error": step.result_error,
+                    # A map's jobs, for the page to link: the ids its step recorded.
+                    "jobs": _map_jobs(step.name, step.result),
                 }
                 for step in steps
             ],
@@ -569,3 +571,11 @@ def _dead_letter_position(cursor: str | None) -> _DeadLetterPosition | None:
 
 class BadRequest(ValueError):
     """A request the API cannot read (a bad cursor, a bad time, a bad id)."""
+
+
+def _map_jobs(name: str, result: Any) -> list[int]:
+    """The job ids a workflow's map step recorded (``{"queue": ..., "jobs": [...]}``); none for
+    any other step, or a result of another shape (the SQL accepts any JSON)."""
+    if name != "map" or not isinstance(result, dict) or not isinstance(result.get("jobs"), list):
+        return []
+    return [job for job in result["jobs"] if isinstance(job, int) and not isinstance(job, bool)]

@@ -477,7 +477,9 @@ async function viewJob(main, jobId) {
       h("h2", {}, `Workflow steps (${data.steps.length})`),
       table(["step#", "name", "attempt#", "recorded", "result"], data.steps.map((step) => h("tr", { "data-step": step.position },
         num(step.position), h("td", { class: "mono" }, step.name), num(step.attempt), h("td", {}, fmtTime(step.recorded_at)),
-        h("td", { class: "mono preview" }, step.result_json !== null ? step.result_json : `(${step.result_error || "no result"})`))), { id: "steps" }),
+        h("td", { class: "mono preview" }, (step.jobs || []).length
+          ? ["jobs ", step.jobs.flatMap((job, i) => [i ? ", " : "", link("#" + job, nsHash("/job/" + job))])]
+          : step.result_json !== null ? step.result_json : `(${step.result_error || "no result"})`))), { id: "steps" }),
     ] : null,
     tree.length ? [
       h("h2", {}, "Tree"),
