@@ -142,6 +142,7 @@ ON_THE_COORDINATOR = {
     "cancel",
     "cancel_queue",
     "cancel_tree",
+    "cancel_run",
     "send_event",
     "purge_queue",
     "purge_queue_before",

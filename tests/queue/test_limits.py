@@ -334,6 +334,11 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT postkit_queue.cancel_tree(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["cancel_tree"]),
     ),
+    "limit-cancel_run": Limit(
+        lambda ns, v: protocol.cancel_run(ns, 1, limit=v),
+        "SELECT postkit_queue.cancel_run(%(ns)s, 1, %(v)s)",
+        around(limits.LIMITS["cancel_run"]),
+    ),
     "limit-job_tree": Limit(
         lambda ns, v: protocol.job_tree(ns, 1, v),
         "SELECT count(*) FROM postkit_queue.job_tree(%(ns)s, 1, %(v)s)",

@@ -254,3 +254,42 @@ def test_a_run_that_waits_while_its_event_is_sent_takes_it(
 
     assert waited.result(timeout=10) == ("received", {"n": 2})
     commit(worker)
+
+
+def test_cancelling_a_run_cancels_its_maps_jobs_and_skips_entries_that_are_not_job_ids(
+    clients: tuple[QueueClient, QueueClient],
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+    label = app.push("labels", {"item": 1})
+    other = app.push("labels", {"item": 2})
+    commit(app)
+    # Written in SQL: the SDK would refuse 1e400.
+    listed = f'["7", 1e400, 99999999999999999999, true, null, -3, 2.5, {label}, {{"id": {other}}}]'
+    worker.cursor.execute(
+        "SELECT postkit_queue.record_step(%s, %s, %s, 0, 'map', jsonb_build_object("
+        "'queue', 'labels', 'jobs', %s::jsonb))",
+        (worker.namespace, job.id, job.claim_token, listed),
+    )
+    commit(worker)
+
+    assert app.cancel_run(job.id) == 2
+    commit(app)
+    states = [app.result(job_id).state for job_id in (job.id, label, other)]
+    assert states == ["cancelled", "cancelled", "pending"]
+    assert app.cancel_run(job.id) == 0
+
+
+def test_cancelling_a_run_stops_at_its_limit_and_goes_on_at_the_next_call(
+    clients: tuple[QueueClient, QueueClient],
+) -> None:
+    app, worker = clients
+    job = claimed(app, worker)
+    labels = [app.push("labels", {"item": n}) for n in range(3)]
+    commit(app)
+    assert worker.record_step(job, 0, "map", {"queue": "labels", "jobs": labels})
+    commit(worker)
+
+    assert [app.cancel_run(job.id, limit=2) for _ in range(3)] == [2, 2, 0]
+    commit(app)
+    assert {app.result(job_id).state for job_id in (job.id, *labels)} == {"cancelled"}

@@ -334,6 +334,29 @@ def test_cancelling_a_run_cancels_the_jobs_of_its_map(
     assert [client.result(job_id).state for job_id in (run_id, *labels)] == ["cancelled"] * 3
 
 
+def test_a_map_of_a_task_whose_queue_keeps_no_results_fails_the_run_and_says_why(
+    app: App, make_client: Callable[..., QueueClient]
+) -> None:
+    client = make_client()
+
+    @app.task(queue="labels")
+    def print_label(item: int) -> str:
+        return f"label-{item}"
+
+    @app.workflow(queue="orders")
+    def fulfil(ctx: WorkflowContext) -> list[str]:
+        return ctx.map(print_label, [{"item": 1}])
+
+    run_id = fulfil.push(client.cursor)
+    assert run_id is not None
+    drain(client, app, "orders")
+
+    result = client.result(run_id)
+    assert result.state == "dead"
+    assert "queue labels, which keeps no results" in str(result.error)
+    assert "retain_results" in str(result.error)
+
+
 def test_an_async_workflow_awaits_its_steps_sleeps_and_waits(
     app: App, start_worker: StartWorker, client: QueueClient, table: sql.Identifier
 ) -> None:

@@ -16,7 +16,6 @@ from postkit.cli.output import (
     shorten,
 )
 from postkit.queue.records import to_jsonable
-from postkit.worker.workflow import cancel_run
 
 
 @click.group("workflow")
@@ -111,7 +110,7 @@ def cancel(run_id: int, yes: bool, namespace: str, dsn: str | None, as_json: boo
             )
         confirm(f"Cancel run {run_id} of queue {result.queue} ({result.state})?", yes)
         cancelled = 0
-        while done := cancel_run(client, run_id):
+        while done := client.cancel_run(run_id):
             connection.commit()
             cancelled += done
     if as_json:

@@ -167,6 +167,7 @@ LIMITS: dict[str, Bounds] = {
     "cancel_queue": Bounds(1, 100_000),
     "job_tree": Bounds(1, 100_000),
     "cancel_tree": Bounds(1, 100_000),
+    "cancel_run": Bounds(1, 100_000),
 }
 """The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan, the
 page's ``limit`` for stats_page) each SQL function accepts."""

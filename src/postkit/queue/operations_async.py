@@ -141,6 +141,17 @@ class AsyncOperations(AsyncCalls):
         """
         return await self._run(protocol.cancel_tree(self._namespace, job_id, limit=limit))
 
+    async def cancel_run(self, run_id: int, *, limit: int = 10_000) -> int:
+        """Cancel the workflow run ``run_id`` with the live jobs of its tree and of its maps
+        (the jobs each ``ctx.map`` pushed, with their trees), each as :meth:`cancel` does. At
+        most ``limit`` jobs per call: returns how many it cancelled; call it again until it
+        returns 0.
+
+        Raises:
+            PermissionDeniedError: the role lacks operator access.
+        """
+        return await self._run(protocol.cancel_run(self._namespace, run_id, limit=limit))
+
     async def cancel_queue(
         self, queue: str, *, created_before: datetime | None = None, limit: int = 10_000
     ) -> int:

@@ -316,6 +316,9 @@ SELECT postkit_queue.cancel(%(namespace)s, %(job_id)s::bigint);
 -- name: cancel_tree
 SELECT postkit_queue.cancel_tree(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS cancelled;
 
+-- name: cancel_run
+SELECT postkit_queue.cancel_run(%(namespace)s, %(job_id)s::bigint, %(limit)s::integer) AS cancelled;
+
 -- name: cancel_queue
 SELECT postkit_queue.cancel_queue(
     %(namespace)s, %(queue)s, %(created_before)s::pg_catalog.timestamptz,

@@ -16,7 +16,7 @@ from postkit.queue.protocol import Duration
 from postkit.queue.protocol import checks as check
 from postkit.queue.records import WorkflowStep
 from postkit.tasks.task import BaseTask, Task, TaskSettings, TransactionalTask, Workflow
-from postkit.worker import Handlers, Worker, workflow
+from postkit.worker import Handlers, Worker
 from postkit.worker.handlers import Transaction
 
 P = ParamSpec("P")
@@ -284,10 +284,14 @@ class App:
 
     def cancel_run(self, cursor: Any, run_id: int) -> int:
         """Cancel the workflow run ``run_id`` of this App's namespace, whatever it is doing,
-        with the live jobs of its tree (``QueueClient.cancel_tree``) and of its maps, in the
-        caller's transaction on ``cursor``. Returns how many it cancelled (0: nothing was
-        live)."""
-        return workflow.cancel_run(QueueClient(cursor, self.namespace), run_id)
+        with the live jobs of its tree and of its maps (``QueueClient.cancel_run``, called
+        until it finds none), in the caller's transaction on ``cursor``. Returns how many it
+        cancelled (0: nothing was live)."""
+        client = QueueClient(cursor, self.namespace)
+        cancelled = 0
+        while done := client.cancel_run(run_id):
+            cancelled += done
+        return cancelled
 
     def apply_policies(
         self, cursor: Any, *, queues: Collection[str] | None = None

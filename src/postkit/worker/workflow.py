@@ -237,8 +237,9 @@ class WorkflowContext:
         in one transaction with the step that records their ids (exactly once); then wait for
         them all, parked as a job waits for its parents (no slot, no poll: the last one's ack
         makes the run due), and return their results in the order of ``calls``, recorded as a
-        step. The task's queue must keep results (``retain_results``), and the results
-        together are recorded as one step: at most 1 MiB of JSON.
+        step. The task's queue must keep results (``retain_results``): a map of a task whose
+        queue keeps none fails the run for good, and says so. The results together are
+        recorded as one step: at most 1 MiB of JSON.
 
         A job of the map dead-lettered or cancelled before the run waits fails the run for
         good; one dead-lettered or cancelled while it waits cancels the run, as it cancels any
@@ -247,7 +248,8 @@ class WorkflowContext:
         Raises:
             NonDeterministicWorkflowError: the step recorded at this point is another's.
             StaleRunError: the run's claim went stale; nothing changed.
-            PermanentError: a job of the map is unknown, dead-lettered or cancelled.
+            PermanentError: a job of the map is unknown, dead-lettered or cancelled, or its
+                queue keeps no results.
         """
         queue = task.settings.queue
         pushed, position = self._replay("map")
@@ -371,17 +373,6 @@ def _recorded_form(value: Any) -> Any:
     return None if checked is None else json.loads(checked.text)
 
 
-def cancel_run(client: QueueClient, run_id: int) -> int:
-    """Cancel the workflow run ``run_id`` with the live jobs of its tree and of its maps (the
-    jobs each ``ctx.map`` pushed), each a page of at most 10,000 jobs. Returns how many were
-    cancelled (0: nothing was live)."""
-    maps = [step.result["jobs"] for step in client.workflow_steps(run_id) if step.name == "map"]
-    cancelled = client.cancel_tree(run_id)
-    for job_id in (job_id for jobs in maps for job_id in jobs):
-        cancelled += client.cancel_tree(job_id)
-    return cancelled
-
-
 def pooled_context(
     job: Job, pool: WorkerPool, on_step: Callable[[str], None] = lambda kind: None
 ) -> WorkflowContext:
@@ -412,6 +403,5 @@ __all__ = [
     "RunParked",
     "StaleRunError",
     "WorkflowContext",
-    "cancel_run",
     "pooled_context",
 ]

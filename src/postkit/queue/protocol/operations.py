@@ -444,6 +444,13 @@ def cancel_tree(namespace: str, job_id: int, *, limit: int) -> Call[int]:
     return Call("cancel_tree", params, lambda rows: int(read.scalar(rows)))
 
 
+def cancel_run(namespace: str, run_id: int, *, limit: int) -> Call[int]:
+    params = check.base(
+        namespace, job_id=check.job_id(run_id), limit=check.limit("cancel_run", limit)
+    )
+    return Call("cancel_run", params, lambda rows: int(read.scalar(rows)))
+
+
 def cancel_queue(
     namespace: str, queue: str, *, created_before: datetime | None, limit: int
 ) -> Call[int]:

@@ -179,7 +179,8 @@ BEGIN
                           'push', 'push_batch', 'redrive', 'set_paused', 'pause_queue',
                           'resume_queue', 'configure_queue', 'write_queue_settings',
                           'fire_schedule', 'fire_schedule_run', 'cancel', 'cancel_queue',
-                          'cancel_tree', 'purge_queue', 'purge_queue_before', 'send_event'])) w(delegated)
+                          'cancel_tree', 'cancel_run', 'purge_queue', 'purge_queue_before',
+                          'send_event'])) w(delegated)
         WHERE p.pronamespace = 'postkit_queue'::regnamespace
           AND p.proname <> 'distribute_on_citus'
         ORDER BY p.oid::regprocedure::text

@@ -563,7 +563,7 @@ WITH listed (name, access) AS (VALUES
     ('outcomes_since', 'operator'), ('set_paused', 'operator'), ('pause_queue', 'operator'),
     ('resume_queue', 'operator'), ('purge_queue', 'operator'),
     ('purge_queue_before', 'operator'), ('cancel', 'operator'), ('cancel_queue', 'operator'),
-    ('cancel_tree', 'operator'),
+    ('cancel_tree', 'operator'), ('cancel_run', 'operator'),
     ('redrive', 'operator'),
     ('purge_dead_letters', 'operator'), ('purge_dead_letters_before', 'operator'),
     ('save_schedule', 'operator'), ('schedules', 'operator'),

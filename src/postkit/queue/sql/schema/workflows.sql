@@ -35,6 +35,37 @@ RETURNS integer
 LANGUAGE sql IMMUTABLE
 RETURN 100000;
 
+-- lock_run: run p_run_id's row, locked until the caller's transaction ends (FOR UPDATE when
+-- p_exclusive, else FOR SHARE), or NULL: there is no such live job or, when p_claim_token is
+-- given, its claim is not that one (the caller's claim went stale: rescued, cancelled,
+-- settled). Every function that changes a run goes through it first: the row lock orders it
+-- against the others and against whatever else changes the claim (see the header).
+CREATE OR REPLACE FUNCTION postkit_queue.lock_run(
+    p_namespace text, p_run_id bigint, p_exclusive boolean, p_claim_token uuid DEFAULT NULL)
+RETURNS postkit_queue.jobs
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job postkit_queue.jobs;
+BEGIN
+    IF p_exclusive THEN
+        SELECT * INTO v_job FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.id = p_run_id
+        FOR UPDATE;
+    ELSE
+        SELECT * INTO v_job FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.id = p_run_id
+        FOR SHARE;
+    END IF;
+    IF NOT FOUND OR (p_claim_token IS NOT NULL AND NOT postkit_queue.holds_claim(
+           v_job.state, v_job.worker_id, v_job.claim_token, NULL, p_claim_token)) THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_job;
+END
+$$;
+
 -- record_step: the run p_run_id, which the caller holds (p_claim_token), completed its step
 -- p_position, named p_name, with the result p_result (NULL or the JSON null: none; the same
 -- rules as a job's result, check_result). Returns false, and records nothing, when the caller
@@ -68,11 +99,8 @@ BEGIN
     -- The claim's fence, under a share lock of the run's row that lasts until this transaction
     -- ends: a rescue (tick_timeouts' UPDATE) or a cancel (its DELETE) waits for the checkpoint,
     -- and one that came first has left no row that holds this claim.
-    SELECT * INTO v_job FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.id = p_run_id
-    FOR SHARE;
-    IF NOT FOUND OR NOT postkit_queue.holds_claim(
-           v_job.state, v_job.worker_id, v_job.claim_token, NULL, p_claim_token) THEN
+    v_job := postkit_queue.lock_run(p_namespace, p_run_id, false, p_claim_token);
+    IF v_job.id IS NULL THEN
         RETURN false;
     END IF;
     IF NOT coalesce(v_job.has_steps, false) THEN
@@ -211,10 +239,8 @@ BEGIN
     PERFORM postkit_queue.check_name('key', p_key, false);
     PERFORM postkit_queue.check_result('payload', p_payload);
     -- The run's row first: a wait_event in progress is waited for (see the header).
-    SELECT * INTO v_job FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.id = p_run_id
-    FOR UPDATE;
-    IF NOT FOUND THEN
+    v_job := postkit_queue.lock_run(p_namespace, p_run_id, true);
+    IF v_job.id IS NULL THEN
         RAISE EXCEPTION 'postkit: run % is not live in namespace % (finished, or unknown): it '
                         'can take no event', p_run_id, p_namespace USING ERRCODE = 'PKQ22';
     END IF;
@@ -269,11 +295,8 @@ BEGIN
         RAISE EXCEPTION 'postkit: a run waits until a finite time, got %',
             coalesce(p_until::text, 'NULL') USING ERRCODE = 'PKQ05';
     END IF;
-    SELECT * INTO v_job FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.id = p_run_id
-    FOR UPDATE;
-    IF NOT FOUND OR NOT postkit_queue.holds_claim(
-           v_job.state, v_job.worker_id, v_job.claim_token, NULL, p_claim_token) THEN
+    v_job := postkit_queue.lock_run(p_namespace, p_run_id, true, p_claim_token);
+    IF v_job.id IS NULL THEN
         status := 'stale';
         RETURN NEXT;
         RETURN;
@@ -299,10 +322,10 @@ $$;
 -- waits (dependencies.sql), its claim ended and its attempt given back: the last one's ack
 -- makes it pending, and a worker claims it then, with no poll. The status says what it did:
 -- 'waiting', so it is now; 'ready', every one of them completed already (the run holds its
--- claim); 'failed', with the problem, one is unknown, dead-lettered or cancelled, and nothing
--- changed; 'stale', the caller no longer holds the claim, and nothing changed. One that is
--- dead-lettered or cancelled while the run waits cancels the run, as it cancels any job that
--- waits for it.
+-- claim); 'failed', with the problem, one is unknown, dead-lettered or cancelled, or in a
+-- queue that keeps no results, and nothing changed; 'stale', the caller no longer holds the
+-- claim, and nothing changed. One that is dead-lettered or cancelled while the run waits
+-- cancels the run, as it cancels any job that waits for it.
 CREATE OR REPLACE FUNCTION postkit_queue.await_jobs(
     p_namespace text, p_run_id bigint, p_claim_token uuid, p_job_ids bigint[])
 RETURNS TABLE (status text, problem text)
@@ -310,23 +333,44 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_job   postkit_queue.jobs;
-    v_waits bigint[];
+    v_job    postkit_queue.jobs;
+    v_waits  bigint[];
+    v_live   bigint[];
+    v_queues text[];
 BEGIN
     PERFORM postkit_queue.check_name('namespace', p_namespace, true);
     PERFORM postkit_queue.check_job_id(p_run_id);
     PERFORM postkit_queue.check_claim('await jobs', NULL, p_claim_token);
-    SELECT * INTO v_job FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.id = p_run_id
-    FOR UPDATE;
-    IF NOT FOUND OR NOT postkit_queue.holds_claim(
-           v_job.state, v_job.worker_id, v_job.claim_token, NULL, p_claim_token) THEN
+    v_job := postkit_queue.lock_run(p_namespace, p_run_id, true, p_claim_token);
+    IF v_job.id IS NULL THEN
         status := 'stale';
         RETURN NEXT;
         RETURN;
     END IF;
     problem := postkit_queue.dependency_problem(p_namespace, p_job_ids);
     IF problem IS NOT NULL THEN
+        status := 'failed';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- The run reads the results of the jobs it waits for (parent_results), once they all
+    -- completed: a queue that keeps none would leave it reading none, or nothing at all. The
+    -- live ones' queues in one read by primary key; the others' from what job_result says.
+    SELECT array_agg(j.id), array_agg(DISTINCT j.queue) INTO v_live, v_queues
+    FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.id = ANY (p_job_ids);
+    v_queues := coalesce(v_queues, '{}') || array(
+        SELECT r.queue
+        FROM (SELECT p.id FROM unnest(p_job_ids) AS p(id)
+              EXCEPT SELECT l.id FROM unnest(coalesce(v_live, '{}')) AS l(id)) AS gone
+        CROSS JOIN LATERAL postkit_queue.job_result(p_namespace, gone.id) AS r);
+    SELECT q.queue INTO problem FROM unnest(v_queues) AS q(queue)
+    WHERE (postkit_queue.queue_policy(p_namespace, q.queue)).retain_results IS NULL
+    LIMIT 1;
+    IF problem IS NOT NULL THEN
+        problem := format('its jobs are in queue %s, which keeps no results: a run reads the '
+                          'results of the jobs it waits for, so their queue must keep them '
+                          '(retain_results)', problem);
         status := 'failed';
         RETURN NEXT;
         RETURN;
@@ -354,5 +398,53 @@ BEGIN
     PERFORM postkit_queue.add_children(p_namespace, v_waits, p_run_id);
     status := 'waiting';
     RETURN NEXT;
+END
+$$;
+
+-- cancel_run: cancel workflow run p_run_id with the live jobs of its tree (cancel_tree) and of
+-- the trees of its maps' jobs (the ids each step named 'map' recorded, in order), at most
+-- p_limit jobs. Returns how many it cancelled; call it again while it returns p_limit or more.
+-- A map's job list is what the run's worker recorded under its claim (record_step): a worker
+-- role, which may record steps, can claim and settle any job of its namespace already, so an
+-- operator's cancel of what it listed gives it nothing more. An entry that is not a job id (a
+-- step written by hand) is skipped: the run and the rest are cancelled all the same.
+CREATE OR REPLACE FUNCTION postkit_queue.cancel_run(
+    p_namespace text, p_run_id bigint, p_limit integer DEFAULT 10000)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_root      bigint;
+    v_cancelled integer;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_job_id(p_run_id);
+    PERFORM postkit_queue.check_limit(p_limit, 100000);
+    PERFORM postkit_queue.require_operator('cancel a workflow run');
+    v_cancelled := postkit_queue.cancel_tree(p_namespace, p_run_id, p_limit);
+    FOR v_root IN
+        SELECT m.job_id FROM (
+            SELECT s.position, e.n,
+                   -- Nested, so that only a string of at most 19 digits is read as a number.
+                   CASE WHEN jsonb_typeof(e.value) = 'number' AND e.value::text ~ '^[0-9]{1,19}$'
+                        THEN CASE WHEN e.value::text::numeric BETWEEN 1 AND 9223372036854775807
+                                  THEN e.value::text::bigint END
+                   END AS job_id
+            FROM postkit_queue.workflow_steps s
+            CROSS JOIN LATERAL jsonb_array_elements(
+                CASE WHEN jsonb_typeof(s.result -> 'jobs') = 'array' THEN s.result -> 'jobs'
+                     ELSE '[]'::jsonb END) WITH ORDINALITY AS e(value, n)
+            WHERE s.namespace = p_namespace AND s.run_id = p_run_id AND s.name = 'map'
+              AND jsonb_typeof(s.result) = 'object'
+        ) m
+        WHERE m.job_id IS NOT NULL
+        ORDER BY m.position, m.n
+    LOOP
+        EXIT WHEN v_cancelled >= p_limit;
+        v_cancelled := v_cancelled
+            + postkit_queue.cancel_tree(p_namespace, v_root, p_limit - v_cancelled);
+    END LOOP;
+    RETURN v_cancelled;
 END
 $$;

@@ -1,0 +1,5 @@
+-- Migration 45: a workflow run is cancelled in SQL, with its tree and its maps' jobs
+-- (cancel_run, an operator's call); await_jobs refuses jobs whose queue keeps no results, which
+-- the run could not read; the functions that change a run lock its row through one helper
+-- (lock_run). No table changes.
+-- schema: 4792bc4e84d73e3c
