@@ -28,12 +28,13 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import threading
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -41,11 +42,17 @@ from psycopg import sql
 
 from postkit.embedded import EmbeddedServer
 from postkit.errors import PostkitError
-from postkit.queue import Job, NackOutcome, QueueClient, install, protocol
+from postkit.queue import Job, Outcome, QueueClient, install
 from postkit.tasks import App
 from postkit.worker import Handlers
-from postkit.worker.outcomes import settlement_of
-from postkit.worker.workflow import AsyncWorkflowContext, RunParked, WorkflowContext
+from postkit.worker.claims import Claims
+from postkit.worker.handlers import HandlerSpec
+from postkit.worker.job_executor import JobExecutor
+from postkit.worker.metrics import NO_METRICS
+from postkit.worker.outcomes import OutcomeLog
+from postkit.worker.stats import WorkerStats
+
+T = TypeVar("T")
 
 DSN_VARIABLE = "POSTKIT_TEST_DSN"
 """The environment variable that names the server to test on (beside ``--postkit-dsn``)."""
@@ -100,15 +107,15 @@ def drain(
     namespace, on the client's cursor; its tasks' queue policies are applied first, as a worker
     does at start). ``queue``: one queue or several (default: every queue with a handler).
 
-    Each job is claimed with ``pull`` and settled as the worker settles it: a return acks it
-    (with the returned value as its result, when that can be one), and an exception becomes a
-    dead letter or a retry by the worker's own rule
-    (:func:`postkit.worker.outcomes.settlement_of`); a payload Python cannot decode is failed. A
-    transactional handler gets the client's cursor, inside a savepoint that rolls back when it
-    raises; a workflow records its steps in the client's transaction, each transactional step in
-    a savepoint of its own, and replays them on a retry as a worker does. An ``async def``
-    handler runs with ``asyncio.run`` (so drain cannot be called from a running event loop).
-    Handler timeouts are not enforced.
+    Each job is claimed with ``pull`` and run by the worker's own executor
+    (:class:`~postkit.worker.job_executor.JobExecutor`), on this thread: a return acks it (with
+    the returned value as its result, when that can be one), and an exception becomes a dead
+    letter or a retry by the worker's own rule (:func:`postkit.worker.outcomes.settlement_of`);
+    a payload Python cannot decode is failed. Every statement runs in the client's transaction,
+    and every transaction the worker would begin is a savepoint of it: a transactional handler's
+    (never its own ``transaction``, and never batched), which rolls back when it raises, and a
+    workflow's transactional steps. An ``async def`` handler runs with ``asyncio.run`` (so drain
+    cannot be called from a running event loop). Handler timeouts are not enforced.
 
     A retry's backoff, and a job pushed with a delay, are not waited for: when no job is ready,
     drain moves the queue's clock (the session's ``postkit_queue.clock_offset``) to the next
@@ -135,6 +142,7 @@ def drain(
     cursor.execute("SELECT current_setting('postkit_queue.clock_offset', true)")
     (clock_offset,) = cursor.fetchone()
     drained: dict[int, DrainedJob] = {}
+    executor = _executor(client, specs, drained)
     claims = 0
     try:
         while True:
@@ -151,7 +159,8 @@ def drain(
                         drained,
                     )
                 record = drained.setdefault(job.id, DrainedJob(job.id, job.queue, job.payload))
-                _run(client, job, specs[job.queue], record)
+                record.attempts += 1
+                executor.run_here(job)
     finally:
         cursor.execute(
             "SELECT set_config('postkit_queue.clock_offset', %s, false)", (clock_offset or "",)
@@ -166,78 +175,91 @@ def _in_event_loop() -> bool:
     return True
 
 
-def _run(client: QueueClient, job: Job, spec: Any, record: DrainedJob) -> None:
-    """Run ``job``'s handler once and settle the job, recording what happened in ``record``."""
-    record.attempts += 1
-    if job.payload_error is not None:
-        record.errors.append(job.payload_error)
-        record.state = "dead" if client.fail(job, error=job.payload_error) else "stale"
-        return
-    cursor = client.cursor
-    if job.depends_on:  # as the worker hands it over (JobExecutor._handed)
-        job = dataclasses.replace(job, parent_results=client.parent_results(job.id))
-    try:
-        if spec.transactional:
-            cursor.execute("SAVEPOINT postkit_drain")
-            try:
-                value = spec.function(job, cursor)
-            except BaseException:
-                cursor.execute("ROLLBACK TO SAVEPOINT postkit_drain")
-                raise
-            cursor.execute("RELEASE SAVEPOINT postkit_drain")
-        elif spec.workflow and spec.is_async:
-            context = AsyncWorkflowContext(_workflow_context(client, job))
-            value = asyncio.run(spec.function(job, context))
-        elif spec.workflow:
-            value = spec.function(job, _workflow_context(client, job))
-        elif spec.is_async:
-            value = asyncio.run(spec.function(job))
-        else:
-            value = spec.function(job)
-    except RunParked:
-        return  # a workflow sleeps: pending again when it is due, which drain moves the clock to
-    except Exception as error:
-        settlement = settlement_of(error)
-        record.errors.append(settlement.error)
-        if settlement.action == "fail":
-            record.state = "dead" if client.fail(job, error=settlement.error) else "stale"
-            return
-        outcome = client.nack_outcome(job, error=settlement.error, backoff=settlement.backoff)
-        if outcome is NackOutcome.RETRIED:
-            record.retries += 1
-        record.state = {NackOutcome.RETRIED: "running", NackOutcome.DEAD_LETTERED: "dead"}.get(
-            outcome, "stale"
-        )
-        return
-    try:
-        result = None if value is None else protocol.checked_result(value)
-    except Exception:  # not a result the worker could keep: it acks without one
-        result = None
-    record.result = value
-    record.state = "completed" if client.ack(job, result=result) else "stale"
+class _CallersTransaction:
+    """The worker's connections (:class:`~postkit.worker.pool.Connections`) as drain has them:
+    every statement on the caller's cursor, and every transaction a savepoint of the caller's
+    transaction (psycopg's ``transaction()`` in a transaction in progress)."""
 
+    def __init__(self, client: QueueClient) -> None:
+        self._client = client
 
-def _workflow_context(client: QueueClient, job: Job) -> WorkflowContext:
-    """A workflow run's context in the client's transaction: each step's checkpoint on the
-    client's cursor, each transactional step in a savepoint that rolls back when it raises."""
+    def run(self, action: Callable[[QueueClient], T]) -> T:
+        return action(self._client)
 
     @contextlib.contextmanager
-    def savepoint() -> Iterator[Any]:
-        cursor = client.cursor
-        cursor.execute("SAVEPOINT postkit_drain_step")
-        try:
-            yield cursor
-        except BaseException:
-            cursor.execute("ROLLBACK TO SAVEPOINT postkit_drain_step")
-            raise
-        cursor.execute("RELEASE SAVEPOINT postkit_drain_step")
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        yield self._client.cursor.connection
 
-    return WorkflowContext(
-        job,
-        recorded=client.workflow_steps(job.id),
-        record=lambda position, name, result: client.record_step(job, position, name, result),
-        transaction=savepoint,
+    def client_on(self, connection: psycopg.Connection[Any]) -> QueueClient:
+        return QueueClient(connection.cursor(), self._client.namespace)
+
+    def resize(self, change: int) -> None:
+        """One connection serves every handler: there is no pool to resize."""
+
+
+_DRAINED_STATES = {
+    Outcome.COMPLETED: "completed",
+    Outcome.RETRIED: "running",
+    Outcome.DEAD_LETTERED: "dead",
+    Outcome.STALE: "stale",
+}
+
+
+class _DrainLog(OutcomeLog):
+    """The worker's outcome log, written into each job's :class:`DrainedJob` instead."""
+
+    def __init__(self, drained: dict[int, DrainedJob]) -> None:
+        super().__init__(WorkerStats(), NO_METRICS)
+        self._drained = drained
+
+    def record(self, job: Job, outcome: Outcome, started: float, error: str | None = None) -> None:
+        record = self._drained[job.id]
+        if error is not None:
+            record.errors.append(error)
+        if outcome is Outcome.RETRIED:
+            record.retries += 1
+        record.state = _DRAINED_STATES[outcome]
+
+    def record_acks(self, acks: list[tuple[Job, float]], acked: set[int]) -> None:
+        for job, _ in acks:
+            self._drained[job.id].state = "completed" if job.id in acked else "stale"
+
+
+def _executor(
+    client: QueueClient, specs: dict[str, HandlerSpec], drained: dict[int, DrainedJob]
+) -> JobExecutor:
+    """The worker's executor for ``specs`` on the caller's transaction: each handler's return
+    value kept in its job's :class:`DrainedJob`, and each transactional handler in a savepoint
+    of its own (not in its ``transaction``, nor batched with others)."""
+
+    def kept(spec: HandlerSpec) -> HandlerSpec:
+        function = spec.function
+        if spec.is_async:
+
+            async def run_async(job: Job, *more: Any) -> Any:
+                drained[job.id].result = value = await function(job, *more)
+                return value
+
+            return dataclasses.replace(spec, function=run_async)
+
+        def run(job: Job, *more: Any) -> Any:
+            drained[job.id].result = value = function(job, *more)
+            return value
+
+        return dataclasses.replace(spec, function=run, transaction=None, batch=1)
+
+    executor = JobExecutor(
+        {queue: kept(spec) for queue, spec in specs.items()},
+        Claims(NO_METRICS.handler_ended),
+        _DrainLog(drained),
+        namespace=client.namespace,
+        concurrency=1,
+        handler_timeout=None,
+        cancel_grace=0.0,
+        closed=threading.Event(),
     )
+    executor.bind(_CallersTransaction(client))
+    return executor
 
 
 def _move_clock_to_next(client: QueueClient, queues: list[str]) -> bool:

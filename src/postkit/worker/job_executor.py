@@ -27,7 +27,7 @@ import logging
 import queue as stdlib_queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -38,7 +38,7 @@ from postkit.queue.protocol import CheckedResult
 from postkit.worker import progress, tracing
 from postkit.worker.backoff import Backoff
 from postkit.worker.claims import Claims, ClaimState, claim_seconds
-from postkit.worker.handlers import Handlers, HandlerSpec
+from postkit.worker.handlers import HandlerSpec
 from postkit.worker.outcomes import (
     OutcomeLog,
     SettleAction,
@@ -46,7 +46,7 @@ from postkit.worker.outcomes import (
     settle_call,
     settlement_of,
 )
-from postkit.worker.pool import WorkerPool
+from postkit.worker.pool import Connections
 from postkit.worker.results import Results
 from postkit.worker.threads import start_thread
 from postkit.worker.workflow import AsyncWorkflowContext, RunParked, pooled_context
@@ -76,7 +76,7 @@ class JobExecutor:
 
     def __init__(
         self,
-        handlers: Handlers,
+        handlers: Mapping[str, HandlerSpec],
         claims: Claims,
         outcomes: OutcomeLog,
         *,
@@ -94,7 +94,7 @@ class JobExecutor:
         self.handler_timeout = handler_timeout
         self.cancel_grace = cancel_grace
         self._closed = closed
-        self._pool: WorkerPool | None = None
+        self._pool: Connections | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_slots: asyncio.Semaphore | None = None  # made on the loop's own thread
         self._handler_threads = 0
@@ -113,15 +113,38 @@ class JobExecutor:
         self._settle_backoff = Backoff.housekeeping(jitter=0.0)
         self._results: Results | None = None
 
-    def start(self, pool: WorkerPool, *, with_event_loop: bool) -> None:
+    def start(self, pool: Connections, *, with_event_loop: bool) -> None:
         """Start the handler threads, and the event loop for ``async def`` handlers."""
-        self._pool = pool
-        self._results = Results(pool)
+        self.bind(pool)
         for _ in range(self.concurrency):
             self.start_handler_thread()
         if with_event_loop:
             self._loop = asyncio.new_event_loop()
             start_thread(self._loop.run_forever, "event-loop")
+
+    def bind(self, pool: Connections) -> None:
+        """Run the handlers' and the settles' statements on ``pool``."""
+        self._pool = pool
+        self._results = Results(pool)
+
+    def run_here(self, job: Job) -> None:
+        """Run just-claimed ``job`` on this thread as a handler thread or the event loop runs
+        it (an ``async def`` handler with ``asyncio.run``), and settle it, its ack included,
+        which a worker's fetcher batches: what ``postkit.testing.drain`` runs, with its specs
+        unbatched and every transaction a savepoint of the caller's (:meth:`bind`)."""
+        assert self._pool is not None
+        spec = self.handlers[job.queue]
+        self.claims.add(job)
+        if spec.is_async and job.payload_error is None:
+            asyncio.run(self._run_async_job(job, spec))
+        else:
+            self._run_sync(job, spec)
+        if acks := self.claims.take_finished():
+            results = self.claims.results_of(acks)
+            jobs = [job for job, _ in acks]
+            acked = self._pool.run(lambda client: client.ack_many(jobs, results=results))
+            self.claims.forget_results(acks)
+            self.outcomes.record_acks(acks, set(acked))
 
     def stop(self) -> None:
         """Stop the event loop; handler threads are daemons, idle once no job is claimed."""

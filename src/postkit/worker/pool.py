@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -25,6 +25,24 @@ class WorkerClient(QueueClient):
 
     def _run(self, call: protocol.Call[T]) -> T:
         return super()._run(call.committed_asynchronously())
+
+
+class Connections(Protocol):
+    """Where a worker's handlers and settles run their statements: a :class:`WorkerPool` of
+    autocommit connections in a worker, the caller's own transaction in
+    ``postkit.testing.drain`` (each transaction asked for is a savepoint of it there)."""
+
+    def run(self, action: Callable[[QueueClient], T]) -> T:
+        """Run ``action`` with a client of the worker's namespace."""
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection for a transaction of the caller's (``connection.transaction()``)."""
+
+    def client_on(self, connection: psycopg.Connection[Any]) -> QueueClient:
+        """A client of the worker's namespace on ``connection``."""
+
+    def resize(self, change: int) -> None:
+        """Grow (or shrink back) by ``change`` connections."""
 
 
 POOL_MAX_IDLE = 10.0
@@ -115,4 +133,4 @@ class WorkerPool:
         self._pool.close(timeout=5)
 
 
-__all__ = ["POOL_MAX_IDLE", "WorkerClient", "WorkerPool"]
+__all__ = ["POOL_MAX_IDLE", "Connections", "WorkerClient", "WorkerPool"]

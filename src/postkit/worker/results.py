@@ -13,7 +13,7 @@ from postkit import errors
 from postkit.queue import Job, protocol
 from postkit.queue.protocol import CheckedResult
 from postkit.worker.outcomes import job_fields
-from postkit.worker.pool import WorkerPool
+from postkit.worker.pool import Connections
 
 logger = logging.getLogger("postkit.worker")
 
@@ -21,7 +21,7 @@ logger = logging.getLogger("postkit.worker")
 class Results:
     """A worker's results: each handler's return value as the result its ack sends."""
 
-    def __init__(self, pool: WorkerPool) -> None:
+    def __init__(self, pool: Connections) -> None:
         self._pool = pool
         # The queues whose handlers returned a value that cannot be kept, logged at WARNING
         # once, and those whose policy was read for whether they keep results at all.

@@ -40,7 +40,7 @@ from postkit.queue import Job, QueueClient, protocol
 from postkit.queue.protocol import Duration
 from postkit.queue.protocol import checks as check
 from postkit.queue.records import WorkflowStep
-from postkit.worker.pool import WorkerPool
+from postkit.worker.pool import Connections
 
 T = TypeVar("T")
 
@@ -374,7 +374,7 @@ def _recorded_form(value: Any) -> Any:
 
 
 def pooled_context(
-    job: Job, pool: WorkerPool, on_step: Callable[[str], None] = lambda kind: None
+    job: Job, pool: Connections, on_step: Callable[[str], None] = lambda kind: None
 ) -> WorkflowContext:
     """A worker's context for the run ``job``: the steps it recorded (one read on a connection
     of ``pool``), each new step's checkpoint on one (committed on its own), and each
