@@ -34,7 +34,7 @@ def test_a_nack_returns_outcomes_and_a_listing_takes_the_job_states() -> None:
         Outcome.DEAD_LETTERED.value,
         Outcome.STALE.value,
     ]
-    assert protocol.JOB_STATES == (
+    assert protocol.operations.JOB_STATES == (
         "pending",
         "scheduled",
         "running",

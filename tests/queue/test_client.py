@@ -1020,7 +1020,7 @@ def test_a_call_committed_asynchronously_turns_synchronous_commit_off_for_its_tr
     connect: Callable[..., psycopg.Connection[Any]], namespace: str
 ) -> None:
     connection = connect()
-    call = protocol.tick_timeouts(namespace, limit=1).committed_asynchronously()
+    call = protocol.lifecycle.tick_timeouts(namespace, limit=1).committed_asynchronously()
 
     executor.run(connection.cursor(), call, given_to=None)
     inside = connection.execute("SHOW synchronous_commit").fetchone()

@@ -113,32 +113,38 @@ def duration(what: str) -> Callable[[str, Any], object]:
     value = lambda v: v * US  # noqa: E731
     claim = {"worker_id": "w", "claim_token": None}
     return {
-        "visibility_timeout": lambda ns, v: protocol.pull(
+        "visibility_timeout": lambda ns, v: protocol.lifecycle.pull(
             ns, "q", worker_id=None, visibility_timeout=value(v), limit=1
         ),
-        "extension": lambda ns, v: protocol.extend_visibility(ns, 1, extension=value(v), **claim),
-        "delay": lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "delay": value(v)}),
-        "backoff": lambda ns, v: protocol.nack(ns, 1, error=None, backoff=value(v), **claim),
-        "backoff_base": lambda ns, v: protocol.push(
+        "extension": lambda ns, v: protocol.lifecycle.extend_visibility(
+            ns, 1, extension=value(v), **claim
+        ),
+        "delay": lambda ns, v: protocol.lifecycle.push(ns, "q", 1, **{**NONE, "delay": value(v)}),
+        "backoff": lambda ns, v: protocol.lifecycle.nack(
+            ns, 1, error=None, backoff=value(v), **claim
+        ),
+        "backoff_base": lambda ns, v: protocol.lifecycle.push(
             ns, "q", 1, **{**NONE, "backoff_base": value(v)}
         ),
-        "backoff_cap": lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "backoff_cap": value(v)}),
-        "retain_completed": lambda ns, v: protocol.configure_queue(
+        "backoff_cap": lambda ns, v: protocol.lifecycle.push(
+            ns, "q", 1, **{**NONE, "backoff_cap": value(v)}
+        ),
+        "retain_completed": lambda ns, v: protocol.operations.configure_queue(
             ns, "q", **{**POLICY, "retain_completed": value(v)}
         ),
-        "retain_dead": lambda ns, v: protocol.configure_queue(
+        "retain_dead": lambda ns, v: protocol.operations.configure_queue(
             ns, "q", **{**POLICY, "retain_dead": value(v)}
         ),
-        "retain_results": lambda ns, v: protocol.configure_queue(
+        "retain_results": lambda ns, v: protocol.operations.configure_queue(
             ns, "q", **{**POLICY, "retain_results": value(v)}
         ),
-        "rate_period": lambda ns, v: protocol.configure_queue(
+        "rate_period": lambda ns, v: protocol.operations.configure_queue(
             ns, "q", **{**POLICY, "rate": (1, value(v))}
         ),
-        "older_than": lambda ns, v: protocol.purge_dead_letters(
+        "older_than": lambda ns, v: protocol.operations.purge_dead_letters(
             ns, older_than=value(v), queue=None
         ),
-        "heartbeat_interval": lambda ns, v: protocol.register_worker(
+        "heartbeat_interval": lambda ns, v: protocol.workers.register_worker(
             ns, "w", **{**REGISTRATION, "heartbeat_interval": value(v)}
         ),
     }[what]
@@ -186,22 +192,24 @@ REGISTER_SQL = (
 
 LIMIT_CASES: dict[str, Limit] = {
     "worker-pid": Limit(
-        lambda ns, v: protocol.register_worker(ns, "w", **{**REGISTRATION, "pid": v}),
+        lambda ns, v: protocol.workers.register_worker(ns, "w", **{**REGISTRATION, "pid": v}),
         REGISTER_SQL.format(pid="%(v)s", c=1),
         around(limits.WORKER_PID),
     ),
     "worker-concurrency": Limit(
-        lambda ns, v: protocol.register_worker(ns, "w", **{**REGISTRATION, "concurrency": v}),
+        lambda ns, v: protocol.workers.register_worker(
+            ns, "w", **{**REGISTRATION, "concurrency": v}
+        ),
         REGISTER_SQL.format(pid=1, c="%(v)s"),
         around(limits.WORKER_CONCURRENCY),
     ),
     "priority": Limit(
-        lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "priority": v}),
+        lambda ns, v: protocol.lifecycle.push(ns, "q", 1, **{**NONE, "priority": v}),
         "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_priority => %(v)s)",
         around(limits.PRIORITY),
     ),
     "batch-priority": Limit(
-        lambda ns, v: protocol.push_batch(
+        lambda ns, v: protocol.lifecycle.push_batch(
             ns,
             "q",
             [1],
@@ -216,33 +224,35 @@ LIMIT_CASES: dict[str, Limit] = {
         around(limits.PRIORITY),
     ),
     "max_attempts": Limit(
-        lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "max_attempts": v}),
+        lambda ns, v: protocol.lifecycle.push(ns, "q", 1, **{**NONE, "max_attempts": v}),
         "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_max_attempts => %(v)s)",
         around(limits.MAX_ATTEMPTS),
     ),
     "queue-max_attempts": Limit(
-        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "max_attempts": v}),
+        lambda ns, v: protocol.operations.configure_queue(ns, "q", **{**POLICY, "max_attempts": v}),
         "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_max_attempts => %(v)s)",
         around(limits.MAX_ATTEMPTS),
     ),
     "queue-concurrency": Limit(
-        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "concurrency": v}),
+        lambda ns, v: protocol.operations.configure_queue(ns, "q", **{**POLICY, "concurrency": v}),
         "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_concurrency => %(v)s)",
         around(limits.QUEUE_CONCURRENCY),
     ),
     "rate-limit": Limit(
-        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "rate": (v, 1)}),
+        lambda ns, v: protocol.operations.configure_queue(ns, "q", **{**POLICY, "rate": (v, 1)}),
         "SELECT postkit_queue.configure_queue("
         "%(ns)s, 'q', p_rate_limit => %(v)s, p_rate_period => interval '1 second')",
         around(limits.RATE_LIMIT),
     ),
     "group-concurrency": Limit(
-        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "group_concurrency": v}),
+        lambda ns, v: protocol.operations.configure_queue(
+            ns, "q", **{**POLICY, "group_concurrency": v}
+        ),
         "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_group_concurrency => %(v)s)",
         around(limits.GROUP_CONCURRENCY),
     ),
     "ordered-group-concurrency": Limit(
-        lambda ns, v: protocol.configure_queue(
+        lambda ns, v: protocol.operations.configure_queue(
             ns, "q", **{**POLICY, "group_concurrency": v, "group_ordered": True}
         ),
         "SELECT postkit_queue.configure_queue("
@@ -250,12 +260,14 @@ LIMIT_CASES: dict[str, Limit] = {
         (1, 2),
     ),
     "max_payload_bytes": Limit(
-        lambda ns, v: protocol.configure_queue(ns, "q", **{**POLICY, "max_payload_bytes": v}),
+        lambda ns, v: protocol.operations.configure_queue(
+            ns, "q", **{**POLICY, "max_payload_bytes": v}
+        ),
         "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_max_payload_bytes => %(v)s)",
         around(limits.MAX_PAYLOAD_BYTES),
     ),
     "batch-payloads": Limit(
-        lambda ns, v: protocol.push_batch(
+        lambda ns, v: protocol.lifecycle.push_batch(
             ns,
             "q",
             [0] * v,
@@ -271,97 +283,103 @@ LIMIT_CASES: dict[str, Limit] = {
         (limits.BATCH_PAYLOADS, limits.BATCH_PAYLOADS + 1),
     ),
     "limit-pull": Limit(
-        lambda ns, v: protocol.pull(ns, "q", worker_id=None, visibility_timeout=None, limit=v),
+        lambda ns, v: protocol.lifecycle.pull(
+            ns, "q", worker_id=None, visibility_timeout=None, limit=v
+        ),
         "SELECT count(*) FROM postkit_queue.pull(%(ns)s, 'q', p_limit => %(v)s)",
         around(limits.LIMITS["pull"]),
     ),
     "limit-pull_any": Limit(
-        lambda ns, v: protocol.pull_any(
+        lambda ns, v: protocol.lifecycle.pull_any(
             ns, ["q"], worker_id=None, visibility_timeout=None, limit=v
         ),
         "SELECT count(*) FROM postkit_queue.pull_any(%(ns)s, '{q}', p_limit => %(v)s)",
         around(limits.LIMITS["pull_any"]),
     ),
     "limit-tick_timeouts": Limit(
-        lambda ns, v: protocol.tick_timeouts(ns, limit=v),
+        lambda ns, v: protocol.lifecycle.tick_timeouts(ns, limit=v),
         "SELECT count(*) FROM postkit_queue.tick_timeouts(%(ns)s, %(v)s)",
         around(limits.LIMITS["tick_timeouts"]),
     ),
     "limit-dead_letters": Limit(
-        lambda ns, v: protocol.dead_letters(ns, None, limit=v),
+        lambda ns, v: protocol.operations.dead_letters(ns, None, limit=v),
         "SELECT count(*) FROM postkit_queue.dead_letters(%(ns)s, p_limit => %(v)s)",
         around(limits.LIMITS["dead_letters"]),
     ),
     "limit-stats": Limit(
-        lambda ns, v: protocol.stats(ns, None, cap=v),
+        lambda ns, v: protocol.operations.stats(ns, None, cap=v),
         "SELECT count(*) FROM postkit_queue.stats(%(ns)s, p_cap => %(v)s)",
         around(limits.LIMITS["stats"]),
     ),
     "limit-stats_page": Limit(
-        lambda ns, v: protocol.stats(ns, None, cap=10, limit=v),
+        lambda ns, v: protocol.operations.stats(ns, None, cap=10, limit=v),
         "SELECT count(*) FROM postkit_queue.stats(%(ns)s, p_limit => %(v)s)",
         around(limits.LIMITS["stats_page"]),
     ),
     "limit-jobs": Limit(
-        lambda ns, v: protocol.jobs(ns, "q", "pending", limit=v, after=None),
+        lambda ns, v: protocol.operations.jobs(ns, "q", "pending", limit=v, after=None),
         "SELECT count(*) FROM postkit_queue.jobs(%(ns)s, 'q', 'pending', %(v)s)",
         around(limits.LIMITS["jobs"]),
     ),
     "limit-running_jobs": Limit(
-        lambda ns, v: protocol.running_jobs(ns, limit=v),
+        lambda ns, v: protocol.workers.running_jobs(ns, limit=v),
         "SELECT count(*) FROM postkit_queue.running_jobs(%(ns)s, %(v)s)",
         around(limits.LIMITS["running_jobs"]),
     ),
     "limit-count_dead_letters": Limit(
-        lambda ns, v: protocol.count_dead_letters(
+        lambda ns, v: protocol.operations.count_dead_letters(
             ns, None, failed_after=None, failed_before=None, include_redriven=False, cap=v
         ),
         "SELECT postkit_queue.count_dead_letters(%(ns)s, p_cap => %(v)s)",
         around(limits.LIMITS["count_dead_letters"]),
     ),
     "limit-job_lineage": Limit(
-        lambda ns, v: protocol.job_lineage(ns, 1, limit=v),
+        lambda ns, v: protocol.operations.job_lineage(ns, 1, limit=v),
         "SELECT count(*) FROM postkit_queue.job_lineage(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["job_lineage"]),
     ),
     "limit-cancel_queue": Limit(
-        lambda ns, v: protocol.cancel_queue(ns, "q", created_before=None, limit=v),
+        lambda ns, v: protocol.operations.cancel_queue(ns, "q", created_before=None, limit=v),
         "SELECT postkit_queue.cancel_queue(%(ns)s, 'q', p_limit => %(v)s)",
         around(limits.LIMITS["cancel_queue"]),
     ),
     "limit-cancel_tree": Limit(
-        lambda ns, v: protocol.cancel_tree(ns, 1, limit=v),
+        lambda ns, v: protocol.operations.cancel_tree(ns, 1, limit=v),
         "SELECT postkit_queue.cancel_tree(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["cancel_tree"]),
     ),
     "limit-cancel_run": Limit(
-        lambda ns, v: protocol.cancel_run(ns, 1, limit=v),
+        lambda ns, v: protocol.operations.cancel_run(ns, 1, limit=v),
         "SELECT postkit_queue.cancel_run(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["cancel_run"]),
     ),
     "limit-job_tree": Limit(
-        lambda ns, v: protocol.job_tree(ns, 1, v),
+        lambda ns, v: protocol.lifecycle.job_tree(ns, 1, v),
         "SELECT count(*) FROM postkit_queue.job_tree(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["job_tree"]),
     ),
     "limit-waiting_children": Limit(
-        lambda ns, v: protocol.waiting_children(ns, 1, v),
+        lambda ns, v: protocol.lifecycle.waiting_children(ns, 1, v),
         "SELECT count(*) FROM postkit_queue.waiting_children(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["waiting_children"]),
     ),
     "limit-search_dead_letters": Limit(
-        lambda ns, v: protocol.search_dead_letters(ns, "x", None, **SEARCH, limit=v, scan_limit=10),
+        lambda ns, v: protocol.operations.search_dead_letters(
+            ns, "x", None, **SEARCH, limit=v, scan_limit=10
+        ),
         "SELECT count(*) FROM postkit_queue.search_dead_letters(%(ns)s, 'x', p_limit => %(v)s)",
         around(limits.LIMITS["search_dead_letters"]),
     ),
     "limit-search_scan": Limit(
-        lambda ns, v: protocol.search_dead_letters(ns, "x", None, **SEARCH, limit=10, scan_limit=v),
+        lambda ns, v: protocol.operations.search_dead_letters(
+            ns, "x", None, **SEARCH, limit=10, scan_limit=v
+        ),
         "SELECT count(*) FROM postkit_queue.search_dead_letters(%(ns)s, 'x', "
         "p_scan_limit => %(v)s)",
         around(limits.LIMITS["search_scan"]),
     ),
     "limit-redrive": Limit(
-        lambda ns, v: protocol.redrive(
+        lambda ns, v: protocol.operations.redrive(
             ns,
             job_ids=None,
             queue=None,
@@ -376,27 +394,29 @@ LIMIT_CASES: dict[str, Limit] = {
         around(limits.LIMITS["redrive"]),
     ),
     "limit-prune": Limit(
-        lambda ns, v: protocol.prune(ns, limit=v),
+        lambda ns, v: protocol.operations.prune(ns, limit=v),
         "SELECT count(*) FROM postkit_queue.prune(%(ns)s, %(v)s)",
         around(limits.LIMITS["prune"]),
     ),
     "limit-due_schedules": Limit(
-        lambda ns, v: protocol.due_schedules(ns, limit=v),
+        lambda ns, v: protocol.scheduling.due_schedules(ns, limit=v),
         "SELECT count(*) FROM postkit_queue.due_schedules(%(ns)s, %(v)s)",
         around(limits.LIMITS["due_schedules"]),
     ),
     "limit-schedules": Limit(
-        lambda ns, v: protocol.schedules(ns, limit=v),
+        lambda ns, v: protocol.scheduling.schedules(ns, limit=v),
         "SELECT count(*) FROM postkit_queue.schedules(%(ns)s, p_limit => %(v)s)",
         around(limits.LIMITS["schedules"]),
     ),
     "limit-schedule_runs": Limit(
-        lambda ns, v: protocol.schedule_runs(ns, limit=v),
+        lambda ns, v: protocol.scheduling.schedule_runs(ns, limit=v),
         "SELECT count(*) FROM postkit_queue.schedule_runs(%(ns)s, p_limit => %(v)s)",
         around(limits.LIMITS["schedules"]),
     ),
     "trace_context-bytes": Limit(
-        lambda ns, v: protocol.push(ns, "q", 1, **{**NONE, "trace_context": json.loads(v)}),
+        lambda ns, v: protocol.lifecycle.push(
+            ns, "q", 1, **{**NONE, "trace_context": json.loads(v)}
+        ),
         "SELECT postkit_queue.push(%(ns)s, 'q', '1', p_trace_context => %(v)s::jsonb)",
         tuple(
             carrier_text(size)
@@ -404,18 +424,20 @@ LIMIT_CASES: dict[str, Limit] = {
         ),
     ),
     "result-bytes": Limit(
-        lambda ns, v: protocol.ack(ns, 1, worker_id="w", claim_token=None, result=json.loads(v)),
+        lambda ns, v: protocol.lifecycle.ack(
+            ns, 1, worker_id="w", claim_token=None, result=json.loads(v)
+        ),
         "SELECT postkit_queue.ack(%(ns)s, 1, 'w', NULL, %(v)s::jsonb)",
         tuple(result_text(size) for size in (limits.RESULT_BYTES, limits.RESULT_BYTES + 1)),
     ),
     "batch-result-bytes": Limit(
-        lambda ns, v: protocol.ack_many(ns, [JOB], [json.loads(v)]),
+        lambda ns, v: protocol.lifecycle.ack_many(ns, [JOB], [json.loads(v)]),
         f"SELECT postkit_queue.ack_many(%(ns)s, '{{1}}', '{{{TOKEN}}}',"
         " ('[' || %(v)s || ']')::jsonb)",
         tuple(result_text(size) for size in (limits.RESULT_BYTES, limits.RESULT_BYTES + 1)),
     ),
     "name-length": Limit(
-        lambda ns, v: protocol.push(ns, "x" * v, 1, **NONE),
+        lambda ns, v: protocol.lifecycle.push(ns, "x" * v, 1, **NONE),
         "SELECT postkit_queue.push(%(ns)s, repeat('x', %(v)s), '1')",
         (0, 1, limits.NAME_MAX_CHARS, limits.NAME_MAX_CHARS + 1),
     ),

@@ -18,7 +18,7 @@ from psycopg.pq import TransactionStatus
 
 from postkit import errors
 from postkit.queue import JobCursor, QueueClient
-from postkit.queue.protocol import JOB_STATES
+from postkit.queue.protocol.operations import JOB_STATES
 from postkit.queue.records import DeadLetter, Job, QueuePolicy
 
 Shift = Callable[[QueueClient, float], None]

@@ -25,7 +25,7 @@ PUSH = {
 
 
 def test_push_without_trace_context_or_group_key_sends_neither() -> None:
-    call = protocol.push("app", "emails", {}, **PUSH, trace_context=None, group_key=None)
+    call = protocol.lifecycle.push("app", "emails", {}, **PUSH, trace_context=None, group_key=None)
 
     assert "p_trace_context" not in call.sql
     assert "p_group_key" not in call.sql
@@ -33,7 +33,9 @@ def test_push_without_trace_context_or_group_key_sends_neither() -> None:
 
 
 def test_each_optional_parameter_given_is_passed_by_name_and_only_it() -> None:
-    call = protocol.push("app", "emails", {}, **PUSH, trace_context=None, group_key="acme")
+    call = protocol.lifecycle.push(
+        "app", "emails", {}, **PUSH, trace_context=None, group_key="acme"
+    )
 
     assert "p_group_key => %(group_key)s" in call.sql
     assert "p_trace_context" not in call.sql
@@ -51,7 +53,7 @@ def test_every_optional_line_names_a_parameter_passed_by_name() -> None:
 def test_a_push_with_every_optional_parameter_records_them(
     queue: QueueClient, namespace: str
 ) -> None:
-    call = protocol.push(
+    call = protocol.lifecycle.push(
         namespace, "emails", {}, **PUSH, trace_context={"traceparent": "x"}, group_key="acme"
     )
     queue.cursor.execute(call.sql, call.params)
@@ -72,7 +74,7 @@ def test_a_plain_push_runs_on_the_oldest_module_the_repository_keeps(
     with psycopg.connect(fresh_database) as connection:
         install_legacy(connection, len(legacy_files()))
         cursor = connection.cursor()
-        call = protocol.push("app", "emails", {"to": "ann"}, **PUSH, trace_context=None)
+        call = protocol.lifecycle.push("app", "emails", {"to": "ann"}, **PUSH, trace_context=None)
         cursor.execute(call.sql, call.params)
         (job_id,) = cursor.fetchone() or (None,)
         cursor.execute("SELECT payload FROM postkit_queue.jobs WHERE id = %s", (job_id,))
@@ -85,9 +87,13 @@ def test_an_ack_without_a_result_sends_none() -> None:
     object.__setattr__(job, "claim_token", "00000000-0000-0000-0000-000000000001")
 
     assert (
-        "p_result" not in protocol.ack("app", job, worker_id="w", claim_token=None, result=None).sql
+        "p_result"
+        not in protocol.lifecycle.ack("app", job, worker_id="w", claim_token=None, result=None).sql
     )
-    assert "p_result =>" in protocol.ack("app", job, worker_id="w", claim_token=None, result=1).sql
+    assert (
+        "p_result =>"
+        in protocol.lifecycle.ack("app", job, worker_id="w", claim_token=None, result=1).sql
+    )
 
 
 @pytest.mark.parametrize("results", [None, ["done"]])
@@ -95,6 +101,6 @@ def test_ack_many_sends_results_only_when_given(results: list[str] | None) -> No
     job = Job.__new__(Job)
     object.__setattr__(job, "id", 1)
     object.__setattr__(job, "claim_token", "00000000-0000-0000-0000-000000000001")
-    call = protocol.ack_many("app", [job], results)
+    call = protocol.lifecycle.ack_many("app", [job], results)
 
     assert ("p_results" in call.sql) is (results is not None)

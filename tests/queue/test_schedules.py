@@ -1,6 +1,6 @@
 """Recurring jobs: cron and interval schedules, each run fired exactly once.
 
-The SDK computes run times (``protocol.next_run_after``, unit-tested at the end with fixed
+The SDK computes run times (``protocol.cron.next_run_after``, unit-tested at the end with fixed
 instants); the database decides which schedules are due and fences each run on its due time.
 Time moves only through the session clock offset (``shift_clock``).
 """
@@ -23,7 +23,7 @@ from psycopg.pq import TransactionStatus
 
 from postkit import errors
 from postkit.queue import QueueClient
-from postkit.queue.protocol import check_cron, cron_problem, next_run_after
+from postkit.queue.protocol.cron import check_cron, cron_problem, next_run_after
 from postkit.queue.records import BrokenSchedule, Fired, Schedule
 
 Shift = Callable[[QueueClient, float], None]
@@ -595,7 +595,7 @@ def test_fire_schedule_with_a_stale_due_time_fires_nothing(
 
 
 # --------------------------------------------------------------------------------------------
-# protocol.next_run_after, with fixed instants.
+# protocol.cron.next_run_after, with fixed instants.
 # --------------------------------------------------------------------------------------------
 
 

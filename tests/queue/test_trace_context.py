@@ -207,7 +207,7 @@ def test_push_batch_gives_each_payload_its_own_trace_context(
 )
 def test_the_sdk_refuses_a_bad_trace_context_before_sending_anything(context: Any) -> None:
     with pytest.raises(errors.InvalidTraceContextError):
-        protocol.push(
+        protocol.lifecycle.push(
             "ns",
             Q,
             {},

@@ -35,7 +35,7 @@ from postkit.cli.output import (
 )
 from postkit.errors import InvalidStateError, PermissionDeniedError
 from postkit.queue import Job, JobCursor, JobResult, QueueClient, limits
-from postkit.queue.protocol import JOB_STATES as _JOB_STATES
+from postkit.queue.protocol.operations import JOB_STATES as _JOB_STATES
 from postkit.queue.records import to_jsonable
 
 _JOB_TIME_COLUMN = {

@@ -26,7 +26,7 @@ from postkit.cli.output import (
     shorten,
 )
 from postkit.queue import QueueClient, limits
-from postkit.queue.protocol import new_schedule as check_schedule
+from postkit.queue.protocol.scheduling import new_schedule as check_schedule
 from postkit.queue.records import Schedule
 
 

@@ -103,7 +103,7 @@ class Consumer(Calls):
             payload Python cannot decode is among them, marked by ``payload_error``.
         """
         jobs = self._run(
-            protocol.pull(
+            protocol.lifecycle.pull(
                 self._namespace,
                 queue,
                 worker_id=worker_id,
@@ -125,7 +125,7 @@ class Consumer(Calls):
         given: the first queue is emptied before the second is tried. A paused queue is
         skipped. Each claim is as :meth:`pull` makes it."""
         jobs = self._run(
-            protocol.pull_any(
+            protocol.lifecycle.pull_any(
                 self._namespace,
                 queues,
                 worker_id=worker_id,
@@ -166,7 +166,7 @@ class Consumer(Calls):
         """
         token = self._token(job, claim_token)
         acked = self._run(
-            protocol.ack(
+            protocol.lifecycle.ack(
                 self._namespace, job, worker_id=worker_id, claim_token=token, result=result
             )
         )
@@ -182,7 +182,7 @@ class Consumer(Calls):
             the ids acknowledged; a job whose claim went stale is skipped, not an error (and
             its result is not kept).
         """
-        acked = self._run(protocol.ack_many(self._namespace, jobs, results))
+        acked = self._run(protocol.lifecycle.ack_many(self._namespace, jobs, results))
         self._forget(jobs)
         return acked
 
@@ -204,7 +204,7 @@ class Consumer(Calls):
             the ids acknowledged, and the jobs claimed.
         """
         acked, jobs = self._run(
-            protocol.ack_and_pull(
+            protocol.lifecycle.ack_and_pull(
                 self._namespace,
                 queue,
                 acks,
@@ -224,7 +224,7 @@ class Consumer(Calls):
             True if every job was still held by its claim and all are acknowledged; False,
             with nothing changed, if any claim was stale.
         """
-        acked = self._run(protocol.ack_batch(self._namespace, jobs, worker_id=worker_id))
+        acked = self._run(protocol.lifecycle.ack_batch(self._namespace, jobs, worker_id=worker_id))
         if acked:
             self._forget(jobs)
         return acked
@@ -264,7 +264,7 @@ class Consumer(Calls):
     ) -> NackOutcome:
         """:meth:`nack`, returning what it did: RETRIED, DEAD_LETTERED or STALE."""
         outcome = self._run(
-            protocol.nack(
+            protocol.lifecycle.nack(
                 self._namespace,
                 job,
                 error=error,
@@ -292,7 +292,7 @@ class Consumer(Calls):
             longer holds the claim.
         """
         failed = self._run(
-            protocol.fail(
+            protocol.lifecycle.fail(
                 self._namespace,
                 job,
                 error=error,
@@ -319,7 +319,7 @@ class Consumer(Calls):
             longer holds the claim.
         """
         return self._run(
-            protocol.extend_visibility(
+            protocol.lifecycle.extend_visibility(
                 self._namespace,
                 job,
                 extension=extension,
@@ -352,7 +352,7 @@ class Consumer(Calls):
                 not text of at most 200 characters; nothing is written.
         """
         return self._run(
-            protocol.report_progress(
+            protocol.lifecycle.report_progress(
                 self._namespace,
                 job,
                 fraction=fraction,
@@ -382,7 +382,7 @@ class Consumer(Calls):
             InvalidResultError: ``result`` cannot be a result; nothing is sent.
         """
         return self._run(
-            protocol.record_step(
+            protocol.lifecycle.record_step(
                 self._namespace,
                 job,
                 claim_token=self._token(job, claim_token),
@@ -403,7 +403,7 @@ class Consumer(Calls):
             holds the claim.
         """
         return self._run(
-            protocol.park(
+            protocol.lifecycle.park(
                 self._namespace, job, claim_token=self._token(job, claim_token), until=until
             )
         )
@@ -418,7 +418,7 @@ class Consumer(Calls):
         ``until`` and woken by an event sent meanwhile, ``('parked', None)``. ``('stale',
         None)``: the caller no longer holds the claim, and nothing changed."""
         return self._run(
-            protocol.wait_event(
+            protocol.lifecycle.wait_event(
                 self._namespace,
                 job,
                 claim_token=self._token(job, claim_token),
@@ -439,7 +439,7 @@ class Consumer(Calls):
         dead-lettered or cancelled (the second item says which), and nothing changed;
         ``'stale'``, the caller no longer holds the claim, and nothing changed."""
         return self._run(
-            protocol.await_jobs(
+            protocol.lifecycle.await_jobs(
                 self._namespace, job, claim_token=self._token(job, claim_token), job_ids=job_ids
             )
         )
@@ -456,7 +456,7 @@ class Consumer(Calls):
         """
         token = self._token(job, claim_token)
         released = self._run(
-            protocol.release(self._namespace, job, worker_id=worker_id, claim_token=token)
+            protocol.lifecycle.release(self._namespace, job, worker_id=worker_id, claim_token=token)
         )
         self._forget([job])
         return released
@@ -472,4 +472,4 @@ class Consumer(Calls):
         Returns:
             how many jobs this call rescued (returned to the queue or dead-lettered).
         """
-        return self._run(protocol.tick_timeouts(self._namespace, limit=limit))
+        return self._run(protocol.lifecycle.tick_timeouts(self._namespace, limit=limit))

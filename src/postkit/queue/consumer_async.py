@@ -102,7 +102,7 @@ class AsyncConsumer(AsyncCalls):
             payload Python cannot decode is among them, marked by ``payload_error``.
         """
         jobs = await self._run(
-            protocol.pull(
+            protocol.lifecycle.pull(
                 self._namespace,
                 queue,
                 worker_id=worker_id,
@@ -124,7 +124,7 @@ class AsyncConsumer(AsyncCalls):
         given: the first queue is emptied before the second is tried. A paused queue is
         skipped. Each claim is as :meth:`pull` makes it."""
         jobs = await self._run(
-            protocol.pull_any(
+            protocol.lifecycle.pull_any(
                 self._namespace,
                 queues,
                 worker_id=worker_id,
@@ -165,7 +165,7 @@ class AsyncConsumer(AsyncCalls):
         """
         token = self._token(job, claim_token)
         acked = await self._run(
-            protocol.ack(
+            protocol.lifecycle.ack(
                 self._namespace, job, worker_id=worker_id, claim_token=token, result=result
             )
         )
@@ -183,7 +183,7 @@ class AsyncConsumer(AsyncCalls):
             the ids acknowledged; a job whose claim went stale is skipped, not an error (and
             its result is not kept).
         """
-        acked = await self._run(protocol.ack_many(self._namespace, jobs, results))
+        acked = await self._run(protocol.lifecycle.ack_many(self._namespace, jobs, results))
         self._forget(jobs)
         return acked
 
@@ -205,7 +205,7 @@ class AsyncConsumer(AsyncCalls):
             the ids acknowledged, and the jobs claimed.
         """
         acked, jobs = await self._run(
-            protocol.ack_and_pull(
+            protocol.lifecycle.ack_and_pull(
                 self._namespace,
                 queue,
                 acks,
@@ -225,7 +225,9 @@ class AsyncConsumer(AsyncCalls):
             True if every job was still held by its claim and all are acknowledged; False,
             with nothing changed, if any claim was stale.
         """
-        acked = await self._run(protocol.ack_batch(self._namespace, jobs, worker_id=worker_id))
+        acked = await self._run(
+            protocol.lifecycle.ack_batch(self._namespace, jobs, worker_id=worker_id)
+        )
         if acked:
             self._forget(jobs)
         return acked
@@ -265,7 +267,7 @@ class AsyncConsumer(AsyncCalls):
     ) -> NackOutcome:
         """:meth:`nack`, returning what it did: RETRIED, DEAD_LETTERED or STALE."""
         outcome = await self._run(
-            protocol.nack(
+            protocol.lifecycle.nack(
                 self._namespace,
                 job,
                 error=error,
@@ -293,7 +295,7 @@ class AsyncConsumer(AsyncCalls):
             longer holds the claim.
         """
         failed = await self._run(
-            protocol.fail(
+            protocol.lifecycle.fail(
                 self._namespace,
                 job,
                 error=error,
@@ -320,7 +322,7 @@ class AsyncConsumer(AsyncCalls):
             longer holds the claim.
         """
         return await self._run(
-            protocol.extend_visibility(
+            protocol.lifecycle.extend_visibility(
                 self._namespace,
                 job,
                 extension=extension,
@@ -353,7 +355,7 @@ class AsyncConsumer(AsyncCalls):
                 not text of at most 200 characters; nothing is written.
         """
         return await self._run(
-            protocol.report_progress(
+            protocol.lifecycle.report_progress(
                 self._namespace,
                 job,
                 fraction=fraction,
@@ -389,7 +391,7 @@ class AsyncConsumer(AsyncCalls):
             InvalidResultError: ``result`` cannot be a result; nothing is sent.
         """
         return await self._run(
-            protocol.record_step(
+            protocol.lifecycle.record_step(
                 self._namespace,
                 job,
                 claim_token=self._token(job, claim_token),
@@ -410,7 +412,7 @@ class AsyncConsumer(AsyncCalls):
             holds the claim.
         """
         return await self._run(
-            protocol.park(
+            protocol.lifecycle.park(
                 self._namespace, job, claim_token=self._token(job, claim_token), until=until
             )
         )
@@ -431,7 +433,7 @@ class AsyncConsumer(AsyncCalls):
         ``until`` and woken by an event sent meanwhile, ``('parked', None)``. ``('stale',
         None)``: the caller no longer holds the claim, and nothing changed."""
         return await self._run(
-            protocol.wait_event(
+            protocol.lifecycle.wait_event(
                 self._namespace,
                 job,
                 claim_token=self._token(job, claim_token),
@@ -452,7 +454,7 @@ class AsyncConsumer(AsyncCalls):
         dead-lettered or cancelled (the second item says which), and nothing changed;
         ``'stale'``, the caller no longer holds the claim, and nothing changed."""
         return await self._run(
-            protocol.await_jobs(
+            protocol.lifecycle.await_jobs(
                 self._namespace, job, claim_token=self._token(job, claim_token), job_ids=job_ids
             )
         )
@@ -469,7 +471,7 @@ class AsyncConsumer(AsyncCalls):
         """
         token = self._token(job, claim_token)
         released = await self._run(
-            protocol.release(self._namespace, job, worker_id=worker_id, claim_token=token)
+            protocol.lifecycle.release(self._namespace, job, worker_id=worker_id, claim_token=token)
         )
         self._forget([job])
         return released
@@ -485,4 +487,4 @@ class AsyncConsumer(AsyncCalls):
         Returns:
             how many jobs this call rescued (returned to the queue or dead-lettered).
         """
-        return await self._run(protocol.tick_timeouts(self._namespace, limit=limit))
+        return await self._run(protocol.lifecycle.tick_timeouts(self._namespace, limit=limit))

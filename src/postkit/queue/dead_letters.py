@@ -49,7 +49,7 @@ class DeadLetters(Calls):
         ``after``.
         """
         return self._run(
-            protocol.dead_letters(
+            protocol.operations.dead_letters(
                 self._namespace,
                 queue,
                 limit=limit,
@@ -75,7 +75,7 @@ class DeadLetters(Calls):
         ``cap`` rows of an index range, so it stays fast on any dead-letter queue. A purge's
         confirmation counts with ``failed_before`` and ``include_redriven=True``."""
         return self._run(
-            protocol.count_dead_letters(
+            protocol.operations.count_dead_letters(
                 self._namespace,
                 queue,
                 failed_after=failed_after,
@@ -111,7 +111,7 @@ class DeadLetters(Calls):
             InvalidNameError: an empty ``error_contains``.
         """
         return self._run(
-            protocol.search_dead_letters(
+            protocol.operations.search_dead_letters(
                 self._namespace,
                 error_contains,
                 queue,
@@ -144,7 +144,7 @@ class DeadLetters(Calls):
         nothing changes: the result is what would be retried.
         """
         return self._run(
-            protocol.redrive(
+            protocol.operations.redrive(
                 self._namespace,
                 job_ids=job_ids,
                 queue=queue,
@@ -162,7 +162,7 @@ class DeadLetters(Calls):
         retried from, itself, and the jobs it was retried as, each with where it is now (live,
         dead, archived as completed, or gone), up to ``limit`` steps each way. Empty when the
         job is nowhere and no redrive names it. One index probe per step."""
-        return self._run(protocol.job_lineage(self._namespace, job_id, limit=limit))
+        return self._run(protocol.operations.job_lineage(self._namespace, job_id, limit=limit))
 
     def purge_dead_letters(
         self,
@@ -189,7 +189,7 @@ class DeadLetters(Calls):
             PermissionDeniedError: the role lacks operator access.
         """
         return self._run(
-            protocol.purge_dead_letters(
+            protocol.operations.purge_dead_letters(
                 self._namespace,
                 older_than=older_than,
                 failed_before=failed_before,

@@ -48,7 +48,7 @@ class AsyncDeadLetters(AsyncCalls):
         ``after``.
         """
         return await self._run(
-            protocol.dead_letters(
+            protocol.operations.dead_letters(
                 self._namespace,
                 queue,
                 limit=limit,
@@ -74,7 +74,7 @@ class AsyncDeadLetters(AsyncCalls):
         ``cap`` rows of an index range, so it stays fast on any dead-letter queue. A purge's
         confirmation counts with ``failed_before`` and ``include_redriven=True``."""
         return await self._run(
-            protocol.count_dead_letters(
+            protocol.operations.count_dead_letters(
                 self._namespace,
                 queue,
                 failed_after=failed_after,
@@ -110,7 +110,7 @@ class AsyncDeadLetters(AsyncCalls):
             InvalidNameError: an empty ``error_contains``.
         """
         return await self._run(
-            protocol.search_dead_letters(
+            protocol.operations.search_dead_letters(
                 self._namespace,
                 error_contains,
                 queue,
@@ -143,7 +143,7 @@ class AsyncDeadLetters(AsyncCalls):
         nothing changes: the result is what would be retried.
         """
         return await self._run(
-            protocol.redrive(
+            protocol.operations.redrive(
                 self._namespace,
                 job_ids=job_ids,
                 queue=queue,
@@ -161,7 +161,9 @@ class AsyncDeadLetters(AsyncCalls):
         retried from, itself, and the jobs it was retried as, each with where it is now (live,
         dead, archived as completed, or gone), up to ``limit`` steps each way. Empty when the
         job is nowhere and no redrive names it. One index probe per step."""
-        return await self._run(protocol.job_lineage(self._namespace, job_id, limit=limit))
+        return await self._run(
+            protocol.operations.job_lineage(self._namespace, job_id, limit=limit)
+        )
 
     async def purge_dead_letters(
         self,
@@ -188,7 +190,7 @@ class AsyncDeadLetters(AsyncCalls):
             PermissionDeniedError: the role lacks operator access.
         """
         return await self._run(
-            protocol.purge_dead_letters(
+            protocol.operations.purge_dead_letters(
                 self._namespace,
                 older_than=older_than,
                 failed_before=failed_before,

@@ -116,9 +116,9 @@ class WorkListener:
         on are not missed."""
         if self._listening:
             return
-        channels = self._run(protocol.channels(self._namespace, self._queues))
+        channels = self._run(protocol.lifecycle.channels(self._namespace, self._queues))
         for channel in [*channels, self.wake_channel]:
-            self._run(protocol.listen(channel))
+            self._run(protocol.lifecycle.listen(channel))
         self._listening = True
 
     def wait_for_work(self, timeout: float = 5.0) -> bool:
@@ -148,11 +148,11 @@ class WorkListener:
         deadline = time.monotonic() + timeout
         recheck = (
             FIRST_RECHECK
-            if self._run(protocol.request_wakeup(self._namespace, self._queues))
+            if self._run(protocol.lifecycle.request_wakeup(self._namespace, self._queues))
             else timeout
         )
         while True:
-            due = self._run(protocol.next_run_at(self._namespace, self._queues))
+            due = self._run(protocol.lifecycle.next_run_at(self._namespace, self._queues))
             if due.seconds is not None and due.seconds <= 0:
                 return True
             now = time.monotonic()
@@ -240,8 +240,8 @@ class ResultListener:
         missed."""
         if self._channel is not None:
             return
-        channel = self._run(protocol.results_channel(self._namespace))
-        self._run(protocol.listen(channel))
+        channel = self._run(protocol.lifecycle.results_channel(self._namespace))
+        self._run(protocol.lifecycle.listen(channel))
         self._channel = channel
 
     def unlisten(self) -> None:
@@ -250,11 +250,11 @@ class ResultListener:
         if self._channel is None:
             return
         channel, self._channel = (self._channel, None)
-        self._run(protocol.unlisten(channel))
+        self._run(protocol.lifecycle.unlisten(channel))
 
     def result(self, job_id: int) -> JobResult:
         """What became of job ``job_id`` now (see ``QueueClient.result``)."""
-        return self._run(protocol.job_result(self._namespace, job_id))
+        return self._run(protocol.lifecycle.job_result(self._namespace, job_id))
 
     def wait_for_result(self, job_id: int, *, timeout: float) -> JobResult:
         """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return what

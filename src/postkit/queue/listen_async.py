@@ -115,9 +115,9 @@ class AsyncWorkListener:
         on are not missed."""
         if self._listening:
             return
-        channels = await self._run(protocol.channels(self._namespace, self._queues))
+        channels = await self._run(protocol.lifecycle.channels(self._namespace, self._queues))
         for channel in [*channels, self.wake_channel]:
-            await self._run(protocol.listen(channel))
+            await self._run(protocol.lifecycle.listen(channel))
         self._listening = True
 
     async def wait_for_work(self, timeout: float = 5.0) -> bool:
@@ -147,11 +147,11 @@ class AsyncWorkListener:
         deadline = time.monotonic() + timeout
         recheck = (
             FIRST_RECHECK
-            if await self._run(protocol.request_wakeup(self._namespace, self._queues))
+            if await self._run(protocol.lifecycle.request_wakeup(self._namespace, self._queues))
             else timeout
         )
         while True:
-            due = await self._run(protocol.next_run_at(self._namespace, self._queues))
+            due = await self._run(protocol.lifecycle.next_run_at(self._namespace, self._queues))
             if due.seconds is not None and due.seconds <= 0:
                 return True
             now = time.monotonic()
@@ -239,8 +239,8 @@ class AsyncResultListener:
         missed."""
         if self._channel is not None:
             return
-        channel = await self._run(protocol.results_channel(self._namespace))
-        await self._run(protocol.listen(channel))
+        channel = await self._run(protocol.lifecycle.results_channel(self._namespace))
+        await self._run(protocol.lifecycle.listen(channel))
         self._channel = channel
 
     async def unlisten(self) -> None:
@@ -249,11 +249,11 @@ class AsyncResultListener:
         if self._channel is None:
             return
         channel, self._channel = self._channel, None
-        await self._run(protocol.unlisten(channel))
+        await self._run(protocol.lifecycle.unlisten(channel))
 
     async def result(self, job_id: int) -> JobResult:
         """What became of job ``job_id`` now (see ``QueueClient.result``)."""
-        return await self._run(protocol.job_result(self._namespace, job_id))
+        return await self._run(protocol.lifecycle.job_result(self._namespace, job_id))
 
     async def wait_for_result(self, job_id: int, *, timeout: float) -> JobResult:
         """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return what

@@ -51,7 +51,9 @@ class Operations(Calls):
         time: ``limit`` queues (at most 10,000) named after ``after`` (the last queue of the
         previous page).
         """
-        return self._run(protocol.stats(self._namespace, queue, cap=cap, after=after, limit=limit))
+        return self._run(
+            protocol.operations.stats(self._namespace, queue, cap=cap, after=after, limit=limit)
+        )
 
     def jobs(
         self,
@@ -76,12 +78,14 @@ class Operations(Calls):
         Raises:
             InvalidStateError: an unknown state, or a cursor of another state's listing.
         """
-        return self._run(protocol.jobs(self._namespace, queue, state, limit=limit, after=after))
+        return self._run(
+            protocol.operations.jobs(self._namespace, queue, state, limit=limit, after=after)
+        )
 
     def queue_policy(self, queue: str) -> QueuePolicy:
         """The policy in force for ``queue``: its settings over the built-in defaults, as
         :meth:`configure_queue` returns it, changing nothing."""
-        return self._run(protocol.get_queue_policy(self._namespace, queue))
+        return self._run(protocol.operations.get_queue_policy(self._namespace, queue))
 
     def cancel(self, job_id: int) -> bool:
         """Cancel a job that has not finished, with the jobs that wait for it: a pending,
@@ -94,16 +98,16 @@ class Operations(Calls):
         Returns:
             True if it was cancelled; False if no such live job exists.
         """
-        return self._run(protocol.cancel(self._namespace, job_id))
+        return self._run(protocol.operations.cancel(self._namespace, job_id))
 
     def pause_queue(self, queue: str) -> bool:
         """Stop handing out jobs of ``queue``; pushes are still accepted. Returns whether the
         queue is paused: True."""
-        return self._run(protocol.set_queue_paused(self._namespace, queue, paused=True))
+        return self._run(protocol.operations.set_queue_paused(self._namespace, queue, paused=True))
 
     def resume_queue(self, queue: str) -> bool:
         """Hand out jobs of ``queue`` again. Returns whether the queue is paused: False."""
-        return self._run(protocol.set_queue_paused(self._namespace, queue, paused=False))
+        return self._run(protocol.operations.set_queue_paused(self._namespace, queue, paused=False))
 
     def purge_queue(
         self, queue: str, *, created_before: datetime | None = None, dry_run: bool = False
@@ -121,7 +125,7 @@ class Operations(Calls):
                 not timezone-aware.
         """
         return self._run(
-            protocol.purge_queue(
+            protocol.operations.purge_queue(
                 self._namespace, queue, created_before=created_before, dry_run=dry_run
             )
         )
@@ -136,7 +140,7 @@ class Operations(Calls):
         Raises:
             PermissionDeniedError: the role lacks operator access.
         """
-        return self._run(protocol.cancel_tree(self._namespace, job_id, limit=limit))
+        return self._run(protocol.operations.cancel_tree(self._namespace, job_id, limit=limit))
 
     def cancel_run(self, run_id: int, *, limit: int = 10_000) -> int:
         """Cancel the workflow run ``run_id`` with the live jobs of its tree and of its maps
@@ -147,7 +151,7 @@ class Operations(Calls):
         Raises:
             PermissionDeniedError: the role lacks operator access.
         """
-        return self._run(protocol.cancel_run(self._namespace, run_id, limit=limit))
+        return self._run(protocol.operations.cancel_run(self._namespace, run_id, limit=limit))
 
     def cancel_queue(
         self, queue: str, *, created_before: datetime | None = None, limit: int = 10_000
@@ -164,7 +168,7 @@ class Operations(Calls):
             PermissionDeniedError: the role lacks operator access.
         """
         return self._run(
-            protocol.cancel_queue(
+            protocol.operations.cancel_queue(
                 self._namespace, queue, created_before=created_before, limit=limit
             )
         )
@@ -173,7 +177,7 @@ class Operations(Calls):
         """The queues of this namespace, by name: those with pending, scheduled or running
         jobs, dead letters not yet retried, settings (configured or paused), or outcomes in the
         last hour."""
-        return self._run(protocol.queues(self._namespace))
+        return self._run(protocol.operations.queues(self._namespace))
 
     def outcomes_since(self, since: datetime) -> list[Outcomes]:
         """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of
@@ -182,14 +186,14 @@ class Operations(Calls):
         The counts are kept per minute for two hours: two calls with the same ``since``
         within the hour differ by exactly the outcomes between them (a live view's rates).
         """
-        return self._run(protocol.outcomes_since(self._namespace, since))
+        return self._run(protocol.operations.outcomes_since(self._namespace, since))
 
     def outcome_series(self, since: datetime, *, queue: str | None = None) -> list[OutcomeMinute]:
         """Per queue (or of ``queue``) and minute, the jobs completed, dead-lettered, retried
         and rescued from the start of the minute of ``since`` on, by queue then minute: a
         chart's points. A minute without outcomes has no entry. The counts are kept per minute
         for two hours."""
-        return self._run(protocol.outcome_series(self._namespace, since, queue))
+        return self._run(protocol.operations.outcome_series(self._namespace, since, queue))
 
     def namespaces(self) -> list[str]:
         """Every namespace the caller may see, sorted, not only this client's: under tenant
@@ -197,7 +201,7 @@ class Operations(Calls):
         namespace that holds jobs, dead letters, settings, recent outcomes, schedules or
         workers, or is assigned to a role. One index probe per namespace and table, whatever
         the backlog."""
-        return self._run(protocol.namespaces())
+        return self._run(protocol.operations.namespaces())
 
     def configure_queue(
         self,
@@ -249,7 +253,7 @@ class Operations(Calls):
                 ``group_ordered`` with a ``group_concurrency`` above 1.
         """
         return self._run(
-            protocol.configure_queue(
+            protocol.operations.configure_queue(
                 self._namespace,
                 queue,
                 max_attempts=max_attempts,
@@ -271,9 +275,9 @@ class Operations(Calls):
         """What the workers of this namespace run now: each running job's id, queue, worker,
         attempt and claim, soonest deadline first, up to ``limit``. It reads the running jobs
         alone, through their index, whatever the backlog, and no payload."""
-        return self._run(protocol.running_jobs(self._namespace, limit=limit))
+        return self._run(protocol.workers.running_jobs(self._namespace, limit=limit))
 
     def workers(self) -> list[WorkerInfo]:
         """The registered workers and tickers of this namespace, oldest start first, each
         with whether it is lost. O(workers): it reads no job."""
-        return self._run(protocol.workers(self._namespace))
+        return self._run(protocol.workers.workers(self._namespace))

@@ -51,7 +51,7 @@ class AsyncOperations(AsyncCalls):
         previous page).
         """
         return await self._run(
-            protocol.stats(self._namespace, queue, cap=cap, after=after, limit=limit)
+            protocol.operations.stats(self._namespace, queue, cap=cap, after=after, limit=limit)
         )
 
     async def jobs(
@@ -78,13 +78,13 @@ class AsyncOperations(AsyncCalls):
             InvalidStateError: an unknown state, or a cursor of another state's listing.
         """
         return await self._run(
-            protocol.jobs(self._namespace, queue, state, limit=limit, after=after)
+            protocol.operations.jobs(self._namespace, queue, state, limit=limit, after=after)
         )
 
     async def queue_policy(self, queue: str) -> QueuePolicy:
         """The policy in force for ``queue``: its settings over the built-in defaults, as
         :meth:`configure_queue` returns it, changing nothing."""
-        return await self._run(protocol.get_queue_policy(self._namespace, queue))
+        return await self._run(protocol.operations.get_queue_policy(self._namespace, queue))
 
     async def cancel(self, job_id: int) -> bool:
         """Cancel a job that has not finished, with the jobs that wait for it: a pending,
@@ -97,16 +97,20 @@ class AsyncOperations(AsyncCalls):
         Returns:
             True if it was cancelled; False if no such live job exists.
         """
-        return await self._run(protocol.cancel(self._namespace, job_id))
+        return await self._run(protocol.operations.cancel(self._namespace, job_id))
 
     async def pause_queue(self, queue: str) -> bool:
         """Stop handing out jobs of ``queue``; pushes are still accepted. Returns whether the
         queue is paused: True."""
-        return await self._run(protocol.set_queue_paused(self._namespace, queue, paused=True))
+        return await self._run(
+            protocol.operations.set_queue_paused(self._namespace, queue, paused=True)
+        )
 
     async def resume_queue(self, queue: str) -> bool:
         """Hand out jobs of ``queue`` again. Returns whether the queue is paused: False."""
-        return await self._run(protocol.set_queue_paused(self._namespace, queue, paused=False))
+        return await self._run(
+            protocol.operations.set_queue_paused(self._namespace, queue, paused=False)
+        )
 
     async def purge_queue(
         self, queue: str, *, created_before: datetime | None = None, dry_run: bool = False
@@ -124,7 +128,7 @@ class AsyncOperations(AsyncCalls):
                 not timezone-aware.
         """
         return await self._run(
-            protocol.purge_queue(
+            protocol.operations.purge_queue(
                 self._namespace, queue, created_before=created_before, dry_run=dry_run
             )
         )
@@ -139,7 +143,9 @@ class AsyncOperations(AsyncCalls):
         Raises:
             PermissionDeniedError: the role lacks operator access.
         """
-        return await self._run(protocol.cancel_tree(self._namespace, job_id, limit=limit))
+        return await self._run(
+            protocol.operations.cancel_tree(self._namespace, job_id, limit=limit)
+        )
 
     async def cancel_run(self, run_id: int, *, limit: int = 10_000) -> int:
         """Cancel the workflow run ``run_id`` with the live jobs of its tree and of its maps
@@ -150,7 +156,7 @@ class AsyncOperations(AsyncCalls):
         Raises:
             PermissionDeniedError: the role lacks operator access.
         """
-        return await self._run(protocol.cancel_run(self._namespace, run_id, limit=limit))
+        return await self._run(protocol.operations.cancel_run(self._namespace, run_id, limit=limit))
 
     async def cancel_queue(
         self, queue: str, *, created_before: datetime | None = None, limit: int = 10_000
@@ -167,7 +173,7 @@ class AsyncOperations(AsyncCalls):
             PermissionDeniedError: the role lacks operator access.
         """
         return await self._run(
-            protocol.cancel_queue(
+            protocol.operations.cancel_queue(
                 self._namespace, queue, created_before=created_before, limit=limit
             )
         )
@@ -176,7 +182,7 @@ class AsyncOperations(AsyncCalls):
         """The queues of this namespace, by name: those with pending, scheduled or running
         jobs, dead letters not yet retried, settings (configured or paused), or outcomes in the
         last hour."""
-        return await self._run(protocol.queues(self._namespace))
+        return await self._run(protocol.operations.queues(self._namespace))
 
     async def outcomes_since(self, since: datetime) -> list[Outcomes]:
         """Per queue, the jobs completed, dead-lettered, retried and rescued from the start of
@@ -185,7 +191,7 @@ class AsyncOperations(AsyncCalls):
         The counts are kept per minute for two hours: two calls with the same ``since``
         within the hour differ by exactly the outcomes between them (a live view's rates).
         """
-        return await self._run(protocol.outcomes_since(self._namespace, since))
+        return await self._run(protocol.operations.outcomes_since(self._namespace, since))
 
     async def outcome_series(
         self, since: datetime, *, queue: str | None = None
@@ -194,7 +200,7 @@ class AsyncOperations(AsyncCalls):
         and rescued from the start of the minute of ``since`` on, by queue then minute: a
         chart's points. A minute without outcomes has no entry. The counts are kept per minute
         for two hours."""
-        return await self._run(protocol.outcome_series(self._namespace, since, queue))
+        return await self._run(protocol.operations.outcome_series(self._namespace, since, queue))
 
     async def namespaces(self) -> list[str]:
         """Every namespace the caller may see, sorted, not only this client's: under tenant
@@ -202,7 +208,7 @@ class AsyncOperations(AsyncCalls):
         namespace that holds jobs, dead letters, settings, recent outcomes, schedules or
         workers, or is assigned to a role. One index probe per namespace and table, whatever
         the backlog."""
-        return await self._run(protocol.namespaces())
+        return await self._run(protocol.operations.namespaces())
 
     async def configure_queue(
         self,
@@ -254,7 +260,7 @@ class AsyncOperations(AsyncCalls):
                 ``group_ordered`` with a ``group_concurrency`` above 1.
         """
         return await self._run(
-            protocol.configure_queue(
+            protocol.operations.configure_queue(
                 self._namespace,
                 queue,
                 max_attempts=max_attempts,
@@ -276,9 +282,9 @@ class AsyncOperations(AsyncCalls):
         """What the workers of this namespace run now: each running job's id, queue, worker,
         attempt and claim, soonest deadline first, up to ``limit``. It reads the running jobs
         alone, through their index, whatever the backlog, and no payload."""
-        return await self._run(protocol.running_jobs(self._namespace, limit=limit))
+        return await self._run(protocol.workers.running_jobs(self._namespace, limit=limit))
 
     async def workers(self) -> list[WorkerInfo]:
         """The registered workers and tickers of this namespace, oldest start first, each
         with whether it is lost. O(workers): it reads no job."""
-        return await self._run(protocol.workers(self._namespace))
+        return await self._run(protocol.workers.workers(self._namespace))

@@ -88,7 +88,7 @@ class Producer(Calls):
             InvalidDependencyError: ``depends_on`` is not a list of job ids, or names a job
                 that is unknown here, dead-lettered or cancelled; nothing is written.
         """
-        call = protocol.push(
+        call = protocol.lifecycle.push(
             self._namespace,
             queue,
             payload,
@@ -113,7 +113,7 @@ class Producer(Calls):
         parents = sorted({parent for entry in entries for parent in entry})
         for start in range(0, len(parents), limits.MAX_PARENTS):
             chunk = parents[start : start + limits.MAX_PARENTS]
-            problem = self._run(protocol.dependency_problem(self._namespace, chunk))
+            problem = self._run(protocol.lifecycle.dependency_problem(self._namespace, chunk))
             if problem is not None:
                 raise errors.InvalidDependencyError(problem)
 
@@ -122,20 +122,20 @@ class Producer(Calls):
         in the order its push listed them: what each parent's handler returned, once it
         completed in a queue that keeps results; None for a parent that has not completed,
         or whose queue keeps no results. Empty: the job has no parents, or is unknown."""
-        return self._run(protocol.parent_results(self._namespace, job_id))
+        return self._run(protocol.lifecycle.parent_results(self._namespace, job_id))
 
     def waiting_children(self, job_id: int, *, limit: int = 100) -> list[int]:
         """The ids of the jobs that wait for job ``job_id`` to complete (their push named it
         in ``depends_on``), in id order, at most ``limit``. Known while the job has not
         finished: its ack releases them, and its dead letter or cancel cancels them; empty
         once it finished, or for an unknown job."""
-        return self._run(protocol.waiting_children(self._namespace, job_id, limit))
+        return self._run(protocol.lifecycle.waiting_children(self._namespace, job_id, limit))
 
     def workflow_steps(self, run_id: int) -> list[WorkflowStep]:
         """The steps the workflow run ``run_id`` recorded, in order: each one's position, name,
         result, the attempt that recorded it and when. Kept while the run is live, and for its
         queue's ``retain_dead`` once it finished. Empty: none recorded, or an unknown run."""
-        return self._run(protocol.workflow_steps(self._namespace, run_id))
+        return self._run(protocol.lifecycle.workflow_steps(self._namespace, run_id))
 
     def send_event(
         self, run_id: int, name: str, payload: Any = None, *, key: str | None = None
@@ -156,7 +156,9 @@ class Producer(Calls):
             InvalidResultError: ``payload`` cannot be one; nothing is sent.
         """
         return self._run(
-            protocol.send_event(self._namespace, run_id, name=name, payload=payload, key=key)
+            protocol.lifecycle.send_event(
+                self._namespace, run_id, name=name, payload=payload, key=key
+            )
         )
 
     def job_tree(self, job_id: int, *, limit: int = 1000) -> list[TreeJob]:
@@ -168,7 +170,7 @@ class Producer(Calls):
         released. A branch ends at a job that completed without children, and at one
         dead-lettered or cancelled (its waiting descendants were cancelled with it). Empty
         when the job is unknown and nothing descends from it."""
-        return self._run(protocol.job_tree(self._namespace, job_id, limit))
+        return self._run(protocol.lifecycle.job_tree(self._namespace, job_id, limit))
 
     def push_batch(
         self,
@@ -197,7 +199,7 @@ class Producer(Calls):
             one entry per payload, in order: the new job's id, or None when its unique key
             (``unique_keys[i]``) matched a live job or an earlier payload of the batch.
         """
-        call = protocol.push_batch(
+        call = protocol.lifecycle.push_batch(
             self._namespace,
             queue,
             payloads,
@@ -221,7 +223,7 @@ class Producer(Calls):
             the job, or None when no such job exists here (never pushed, in another namespace,
             or completed: acknowledged jobs leave the queue).
         """
-        return self._run(protocol.get_job(self._namespace, job_id))
+        return self._run(protocol.lifecycle.get_job(self._namespace, job_id))
 
     def result(self, job_id: int) -> JobResult:
         """What became of job ``job_id`` of this namespace, read now: not finished yet
@@ -230,7 +232,7 @@ class Producer(Calls):
         the dead letter's ``error``, or 'unknown' when nothing is known of it (never pushed,
         or completed in a queue that keeps no results). A few primary-key lookups, whatever
         the backlog."""
-        return self._run(protocol.job_result(self._namespace, job_id))
+        return self._run(protocol.lifecycle.job_result(self._namespace, job_id))
 
     def wait_for_result(self, job_id: int, *, timeout: float) -> JobResult:
         """Wait until job ``job_id`` has finished, at most ``timeout`` seconds, and return
@@ -269,4 +271,4 @@ class Producer(Calls):
     def clock(self) -> datetime:
         """The queue's clock: the database's time, which every deadline, delay, schedule and
         age in the queue follows (whatever the client's own clock says)."""
-        return self._run(protocol.clock())
+        return self._run(protocol.lifecycle.clock())

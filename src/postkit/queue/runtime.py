@@ -42,7 +42,7 @@ class Runtime(Calls):
             InvalidWorkerError: an unknown kind, or a pid or concurrency out of range.
         """
         self._run(
-            protocol.register_worker(
+            protocol.workers.register_worker(
                 self._namespace,
                 worker_id,
                 kind=kind,
@@ -58,42 +58,42 @@ class Runtime(Calls):
     def worker_heartbeat(self, worker_id: str) -> bool:
         """The worker is alive. False when it is not registered (its row was pruned while it
         was cut off): register it again."""
-        return self._run(protocol.worker_heartbeat(self._namespace, worker_id))
+        return self._run(protocol.workers.worker_heartbeat(self._namespace, worker_id))
 
     def deregister_worker(self, worker_id: str) -> bool:
         """The worker stopped cleanly. False when it was not registered."""
-        return self._run(protocol.deregister_worker(self._namespace, worker_id))
+        return self._run(protocol.workers.deregister_worker(self._namespace, worker_id))
 
     def prune_workers(self, *, older_than: Duration = 86400) -> int:
         """Forget the lost workers whose last heartbeat is older than ``older_than`` (a day
         unless given); one that is not lost stays, however short ``older_than``. Returns how
         many."""
-        return self._run(protocol.prune_workers(self._namespace, older_than=older_than))
+        return self._run(protocol.workers.prune_workers(self._namespace, older_than=older_than))
 
     def register_queues(self, queues: Sequence[str]) -> int:
         """Record that a worker serves ``queues`` (the runtime does, as it starts), so that
         they stay known while idle: a settings row of built-in defaults for each queue that
         has none. Returns how many were new."""
-        return self._run(protocol.register_queues(self._namespace, queues))
+        return self._run(protocol.operations.register_queues(self._namespace, queues))
 
     def known_queues(self) -> list[str]:
         """Every queue name this namespace has used, sorted: :meth:`queues`, the queues its
         workers serve (:meth:`register_queues`) and those its schedules push to. Producers may
         ask (names only); the command line refuses a queue name outside it as a typo."""
-        return self._run(protocol.known_queues(self._namespace))
+        return self._run(protocol.operations.known_queues(self._namespace))
 
     def prune(self, *, limit: int = 1000) -> Pruned:
         """Apply retention once: delete up to ``limit`` of each kind of expired record (archived
         jobs, dead letters, job results, cancelled jobs, ancestry links, finished runs' steps)
         and the old outcome counters. The worker runtime's prune service and ``postkit tick``
         call this."""
-        return self._run(protocol.prune(self._namespace, limit=limit))
+        return self._run(protocol.operations.prune(self._namespace, limit=limit))
 
     def next_schedule_at(self) -> NextDue:
         """When the namespace's next active schedule falls due, by the queue's clock
         (``seconds`` 0 or less: due now; None: no active schedule). A ticker sleeps until then:
         :meth:`tick_schedules` fires it."""
-        return self._run(protocol.next_schedule_at(self._namespace))
+        return self._run(protocol.lifecycle.next_schedule_at(self._namespace))
 
     def tick_schedules(self, *, limit: int = 100) -> list[Fired | BrokenSchedule]:
         """Fire every due schedule once, in the caller's transaction; commit to make it stick.
@@ -113,12 +113,12 @@ class Runtime(Calls):
             schedule this tick marked broken.
         """
         outcomes: list[Fired | BrokenSchedule] = []
-        for run in self._run(protocol.due_schedules(self._namespace, limit=limit)):
+        for run in self._run(protocol.scheduling.due_schedules(self._namespace, limit=limit)):
             outcome: Fired | BrokenSchedule | None
             if run.next_run_at is None:
-                outcome = self._run(protocol.mark_schedule_broken(self._namespace, run))
+                outcome = self._run(protocol.scheduling.mark_schedule_broken(self._namespace, run))
             else:
-                outcome = self._run(protocol.fire_schedule(self._namespace, run))
+                outcome = self._run(protocol.scheduling.fire_schedule(self._namespace, run))
             if outcome is not None:
                 outcomes.append(outcome)
         return outcomes

@@ -50,7 +50,7 @@ class Schedules(Calls):
                 zone, or not exactly one of ``cron`` and ``every``.
         """
         # Checked before the clock is read, so that a bad schedule raises before any SQL.
-        schedule = protocol.new_schedule(
+        schedule = protocol.scheduling.new_schedule(
             self._namespace,
             name,
             queue,
@@ -61,13 +61,13 @@ class Schedules(Calls):
             priority=priority,
             max_attempts=max_attempts,
         )
-        now = self._run(protocol.clock())
-        return self._run(protocol.save_schedule(schedule, now=now))
+        now = self._run(protocol.lifecycle.clock())
+        return self._run(protocol.scheduling.save_schedule(schedule, now=now))
 
     def schedules(self, *, after: str | None = None, limit: int | None = None) -> list[Schedule]:
         """The schedules of this namespace, by name: every one, or a page of ``limit``
         (1..10,000) after the name ``after``."""
-        return self._run(protocol.schedules(self._namespace, after=after, limit=limit))
+        return self._run(protocol.scheduling.schedules(self._namespace, after=after, limit=limit))
 
     def schedule_runs(
         self, *, after: str | None = None, limit: int | None = None
@@ -76,16 +76,22 @@ class Schedules(Calls):
         archived as completed, or gone without a trace (the usual end of a completed job).
         Three primary-key lookups per schedule: of every one, or of the page
         :meth:`schedules` returns for the same ``after`` and ``limit``."""
-        return self._run(protocol.schedule_runs(self._namespace, after=after, limit=limit))
+        return self._run(
+            protocol.scheduling.schedule_runs(self._namespace, after=after, limit=limit)
+        )
 
     def pause_schedule(self, name: str) -> bool:
         """Stop firing a schedule. Returns False when there is no such schedule."""
-        return self._run(protocol.set_schedule_paused(self._namespace, name, paused=True))
+        return self._run(
+            protocol.scheduling.set_schedule_paused(self._namespace, name, paused=True)
+        )
 
     def resume_schedule(self, name: str) -> bool:
         """Fire a paused schedule again (once at once, if a run fell due while paused)."""
-        return self._run(protocol.set_schedule_paused(self._namespace, name, paused=False))
+        return self._run(
+            protocol.scheduling.set_schedule_paused(self._namespace, name, paused=False)
+        )
 
     def delete_schedule(self, name: str) -> bool:
         """Delete a schedule. Returns False when there is no such schedule."""
-        return self._run(protocol.delete_schedule(self._namespace, name))
+        return self._run(protocol.scheduling.delete_schedule(self._namespace, name))

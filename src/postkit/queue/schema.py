@@ -263,18 +263,22 @@ def installed_version(cursor: Any) -> int:
     Raises:
         ClientClosedError: the cursor (or its connection) is closed.
     """
-    installed, by_function = run(cursor, protocol.schema_probe(), given_to="installed_version")
+    installed, by_function = run(
+        cursor, protocol.session.schema_probe(), given_to="installed_version"
+    )
     if not installed:
         return 0
-    return run(cursor, protocol.schema_version(by_function=by_function), given_to=None)
+    return run(cursor, protocol.session.schema_version(by_function=by_function), given_to=None)
 
 
 async def _installed_version_async(cursor: Any) -> int:
     # As installed_version.
-    installed, by_function = await run_async(cursor, protocol.schema_probe(), given_to=None)
+    installed, by_function = await run_async(cursor, protocol.session.schema_probe(), given_to=None)
     if not installed:
         return 0
-    return await run_async(cursor, protocol.schema_version(by_function=by_function), given_to=None)
+    return await run_async(
+        cursor, protocol.session.schema_version(by_function=by_function), given_to=None
+    )
 
 
 def _is_async(target: Any) -> bool:

@@ -456,7 +456,7 @@ class Fetcher:
                 # pg_notify is a built-in function: it reads and writes no Postkit table. A
                 # refusal (an administrator revoked it from PUBLIC) leaves the listener to end
                 # at its next timeout, as a lost connection does.
-                run_call(connection, protocol.wake(listener.wake_channel), given_to=None)
+                run_call(connection, protocol.lifecycle.wake(listener.wake_channel), given_to=None)
         # A maintenance step stuck behind a lock holds the thread in a statement: cancel it.
         deadline = time.monotonic() + 5
         thread.join(timeout=0.5)

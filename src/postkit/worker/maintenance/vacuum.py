@@ -82,7 +82,7 @@ class JobsVacuum(Service):
         Returns:
             True when it ran a VACUUM.
         """
-        state = executor.run(connection, protocol.vacuum_state(), given_to=None)
+        state = executor.run(connection, protocol.operations.vacuum_state(), given_to=None)
         if not state.may_vacuum:
             self.enabled = False
             logger.info(
@@ -92,16 +92,16 @@ class JobsVacuum(Service):
             )
             return False
         if state.dead_rows < self.threshold or not executor.run(
-            connection, protocol.vacuum_lock(), given_to=None
+            connection, protocol.operations.vacuum_lock(), given_to=None
         ):
             self._wait = self.interval
             return False
         try:
             started = time.monotonic()
-            executor.run(connection, protocol.vacuum_jobs(), given_to=None)
+            executor.run(connection, protocol.operations.vacuum_jobs(), given_to=None)
             took = time.monotonic() - started
         finally:
-            executor.run(connection, protocol.vacuum_unlock(), given_to=None)
+            executor.run(connection, protocol.operations.vacuum_unlock(), given_to=None)
         self.vacuums += 1
         self._wait = max(self.interval, took / _MAX_SHARE_OF_TIME)
         logger.debug(
