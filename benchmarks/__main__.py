@@ -12,6 +12,9 @@
     python -m benchmarks dependencies [--dsn DSN] [--quick] [--runs N]
     python -m benchmarks workflows [--dsn DSN] [--quick] [--runs N]
 
+``dependencies`` and ``workflows``, like ``sql-costs``, run without ``--dsn`` on a cluster of
+their own with PostgreSQL's default settings (autovacuum on).
+
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy, RQ (on Redis), awa and DBOS on the same server (install them with
 ``pip install -e '.[bench]'``), and Oban for Python with ``--oban-python PATH`` (a Python 3.12+
@@ -481,18 +484,20 @@ def main() -> None:
         name = "producers-quick" if args.quick else "producers"
         print(text, f"-> {write_result(name, text)}", sep="\n")
         return
-    if args.which == "dependencies":
-        text = dependencies.run(
-            database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
-        )
-        name = "dependencies-quick" if args.quick else "dependencies"
-        print(text, f"-> {write_result(name, text)}", sep="\n")
-        return
-    if args.which == "workflows":
-        text = workflows.run(
-            database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
-        )
-        name = "workflows-quick" if args.quick else "workflows"
+    if args.which in ("dependencies", "workflows"):
+        # Without --dsn, on a cluster of its own with PostgreSQL's default settings (autovacuum
+        # on), as a user's server starts.
+        measured = dependencies.run if args.which == "dependencies" else workflows.run
+        owned = None if args.dsn else OwnedCluster(args.which)
+        server = args.dsn or owned.start()  # type: ignore[union-attr]
+        try:
+            text = measured(
+                database(server), quick=args.quick, runs=args.runs, command=suite.command_line()
+            )
+        finally:
+            if owned is not None:
+                owned.stop()
+        name = f"{args.which}-quick" if args.quick else args.which
         print(text, f"-> {write_result(name, text)}", sep="\n")
         return
     if args.which == "run":
