@@ -66,6 +66,7 @@ def statements_of_builders() -> dict[str, set[str]]:
 
 
 def builders_of_methods(path: Path) -> dict[str, set[str]]:
+    """Each method's protocol calls: ``protocol.<area>.<builder>(...)``, by builder name."""
     methods: dict[str, set[str]] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, (ast.AsyncFunctionDef, ast.FunctionDef)):
@@ -74,8 +75,9 @@ def builders_of_methods(path: Path) -> dict[str, set[str]]:
                 for call in ast.walk(node)
                 if isinstance(call, ast.Call)
                 and isinstance(call.func, ast.Attribute)
-                and isinstance(call.func.value, ast.Name)
-                and call.func.value.id == "protocol"
+                and isinstance(call.func.value, ast.Attribute)
+                and isinstance(call.func.value.value, ast.Name)
+                and call.func.value.value.id == "protocol"
             }
     return methods
 
