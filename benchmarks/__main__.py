@@ -12,8 +12,8 @@
     python -m benchmarks dependencies [--dsn DSN] [--quick] [--runs N]
     python -m benchmarks workflows [--dsn DSN] [--quick] [--runs N]
 
-``dependencies`` and ``workflows``, like ``sql-costs``, run without ``--dsn`` on a cluster of
-their own with PostgreSQL's default settings (autovacuum on).
+``flow``, ``dependencies`` and ``workflows``, like ``sql-costs``, run without ``--dsn`` on a
+cluster of their own with PostgreSQL's default settings (autovacuum on).
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy, RQ (on Redis), awa and DBOS on the same server (install them with
@@ -467,7 +467,13 @@ def main() -> None:
         print(text, f"-> {write_result('dashboard_reads', text)}", sep="\n")
         return
     if args.which == "flow":
-        text = flow.run(database(args.dsn), quick=args.quick, command=suite.command_line())
+        owned = None if args.dsn else OwnedCluster(args.which)
+        server = args.dsn or owned.start()  # type: ignore[union-attr]
+        try:
+            text = flow.run(database(server), quick=args.quick, command=suite.command_line())
+        finally:
+            if owned is not None:
+                owned.stop()
         name = "flow-quick" if args.quick else "flow"
         print(text, f"-> {write_result(name, text)}", sep="\n")
         return

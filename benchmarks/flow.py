@@ -12,6 +12,10 @@ and ``claimed_at`` is the server's claim timestamp, the one the rate limit count
 row drains, the harness's progress poll also counts the namespace's running jobs, and the row
 reports the largest count it saw (a sample, not a proof of the limit).
 
+A fair queue's row (``fair=True``, 1,000 group keys) against the unlimited grouped row is
+what fair share costs a drain; benchmarks/fair_claims.py times single claims of fair queues
+whatever their backlog's shape, and the result ends with its table.
+
 The fairness figure: one worker process (1 x 32 slots) serves ``tenant_a`` and ``tenant_b``;
 tenant_a gets a backlog, the worker starts on it, and once a tenth, three tenths, a half, seven
 tenths and nine tenths of it are claimed, tenant_b pushes 100 jobs (one push each time). The
@@ -37,7 +41,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import suite, workloads
+from benchmarks import fair_claims, suite, workloads
 from benchmarks.adapters import WorkerConfig, Workers
 from benchmarks.adapters.postkit import PostkitAdapter
 from benchmarks.common import environment
@@ -414,6 +418,7 @@ def run(dsn: str, *, quick: bool, command: str) -> str:
             ("concurrency=200", {"concurrency": 200}, scale.jobs, False),
             (f"rate={RATE}", {"rate": RATE}, scale.rate_jobs, False),
             ("unlimited, 1,000 group keys", {}, scale.jobs, True),
+            ("fair, 1,000 group keys", {"fair": True}, scale.jobs, True),
             ("group_concurrency=1, 1,000 keys", {"group_concurrency": 1}, scale.jobs, True),
             ("group_ordered=True, 1,000 keys", {"group_ordered": True}, scale.jobs, True),
         ]
@@ -422,7 +427,9 @@ def run(dsn: str, *, quick: bool, command: str) -> str:
             rows.append(throughput_row(dsn, label, limits, jobs, scale.cap, grouped))
         others.append(other_sessions(dsn))
         fair = fairness(dsn, scale.fairness_backlog, scale.cap)
-    return render(dsn, rows, fair, scale, quick, command, load.render(), others, started)
+        claims = fair_claims.lines(fair_claims.measure(dsn, quick=quick))
+    text = render(dsn, rows, fair, scale, quick, command, load.render(), others, started)
+    return text + "\n" + "\n".join(claims) + "\n"
 
 
 def render(

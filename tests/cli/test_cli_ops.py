@@ -687,6 +687,7 @@ def test_queue_configure_changes_only_the_settings_given(run: Run, client: Queue
         "rate_period": None,
         "group_concurrency": None,
         "group_ordered": False,
+        "fair": False,
     }
     job = client.get_job(client.push("send_otp", {}) or 0)
     commit(client)
@@ -749,6 +750,33 @@ def test_queue_configure_sets_and_lifts_flow_limits(run: Run, client: QueueClien
         None,
         False,
     )
+
+
+def test_queue_configure_makes_a_queue_fair_and_queue_weight_weighs_its_group_keys(
+    run: Run, client: QueueClient
+) -> None:
+    client.push("reports", {}, group_key="acme")
+    commit(client)
+
+    text = ok(run("queue", "configure", "reports", "--fair")).output
+    set_to = ok(run("queue", "weight", "reports", "acme", "3")).output
+    listed = as_json(run("queue", "weight", "reports", "--json"))
+    put_back = as_json(run("queue", "weight", "reports", "acme", "default", "--json"))
+    none_left = ok(run("queue", "weight", "reports")).output
+    lifted = as_json(run("queue", "configure", "reports", "--no-fair", "--json"))
+
+    fields = dict(line.strip().split("  ", 1) for line in text.splitlines()[1:])
+    assert fields["claims"].strip() == "shared fairly among group keys, by weight"
+    assert set_to.strip() == "Group key acme of queue reports weighs 3."
+    assert listed == {"queue": "reports", "weights": {"acme": 3}}
+    assert put_back == {"queue": "reports", "group_key": "acme", "weight": 1}
+    assert "each weighs 1" in none_left
+    assert lifted["fair"] is False
+
+
+def test_queue_weight_refuses_a_weight_out_of_range_and_a_key_without_one(run: Run) -> None:
+    assert "1000" in fails_cleanly(run("queue", "weight", "reports", "acme", "1001"), code=2)
+    assert "WEIGHT" in fails_cleanly(run("queue", "weight", "reports", "acme"), code=2)
 
 
 def test_queue_configure_refuses_a_rate_that_is_not_claims_per_period(run: Run) -> None:

@@ -207,6 +207,19 @@ def test_the_limits_action_sets_the_limits_it_names_and_keeps_the_others(
     assert q.queue_policy(Q).group_ordered is True
 
 
+def test_the_limits_action_makes_a_queue_fair_and_null_makes_it_claim_in_pull_order_again(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    q.push(Q, {})
+
+    made_fair = ok(api.post(f"queues/{Q}/limits", json={"fair": True}))
+    unfair = ok(api.post(f"queues/{Q}/limits", json={"fair": None}))
+
+    assert made_fair["policy"]["fair"] is True
+    assert unfair["policy"]["fair"] is False
+    assert q.queue_policy(Q).fair is False
+
+
 @pytest.mark.parametrize(
     "body, says",
     [

@@ -805,6 +805,8 @@ def test_a_tenant_cannot_read_create_or_lock_another_namespaces_flow_state(
             "SELECT * FROM postkit_queue.flow_state WHERE namespace = 'tenant-b' FOR UPDATE",
             "INSERT INTO postkit_queue.flow_state (namespace, queue) VALUES ('tenant-b', 'x')",
             "SELECT postkit_queue.claim_limited('tenant-b', 'limited', 1, 1, NULL, NULL, NULL,"
+            " false, false)",
+            "SELECT postkit_queue.claim_fair('tenant-b', 'limited', 1, now(), NULL, 0, NULL,"
             " false)",
             "SELECT postkit_queue.rate_slot_at('tenant-b', 'limited', 1, '1 s', now())",
         ):

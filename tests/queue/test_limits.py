@@ -251,6 +251,11 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_group_concurrency => %(v)s)",
         around(limits.GROUP_CONCURRENCY),
     ),
+    "group-weight": Limit(
+        lambda ns, v: protocol.operations.set_group_weight(ns, "q", "k", v),
+        "SELECT postkit_queue.set_group_weight(%(ns)s, 'q', 'k', %(v)s)",
+        around(limits.GROUP_WEIGHT),
+    ),
     "ordered-group-concurrency": Limit(
         lambda ns, v: protocol.operations.configure_queue(
             ns, "q", **{**POLICY, "group_concurrency": v, "group_ordered": True}
@@ -352,6 +357,11 @@ LIMIT_CASES: dict[str, Limit] = {
         lambda ns, v: protocol.operations.cancel_run(ns, 1, limit=v),
         "SELECT postkit_queue.cancel_run(%(ns)s, 1, %(v)s)",
         around(limits.LIMITS["cancel_run"]),
+    ),
+    "limit-group_weights": Limit(
+        lambda ns, v: protocol.operations.group_weights(ns, "q", after=None, limit=v),
+        "SELECT count(*) FROM postkit_queue.group_weights(%(ns)s, 'q', NULL, %(v)s)",
+        around(limits.LIMITS["group_weights"]),
     ),
     "limit-job_tree": Limit(
         lambda ns, v: protocol.lifecycle.job_tree(ns, 1, v),

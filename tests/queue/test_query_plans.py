@@ -173,7 +173,7 @@ RATE_SLOT_PARAMS = {
     "v_claims": "integer[]",
     "p_now": "timestamptz",
 }
-CLAIM_LIMITED = "claim_limited(text,text,integer,integer,integer,interval,integer,boolean)"
+CLAIM_LIMITED = "claim_limited(text,text,integer,integer,integer,interval,integer,boolean,boolean)"
 RATE_SLOT_AT = "rate_slot_at(text,text,integer,interval,timestamptz)"
 NEXT_RUN_AT = "next_run_at(text,text[])"
 

@@ -591,6 +591,7 @@ def test_every_function_pins_its_search_path(database: str) -> None:
         "is_result",
         "is_trace_context",
         "longest_effect",
+        "max_fair_visits",
         "max_parents",
         "max_steps",
         "parent_refusal",

@@ -150,6 +150,10 @@ def _describe_limits(policy: QueuePolicy) -> list[tuple[str, object]]:
             else f"at most {rate[0]} claims per {format_duration(rate[1])}",
         ),
         ("per group key", group),
+        (
+            "claims",
+            "shared fairly among group keys, by weight" if policy.fair else "in pull order",
+        ),
     ]
 
 
@@ -228,6 +232,13 @@ def _describe_limits(policy: QueuePolicy) -> list[tuple[str, object]]:
     default=None,
     help="Run the jobs of each group key one at a time, in push order (built-in: off).",
 )
+@click.option(
+    "--fair/--no-fair",
+    default=None,
+    help="Share the queue's claims among its group keys by turns, each key given its weight "
+    "per turn (`postkit queue weight`), so that one key's backlog keeps no other waiting "
+    "(built-in: off, claims in pull order).",
+)
 @create_option
 @operation
 def queue_configure(
@@ -244,6 +255,7 @@ def queue_configure(
     rate: tuple[int, float] | str | None,
     group_concurrency: int | str | None,
     group_ordered: bool | None,
+    fair: bool | None,
     create: bool,
     namespace: str,
     dsn: str | None,
@@ -261,6 +273,7 @@ def queue_configure(
       postkit queue configure reports --retain-results 1d
       postkit queue configure send_otp --concurrency 20 --rate 10/1s
       postkit queue configure sync_user --group-ordered    one job per group key, in order
+      postkit queue configure reports --fair       tenants (group keys) take turns
       postkit queue configure send_otp --rate default          no rate limit any more
       postkit queue configure send_otp --max-attempts default     back to the built-in 20
       postkit queue configure reports --visibility-timeout 5m --create
@@ -278,7 +291,7 @@ def queue_configure(
         "rate": rate,
         "group_concurrency": group_concurrency,
     }
-    if all(value is None for value in given.values()) and group_ordered is None:
+    if all(value is None for value in given.values()) and group_ordered is None and fair is None:
         raise click.UsageError(
             "give at least one setting to change, e.g. --max-attempts 5 (see --help)"
         )
@@ -289,6 +302,8 @@ def queue_configure(
     }
     if group_ordered is not None:
         changed["group_ordered"] = group_ordered
+    if fair is not None:
+        changed["fair"] = fair
     with connect(dsn, namespace) as (connection, client):
         require_known_queue(client, queue, create=create)
         policy = client.configure_queue(queue, **changed)
@@ -382,3 +397,52 @@ def queue_purge(queue: str, yes: bool, namespace: str, dsn: str | None, as_json:
             f"Deleted {plural(deleted, 'pending or scheduled job', 'pending and scheduled jobs')}"
             f" of queue {queue}."
         )
+
+
+@queue_group.command("weight")
+@click.argument("queue")
+@click.argument("group_key", required=False)
+@click.argument(
+    "weight", required=False, metavar="WEIGHT|default", type=OrDefault(bounded(limits.GROUP_WEIGHT))
+)
+@operation
+def queue_weight(
+    queue: str,
+    group_key: str | None,
+    weight: int | str | None,
+    namespace: str,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Show or set the weights of the group keys of fair QUEUE (`postkit queue configure
+    QUEUE --fair`): each turn of a group key gives it up to its weight of jobs, so keys of
+    weight 3 and 1 get jobs 3:1 while both have work. A key without a weight of its own weighs
+    1. With GROUP_KEY and WEIGHT (1 to 1000, or `default` for 1), sets that key's weight; with
+    neither, lists the weights set.
+
+    \b
+    Example:
+      postkit queue weight reports                    the weights set
+      postkit queue weight reports acme 3             acme gets three jobs per turn
+      postkit queue weight reports acme default       back to 1
+    """
+    if group_key is not None and weight is None:
+        raise click.UsageError("give the key's WEIGHT too, or `default` (see --help)")
+    with connect(dsn, namespace) as (connection, client):
+        if group_key is None:
+            weights = client.group_weights(queue)
+            connection.rollback()
+            if as_json:
+                echo_json({"queue": queue, "weights": weights})
+            elif not weights:
+                click.echo(f"No group key of queue {queue} has a weight of its own: each weighs 1.")
+            else:
+                click.echo(render_fields([(key, value) for key, value in weights.items()]))
+            return
+        new_weight = None if weight == RESET or weight is None else int(weight)
+        set_to = client.set_group_weight(queue, group_key, new_weight)
+        connection.commit()
+    if as_json:
+        echo_json({"queue": queue, "group_key": group_key, "weight": set_to})
+    else:
+        click.echo(f"Group key {group_key} of queue {queue} weighs {set_to}.")

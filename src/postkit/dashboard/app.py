@@ -25,8 +25,9 @@ GET      /api/ns/{ns}/workers                         ?cursor=: a page of the re
 POST     /api/ns/{ns}/queues/{queue}/pause|resume
 POST     /api/ns/{ns}/queues/{queue}/limits           {"concurrency": N, "rate": [N, seconds],
                                                       "group_concurrency": N,
-                                                      "group_ordered": bool}: each key given
-                                                      is set (null: no limit), others kept
+                                                      "group_ordered": bool, "fair": bool}:
+                                                      each key given is set (null: no
+                                                      limit), others kept
 POST     /api/ns/{ns}/queues/{queue}/purge            {"dry_run": true} counts; then
                                                       {"created_before": <its cutoff>}
 POST     /api/ns/{ns}/jobs/{id}/cancel                a live job, with what waits for it
@@ -291,7 +292,7 @@ def _queue_action(
     return source.set_paused(namespace, queue, _pause_verb(verb))
 
 
-LIMITS = ("concurrency", "rate", "group_concurrency", "group_ordered")
+LIMITS = ("concurrency", "rate", "group_concurrency", "group_ordered", "fair")
 """The flow limits a POST to a queue's ``limits`` may set."""
 
 
@@ -301,8 +302,9 @@ def _limits(body: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(body) - set(LIMITS))
     if unknown:
         raise BadRequest(f"unknown limit {unknown[0]!r}: the limits are {', '.join(LIMITS)}")
-    if "group_ordered" in body and body["group_ordered"] is None:
-        body = {**body, "group_ordered": False}
+    for flag in ("group_ordered", "fair"):
+        if flag in body and body[flag] is None:
+            body = {**body, flag: False}
     return body
 
 

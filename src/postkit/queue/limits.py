@@ -143,6 +143,8 @@ RATE_LIMIT = Bounds(1, 100_000)
 """The claims a queue's ``rate`` allows per period."""
 GROUP_CONCURRENCY = Bounds(1, 10_000)
 """A queue's ``group_concurrency``: running jobs per group key."""
+GROUP_WEIGHT = Bounds(1, 1000)
+"""A group key's weight in a fair queue: the jobs each of its turns gives it."""
 WORKER_KINDS = ("worker", "ticker")
 """What a registered process is: a worker that runs jobs, or a ticker (``postkit tick``)."""
 
@@ -168,6 +170,7 @@ LIMITS: dict[str, Bounds] = {
     "job_tree": Bounds(1, 100_000),
     "cancel_tree": Bounds(1, 100_000),
     "cancel_run": Bounds(1, 100_000),
+    "group_weights": Bounds(1, 10_000),
 }
 """The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan, the
 page's ``limit`` for stats_page) each SQL function accepts."""

@@ -226,6 +226,7 @@ class AsyncOperations(AsyncCalls):
         rate: Rate | Keep | None = KEEP,
         group_concurrency: int | Keep | None = KEEP,
         group_ordered: bool | Keep = KEEP,
+        fair: bool | Keep = KEEP,
     ) -> QueuePolicy:
         """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept. A
         setting not given keeps its value; None restores the built-in default (max_attempts
@@ -248,6 +249,12 @@ class AsyncOperations(AsyncCalls):
           group_key=...)``) run at once (1 to 10,000);
         - ``group_ordered``: the jobs of one group key run one at a time, in push order; a
           job being retried holds its key back until it completes or is dead-lettered.
+
+        ``fair`` shares the queue's claims among its group keys: they take turns, each key
+        given up to its weight (:meth:`set_group_weight`, 1 by default) of its ready jobs per
+        turn, in pull order within the key, so that one key's backlog keeps no other key
+        waiting behind it. Jobs without a group key get what the keys leave. False (or None)
+        claims in pull order.
 
         A queue with limits is claimed in READ COMMITTED transactions only (the worker's;
         FlowControlIsolationError otherwise). docs/guarantees.md says what each one holds to.
@@ -275,7 +282,31 @@ class AsyncOperations(AsyncCalls):
                 rate=rate,
                 group_concurrency=group_concurrency,
                 group_ordered=group_ordered,
+                fair=fair,
             )
+        )
+
+    async def set_group_weight(self, queue: str, group_key: str, weight: int | None) -> int:
+        """Give group ``group_key`` of fair queue ``queue`` the weight ``weight`` (1 to 1000):
+        each of its turns gives it up to that many jobs, so that keys weighing 3 and 1 get
+        jobs 3:1 while both have work. None puts it back to 1. Takes effect at the queue's
+        next claim. Returns the weight now in force.
+
+        Raises:
+            InvalidFlowControlError: a weight out of range.
+            PermissionDeniedError: the role lacks operator access.
+        """
+        return await self._run(
+            protocol.operations.set_group_weight(self._namespace, queue, group_key, weight)
+        )
+
+    async def group_weights(
+        self, queue: str, *, after: str | None = None, limit: int = 1000
+    ) -> dict[str, int]:
+        """The weights set on ``queue``'s group keys (:meth:`set_group_weight`), by key in key
+        order, at most ``limit`` after key ``after``; a key not listed weighs 1."""
+        return await self._run(
+            protocol.operations.group_weights(self._namespace, queue, after=after, limit=limit)
         )
 
     async def running_jobs(self, *, limit: int = 1000) -> list[RunningJob]:

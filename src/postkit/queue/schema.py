@@ -125,6 +125,7 @@ _CODE = (
     "dependencies.sql",
     "workflows.sql",
     "flow.sql",
+    "fair.sql",
     "batches.sql",
     "operations.sql",
     "schedules.sql",

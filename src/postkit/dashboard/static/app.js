@@ -657,7 +657,9 @@ async function viewLimits(main, queue) {
       field("rate_period", "", policy.rate_period, { step: "any", min: "0.001" }), " seconds"),
     h("p", {}, field("group_concurrency", "At most", policy.group_concurrency), " running per group key"),
     h("p", {}, h("label", {}, h("input", { name: "group_ordered", type: "checkbox", checked: policy.group_ordered }),
-      " one job per group key at a time, in push order")));
+      " one job per group key at a time, in push order")),
+    h("p", {}, h("label", {}, h("input", { name: "fair", type: "checkbox", checked: policy.fair }),
+      " group keys take turns: each gets its weight of jobs per turn (postkit queue weight)")));
   const number = (name) => {
     const text = form.elements[name].value.trim();
     return text === "" ? null : Number(text);
@@ -676,6 +678,7 @@ async function viewLimits(main, queue) {
           rate: rateLimit === null && ratePeriod === null ? null : [rateLimit, ratePeriod],
           group_concurrency: number("group_concurrency"),
           group_ordered: form.elements.group_ordered.checked,
+          fair: form.elements.fair.checked,
         });
         showActionResult(`Saved the flow limits of ${done.queue}.`);
       }, { id: "save-limits" }),

@@ -131,8 +131,9 @@ Rate = tuple[int, Duration]
 """A rate limit: at most so many claims (int) in any window of so long (seconds or a
 timedelta)."""
 
-FLOW_LIMITS = ("concurrency", "rate", "group_concurrency", "group_ordered")
-"""The flow limits of a queue, by the names configure_queue resets them with."""
+FLOW_LIMITS = ("concurrency", "rate", "group_concurrency", "group_ordered", "fair")
+"""The flow limits of a queue, and whether it is fair, by the names configure_queue resets them
+with."""
 
 QUEUE_SETTINGS = (
     "max_attempts",
@@ -154,6 +155,7 @@ def _flow_limits(
     rate: object,
     group_concurrency: object,
     group_ordered: object,
+    fair: object,
 ) -> dict[str, object]:
     """The flow limits as parameters (None: not given), checked as check_flow_limits checks
     them."""
@@ -168,10 +170,11 @@ def _flow_limits(
             "a rate limit", rate[0], errors.InvalidFlowControlError, bounds=limits.RATE_LIMIT
         )
         rate_period = check.required_duration("rate_period", rate[1])
-    if group_ordered is not None and not isinstance(group_ordered, bool):
-        raise errors.InvalidFlowControlError(
-            f"group_ordered must be True or False, got {type(group_ordered).__name__}"
-        )
+    for name, flag in (("group_ordered", group_ordered), ("fair", fair)):
+        if flag is not None and not isinstance(flag, bool):
+            raise errors.InvalidFlowControlError(
+                f"{name} must be True or False, got {type(flag).__name__}"
+            )
     checked_group = check.integer(
         "group_concurrency",
         group_concurrency,
@@ -194,6 +197,7 @@ def _flow_limits(
         "rate_period": rate_period,
         "group_concurrency": checked_group,
         "group_ordered": group_ordered,
+        "fair": fair,
     }
 
 
@@ -213,6 +217,7 @@ def configure_queue(
     rate: Rate | Keep | None = KEEP,
     group_concurrency: int | Keep | None = KEEP,
     group_ordered: bool | Keep = KEEP,
+    fair: bool | Keep = KEEP,
 ) -> Call[QueuePolicy]:
     """Set the settings of ``queue`` that are given, keeping the others; None puts a setting
     back to its built-in default (for a flow limit: none): the SQL function's p_reset names
@@ -230,6 +235,7 @@ def configure_queue(
         "rate": rate,
         "group_concurrency": group_concurrency,
         "group_ordered": group_ordered,
+        "fair": fair,
     }
     params = check.base(
         namespace,
@@ -257,6 +263,7 @@ def configure_queue(
             rate=_given(rate),
             group_concurrency=_given(group_concurrency),
             group_ordered=_given(group_ordered),
+            fair=_given(fair),
         ),
     )
     # The names are the settings' own, so the array literal needs no quoting.
@@ -431,6 +438,34 @@ def purge_dead_letters(
 def get_queue_policy(namespace: str, queue: str) -> Call[QueuePolicy]:
     params = check.base(namespace, queue=check.name("queue", queue, required=True))
     return Call("get_queue_policy", params, lambda rows: QueuePolicy(**rows[0]))
+
+
+def set_group_weight(namespace: str, queue: str, group_key: str, weight: int | None) -> Call[int]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        group_key=check.name("group_key", group_key, required=True),
+        weight=check.integer(
+            "weight", weight, errors.InvalidFlowControlError, bounds=limits.GROUP_WEIGHT
+        ),
+    )
+    return Call("set_group_weight", params, lambda rows: int(read.scalar(rows)))
+
+
+def group_weights(
+    namespace: str, queue: str, *, after: str | None, limit: int
+) -> Call[dict[str, int]]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        after=check.name("after", after, required=False),
+        limit=check.limit("group_weights", limit),
+    )
+    return Call(
+        "group_weights",
+        params,
+        lambda rows: {str(row["group_key"]): int(row["weight"]) for row in rows},
+    )
 
 
 def cancel(namespace: str, job_id: int) -> Call[bool]:

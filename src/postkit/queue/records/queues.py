@@ -44,6 +44,9 @@ class QueuePolicy(_RecordMapping):
     limit."""
     group_ordered: bool = False
     """The jobs of one group key run one at a time, in push order."""
+    fair: bool = False
+    """The queue's claims are shared among its group keys by turns, each key given up to its
+    weight (``set_group_weight``; 1 by default) per turn; False: claims follow pull order."""
 
     @property
     def rate(self) -> tuple[int, float] | None:

@@ -231,7 +231,7 @@ BEGIN
         JOIN postkit_queue.queue_settings s ON s.namespace = p_namespace AND s.queue = f.queue
         WHERE f.namespace = p_namespace AND f.queue = ANY (p_queues) AND NOT s.paused
           AND (s.concurrency IS NOT NULL OR s.rate_limit IS NOT NULL
-               OR s.group_concurrency IS NOT NULL OR s.group_ordered)
+               OR s.group_concurrency IS NOT NULL OR s.group_ordered OR s.fair)
         ORDER BY f.queue
         FOR UPDATE OF f;
     END IF;

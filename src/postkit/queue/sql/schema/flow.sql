@@ -29,9 +29,10 @@
 -- is refused (PKQ18). Taking turns costs one claim at a time per queue: a worker claims a batch
 -- per turn, and a turn is a few index probes long.
 
--- claim_limited: pull's choice, for a queue with limits: take the queue's turn, then choose and
--- lock up to p_limit ready jobs of it, as many as its limits allow now, highest priority first,
--- then oldest run_at (pull's order), skipping jobs their group's limit holds back. Returns their
+-- claim_limited: pull's choice, for a queue with limits or fair (fair.sql): take the queue's
+-- turn, then choose and lock up to p_limit ready jobs of it, as many as its limits allow now,
+-- highest priority first, then oldest run_at (pull's order), skipping jobs their group's limit
+-- holds back; a fair queue's by turns among its groups. Returns their
 -- ids, which pull claims at claimed_at: the queue's clock at the turn, which the rate log keeps
 -- for them. The policy arrives as its values, not a row.
 CREATE OR REPLACE FUNCTION postkit_queue.claim_limited(
@@ -43,6 +44,7 @@ CREATE OR REPLACE FUNCTION postkit_queue.claim_limited(
     p_rate_period       interval,
     p_group_concurrency integer,
     p_group_ordered     boolean,
+    p_fair              boolean,
     OUT ids             bigint[],
     OUT claimed_at      timestamptz)
 LANGUAGE plpgsql
@@ -66,6 +68,7 @@ DECLARE
     v_held      jsonb := '{}';   -- the group keys this walk found held back, as object keys
     v_open      boolean;         -- the candidate's key may run one more job
     v_full      boolean;         -- and taking this one fills it for the rest of the walk
+    v_round     record;          -- a fair queue's claim and where its round stands (fair.sql)
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'postkit: queue % has flow limits, so its jobs are claimed only in a '
@@ -125,7 +128,20 @@ BEGIN
         RETURN;
     END IF;
 
-    IF p_group_concurrency IS NULL AND NOT p_group_ordered THEN
+    IF p_fair THEN
+        -- Turns among the queue's groups (fair.sql), from where the last claim left the round,
+        -- which this claim moves on in the row it holds locked.
+        SELECT * INTO v_round
+        FROM postkit_queue.claim_fair(p_namespace, p_queue, v_allowed, v_now, v_window.fair_group,
+                                      v_window.fair_given, p_group_concurrency, p_group_ordered);
+        v_ids := v_round.ids;
+        IF v_round.fair_group IS DISTINCT FROM v_window.fair_group
+           OR v_round.fair_given <> v_window.fair_given THEN
+            UPDATE postkit_queue.flow_state f
+            SET fair_group = v_round.fair_group, fair_given = v_round.fair_given
+            WHERE f.namespace = p_namespace AND f.queue = p_queue;
+        END IF;
+    ELSIF p_group_concurrency IS NULL AND NOT p_group_ordered THEN
         -- Queue-wide limits only: pull's claim from the head of jobs_pull_idx. Only other kinds
         -- of transaction (a cancel, a purge) lock pending rows now, hence SKIP LOCKED.
         FOR v_locked IN

@@ -67,7 +67,8 @@ RETURN 1048576;
 -- A queue's policy: its settings row (queue_settings) over the built-in defaults: max_attempts
 -- 20, visibility timeout 30 s, backoff from 1 s to 1 h, not paused, completed jobs deleted at
 -- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB, results not
--- kept (retain_results NULL), no flow limits (NULL, group_ordered false). Every function asks
+-- kept (retain_results NULL), no flow limits (NULL, group_ordered false), claims in pull order
+-- (fair false). Every function asks
 -- here, so the defaults live in one place (keeps_completed, keep_completed and
 -- record_outcomes read the two retentions and the limits without a default off
 -- queue_settings itself).
@@ -77,7 +78,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
-    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
+    OUT fair boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -86,10 +88,11 @@ BEGIN
     -- A primary-key probe of queue_settings; a queue without a row gets every default.
     SELECT s.max_attempts, s.visibility_timeout, s.backoff_base, s.backoff_cap, s.paused,
            s.retain_completed, s.retain_dead, s.max_payload_bytes, s.retain_results,
-           s.concurrency, s.rate_limit, s.rate_period, s.group_concurrency, s.group_ordered
+           s.concurrency, s.rate_limit, s.rate_period, s.group_concurrency, s.group_ordered,
+           s.fair
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
          retain_completed, retain_dead, max_payload_bytes, retain_results,
-         concurrency, rate_limit, rate_period, group_concurrency, group_ordered
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
     FROM postkit_queue.queue_settings s
     WHERE s.namespace = p_namespace AND s.queue = p_queue;
     max_attempts := coalesce(max_attempts, postkit_queue.default_max_attempts());
@@ -101,6 +104,7 @@ BEGIN
     max_payload_bytes := coalesce(max_payload_bytes,
                                   postkit_queue.default_max_payload_bytes());
     group_ordered := coalesce(group_ordered, false);
+    fair := coalesce(fair, false);
 END
 $$;
 

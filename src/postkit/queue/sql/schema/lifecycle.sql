@@ -224,14 +224,16 @@ BEGIN
         RETURN;  -- a paused queue hands out nothing; pushes are still accepted
     END IF;
     v_limited := v_policy.concurrency IS NOT NULL OR v_policy.rate_limit IS NOT NULL
-                 OR v_policy.group_concurrency IS NOT NULL OR v_policy.group_ordered;
+                 OR v_policy.group_concurrency IS NOT NULL OR v_policy.group_ordered
+                 OR v_policy.fair;
     IF v_limited THEN
-        -- A queue with flow limits takes its turn and chooses its jobs in flow.sql; the claim
-        -- below writes them, at the time of the turn.
+        -- A queue with flow limits, or a fair one, takes its turn and chooses its jobs in
+        -- flow.sql; the claim below writes them, at the time of the turn.
         SELECT c.ids, c.claimed_at INTO v_ids, v_now
         FROM postkit_queue.claim_limited(
             p_namespace, p_queue, p_limit, v_policy.concurrency, v_policy.rate_limit,
-            v_policy.rate_period, v_policy.group_concurrency, v_policy.group_ordered) AS c;
+            v_policy.rate_period, v_policy.group_concurrency, v_policy.group_ordered,
+            v_policy.fair) AS c;
     ELSE
         -- Each step below is a range scan of jobs_pull_idx. FOR UPDATE SKIP LOCKED steps over rows
         -- another transaction is claiming right now, so concurrent pullers never wait on each

@@ -692,8 +692,9 @@ $$;
 -- (what its handler returned, given to ack) that long, for job_result. The flow limits
 -- (flow.sql): p_concurrency running jobs at most, p_rate_limit claims per p_rate_period (both
 -- or neither), p_group_concurrency running jobs per group key, p_group_ordered one job per key
--- at a time in push order (with p_group_concurrency unset or 1). Pausing is separate
--- (pause_queue). Returns the policy now in force.
+-- at a time in push order (with p_group_concurrency unset or 1); p_fair shares the queue's
+-- claims among its groups (fair.sql). Pausing is separate (pause_queue). Returns the policy now
+-- in force.
 CREATE OR REPLACE FUNCTION postkit_queue.write_queue_settings(
     p_namespace          text,
     p_queue              text,
@@ -710,11 +711,13 @@ CREATE OR REPLACE FUNCTION postkit_queue.write_queue_settings(
     p_rate_period        interval DEFAULT NULL,
     p_group_concurrency  integer  DEFAULT NULL,
     p_group_ordered      boolean  DEFAULT NULL,
+    p_fair               boolean  DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
-    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
+    OUT fair boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -738,7 +741,7 @@ BEGIN
     PERFORM postkit_queue.check_flow_limits(
         p_concurrency, p_rate_limit, p_rate_period, p_group_concurrency, p_group_ordered);
     IF p_concurrency IS NOT NULL OR p_rate_limit IS NOT NULL OR p_group_concurrency IS NOT NULL
-       OR p_group_ordered THEN
+       OR p_group_ordered OR p_fair THEN
         -- Waits for the queue's claims in flight, and the claims after it wait for this
         -- transaction: each then counts what the others claimed (claims_lock).
         PERFORM pg_catalog.pg_advisory_xact_lock(postkit_queue.claims_lock(p_namespace, p_queue));
@@ -747,11 +750,11 @@ BEGIN
     INSERT INTO postkit_queue.queue_settings AS s (
         namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
         retain_completed, retain_dead, max_payload_bytes, updated_at, retain_results,
-        concurrency, rate_limit, rate_period, group_concurrency, group_ordered)
+        concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair)
     VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
             p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
             postkit_queue.clock(), p_retain_results, p_concurrency, p_rate_limit, p_rate_period,
-            p_group_concurrency, coalesce(p_group_ordered, false))
+            p_group_concurrency, coalesce(p_group_ordered, false), coalesce(p_fair, false))
     ON CONFLICT (namespace, queue) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts,
         visibility_timeout = EXCLUDED.visibility_timeout,
@@ -766,9 +769,10 @@ BEGIN
         rate_limit = EXCLUDED.rate_limit,
         rate_period = EXCLUDED.rate_period,
         group_concurrency = EXCLUDED.group_concurrency,
-        group_ordered = EXCLUDED.group_ordered;
+        group_ordered = EXCLUDED.group_ordered,
+        fair = EXCLUDED.fair;
     IF p_concurrency IS NOT NULL OR p_rate_limit IS NOT NULL OR p_group_concurrency IS NOT NULL
-       OR p_group_ordered THEN
+       OR p_group_ordered OR p_fair THEN
         -- The row the queue's claims take turns on (flow.sql).
         INSERT INTO postkit_queue.flow_state (namespace, queue) VALUES (p_namespace, p_queue)
         ON CONFLICT (namespace, queue) DO NOTHING;
@@ -778,10 +782,11 @@ BEGIN
 
     SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
            p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results,
-           p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered
+           p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered,
+           p.fair
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
          retain_completed, retain_dead, max_payload_bytes, retain_results,
-         concurrency, rate_limit, rate_period, group_concurrency, group_ordered
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
     FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;
@@ -794,7 +799,8 @@ $$;
 -- max_payload_bytes (1 MiB), retain_results (none: p_retain_results keeps the result of each
 -- job completed from now on that long, for job_result), and the flow limits (flow.sql), reset
 -- by name too: 'concurrency', 'rate' (p_rate_limit claims per p_rate_period, given together),
--- 'group_concurrency', 'group_ordered' (one job per group key at a time, in push order).
+-- 'group_concurrency', 'group_ordered' (one job per group key at a time, in push order), and
+-- 'fair' (p_fair: the claims shared among the group keys, fair.sql).
 -- Pausing is separate (pause_queue). Returns the policy now in force.
 CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
@@ -813,18 +819,20 @@ CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_group_concurrency  integer  DEFAULT NULL,
     p_group_ordered      boolean  DEFAULT NULL,
     p_reset              text[]   DEFAULT '{}',
+    p_fair               boolean  DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
-    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
+    OUT fair boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_settings CONSTANT text[] := ARRAY['max_attempts', 'visibility_timeout', 'backoff_base',
         'backoff_cap', 'retain_completed', 'retain_dead', 'max_payload_bytes', 'retain_results',
-        'concurrency', 'rate', 'group_concurrency', 'group_ordered'];
+        'concurrency', 'rate', 'group_concurrency', 'group_ordered', 'fair'];
     v_unknown  text;
     v_current  postkit_queue.queue_settings;
 BEGIN
@@ -852,7 +860,7 @@ BEGIN
     -- write_queue_settings checks every value and writes the row (under the lock held above).
     SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
                   retain_completed, retain_dead, max_payload_bytes, retain_results,
-                  concurrency, rate_limit, rate_period, group_concurrency, group_ordered
+                  concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
     FROM postkit_queue.write_queue_settings(
         p_namespace, p_queue,
         CASE WHEN 'max_attempts' = ANY (p_reset) THEN NULL
@@ -882,7 +890,9 @@ BEGIN
         CASE WHEN 'group_concurrency' = ANY (p_reset) THEN NULL
              ELSE coalesce(p_group_concurrency, v_current.group_concurrency) END,
         CASE WHEN 'group_ordered' = ANY (p_reset) THEN false
-             ELSE coalesce(p_group_ordered, v_current.group_ordered) END);
+             ELSE coalesce(p_group_ordered, v_current.group_ordered) END,
+        CASE WHEN 'fair' = ANY (p_reset) THEN false
+             ELSE coalesce(p_fair, v_current.fair) END);
 END
 $$;
 
@@ -1355,7 +1365,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.get_queue_policy(
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
-    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean)
+    OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
+    OUT fair boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1364,10 +1375,11 @@ BEGIN
     PERFORM postkit_queue.check_name('queue', p_queue, true);
     SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
            p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results,
-           p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered
+           p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered,
+           p.fair
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
          retain_completed, retain_dead, max_payload_bytes, retain_results,
-         concurrency, rate_limit, rate_period, group_concurrency, group_ordered
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
     FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;

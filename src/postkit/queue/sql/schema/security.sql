@@ -519,7 +519,7 @@ BEGIN
                                    'job_dependencies', 'job_ancestry', 'cancelled_jobs',
                                    'queue_stats', 'queue_settings', 'flow_state', 'schedules',
                                    'workers', 'wakeups', 'workflow_steps',
-                                   'workflow_events'] LOOP
+                                   'workflow_events', 'group_weights'] LOOP
         v_policy := postkit_queue.tenant_policy(v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I FORCE ROW LEVEL SECURITY', v_table);
@@ -564,6 +564,7 @@ WITH listed (name, access) AS (VALUES
     ('resume_queue', 'operator'), ('purge_queue', 'operator'),
     ('purge_queue_before', 'operator'), ('cancel', 'operator'), ('cancel_queue', 'operator'),
     ('cancel_tree', 'operator'), ('cancel_run', 'operator'),
+    ('set_group_weight', 'operator'), ('group_weights', 'operator'),
     ('redrive', 'operator'),
     ('purge_dead_letters', 'operator'), ('purge_dead_letters_before', 'operator'),
     ('save_schedule', 'operator'), ('schedules', 'operator'),

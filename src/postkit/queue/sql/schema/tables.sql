@@ -107,6 +107,13 @@ CREATE INDEX jobs_group_idx ON postkit_queue.jobs (namespace, queue, group_key, 
 CREATE INDEX jobs_group_running_idx ON postkit_queue.jobs (namespace, queue, group_key)
     WHERE state = 'running' AND group_key IS NOT NULL;
 
+-- Serves a fair queue's claims (fair.sql): the groups with pending jobs, one probe each in
+-- group order (the claim's round over the groups), and a group's ready jobs in pull order.
+-- Partial on group_key, as the two above: a job without one never enters it.
+CREATE INDEX jobs_fair_idx
+    ON postkit_queue.jobs (namespace, queue, group_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND group_key IS NOT NULL;
+
 -- Serves the waiting listing (jobs) and count (stats) of a queue, in push order, and the skip
 -- scan of the queues with waiting jobs (queues). Partial: only a waiting job has
 -- a waiting_on count, so the claim path never writes it.
@@ -292,6 +299,9 @@ CREATE TABLE postkit_queue.queue_settings (
                                           AND rate_period <= interval '1 day'),
     group_concurrency  integer     CHECK (group_concurrency BETWEEN 1 AND 10000),
     group_ordered      boolean     NOT NULL DEFAULT false,
+    -- Whether the queue's claims are shared fairly among its group keys (fair.sql), by their
+    -- weights (group_weights). Last in the row, where version 46 added it.
+    fair               boolean     NOT NULL DEFAULT false,
     CONSTRAINT queue_settings_rate_check CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
     CONSTRAINT queue_settings_ordered_check
         CHECK (NOT group_ordered OR group_concurrency IS NULL OR group_concurrency = 1),
@@ -371,7 +381,23 @@ CREATE TABLE postkit_queue.flow_state (
     window_at     timestamptz[] NOT NULL DEFAULT '{}',
     window_claims integer[]     NOT NULL DEFAULT '{}',
     rate_held     boolean       NOT NULL DEFAULT false,
+    -- A fair queue's round (fair.sql): the group whose turn it is, and the jobs it was given
+    -- in that turn. Version 46 added them.
+    fair_group    text,
+    fair_given    integer       NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, queue)
+);
+
+-- The weights of a fair queue's groups (fair.sql): a group of weight 3 is given three jobs in
+-- each of its turns, one of weight 1 one. A group without a row weighs 1. Written by operators
+-- (set_group_weight); read by a claim, one primary-key probe per turn.
+CREATE TABLE postkit_queue.group_weights (
+    namespace  text        NOT NULL,
+    queue      text        NOT NULL,
+    group_key  text        NOT NULL,
+    weight     integer     NOT NULL CHECK (weight BETWEEN 1 AND 1000),
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (namespace, queue, group_key)
 );
 
 -- Wake-up requests: the queues on which a worker waits for a notification. A worker about to

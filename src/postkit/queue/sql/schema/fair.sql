@@ -1,0 +1,244 @@
+-- Fair share: the claims of a fair queue (queue_settings.fair) take turns among its groups (a
+-- job's group_key: a tenant, a customer), so that a group with a backlog of a million jobs
+-- keeps no other group waiting behind it.
+--
+--     the groups with pending jobs, in key order:  acme ──> globex ──> initech ──┐
+--                                                    ^                            │
+--                                                    └────────── next round ──────┘
+--     a group's turn: up to its weight of its ready jobs, in pull order
+--
+-- - A claim of a fair queue (claim_limited, under the queue's turn: flow.sql) goes round the
+--   groups that have pending jobs, in key order, from where the queue's last claim stopped
+--   (flow_state.fair_group, and fair_given, what that group got in its turn so far). A group's
+--   turn gives it up to its weight (group_weights; 1 without a row) of its ready jobs, in pull
+--   order (priority, then run_at, then id), then the turn passes to the next group. A turn goes
+--   on across claims: with weights 3 and 1, claims of one job each go A A A B A A A B.
+-- - Work conserving: a group without pending jobs is not in jobs_fair_idx, and the round never
+--   visits it; a group whose pending jobs are not ready (a backoff, a delay) or are held back by
+--   a group limit ends its turn with what it got, and the next group's turn begins at once.
+-- - What a claim costs does not grow with a group's backlog: a turn is a probe of
+--   jobs_fair_idx for the next group, one of group_weights, and a range scan of jobs_fair_idx
+--   that stops at the jobs it takes. A claim visits at most max_fair_visits() groups, and stops
+--   once a whole round gave nothing.
+-- - Jobs without a group key share what the groups leave: a claim that the round did not fill
+--   takes them from the head of jobs_pull_idx, looking at most at max_fair_visits() ready jobs.
+-- - The group limits (flow.sql) hold within a turn: group_concurrency caps it by what of the
+--   group runs already; group_ordered gives a group its oldest live job only (jobs_group_idx),
+--   when that job is ready and no job of the group runs.
+
+-- The most groups one claim visits, and the most ready jobs it looks at for jobs without a
+-- group: the bound on a claim's cost when many groups have no job ready.
+CREATE OR REPLACE FUNCTION postkit_queue.max_fair_visits()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+RETURN 1000;
+
+-- claim_fair: choose and lock up to p_limit ready jobs of fair queue p_queue at p_now (the
+-- turn's clock), going round its groups from p_group, which was given p_given jobs in its turn
+-- so far (see above). Returns their ids and where the round stands now, which claim_limited
+-- keeps in flow_state. Only its caller, under the queue's turn, may call it.
+CREATE OR REPLACE FUNCTION postkit_queue.claim_fair(
+    p_namespace         text,
+    p_queue             text,
+    p_limit             integer,
+    p_now               timestamptz,
+    p_group             text,
+    p_given             integer,
+    p_group_concurrency integer,
+    p_group_ordered     boolean,
+    OUT ids             bigint[],
+    OUT fair_group      text,
+    OUT fair_given      integer)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+-- The scans walk their indexes in order whatever the statistics say.
+SET enable_sort = off
+AS $$
+DECLARE
+    v_weight    integer;
+    v_want      integer;
+    v_took      integer;
+    v_running   integer;
+    v_next      text;
+    v_visits    integer := 0;
+    -- Each group whose turn began in this claim: [how many jobs the claim held then, how many
+    -- of the group's it took]. A group reached again with no more taken since ends the claim
+    -- (a whole round gave nothing).
+    v_seen      jsonb := '{}';
+    v_taken     integer;         -- what this claim took of fair_group before its turn now
+    v_locked    bigint;
+    v_oldest    record;
+    v_candidate record;
+BEGIN
+    ids := '{}';
+    fair_group := p_group;
+    fair_given := coalesce(p_given, 0);
+    IF fair_group IS NOT NULL THEN
+        v_seen := jsonb_build_object(fair_group, jsonb_build_array(0, 0));
+    END IF;
+    LOOP
+        EXIT WHEN cardinality(ids) >= p_limit;
+        IF fair_group IS NOT NULL THEN
+            -- fair_group's turn: what it may still be given, within its group limits.
+            SELECT w.weight INTO v_weight FROM postkit_queue.group_weights w
+            WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.group_key = fair_group;
+            v_weight := coalesce(v_weight, 1);
+            v_want := least(v_weight - fair_given, p_limit - cardinality(ids));
+            -- A second round of this claim finds the jobs it took still pending (pull claims
+            -- them after this returns): they count as running, and no scan takes them again.
+            v_taken := coalesce((v_seen -> fair_group ->> 1)::integer, 0);
+            IF v_want > 0 AND (p_group_ordered OR p_group_concurrency IS NOT NULL) THEN
+                -- What of the group runs (jobs_group_running_idx), up to its limit.
+                PERFORM FROM postkit_queue.jobs o
+                WHERE o.namespace = p_namespace AND o.queue = p_queue
+                  AND o.group_key = fair_group AND o.state = 'running'
+                LIMIT coalesce(p_group_concurrency, 1);
+                GET DIAGNOSTICS v_running = ROW_COUNT;
+                v_want := least(v_want, coalesce(p_group_concurrency, 1) - v_running - v_taken);
+            END IF;
+            v_took := 0;
+            IF v_want > 0 AND p_group_ordered THEN
+                -- One at a time, in push order: the group's oldest live job (the head of
+                -- jobs_group_idx), and only when it is ready.
+                SELECT j.id, j.state, j.run_at INTO v_oldest FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.group_key = fair_group
+                ORDER BY j.id
+                LIMIT 1;
+                IF v_oldest.state = 'pending' AND v_oldest.run_at <= p_now THEN
+                    SELECT j.id INTO v_locked FROM postkit_queue.jobs j
+                    WHERE j.namespace = p_namespace AND j.id = v_oldest.id AND j.state = 'pending'
+                    FOR UPDATE SKIP LOCKED;
+                    IF FOUND THEN
+                        ids[cardinality(ids) + 1] := v_locked;
+                        v_took := 1;
+                    END IF;
+                END IF;
+            ELSIF v_want > 0 THEN
+                -- The group's ready jobs in pull order: a range scan of jobs_fair_idx. Only
+                -- other kinds of transaction (a cancel, a purge) lock pending rows now.
+                FOR v_locked IN
+                    SELECT j.id FROM postkit_queue.jobs j
+                    WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                      AND j.group_key = fair_group AND j.run_at <= p_now AND j.id <> ALL (ids)
+                    ORDER BY j.priority DESC, j.run_at, j.id
+                    LIMIT v_want
+                    FOR UPDATE SKIP LOCKED
+                LOOP
+                    ids[cardinality(ids) + 1] := v_locked;
+                    v_took := v_took + 1;
+                END LOOP;
+            END IF;
+            fair_given := fair_given + v_took;
+            IF v_seen ? fair_group THEN
+                v_seen := jsonb_set(v_seen, ARRAY[fair_group, '1'], to_jsonb(v_taken + v_took));
+            END IF;
+            IF cardinality(ids) >= p_limit AND v_took = v_want AND fair_given < v_weight THEN
+                EXIT;  -- the claim is full in the middle of the turn: the next claim goes on
+            END IF;
+            -- The turn is over: the group got its weight, or had no more to give now.
+            fair_given := v_weight;
+        END IF;
+
+        -- The next group with pending jobs after fair_group, in key order, else the first one
+        -- (a new round): one probe of jobs_fair_idx each.
+        v_visits := v_visits + 1;
+        EXIT WHEN v_visits > postkit_queue.max_fair_visits();
+        v_next := NULL;
+        IF fair_group IS NOT NULL THEN
+            SELECT j.group_key INTO v_next FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.group_key > fair_group
+            ORDER BY j.group_key
+            LIMIT 1;
+        END IF;
+        IF v_next IS NULL THEN
+            SELECT j.group_key INTO v_next FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.group_key IS NOT NULL
+            ORDER BY j.group_key
+            LIMIT 1;
+        END IF;
+        EXIT WHEN v_next IS NULL;  -- no group has a pending job
+        EXIT WHEN (v_seen -> v_next ->> 0)::integer = cardinality(ids);
+        v_seen := v_seen || jsonb_build_object(
+            v_next, jsonb_build_array(cardinality(ids), coalesce(v_seen -> v_next -> 1, '0')));
+        fair_group := v_next;
+        fair_given := 0;
+    END LOOP;
+
+    IF cardinality(ids) < p_limit THEN
+        -- Jobs without a group, from the head of the queue (jobs_pull_idx), which the groups'
+        -- ready jobs left after the round hold only where a group limit holds them back.
+        FOR v_candidate IN
+            SELECT j.id, j.group_key FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.run_at <= p_now
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT postkit_queue.max_fair_visits()
+        LOOP
+            CONTINUE WHEN v_candidate.group_key IS NOT NULL;
+            SELECT j.id INTO v_locked FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.id = v_candidate.id AND j.state = 'pending'
+            FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                ids[cardinality(ids) + 1] := v_locked;
+                EXIT WHEN cardinality(ids) >= p_limit;
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+-- set_group_weight: the weight of group p_group_key in fair queue p_queue: its turn gives it
+-- up to p_weight jobs (1 to 1000); NULL puts it back to 1 (deletes its row). Takes effect at
+-- the queue's next claim. Returns the weight now in force.
+CREATE OR REPLACE FUNCTION postkit_queue.set_group_weight(
+    p_namespace text, p_queue text, p_group_key text, p_weight integer)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_name('group_key', p_group_key, true);
+    PERFORM postkit_queue.require_operator('set a group''s weight');
+    IF p_weight IS NULL THEN
+        DELETE FROM postkit_queue.group_weights w
+        WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.group_key = p_group_key;
+        RETURN 1;
+    END IF;
+    IF p_weight NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'postkit: a group''s weight must be between 1 and 1000, got %', p_weight
+            USING ERRCODE = 'PKQ17';
+    END IF;
+    INSERT INTO postkit_queue.group_weights AS w (namespace, queue, group_key, weight, updated_at)
+    VALUES (p_namespace, p_queue, p_group_key, p_weight, postkit_queue.clock())
+    ON CONFLICT (namespace, queue, group_key) DO UPDATE
+    SET weight = EXCLUDED.weight, updated_at = EXCLUDED.updated_at;
+    RETURN p_weight;
+END
+$$;
+
+-- group_weights: the weights set on queue p_queue's groups (set_group_weight), by group key,
+-- at most p_limit of them after p_after (a page; NULL: from the first). A group not listed
+-- weighs 1.
+CREATE OR REPLACE FUNCTION postkit_queue.group_weights(
+    p_namespace text, p_queue text, p_after text DEFAULT NULL, p_limit integer DEFAULT 1000)
+RETURNS TABLE (group_key text, weight integer)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_limit(p_limit, 10000);
+    RETURN QUERY
+    SELECT w.group_key, w.weight FROM postkit_queue.group_weights w
+    WHERE w.namespace = p_namespace AND w.queue = p_queue
+      AND (p_after IS NULL OR w.group_key > p_after)
+    ORDER BY w.group_key
+    LIMIT p_limit;
+END
+$$;
