@@ -211,22 +211,24 @@ FAIR_PARAMS = {
     "fair_group": "text",
     "p_now": "timestamptz",
     "v_want": "integer",
-    "ids": "bigint[]",
+    "v_took": "integer",
+    "v_chosen": "bigint[]",
 }
 FAIR_NEXT_GROUP = """
-            SELECT j.group_key INTO v_next FROM postkit_queue.jobs j
+            SELECT j.group_key, j.id, j.run_at INTO v_next, v_head, v_head_at
+            FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-              AND j.group_key > fair_group
-            ORDER BY j.group_key
+              AND j.group_key > fair_group AND j.id <> ALL (v_chosen)
+            ORDER BY j.group_key, j.priority DESC, j.run_at, j.id
             LIMIT 1;
 """
 FAIR_GROUP_JOBS = """
-                    SELECT j.id FROM postkit_queue.jobs j
-                    WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-                      AND j.group_key = fair_group AND j.run_at <= p_now AND j.id <> ALL (ids)
-                    ORDER BY j.priority DESC, j.run_at, j.id
-                    LIMIT v_want
-                    FOR UPDATE SKIP LOCKED
+                        SELECT j.id FROM postkit_queue.jobs j
+                        WHERE j.namespace = p_namespace AND j.queue = p_queue
+                          AND j.state = 'pending' AND j.group_key = fair_group
+                          AND j.run_at <= p_now AND j.id <> ALL (v_chosen)
+                        ORDER BY j.priority DESC, j.run_at, j.id
+                        LIMIT v_want - v_took
 """
 
 
@@ -245,12 +247,11 @@ def test_each_turn_probes_the_fair_index_whatever_a_groups_backlog(
         "SELECT prosrc FROM pg_proc WHERE oid = 'postkit_queue.claim_fair'::regproc"
     ).fetchone()
     assert row is not None and normalized(statement) in normalized(row[0])
-    text = statement.replace("INTO v_next", "").rstrip().rstrip(";")
+    text = statement.replace("INTO v_next, v_head, v_head_at", "").rstrip().rstrip(";")
     prepare(connection, "fair_stmt", text, FAIR_PARAMS)
 
-    nodes = explain(
-        connection, mode, f"EXECUTE fair_stmt('{fair.namespace}', '{Q}', 'big', now(), 10, '{{}}')"
-    )
+    arguments = f"'{fair.namespace}', '{Q}', 'big', now(), 10, 0, '{{}}'"
+    nodes = explain(connection, mode, f"EXECUTE fair_stmt({arguments})")
 
     assert [scan for scan in scans(nodes) if scan[1] != "jobs_fair_idx"] == [], nodes
     assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], nodes

@@ -29,4 +29,4 @@ DROP FUNCTION IF EXISTS postkit_queue.configure_queue(
     integer, integer, interval, integer, boolean, text[]);
 DROP FUNCTION IF EXISTS postkit_queue.claim_limited(
     text, text, integer, integer, integer, interval, integer, boolean);
--- schema: 591c426c5576de02
+-- schema: b51d451118e9f0e9

@@ -16,10 +16,13 @@
 -- - Work conserving: a group without pending jobs is not in jobs_fair_idx, and the round never
 --   visits it; a group whose pending jobs are not ready (a backoff, a delay) or are held back by
 --   a group limit ends its turn with what it got, and the next group's turn begins at once.
--- - What a claim costs does not grow with a group's backlog: a turn is a probe of
---   jobs_fair_idx for the next group, one of group_weights, and a range scan of jobs_fair_idx
---   that stops at the jobs it takes. A claim visits at most max_fair_visits() groups, and stops
---   once a whole round gave nothing.
+-- - What a claim costs does not grow with a group's backlog: a turn is one probe of
+--   jobs_fair_idx, which finds the next group and its first job together (its order is the
+--   groups' and, within each, pull order); a group weighing more, or whose first job is not
+--   ready, adds a range scan of it that stops at the jobs it takes, and a queue with weights one
+--   probe of group_weights. A claim visits at most max_fair_visits() groups, stops once a whole
+--   round gave nothing (its walk went back to the first group twice with nothing taken in
+--   between), and locks what it chose in one statement at the end.
 -- - Jobs without a group key share what the groups leave: a claim that the round did not fill
 --   takes them from the head of jobs_pull_idx, looking at most at max_fair_visits() ready jobs.
 -- - The group limits (flow.sql) hold within a turn: group_concurrency caps it by what of the
@@ -56,46 +59,53 @@ SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
 AS $$
 DECLARE
-    v_weight    integer;
+    v_weighted  boolean;         -- some group of the queue has a weight of its own
+    v_weight    integer := 1;
     v_want      integer;
     v_took      integer;
     v_running   integer;
     v_next      text;
+    v_head      bigint;          -- the next group's first job in pull order, and its run_at
+    v_head_at   timestamptz;
     v_visits    integer := 0;
-    -- Each group whose turn began in this claim: [how many jobs the claim held then, how many
-    -- of the group's it took]. A group reached again with no more taken since ends the claim
-    -- (a whole round gave nothing).
-    v_seen      jsonb := '{}';
-    v_taken     integer;         -- what this claim took of fair_group before its turn now
+    -- How many jobs the claim held when its walk last went back to the first group: going
+    -- back again with no more taken since, the claim ends (a whole round gave nothing).
+    v_wrap_had  integer;
+    v_chosen    bigint[] := '{}';
+    v_groups    text[] := '{}';  -- the group of each job of v_chosen, for the group limits
     v_locked    bigint;
     v_oldest    record;
     v_candidate record;
 BEGIN
-    ids := '{}';
     fair_group := p_group;
     fair_given := coalesce(p_given, 0);
-    IF fair_group IS NOT NULL THEN
-        v_seen := jsonb_build_object(fair_group, jsonb_build_array(0, 0));
-    END IF;
+    -- One probe of group_weights, so that a queue whose groups all weigh 1 reads none per turn.
+    PERFORM FROM postkit_queue.group_weights w
+    WHERE w.namespace = p_namespace AND w.queue = p_queue
+    LIMIT 1;
+    v_weighted := FOUND;
     LOOP
-        EXIT WHEN cardinality(ids) >= p_limit;
+        EXIT WHEN cardinality(v_chosen) >= p_limit;
         IF fair_group IS NOT NULL THEN
             -- fair_group's turn: what it may still be given, within its group limits.
-            SELECT w.weight INTO v_weight FROM postkit_queue.group_weights w
-            WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.group_key = fair_group;
-            v_weight := coalesce(v_weight, 1);
-            v_want := least(v_weight - fair_given, p_limit - cardinality(ids));
-            -- A second round of this claim finds the jobs it took still pending (pull claims
-            -- them after this returns): they count as running, and no scan takes them again.
-            v_taken := coalesce((v_seen -> fair_group ->> 1)::integer, 0);
+            IF v_weighted THEN
+                SELECT w.weight INTO v_weight FROM postkit_queue.group_weights w
+                WHERE w.namespace = p_namespace AND w.queue = p_queue
+                  AND w.group_key = fair_group;
+                v_weight := coalesce(v_weight, 1);
+            END IF;
+            v_want := least(v_weight - fair_given, p_limit - cardinality(v_chosen));
             IF v_want > 0 AND (p_group_ordered OR p_group_concurrency IS NOT NULL) THEN
-                -- What of the group runs (jobs_group_running_idx), up to its limit.
+                -- What of the group runs (jobs_group_running_idx), up to its limit, and what
+                -- an earlier round of this claim took of it: still pending until pull claims it
+                -- after this returns, it counts as running.
                 PERFORM FROM postkit_queue.jobs o
                 WHERE o.namespace = p_namespace AND o.queue = p_queue
                   AND o.group_key = fair_group AND o.state = 'running'
                 LIMIT coalesce(p_group_concurrency, 1);
                 GET DIAGNOSTICS v_running = ROW_COUNT;
-                v_want := least(v_want, coalesce(p_group_concurrency, 1) - v_running - v_taken);
+                v_want := least(v_want, coalesce(p_group_concurrency, 1) - v_running
+                                        - cardinality(array_positions(v_groups, fair_group)));
             END IF;
             v_took := 0;
             IF v_want > 0 AND p_group_ordered THEN
@@ -106,34 +116,36 @@ BEGIN
                 ORDER BY j.id
                 LIMIT 1;
                 IF v_oldest.state = 'pending' AND v_oldest.run_at <= p_now THEN
-                    SELECT j.id INTO v_locked FROM postkit_queue.jobs j
-                    WHERE j.namespace = p_namespace AND j.id = v_oldest.id AND j.state = 'pending'
-                    FOR UPDATE SKIP LOCKED;
-                    IF FOUND THEN
-                        ids[cardinality(ids) + 1] := v_locked;
-                        v_took := 1;
-                    END IF;
+                    v_chosen[cardinality(v_chosen) + 1] := v_oldest.id;
+                    v_groups[cardinality(v_groups) + 1] := fair_group;
+                    v_took := 1;
                 END IF;
             ELSIF v_want > 0 THEN
-                -- The group's ready jobs in pull order: a range scan of jobs_fair_idx. Only
-                -- other kinds of transaction (a cancel, a purge) lock pending rows now.
-                FOR v_locked IN
-                    SELECT j.id FROM postkit_queue.jobs j
-                    WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-                      AND j.group_key = fair_group AND j.run_at <= p_now AND j.id <> ALL (ids)
-                    ORDER BY j.priority DESC, j.run_at, j.id
-                    LIMIT v_want
-                    FOR UPDATE SKIP LOCKED
-                LOOP
-                    ids[cardinality(ids) + 1] := v_locked;
-                    v_took := v_took + 1;
-                END LOOP;
+                -- The group's first job, found with the group itself (below), when it is
+                -- ready; then the rest in pull order: a range scan of jobs_fair_idx.
+                IF v_head IS NOT NULL AND v_head_at <= p_now THEN
+                    v_chosen[cardinality(v_chosen) + 1] := v_head;
+                    v_groups[cardinality(v_groups) + 1] := fair_group;
+                    v_took := 1;
+                END IF;
+                IF v_took < v_want THEN
+                    FOR v_locked IN
+                        SELECT j.id FROM postkit_queue.jobs j
+                        WHERE j.namespace = p_namespace AND j.queue = p_queue
+                          AND j.state = 'pending' AND j.group_key = fair_group
+                          AND j.run_at <= p_now AND j.id <> ALL (v_chosen)
+                        ORDER BY j.priority DESC, j.run_at, j.id
+                        LIMIT v_want - v_took
+                    LOOP
+                        v_chosen[cardinality(v_chosen) + 1] := v_locked;
+                        v_groups[cardinality(v_groups) + 1] := fair_group;
+                        v_took := v_took + 1;
+                    END LOOP;
+                END IF;
             END IF;
+            v_head := NULL;
             fair_given := fair_given + v_took;
-            IF v_seen ? fair_group THEN
-                v_seen := jsonb_set(v_seen, ARRAY[fair_group, '1'], to_jsonb(v_taken + v_took));
-            END IF;
-            IF cardinality(ids) >= p_limit AND v_took = v_want AND fair_given < v_weight THEN
+            IF cardinality(v_chosen) >= p_limit AND v_took = v_want AND fair_given < v_weight THEN
                 EXIT;  -- the claim is full in the middle of the turn: the next claim goes on
             END IF;
             -- The turn is over: the group got its weight, or had no more to give now.
@@ -141,33 +153,35 @@ BEGIN
         END IF;
 
         -- The next group with pending jobs after fair_group, in key order, else the first one
-        -- (a new round): one probe of jobs_fair_idx each.
+        -- (a new round), with its first job in pull order not taken yet: one probe of
+        -- jobs_fair_idx, whose order is the groups' and, within each, pull order.
         v_visits := v_visits + 1;
         EXIT WHEN v_visits > postkit_queue.max_fair_visits();
         v_next := NULL;
         IF fair_group IS NOT NULL THEN
-            SELECT j.group_key INTO v_next FROM postkit_queue.jobs j
+            SELECT j.group_key, j.id, j.run_at INTO v_next, v_head, v_head_at
+            FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-              AND j.group_key > fair_group
-            ORDER BY j.group_key
+              AND j.group_key > fair_group AND j.id <> ALL (v_chosen)
+            ORDER BY j.group_key, j.priority DESC, j.run_at, j.id
             LIMIT 1;
         END IF;
         IF v_next IS NULL THEN
-            SELECT j.group_key INTO v_next FROM postkit_queue.jobs j
+            EXIT WHEN v_wrap_had = cardinality(v_chosen);
+            v_wrap_had := cardinality(v_chosen);
+            SELECT j.group_key, j.id, j.run_at INTO v_next, v_head, v_head_at
+            FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-              AND j.group_key IS NOT NULL
-            ORDER BY j.group_key
+              AND j.group_key IS NOT NULL AND j.id <> ALL (v_chosen)
+            ORDER BY j.group_key, j.priority DESC, j.run_at, j.id
             LIMIT 1;
         END IF;
-        EXIT WHEN v_next IS NULL;  -- no group has a pending job
-        EXIT WHEN (v_seen -> v_next ->> 0)::integer = cardinality(ids);
-        v_seen := v_seen || jsonb_build_object(
-            v_next, jsonb_build_array(cardinality(ids), coalesce(v_seen -> v_next -> 1, '0')));
+        EXIT WHEN v_next IS NULL;  -- no group has a pending job left to take
         fair_group := v_next;
         fair_given := 0;
     END LOOP;
 
-    IF cardinality(ids) < p_limit THEN
+    IF cardinality(v_chosen) < p_limit THEN
         -- Jobs without a group, from the head of the queue (jobs_pull_idx), which the groups'
         -- ready jobs left after the round hold only where a group limit holds them back.
         FOR v_candidate IN
@@ -178,15 +192,24 @@ BEGIN
             LIMIT postkit_queue.max_fair_visits()
         LOOP
             CONTINUE WHEN v_candidate.group_key IS NOT NULL;
-            SELECT j.id INTO v_locked FROM postkit_queue.jobs j
-            WHERE j.namespace = p_namespace AND j.id = v_candidate.id AND j.state = 'pending'
-            FOR UPDATE SKIP LOCKED;
-            IF FOUND THEN
-                ids[cardinality(ids) + 1] := v_locked;
-                EXIT WHEN cardinality(ids) >= p_limit;
-            END IF;
+            v_chosen[cardinality(v_chosen) + 1] := v_candidate.id;
+            v_groups[cardinality(v_groups) + 1] := NULL;
+            EXIT WHEN cardinality(v_chosen) >= p_limit;
         END LOOP;
     END IF;
+
+    -- Lock what was chosen, as claim_limited locks a group claim's: primary-key lookups of its
+    -- ids; one another transaction holds (an operator's cancel, say), or that left the queue
+    -- meanwhile, is skipped. Only such transactions lock pending rows while the claims of the
+    -- queue take turns.
+    ids := '{}';
+    FOR v_locked IN
+        SELECT j.id FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.id = ANY (v_chosen) AND j.state = 'pending'
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        ids[cardinality(ids) + 1] := v_locked;
+    END LOOP;
 END
 $$;
 
