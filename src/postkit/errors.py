@@ -181,6 +181,13 @@ class WorkflowEventError(ValidationError):
     event of that name already, sent without the same idempotency key."""
 
 
+class QueueFullError(ValidationError):
+    """A push would make its queue hold more pending jobs than its ``max_pending``
+    (backpressure): the push is refused and nothing of it is written. The SQL module raises it,
+    which aborts the caller's transaction: push inside a savepoint (``with
+    connection.transaction():``) to catch it and go on."""
+
+
 class InvalidScheduleError(ValidationError):
     """A schedule's cron expression, time zone or interval is invalid."""
 
@@ -242,6 +249,7 @@ SQLSTATE_ERRORS: dict[str, type[PostkitError]] = {
     "PKQ20": InvalidProgressError,
     "PKQ21": WorkflowStepError,
     "PKQ22": WorkflowEventError,
+    "PKQ23": QueueFullError,
     # Raised by PostgreSQL itself when a role lacks a privilege or breaks a row-level policy.
     "42501": PermissionDeniedError,  # insufficient_privilege
     # The schema, or one of its functions, is not there: not installed, or an older version.
@@ -315,6 +323,7 @@ __all__ = [
     "PermanentError",
     "PermissionDeniedError",
     "PostkitError",
+    "QueueFullError",
     "ResultTimeoutError",
     "RetryLater",
     "SchemaMismatchError",

@@ -688,6 +688,7 @@ def test_queue_configure_changes_only_the_settings_given(run: Run, client: Queue
         "group_concurrency": None,
         "group_ordered": False,
         "fair": False,
+        "max_pending": None,
     }
     job = client.get_job(client.push("send_otp", {}) or 0)
     commit(client)
@@ -772,6 +773,18 @@ def test_queue_configure_makes_a_queue_fair_and_queue_weight_weighs_its_group_ke
     assert put_back == {"queue": "reports", "group_key": "acme", "weight": 1}
     assert "each weighs 1" in none_left
     assert lifted["fair"] is False
+
+
+def test_queue_configure_sets_and_lifts_max_pending(run: Run, client: QueueClient) -> None:
+    client.push("imports", {})
+    commit(client)
+
+    text = ok(run("queue", "configure", "imports", "--max-pending", "10000")).output
+    lifted = as_json(run("queue", "configure", "imports", "--max-pending", "default", "--json"))
+
+    fields = dict(line.strip().split("  ", 1) for line in text.splitlines()[1:])
+    assert fields["max pending"].strip() == "10,000 (a push past it is refused)"
+    assert lifted["max_pending"] is None
 
 
 def test_queue_weight_refuses_a_weight_out_of_range_and_a_key_without_one(run: Run) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from postkit import errors
 from postkit.queue import Job, QueueClient
-from tests.queue.test_query_plans import explain, normalized, prepare, scans
+from tests.queue.test_query_plans import apply_settings, explain, normalized, prepare, scans
 
 Q = "reports"
 MakeClient = Callable[..., QueueClient]
@@ -205,6 +205,7 @@ def test_fair_must_be_true_or_false(fair: QueueClient) -> None:
 # The statements claim_fair runs for each turn, guarded as test_query_plans guards pull's: each
 # a copy, word for word, of the function's own, planned on a queue with a group of 3,000 jobs
 # and 200 groups of 10, analyzed.
+CLAIM_FAIR = "claim_fair(text,text,integer,timestamptz,text,integer,integer,boolean)"
 FAIR_PARAMS = {
     "p_namespace": "text",
     "p_queue": "text",
@@ -251,7 +252,9 @@ def test_each_turn_probes_the_fair_index_whatever_a_groups_backlog(
     prepare(connection, "fair_stmt", text, FAIR_PARAMS)
 
     arguments = f"'{fair.namespace}', '{Q}', 'big', now(), 10, 0, '{{}}'"
-    nodes = explain(connection, mode, f"EXECUTE fair_stmt({arguments})")
+    with connection.transaction():  # under claim_fair's own planner settings (sorting off)
+        apply_settings(connection, CLAIM_FAIR)
+        nodes = explain(connection, mode, f"EXECUTE fair_stmt({arguments})")
 
     assert [scan for scan in scans(nodes) if scan[1] != "jobs_fair_idx"] == [], nodes
     assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], nodes

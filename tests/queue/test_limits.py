@@ -251,6 +251,11 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_group_concurrency => %(v)s)",
         around(limits.GROUP_CONCURRENCY),
     ),
+    "max-pending": Limit(
+        lambda ns, v: protocol.operations.configure_queue(ns, "q", **{**POLICY, "max_pending": v}),
+        "SELECT postkit_queue.configure_queue(%(ns)s, 'q', p_max_pending => %(v)s)",
+        around(limits.MAX_PENDING),
+    ),
     "group-weight": Limit(
         lambda ns, v: protocol.operations.set_group_weight(ns, "q", "k", v),
         "SELECT postkit_queue.set_group_weight(%(ns)s, 'q', 'k', %(v)s)",

@@ -123,6 +123,12 @@ def _describe_policy(policy: QueuePolicy) -> list[tuple[str, object]]:
             else f"kept {format_duration(policy.retain_results)}",
         ),
         ("max payload", f"{policy.max_payload_bytes:,} bytes"),
+        (
+            "max pending",
+            "no limit"
+            if policy.max_pending is None
+            else f"{policy.max_pending:,} (a push past it is refused)",
+        ),
         *_describe_limits(policy),
     ]
 
@@ -233,6 +239,13 @@ def _describe_limits(policy: QueuePolicy) -> list[tuple[str, object]]:
     help="Run the jobs of each group key one at a time, in push order (built-in: off).",
 )
 @click.option(
+    "--max-pending",
+    metavar="N|default",
+    type=OrDefault(bounded(limits.MAX_PENDING)),
+    help="Refuse a push that would make the queue hold more than N pending jobs: "
+    "backpressure on a runaway producer (built-in: no limit).",
+)
+@click.option(
     "--fair/--no-fair",
     default=None,
     help="Share the queue's claims among its group keys by turns, each key given its weight "
@@ -255,6 +268,7 @@ def queue_configure(
     rate: tuple[int, float] | str | None,
     group_concurrency: int | str | None,
     group_ordered: bool | None,
+    max_pending: int | str | None,
     fair: bool | None,
     create: bool,
     namespace: str,
@@ -274,6 +288,7 @@ def queue_configure(
       postkit queue configure send_otp --concurrency 20 --rate 10/1s
       postkit queue configure sync_user --group-ordered    one job per group key, in order
       postkit queue configure reports --fair       tenants (group keys) take turns
+      postkit queue configure imports --max-pending 10000   refuse pushes past 10,000 pending
       postkit queue configure send_otp --rate default          no rate limit any more
       postkit queue configure send_otp --max-attempts default     back to the built-in 20
       postkit queue configure reports --visibility-timeout 5m --create
@@ -290,6 +305,7 @@ def queue_configure(
         "concurrency": concurrency,
         "rate": rate,
         "group_concurrency": group_concurrency,
+        "max_pending": max_pending,
     }
     if all(value is None for value in given.values()) and group_ordered is None and fair is None:
         raise click.UsageError(

@@ -143,6 +143,8 @@ RATE_LIMIT = Bounds(1, 100_000)
 """The claims a queue's ``rate`` allows per period."""
 GROUP_CONCURRENCY = Bounds(1, 10_000)
 """A queue's ``group_concurrency``: running jobs per group key."""
+MAX_PENDING = Bounds(1, 100_000)
+"""A queue's ``max_pending``: the pending jobs it may hold before a push is refused."""
 GROUP_WEIGHT = Bounds(1, 1000)
 """A group key's weight in a fair queue: the jobs each of its turns gives it."""
 WORKER_KINDS = ("worker", "ticker")

@@ -220,6 +220,7 @@ class Operations(Calls):
         group_concurrency: int | Keep | None = KEEP,
         group_ordered: bool | Keep = KEEP,
         fair: bool | Keep = KEEP,
+        max_pending: int | Keep | None = KEEP,
     ) -> QueuePolicy:
         """Set the defaults of ``queue``'s jobs and how long its finished jobs are kept. A
         setting not given keeps its value; None restores the built-in default (max_attempts
@@ -249,6 +250,11 @@ class Operations(Calls):
         waiting behind it. Jobs without a group key get what the keys leave. False (or None)
         claims in pull order.
 
+        ``max_pending`` (1 to 100,000) is backpressure: a push that would make the queue hold
+        more pending jobs (ready or scheduled) is refused with :class:`QueueFullError`, so a
+        runaway producer meets resistance before the disk does. Each push to such a queue
+        counts its pending jobs up to the limit: it suits a queue meant to stay short.
+
         A queue with limits is claimed in READ COMMITTED transactions only (the worker's;
         FlowControlIsolationError otherwise). docs/guarantees.md says what each one holds to.
 
@@ -276,6 +282,7 @@ class Operations(Calls):
                 group_concurrency=group_concurrency,
                 group_ordered=group_ordered,
                 fair=fair,
+                max_pending=max_pending,
             )
         )
 

@@ -86,6 +86,8 @@ class AsyncProducer(AsyncCalls):
                 more than 3650 days ahead, or given with ``delay``; nothing is written.
             InvalidDependencyError: ``depends_on`` is not a list of job ids, or names a job
                 that is unknown here, dead-lettered or cancelled; nothing is written.
+            QueueFullError: the queue holds its ``max_pending`` pending jobs already (the SQL
+                module raises it: the transaction is aborted; push in a savepoint to go on).
         """
         call = protocol.lifecycle.push(
             self._namespace,
@@ -197,6 +199,11 @@ class AsyncProducer(AsyncCalls):
         Returns:
             one entry per payload, in order: the new job's id, or None when its unique key
             (``unique_keys[i]``) matched a live job or an earlier payload of the batch.
+
+        Raises:
+            QueueFullError: the batch would make the queue hold more than its ``max_pending``
+                pending jobs: none of it is written (the SQL module raises it: the transaction
+                is aborted; push in a savepoint to go on).
         """
         call = protocol.lifecycle.push_batch(
             self._namespace,

@@ -134,7 +134,7 @@ SELECT p.max_attempts,
        extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results,
        p.concurrency, p.rate_limit,
        extract(epoch FROM p.rate_period)::pg_catalog.float8 AS rate_period,
-       p.group_concurrency, p.group_ordered, p.fair
+       p.group_concurrency, p.group_ordered, p.fair, p.max_pending
 FROM postkit_queue.configure_queue(
     %(namespace)s, %(queue)s, %(max_attempts)s::integer,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
@@ -147,7 +147,7 @@ FROM postkit_queue.configure_queue(
     %(concurrency)s::integer, %(rate_limit)s::integer,
     %(rate_period)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
     %(group_concurrency)s::integer, %(group_ordered)s::boolean,
-    %(reset)s::pg_catalog.text[], %(fair)s::boolean) AS p;
+    %(reset)s::pg_catalog.text[], %(fair)s::boolean, %(max_pending)s::integer) AS p;
 
 -- name: set_group_weight
 SELECT postkit_queue.set_group_weight(%(namespace)s, %(queue)s, %(group_key)s, %(weight)s::integer) AS weight;
@@ -402,7 +402,7 @@ SELECT p.max_attempts,
        extract(epoch FROM p.retain_results)::pg_catalog.float8 AS retain_results,
        p.concurrency, p.rate_limit,
        extract(epoch FROM p.rate_period)::pg_catalog.float8 AS rate_period,
-       p.group_concurrency, p.group_ordered, p.fair
+       p.group_concurrency, p.group_ordered, p.fair, p.max_pending
 FROM postkit_queue.get_queue_policy(%(namespace)s, %(queue)s) AS p;
 
 -- name: ack_many

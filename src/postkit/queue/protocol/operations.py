@@ -144,6 +144,7 @@ QUEUE_SETTINGS = (
     "retain_dead",
     "max_payload_bytes",
     "retain_results",
+    "max_pending",
 )
 """The job defaults and retentions of a queue that configure_queue writes; beside them, the
 flow limits (FLOW_LIMITS)."""
@@ -218,6 +219,7 @@ def configure_queue(
     group_concurrency: int | Keep | None = KEEP,
     group_ordered: bool | Keep = KEEP,
     fair: bool | Keep = KEEP,
+    max_pending: int | Keep | None = KEEP,
 ) -> Call[QueuePolicy]:
     """Set the settings of ``queue`` that are given, keeping the others; None puts a setting
     back to its built-in default (for a flow limit: none): the SQL function's p_reset names
@@ -236,6 +238,7 @@ def configure_queue(
         "group_concurrency": group_concurrency,
         "group_ordered": group_ordered,
         "fair": fair,
+        "max_pending": max_pending,
     }
     params = check.base(
         namespace,
@@ -258,6 +261,12 @@ def configure_queue(
             bounds=limits.MAX_PAYLOAD_BYTES,
         ),
         retain_results=check.duration("retain_results", _given(retain_results)),
+        max_pending=check.integer(
+            "max_pending",
+            _given(max_pending),
+            errors.InvalidFlowControlError,
+            bounds=limits.MAX_PENDING,
+        ),
         **_flow_limits(
             concurrency=_given(concurrency),
             rate=_given(rate),

@@ -47,6 +47,9 @@ class QueuePolicy(_RecordMapping):
     fair: bool = False
     """The queue's claims are shared among its group keys by turns, each key given up to its
     weight (``set_group_weight``; 1 by default) per turn; False: claims follow pull order."""
+    max_pending: int | None = None
+    """A push that would make the queue hold more pending jobs than this is refused
+    (``QueueFullError``); None: no limit."""
 
     @property
     def rate(self) -> tuple[int, float] | None:

@@ -1,10 +1,14 @@
--- Migration 46: fair share (fair.sql). A fair queue (queue_settings.fair) shares its claims
--- among its groups by turns, each group given up to its weight (group_weights) per turn; the
--- round's state is the queue's flow_state row's, and jobs_fair_idx finds the groups with
--- pending jobs and each one's ready jobs. queue_policy, get_queue_policy, write_queue_settings
--- and configure_queue return the new setting and claim_limited takes it: their argument or
--- result lists change, so the old signatures go before the current functions are defined.
-ALTER TABLE postkit_queue.queue_settings ADD COLUMN fair boolean NOT NULL DEFAULT false;
+-- Migration 46: fair share (fair.sql) and backpressure. A fair queue (queue_settings.fair)
+-- shares its claims among its groups by turns, each group given up to its weight
+-- (group_weights) per turn; the round's state is the queue's flow_state row's, and
+-- jobs_fair_idx finds the groups with pending jobs and each one's ready jobs. A queue's
+-- max_pending refuses a push that would make it hold more pending jobs (check_room).
+-- queue_policy, get_queue_policy, write_queue_settings and configure_queue return the new
+-- settings and claim_limited takes fair: their argument or result lists change, so the old
+-- signatures go before the current functions are defined.
+ALTER TABLE postkit_queue.queue_settings
+    ADD COLUMN fair boolean NOT NULL DEFAULT false,
+    ADD COLUMN max_pending integer CHECK (max_pending BETWEEN 1 AND 100000);
 ALTER TABLE postkit_queue.flow_state
     ADD COLUMN fair_group text,
     ADD COLUMN fair_given integer NOT NULL DEFAULT 0;
@@ -29,4 +33,4 @@ DROP FUNCTION IF EXISTS postkit_queue.configure_queue(
     integer, integer, interval, integer, boolean, text[]);
 DROP FUNCTION IF EXISTS postkit_queue.claim_limited(
     text, text, integer, integer, integer, interval, integer, boolean);
--- schema: b51d451118e9f0e9
+-- schema: a0ca8fa6f737d69f

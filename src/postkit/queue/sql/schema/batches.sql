@@ -114,6 +114,8 @@ BEGIN
         PERFORM postkit_queue.check_payload(p_queue, e.value, v_policy.max_payload_bytes)
         FROM jsonb_array_elements(p_payloads) AS e;
     END IF;
+    PERFORM postkit_queue.check_room(
+        p_namespace, p_queue, v_policy.max_pending, jsonb_array_length(p_payloads));
 
     IF p_depends_on IS NOT NULL THEN
         IF jsonb_typeof(p_depends_on) <> 'array'

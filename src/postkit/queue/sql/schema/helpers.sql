@@ -68,7 +68,7 @@ RETURN 1048576;
 -- 20, visibility timeout 30 s, backoff from 1 s to 1 h, not paused, completed jobs deleted at
 -- once (retain_completed NULL), dead letters kept 30 days, payloads up to 1 MiB, results not
 -- kept (retain_results NULL), no flow limits (NULL, group_ordered false), claims in pull order
--- (fair false). Every function asks
+-- (fair false), no limit on pending jobs (max_pending NULL). Every function asks
 -- here, so the defaults live in one place (keeps_completed, keep_completed and
 -- record_outcomes read the two retentions and the limits without a default off
 -- queue_settings itself).
@@ -79,7 +79,7 @@ CREATE OR REPLACE FUNCTION postkit_queue.queue_policy(
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
     OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
-    OUT fair boolean)
+    OUT fair boolean, OUT max_pending integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -89,10 +89,11 @@ BEGIN
     SELECT s.max_attempts, s.visibility_timeout, s.backoff_base, s.backoff_cap, s.paused,
            s.retain_completed, s.retain_dead, s.max_payload_bytes, s.retain_results,
            s.concurrency, s.rate_limit, s.rate_period, s.group_concurrency, s.group_ordered,
-           s.fair
+           s.fair, s.max_pending
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
          retain_completed, retain_dead, max_payload_bytes, retain_results,
-         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair,
+         max_pending
     FROM postkit_queue.queue_settings s
     WHERE s.namespace = p_namespace AND s.queue = p_queue;
     max_attempts := coalesce(max_attempts, postkit_queue.default_max_attempts());
@@ -238,6 +239,36 @@ BEGIN
         RAISE EXCEPTION 'postkit: the payload is % bytes; queue % takes at most % '
                         '(configure_queue max_payload_bytes)',
             v_size, p_queue, p_max USING ERRCODE = 'PKQ02';
+    END IF;
+END
+$$;
+
+-- Backpressure (queue_settings.max_pending): a push of p_adding jobs to queue p_queue, which
+-- may hold at most p_max pending jobs (ready or scheduled), is refused when it would hold more
+-- (PKQ23): a runaway producer meets resistance before the disk does. It counts the queue's
+-- pending jobs in jobs_pull_idx, stopping at p_max: a push pays for what the queue holds, up to
+-- its limit, so a limit suits a queue that is meant to stay short. Pushes that commit together
+-- may each see room for themselves: the count sees committed jobs only.
+CREATE OR REPLACE FUNCTION postkit_queue.check_room(
+    p_namespace text, p_queue text, p_max integer, p_adding integer)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_pending integer;
+BEGIN
+    IF p_max IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM FROM postkit_queue.jobs j
+    WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+    LIMIT p_max;
+    GET DIAGNOSTICS v_pending = ROW_COUNT;
+    IF v_pending + p_adding > p_max THEN
+        RAISE EXCEPTION 'postkit: queue % is full: % pending jobs, and it holds at most % '
+                        '(max_pending); % more refused', p_queue, v_pending, p_max, p_adding
+            USING ERRCODE = 'PKQ23';
     END IF;
 END
 $$;

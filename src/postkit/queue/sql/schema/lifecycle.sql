@@ -39,8 +39,10 @@
 -- which it calls only when a worker waits or the queue's limits need it). The names of a queue
 -- that has a settings row were checked when the row was written (every function that writes
 -- one checks them, and no caller may write the table), so only a push to a queue without one
--- pays for check_name's regular expressions. Any other call, and any call that fails a check,
--- takes the second path, where each check raises its precise error.
+-- pays for check_name's regular expressions. Any other call, any call that fails a check, and
+-- any push to a queue with a limit on its pending jobs (max_pending: check_room, which refuses
+-- a push to a full queue, PKQ23) takes the second path, where each check raises its precise
+-- error.
 CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_namespace    text,
     p_queue        text,
@@ -65,13 +67,14 @@ DECLARE
     v_policy       record;
     v_max_attempts integer;
     v_max_payload  integer;
+    v_max_pending  integer;  -- backpressure (check_room): pushes to such a queue take the checks
     v_held_back    boolean;  -- a concurrency or group limit (notify)
     v_parents      bigint[];  -- the parents it waits for (lock_parents)
     v_depends_on   bigint[];  -- p_depends_on without duplicates, in its order
 BEGIN
-    SELECT s.max_attempts, s.max_payload_bytes,
+    SELECT s.max_attempts, s.max_payload_bytes, s.max_pending,
            s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered
-    INTO v_max_attempts, v_max_payload, v_held_back
+    INTO v_max_attempts, v_max_payload, v_max_pending, v_held_back
     FROM postkit_queue.queue_settings s
     WHERE s.namespace = p_namespace AND s.queue = p_queue;
     -- A payload straight from the client is never compressed, and then pg_column_size is
@@ -81,6 +84,7 @@ BEGIN
        AND p_payload IS NOT NULL AND p_priority BETWEEN -32768 AND 32767
        AND p_delay IS NULL AND p_max_attempts IS NULL AND p_unique_key IS NULL
        AND p_backoff_base IS NULL AND p_backoff_cap IS NULL AND p_depends_on IS NULL
+       AND v_max_pending IS NULL
        AND (p_trace_context IS NULL
             OR coalesce(postkit_queue.is_trace_context(p_trace_context), false))
        AND (p_group_key IS NULL OR coalesce(postkit_queue.is_name(p_group_key), false))
@@ -119,6 +123,7 @@ BEGIN
     PERFORM postkit_queue.check_trace_context('trace_context', p_trace_context);
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     PERFORM postkit_queue.check_payload(p_queue, p_payload, v_policy.max_payload_bytes);
+    PERFORM postkit_queue.check_room(p_namespace, p_queue, v_policy.max_pending, 1);
     IF p_depends_on IS NOT NULL THEN
         v_parents := postkit_queue.lock_parents(p_namespace, p_depends_on);
         v_depends_on := array(SELECT p.id FROM unnest(p_depends_on) WITH ORDINALITY AS p(id, n)

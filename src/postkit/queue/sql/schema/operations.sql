@@ -693,8 +693,9 @@ $$;
 -- (flow.sql): p_concurrency running jobs at most, p_rate_limit claims per p_rate_period (both
 -- or neither), p_group_concurrency running jobs per group key, p_group_ordered one job per key
 -- at a time in push order (with p_group_concurrency unset or 1); p_fair shares the queue's
--- claims among its groups (fair.sql). Pausing is separate (pause_queue). Returns the policy now
--- in force.
+-- claims among its groups (fair.sql); p_max_pending refuses a push that would make the queue
+-- hold more pending jobs (check_room). Pausing is separate (pause_queue). Returns the policy
+-- now in force.
 CREATE OR REPLACE FUNCTION postkit_queue.write_queue_settings(
     p_namespace          text,
     p_queue              text,
@@ -712,12 +713,13 @@ CREATE OR REPLACE FUNCTION postkit_queue.write_queue_settings(
     p_group_concurrency  integer  DEFAULT NULL,
     p_group_ordered      boolean  DEFAULT NULL,
     p_fair               boolean  DEFAULT NULL,
+    p_max_pending        integer  DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
     OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
-    OUT fair boolean)
+    OUT fair boolean, OUT max_pending integer)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -738,6 +740,10 @@ BEGIN
         RAISE EXCEPTION 'postkit: max_payload_bytes must be between 1 and 104857600 (100 MiB), '
                         'got %', p_max_payload_bytes USING ERRCODE = 'PKQ02';
     END IF;
+    IF p_max_pending IS NOT NULL AND p_max_pending NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'postkit: max_pending must be between 1 and 100000, got %',
+            p_max_pending USING ERRCODE = 'PKQ17';
+    END IF;
     PERFORM postkit_queue.check_flow_limits(
         p_concurrency, p_rate_limit, p_rate_period, p_group_concurrency, p_group_ordered);
     IF p_concurrency IS NOT NULL OR p_rate_limit IS NOT NULL OR p_group_concurrency IS NOT NULL
@@ -750,11 +756,13 @@ BEGIN
     INSERT INTO postkit_queue.queue_settings AS s (
         namespace, queue, max_attempts, visibility_timeout, backoff_base, backoff_cap,
         retain_completed, retain_dead, max_payload_bytes, updated_at, retain_results,
-        concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair)
+        concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair,
+        max_pending)
     VALUES (p_namespace, p_queue, p_max_attempts, p_visibility_timeout, p_backoff_base,
             p_backoff_cap, p_retain_completed, p_retain_dead, p_max_payload_bytes,
             postkit_queue.clock(), p_retain_results, p_concurrency, p_rate_limit, p_rate_period,
-            p_group_concurrency, coalesce(p_group_ordered, false), coalesce(p_fair, false))
+            p_group_concurrency, coalesce(p_group_ordered, false), coalesce(p_fair, false),
+            p_max_pending)
     ON CONFLICT (namespace, queue) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts,
         visibility_timeout = EXCLUDED.visibility_timeout,
@@ -770,7 +778,8 @@ BEGIN
         rate_period = EXCLUDED.rate_period,
         group_concurrency = EXCLUDED.group_concurrency,
         group_ordered = EXCLUDED.group_ordered,
-        fair = EXCLUDED.fair;
+        fair = EXCLUDED.fair,
+        max_pending = EXCLUDED.max_pending;
     IF p_concurrency IS NOT NULL OR p_rate_limit IS NOT NULL OR p_group_concurrency IS NOT NULL
        OR p_group_ordered OR p_fair THEN
         -- The row the queue's claims take turns on (flow.sql).
@@ -783,10 +792,11 @@ BEGIN
     SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
            p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results,
            p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered,
-           p.fair
+           p.fair, p.max_pending
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
          retain_completed, retain_dead, max_payload_bytes, retain_results,
-         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair,
+         max_pending
     FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;
@@ -800,7 +810,8 @@ $$;
 -- job completed from now on that long, for job_result), and the flow limits (flow.sql), reset
 -- by name too: 'concurrency', 'rate' (p_rate_limit claims per p_rate_period, given together),
 -- 'group_concurrency', 'group_ordered' (one job per group key at a time, in push order), and
--- 'fair' (p_fair: the claims shared among the group keys, fair.sql).
+-- 'fair' (p_fair: the claims shared among the group keys, fair.sql), and 'max_pending'
+-- (p_max_pending: a push that would make the queue hold more pending jobs is refused).
 -- Pausing is separate (pause_queue). Returns the policy now in force.
 CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
@@ -820,19 +831,20 @@ CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_group_ordered      boolean  DEFAULT NULL,
     p_reset              text[]   DEFAULT '{}',
     p_fair               boolean  DEFAULT NULL,
+    p_max_pending        integer  DEFAULT NULL,
     OUT max_attempts integer, OUT visibility_timeout interval,
     OUT backoff_base interval, OUT backoff_cap interval, OUT paused boolean,
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
     OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
-    OUT fair boolean)
+    OUT fair boolean, OUT max_pending integer)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_settings CONSTANT text[] := ARRAY['max_attempts', 'visibility_timeout', 'backoff_base',
         'backoff_cap', 'retain_completed', 'retain_dead', 'max_payload_bytes', 'retain_results',
-        'concurrency', 'rate', 'group_concurrency', 'group_ordered', 'fair'];
+        'concurrency', 'rate', 'group_concurrency', 'group_ordered', 'fair', 'max_pending'];
     v_unknown  text;
     v_current  postkit_queue.queue_settings;
 BEGIN
@@ -860,7 +872,8 @@ BEGIN
     -- write_queue_settings checks every value and writes the row (under the lock held above).
     SELECT * INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
                   retain_completed, retain_dead, max_payload_bytes, retain_results,
-                  concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
+                  concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair,
+                  max_pending
     FROM postkit_queue.write_queue_settings(
         p_namespace, p_queue,
         CASE WHEN 'max_attempts' = ANY (p_reset) THEN NULL
@@ -892,7 +905,9 @@ BEGIN
         CASE WHEN 'group_ordered' = ANY (p_reset) THEN false
              ELSE coalesce(p_group_ordered, v_current.group_ordered) END,
         CASE WHEN 'fair' = ANY (p_reset) THEN false
-             ELSE coalesce(p_fair, v_current.fair) END);
+             ELSE coalesce(p_fair, v_current.fair) END,
+        CASE WHEN 'max_pending' = ANY (p_reset) THEN NULL
+             ELSE coalesce(p_max_pending, v_current.max_pending) END);
 END
 $$;
 
@@ -1366,7 +1381,7 @@ CREATE OR REPLACE FUNCTION postkit_queue.get_queue_policy(
     OUT retain_completed interval, OUT retain_dead interval, OUT max_payload_bytes integer,
     OUT retain_results interval, OUT concurrency integer, OUT rate_limit integer,
     OUT rate_period interval, OUT group_concurrency integer, OUT group_ordered boolean,
-    OUT fair boolean)
+    OUT fair boolean, OUT max_pending integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1376,10 +1391,11 @@ BEGIN
     SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
            p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results,
            p.concurrency, p.rate_limit, p.rate_period, p.group_concurrency, p.group_ordered,
-           p.fair
+           p.fair, p.max_pending
     INTO max_attempts, visibility_timeout, backoff_base, backoff_cap, paused,
          retain_completed, retain_dead, max_payload_bytes, retain_results,
-         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair
+         concurrency, rate_limit, rate_period, group_concurrency, group_ordered, fair,
+         max_pending
     FROM postkit_queue.queue_policy(p_namespace, p_queue) AS p;
 END
 $$;

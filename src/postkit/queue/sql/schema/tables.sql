@@ -302,6 +302,9 @@ CREATE TABLE postkit_queue.queue_settings (
     -- Whether the queue's claims are shared fairly among its group keys (fair.sql), by their
     -- weights (group_weights). Last in the row, where version 46 added it.
     fair               boolean     NOT NULL DEFAULT false,
+    -- Backpressure: a push that would make the queue hold more pending jobs than this is
+    -- refused (check_room); NULL: no limit. Version 46 added it.
+    max_pending        integer     CHECK (max_pending BETWEEN 1 AND 100000),
     CONSTRAINT queue_settings_rate_check CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
     CONSTRAINT queue_settings_ordered_check
         CHECK (NOT group_ordered OR group_concurrency IS NULL OR group_concurrency = 1),
