@@ -22,7 +22,7 @@
 --   ready, adds a range scan of it that stops at the jobs it takes, and a queue with weights one
 --   probe of group_weights. A claim visits at most max_fair_visits() groups, stops once a whole
 --   round gave nothing (its walk went back to the first group twice with nothing taken in
---   between), and locks what it chose in one statement at the end.
+--   between); claim_limited locks what it chose in one statement.
 -- - Jobs without a group key share what the groups leave: a claim that the round did not fill
 --   takes them from the head of jobs_pull_idx, looking at most at max_fair_visits() ready jobs.
 -- - The group limits (flow.sql) hold within a turn: group_concurrency caps it by what of the
@@ -36,10 +36,11 @@ RETURNS integer
 LANGUAGE sql IMMUTABLE
 RETURN 1000;
 
--- claim_fair: choose and lock up to p_limit ready jobs of fair queue p_queue at p_now (the
--- turn's clock), going round its groups from p_group, which was given p_given jobs in its turn
--- so far (see above). Returns their ids and where the round stands now, which claim_limited
--- keeps in flow_state. Only its caller, under the queue's turn, may call it.
+-- claim_fair: choose up to p_limit ready jobs of fair queue p_queue at p_now (the turn's clock),
+-- going round its groups from p_group, which was given p_given jobs in its turn so far (see
+-- above). Returns their ids, which claim_limited then locks as it locks a group claim's, and
+-- where the round stands now, which it keeps in flow_state. Only its caller, under the queue's
+-- turn, may call it.
 CREATE OR REPLACE FUNCTION postkit_queue.claim_fair(
     p_namespace         text,
     p_queue             text,
@@ -49,7 +50,7 @@ CREATE OR REPLACE FUNCTION postkit_queue.claim_fair(
     p_given             integer,
     p_group_concurrency integer,
     p_group_ordered     boolean,
-    OUT ids             bigint[],
+    OUT chosen          bigint[],
     OUT fair_group      text,
     OUT fair_given      integer)
 LANGUAGE plpgsql
@@ -71,9 +72,9 @@ DECLARE
     -- How many jobs the claim held when its walk last went back to the first group: going
     -- back again with no more taken since, the claim ends (a whole round gave nothing).
     v_wrap_had  integer;
-    v_chosen    bigint[] := '{}';
+    v_chosen    bigint[] := '{}';  -- in the order taken
     v_groups    text[] := '{}';  -- the group of each job of v_chosen, for the group limits
-    v_locked    bigint;
+    v_id        bigint;
     v_oldest    record;
     v_candidate record;
 BEGIN
@@ -129,7 +130,7 @@ BEGIN
                     v_took := 1;
                 END IF;
                 IF v_took < v_want THEN
-                    FOR v_locked IN
+                    FOR v_id IN
                         SELECT j.id FROM postkit_queue.jobs j
                         WHERE j.namespace = p_namespace AND j.queue = p_queue
                           AND j.state = 'pending' AND j.group_key = fair_group
@@ -137,7 +138,7 @@ BEGIN
                         ORDER BY j.priority DESC, j.run_at, j.id
                         LIMIT v_want - v_took
                     LOOP
-                        v_chosen[cardinality(v_chosen) + 1] := v_locked;
+                        v_chosen[cardinality(v_chosen) + 1] := v_id;
                         v_groups[cardinality(v_groups) + 1] := fair_group;
                         v_took := v_took + 1;
                     END LOOP;
@@ -198,18 +199,7 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Lock what was chosen, as claim_limited locks a group claim's: primary-key lookups of its
-    -- ids; one another transaction holds (an operator's cancel, say), or that left the queue
-    -- meanwhile, is skipped. Only such transactions lock pending rows while the claims of the
-    -- queue take turns.
-    ids := '{}';
-    FOR v_locked IN
-        SELECT j.id FROM postkit_queue.jobs j
-        WHERE j.namespace = p_namespace AND j.id = ANY (v_chosen) AND j.state = 'pending'
-        FOR UPDATE SKIP LOCKED
-    LOOP
-        ids[cardinality(ids) + 1] := v_locked;
-    END LOOP;
+    chosen := v_chosen;
 END
 $$;
 

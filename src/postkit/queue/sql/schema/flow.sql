@@ -134,7 +134,7 @@ BEGIN
         SELECT * INTO v_round
         FROM postkit_queue.claim_fair(p_namespace, p_queue, v_allowed, v_now, v_window.fair_group,
                                       v_window.fair_given, p_group_concurrency, p_group_ordered);
-        v_ids := v_round.ids;
+        v_ids := v_round.chosen;
         IF v_round.fair_group IS DISTINCT FROM v_window.fair_group
            OR v_round.fair_given <> v_window.fair_given THEN
             UPDATE postkit_queue.flow_state f
@@ -212,6 +212,8 @@ BEGIN
             v_keys := v_keys || v_candidate.group_key;
             EXIT WHEN cardinality(v_ids) >= v_allowed;
         END LOOP;
+    END IF;
+    IF p_fair OR p_group_concurrency IS NOT NULL OR p_group_ordered THEN
         -- Lock what was taken: primary-key lookups of its ids; a job another transaction
         -- holds (an operator's cancel, say) or that left the queue meanwhile is skipped. No
         -- ORDER BY: SKIP LOCKED never waits, so the order rows are locked in cannot deadlock,
