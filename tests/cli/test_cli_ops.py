@@ -787,6 +787,21 @@ def test_queue_configure_sets_and_lifts_max_pending(run: Run, client: QueueClien
     assert lifted["max_pending"] is None
 
 
+def test_queue_weight_shows_a_key_written_by_hand_in_sql_escaped_on_one_line(
+    run: Run, client: QueueClient
+) -> None:
+    client.cursor.execute(
+        "INSERT INTO postkit_queue.group_weights VALUES (%s, 'reports', %s, 7, now())",
+        (client.namespace, "evil\n\x1b[31mkey"),
+    )
+    commit(client)
+
+    lines = ok(run("queue", "weight", "reports")).output.splitlines()
+
+    assert lines[0].split() == ["GROUP", "KEY", "WEIGHT"]
+    assert len(lines) == 2 and "\x1b" not in lines[1] and lines[1].endswith("7")
+
+
 def test_queue_weight_refuses_a_weight_out_of_range_and_a_key_without_one(run: Run) -> None:
     assert "1000" in fails_cleanly(run("queue", "weight", "reports", "acme", "1001"), code=2)
     assert "WEIGHT" in fails_cleanly(run("queue", "weight", "reports", "acme"), code=2)

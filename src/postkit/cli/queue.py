@@ -19,6 +19,7 @@ from postkit.cli.output import (
     format_duration,
     plural,
     render_fields,
+    render_table,
 )
 from postkit.queue import QueueClient, QueuePolicy, limits
 from postkit.queue.records import to_jsonable
@@ -453,7 +454,8 @@ def queue_weight(
             elif not weights:
                 click.echo(f"No group key of queue {queue} has a weight of its own: each weighs 1.")
             else:
-                click.echo(render_fields([(key, value) for key, value in weights.items()]))
+                rows = list(weights.items())
+                click.echo(render_table(["GROUP KEY", "WEIGHT"], rows, right=["WEIGHT"]))
             return
         new_weight = None if weight == RESET or weight is None else int(weight)
         set_to = client.set_group_weight(queue, group_key, new_weight)
