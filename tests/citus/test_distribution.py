@@ -156,6 +156,9 @@ ON_THE_COORDINATOR = {
     "write_queue_settings",
     "fire_schedule",
     "fire_schedule_run",
+    # A waiting worker's listener records its own backend (pg_backend_pid), the coordinator's.
+    "wait_for_slot",
+    "stop_waiting",
 }
 
 

@@ -251,7 +251,15 @@ def test_every_call_that_may_notify_runs_on_the_coordinator_or_is_a_workers_call
     delegated = {function.name for function, _, _ in functions if function.namespace_parameter}
     delegated = (delegated & api) - on_the_coordinator
     assert sorted(notifying & delegated) == sorted(WAKE_UPS_LEFT_TO_THE_POLL)
-    assert on_the_coordinator <= notifying, "listed without cause"
+    assert on_the_coordinator - RECORD_THE_CALLERS_BACKEND <= notifying, "listed without cause"
+    for function, _, source in functions:
+        if function.name in RECORD_THE_CALLERS_BACKEND:
+            assert "pg_backend_pid()" in source, function.name
+
+
+# The calls that record the calling backend, a waiting worker's listener (pg_backend_pid): on
+# Citus they run on the coordinator, where the listener's backend is, as the notifying ones do.
+RECORD_THE_CALLERS_BACKEND = {"wait_for_slot", "stop_waiting"}
 
 
 def test_no_modification_holds_what_citus_refuses_in_one(

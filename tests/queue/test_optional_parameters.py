@@ -104,3 +104,13 @@ def test_ack_many_sends_results_only_when_given(results: list[str] | None) -> No
     call = protocol.lifecycle.ack_many("app", [job], results)
 
     assert ("p_results" in call.sql) is (results is not None)
+
+
+def test_every_statement_ends_with_its_own_sql_so_that_a_call_can_be_wrapped() -> None:
+    """A comment written above a ``-- name:`` line belongs to the statement before it, after
+    its semicolon: a call committed asynchronously, which wraps its statement in parentheses,
+    would send that semicolon inside them."""
+    for name, body in queries().items():
+        code = "\n".join(line.partition("--")[0] for line in body.splitlines())
+        assert ";" not in code, name
+        assert not body.splitlines()[-1].lstrip().startswith("--"), name

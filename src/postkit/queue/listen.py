@@ -126,8 +126,9 @@ class WorkListener:
 
         Requests a wake-up first (``postkit_queue.request_wakeup``: a push notifies only a
         queue on which a worker asked, and only the first push after the request does; a queue
-        with a concurrency or group limit notifies at every change), then
-        returns at once when a job of these queues is already due. Otherwise waits for a
+        with a concurrency or group limit notifies at every change, and wakes one of the
+        listeners waiting for its slots, the longest waiting, on its :attr:`wake_channel`),
+        then returns at once when a job of these queues is already due. Otherwise waits for a
         notification, but no longer than until the earliest delayed job falls due.
 
         After a new request, the wait is cut into short ones, :data:`FIRST_RECHECK` seconds and
@@ -146,29 +147,38 @@ class WorkListener:
         """
         self.listen()
         deadline = time.monotonic() + timeout
-        recheck = (
-            FIRST_RECHECK
-            if self._run(protocol.lifecycle.request_wakeup(self._namespace, self._queues))
-            else timeout
-        )
+        request = self._run(protocol.lifecycle.request_wakeup(self._namespace, self._queues))
+        recheck = FIRST_RECHECK if request.made else timeout
         while True:
             due = self._run(protocol.lifecycle.next_run_at(self._namespace, self._queues))
             if due.seconds is not None and due.seconds <= 0:
-                return True
+                return self._end_wait(request, handed_a_slot=False, result=True)
             now = time.monotonic()
             until = deadline if due.seconds is None else min(deadline, now + due.seconds)
             wait_until = min(until, now + recheck)
             recheck *= 2
-            woken = False
+            woken = handed_a_slot = False
             for notify in self._connection.notifies(
                 timeout=max(wait_until - now, 0.0), stop_after=1
             ):
                 woken = self._is_work(notify) or woken
+                handed_a_slot = notify.channel == self.wake_channel or handed_a_slot
             if woken:
                 self.notifications += 1
-                return True
+                return self._end_wait(request, handed_a_slot=handed_a_slot, result=True)
             if wait_until >= until:
-                return until < deadline
+                return self._end_wait(request, handed_a_slot=False, result=until < deadline)
+
+    def _end_wait(
+        self, request: protocol.lifecycle.WakeupRequest, *, handed_a_slot: bool, result: bool
+    ) -> bool:
+        """End a wait that recorded this listener among the workers waiting for a slot
+        (``request.waiting``), unless a transaction that freed one woke it on its wake channel
+        and took the record already: a slot freed later must wake a worker that still waits.
+        Returns ``result``."""
+        if request.waiting and not handed_a_slot:
+            self._run(protocol.lifecycle.stop_waiting(self._namespace))
+        return result
 
     def poll(self) -> bool:
         """Read the notifications that have arrived, without waiting (the cancels go to

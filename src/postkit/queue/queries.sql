@@ -227,7 +227,13 @@ SELECT postkit_queue.release(
     %(namespace)s, %(job_id)s::bigint, %(worker_id)s, %(claim_token)s::pg_catalog.uuid);
 
 -- name: request_wakeup
-SELECT postkit_queue.request_wakeup(%(namespace)s, %(queues)s::pg_catalog.text[]) AS made;
+-- One statement, one transaction: the request, and the wait for the slots of the queues a limit
+-- holds back, recorded for the calling backend, the listener's.
+SELECT postkit_queue.request_wakeup(%(namespace)s, %(queues)s::pg_catalog.text[]) AS made,
+       postkit_queue.wait_for_slot(%(namespace)s, %(queues)s::pg_catalog.text[]) AS waiting;
+
+-- name: stop_waiting
+SELECT postkit_queue.stop_waiting(%(namespace)s) AS stopped;
 
 -- name: next_run_at
 SELECT postkit_queue.next_run_at(%(namespace)s, %(queues)s::pg_catalog.text[]) AS next_run_at,

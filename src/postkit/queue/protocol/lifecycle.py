@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -314,12 +315,34 @@ def next_run_at(namespace: str, queues: list[str]) -> Call[NextDue]:
     )
 
 
-def request_wakeup(namespace: str, queues: list[str]) -> Call[bool]:
-    """Ask to be notified by the next transaction that makes a job of these queues ready (run
-    it in a transaction of its own, before the last look for jobs). True when it made a
-    request that was not there (see ``WorkListener.wait_for_work``)."""
+@dataclass(frozen=True)
+class WakeupRequest:
+    """What :func:`request_wakeup` did."""
+
+    made: bool
+    """It made a request that was not there (see ``WorkListener.wait_for_work``)."""
+    waiting: bool
+    """The calling backend waits for a slot of some of the queues, which a concurrency or group
+    limit holds back (``postkit_queue.wait_for_slot``): a wake-up for another reason calls
+    :func:`stop_waiting`."""
+
+
+def request_wakeup(namespace: str, queues: list[str]) -> Call[WakeupRequest]:
+    """Ask to be notified by the next transaction that makes a job of these queues ready, and
+    to be woken, alone, by one that frees a slot of those a limit holds back (run it in a
+    transaction of its own, on the listening connection, before the last look for jobs)."""
     params = check.base(namespace, queues=check.queue_list(queues))
-    return Call("request_wakeup", params, lambda rows: bool(rows[0]["made"]))
+    return Call(
+        "request_wakeup",
+        params,
+        lambda rows: WakeupRequest(bool(rows[0]["made"]), bool(rows[0]["waiting"])),
+    )
+
+
+def stop_waiting(namespace: str) -> Call[int]:
+    """The calling backend waits for no slot of the namespace any more (its listener woke for
+    another reason); how many waits it ended."""
+    return Call("stop_waiting", check.base(namespace), lambda rows: int(read.scalar(rows)))
 
 
 def next_schedule_at(namespace: str) -> Call[NextDue]:

@@ -196,7 +196,9 @@ BEGIN
         FROM input i LEFT JOIN inserted ON inserted.id = i.id
         ORDER BY i.ordinality;
     END IF;
-    PERFORM postkit_queue.notify(p_namespace, p_queue);
+    -- One waiting worker per job, in a queue whose limit holds its workers back.
+    PERFORM postkit_queue.notify(p_namespace, p_queue,
+                                 p_wake => jsonb_array_length(p_payloads));
 END
 $$;
 

@@ -167,6 +167,8 @@ BEGIN
     -- (a retry due at once, a rescued job, a freed flow slot, a kept result) reaches the
     -- listeners when the call is made in a transaction block, and else at their fallback poll.
     -- tests/citus checks that every other function that may notify is listed here.
+    -- wait_for_slot and stop_waiting run there too: they record the calling backend, the
+    -- listener's (pg_backend_pid), which a delegated call would take for a node's.
     FOR v_function, v_delegated, placement IN
         SELECT p.oid::regprocedure, w.delegated,
                CASE WHEN w.delegated THEN 'delegated to the node of its namespace'
@@ -180,7 +182,7 @@ BEGIN
                           'resume_queue', 'configure_queue', 'write_queue_settings',
                           'fire_schedule', 'fire_schedule_run', 'cancel', 'cancel_queue',
                           'cancel_tree', 'cancel_run', 'purge_queue', 'purge_queue_before',
-                          'send_event'])) w(delegated)
+                          'send_event', 'wait_for_slot', 'stop_waiting'])) w(delegated)
         WHERE p.pronamespace = 'postkit_queue'::regnamespace
           AND p.proname <> 'distribute_on_citus'
         ORDER BY p.oid::regprocedure::text

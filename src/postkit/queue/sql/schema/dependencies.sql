@@ -238,7 +238,8 @@ BEGIN
         END IF;
     END LOOP;
     FOREACH v_queue IN ARRAY v_queues LOOP
-        PERFORM postkit_queue.notify(p_namespace, v_queue);
+        -- Any number of children: every waiting worker of their queue may claim.
+        PERFORM postkit_queue.notify(p_namespace, v_queue, p_wake => NULL);
     END LOOP;
 END
 $$;

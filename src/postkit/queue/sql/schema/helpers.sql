@@ -762,15 +762,89 @@ BEGIN
 END
 $$;
 
+-- wait_for_slot: a worker about to wait for work on these queues asks to be woken, alone, when
+-- a slot frees or a job becomes ready in each of them that a concurrency or group limit holds
+-- back (notify, below). Its listener's backend waits in slot_waiters; the transaction that
+-- wakes it notifies that backend's own channel (postkit_wake_<pid>, WorkListener.wake_channel),
+-- so the release of a concurrency-1 queue wakes one of its waiting workers, not all of them.
+-- Call it on the connection that LISTENs, with request_wakeup. Returns whether it waits on
+-- any queue: then the listener calls stop_waiting when it wakes for another reason. A queue
+-- without such a limit is not recorded: its pushes notify through request_wakeup's requests.
+CREATE OR REPLACE FUNCTION postkit_queue.wait_for_slot(p_namespace text, p_queues text[])
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_queue   text;
+    v_waiting boolean := false;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_queue_names(p_queues);
+    FOR v_queue IN
+        SELECT s.queue FROM postkit_queue.queue_settings s
+        WHERE s.namespace = p_namespace AND s.queue = ANY (p_queues)
+          AND (s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered)
+        ORDER BY 1
+    LOOP
+        v_waiting := true;
+        -- A plain read first: a row that a waking transaction still in progress deletes is
+        -- left to it (it notifies this backend when it commits), never waited for.
+        PERFORM FROM postkit_queue.slot_waiters w
+        WHERE w.namespace = p_namespace AND w.queue = v_queue AND w.pid = pg_backend_pid();
+        IF NOT FOUND THEN
+            INSERT INTO postkit_queue.slot_waiters (namespace, queue, pid, since)
+            VALUES (p_namespace, v_queue, pg_backend_pid(), clock_timestamp())
+            ON CONFLICT (namespace, queue, pid) DO NOTHING;
+            -- A lost row costs a notification to every listener of the queue (notify).
+            PERFORM set_config('synchronous_commit', 'off', true);
+        END IF;
+    END LOOP;
+    RETURN v_waiting;
+END
+$$;
+
+-- stop_waiting: the calling backend waits for no slot of the namespace any more (wait_for_slot):
+-- its listener woke for another reason, and a slot must wake a worker that still waits. A row
+-- that a waking transaction still in progress holds is skipped, never waited for: that one
+-- deletes it and notifies this backend, a wake-up the worker takes as a look for work. Returns
+-- how many rows it deleted.
+CREATE OR REPLACE FUNCTION postkit_queue.stop_waiting(p_namespace text)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_queue   text;
+    v_deleted integer := 0;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    FOR v_queue IN
+        SELECT w.queue FROM postkit_queue.slot_waiters w
+        WHERE w.namespace = p_namespace AND w.pid = pg_backend_pid()
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        DELETE FROM postkit_queue.slot_waiters w
+        WHERE w.namespace = p_namespace AND w.queue = v_queue AND w.pid = pg_backend_pid();
+        v_deleted := v_deleted + 1;
+    END LOOP;
+    RETURN v_deleted;
+END
+$$;
+
 -- Wake the workers waiting on a queue, when the current transaction commits: every change that
--- makes a job ready calls it, after its write. It notifies only when a worker asked to be woken
--- (request_wakeup, above), and only the transaction that takes the request (clears it) does.
--- PostgreSQL holds NOTIFY's lock, one for the whole database, from the start of a notifying
--- commit to its end, WAL flush included, so notifying commits run one at a time: 16 producers
--- pushing a job each lost three quarters of their rate to it, and while workers drained, their
--- queue on that lock fed itself (benchmarks/results/producers.md). Now a producer that finds no
--- request (every worker busy, or one woken already) reads one row and commits as any
--- transaction does, and each request costs one notifying commit.
+-- makes a job ready or frees a slot calls it, after its write.
+--
+-- A queue without a concurrency or group limit notifies its channel only when a worker asked
+-- to be woken (request_wakeup, above), and only the transaction that takes the request (clears
+-- it) does. PostgreSQL holds NOTIFY's lock, one for the whole database, from the start of a
+-- notifying commit to its end, WAL flush included, so notifying commits run one at a time: 16
+-- producers pushing a job each lost three quarters of their rate to it, and while workers
+-- drained, their queue on that lock fed itself (benchmarks/results/producers.md). Now a
+-- producer that finds no request (every worker busy, or one woken already) reads one row and
+-- commits as any transaction does, and each request costs one notifying commit.
 --
 -- The request is taken with SKIP LOCKED: a transaction that finds it taken by another still in
 -- progress leaves the notification to that one and never waits for it. If that one is long,
@@ -780,14 +854,21 @@ $$;
 -- because it pushed while the request was being made. A notification that cannot be raised
 -- here (notify = off, a Citus worker node) leaves the request for one that can.
 --
--- A queue with a concurrency or group limit notifies without a request, as every change did
--- before requests: its workers' look (next_run_at) leaves its ready jobs out, since the limit
--- may hold them back, so it cannot find a job that no notification announced, and its
--- listeners need the notifications sent while they were busy, which wait on their connection.
+-- A queue with a concurrency or group limit is held back: its workers' look (next_run_at)
+-- leaves its ready jobs out, since the limit may hold them back, so no look finds a job that
+-- no notification announced, and every change notifies, without a request. It wakes at most
+-- p_wake of the workers waiting for its slots (wait_for_slot), the longest waiting first, each
+-- on its listener's own channel: a slot freed wakes one worker, where a notification on the
+-- queue's channel woke every worker that listens there to claim it (a herd of empty claims).
+-- The rows are taken with SKIP LOCKED, so that two releases wake two workers. A backend that
+-- is gone (pg_stat_get_activity finds no such process) is not counted. With no worker
+-- waiting, or p_wake NULL (a limit changed, a queue resumed: every worker may claim), it
+-- notifies the queue's channel: busy workers read that notification when they next wait, as
+-- they read every notification sent meanwhile.
 -- p_held_back says whether the queue has such a limit, when the caller read it already (push
 -- reads the queue's settings row anyway); NULL: read it here.
 CREATE OR REPLACE FUNCTION postkit_queue.notify(
-    p_namespace text, p_queue text, p_held_back boolean DEFAULT NULL)
+    p_namespace text, p_queue text, p_held_back boolean DEFAULT NULL, p_wake integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -795,26 +876,49 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_held_back boolean := p_held_back;
+    v_pid       integer;
+    v_woken     integer := 0;
 BEGIN
-    -- A primary-key probe of wakeups.
-    PERFORM FROM postkit_queue.wakeups w
-    WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.requested_at IS NOT NULL
-    FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        IF postkit_queue.send_notification(
+    IF v_held_back IS NULL THEN
+        -- A primary-key probe of queue_settings.
+        SELECT s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered
+        INTO v_held_back
+        FROM postkit_queue.queue_settings s
+        WHERE s.namespace = p_namespace AND s.queue = p_queue;
+    END IF;
+    IF NOT coalesce(v_held_back, false) THEN
+        -- A primary-key probe of wakeups.
+        PERFORM FROM postkit_queue.wakeups w
+        WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.requested_at IS NOT NULL
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND AND postkit_queue.send_notification(
                 postkit_queue.channel_name(p_namespace, p_queue), '') THEN
             UPDATE postkit_queue.wakeups w SET requested_at = NULL
             WHERE w.namespace = p_namespace AND w.queue = p_queue;
         END IF;
         RETURN;
     END IF;
-    IF v_held_back IS NULL THEN
-        SELECT s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL OR s.group_ordered
-        INTO v_held_back
-        FROM postkit_queue.queue_settings s
-        WHERE s.namespace = p_namespace AND s.queue = p_queue;
+    IF p_wake <= 0 THEN
+        RETURN;  -- nothing became ready (an empty batch)
+    ELSIF p_wake IS NOT NULL THEN
+        -- The primary key's range of the queue: its waiting workers, a few rows.
+        FOR v_pid IN
+            SELECT w.pid FROM postkit_queue.slot_waiters w
+            WHERE w.namespace = p_namespace AND w.queue = p_queue
+            ORDER BY w.since, w.pid
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            -- A node that cannot notify (notify = off, a Citus worker node) leaves every row.
+            EXIT WHEN NOT postkit_queue.send_notification('postkit_wake_' || v_pid, '');
+            DELETE FROM postkit_queue.slot_waiters w
+            WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.pid = v_pid;
+            IF EXISTS (SELECT FROM pg_stat_get_activity(v_pid)) THEN
+                v_woken := v_woken + 1;
+                EXIT WHEN v_woken >= p_wake;
+            END IF;
+        END LOOP;
     END IF;
-    IF v_held_back THEN
+    IF v_woken = 0 THEN
         PERFORM postkit_queue.send_notification(
             postkit_queue.channel_name(p_namespace, p_queue), '');
     END IF;
@@ -940,7 +1044,7 @@ BEGIN
             FROM postkit_queue.queue_settings s
             WHERE s.namespace = p_namespace AND s.queue = v_queue;
             IF v_limited THEN
-                PERFORM postkit_queue.notify(p_namespace, v_queue, true);
+                PERFORM postkit_queue.notify(p_namespace, v_queue, true, v_jobs::integer);
             END IF;
         END IF;
     END LOOP;

@@ -786,8 +786,8 @@ BEGIN
         INSERT INTO postkit_queue.flow_state (namespace, queue) VALUES (p_namespace, p_queue)
         ON CONFLICT (namespace, queue) DO NOTHING;
     END IF;
-    -- Waiting workers look again: a limit raised or lifted may let them claim now.
-    PERFORM postkit_queue.notify(p_namespace, p_queue);
+    -- Waiting workers look again, all of them: a limit raised or lifted may let them claim now.
+    PERFORM postkit_queue.notify(p_namespace, p_queue, p_wake => NULL);
 
     SELECT p.max_attempts, p.visibility_timeout, p.backoff_base, p.backoff_cap, p.paused,
            p.retain_completed, p.retain_dead, p.max_payload_bytes, p.retain_results,
@@ -929,7 +929,8 @@ BEGIN
     ON CONFLICT (namespace, queue) DO UPDATE
     SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at;
     IF NOT p_paused THEN
-        PERFORM postkit_queue.notify(p_namespace, p_queue);  -- waiting workers may pull again
+        -- Every waiting worker may pull again.
+        PERFORM postkit_queue.notify(p_namespace, p_queue, p_wake => NULL);
     END IF;
     RETURN p_paused;
 END

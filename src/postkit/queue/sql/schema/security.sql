@@ -518,7 +518,7 @@ BEGIN
     FOREACH v_table IN ARRAY ARRAY['jobs', 'dead_letters', 'completed_jobs', 'job_results',
                                    'job_dependencies', 'job_ancestry', 'cancelled_jobs',
                                    'queue_stats', 'queue_settings', 'flow_state', 'schedules',
-                                   'workers', 'wakeups', 'workflow_steps',
+                                   'workers', 'wakeups', 'slot_waiters', 'workflow_steps',
                                    'workflow_events', 'group_weights'] LOOP
         v_policy := postkit_queue.tenant_policy(v_table);
         EXECUTE format('ALTER TABLE postkit_queue.%I ENABLE ROW LEVEL SECURITY', v_table);
@@ -550,7 +550,8 @@ WITH listed (name, access) AS (VALUES
     ('extend_visibility', 'worker'), ('release', 'worker'), ('tick_timeouts', 'worker'),
     ('report_progress', 'worker'), ('record_step', 'worker'), ('park', 'worker'),
     ('wait_event', 'worker'), ('await_jobs', 'worker'),
-    ('next_run_at', 'worker'), ('request_wakeup', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
+    ('next_run_at', 'worker'), ('request_wakeup', 'worker'), ('wait_for_slot', 'worker'),
+    ('stop_waiting', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
     ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
     ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),
     ('dead_letters', 'worker'), ('search_dead_letters', 'worker'),

@@ -416,6 +416,20 @@ CREATE TABLE postkit_queue.wakeups (
     PRIMARY KEY (namespace, queue)
 ) WITH (fillfactor = 50);
 
+-- Workers waiting for a slot of a queue that a concurrency or group limit holds back: a row per
+-- waiting listener, by its backend (wait_for_slot). A transaction that frees a slot or makes a
+-- job ready there wakes the longest waiting of them, one per slot, on that listener's own
+-- channel, and deletes its row (notify, helpers.sql): a release wakes one worker, not every
+-- worker that LISTENs on the queue's channel. A listener that wakes for another reason deletes
+-- its rows (stop_waiting); a backend that is gone is skipped and its row deleted.
+CREATE TABLE postkit_queue.slot_waiters (
+    namespace text        NOT NULL,
+    queue     text        NOT NULL,
+    pid       integer     NOT NULL,
+    since     timestamptz NOT NULL,
+    PRIMARY KEY (namespace, queue, pid)
+);
+
 -- Recurring jobs: a schedule pushes a job to a queue on a 5-field cron expression in a time
 -- zone, or every fixed interval. The SDK computes each next run time (croniter); the database
 -- owns which schedules are due and fires each due run exactly once, however many tickers run.
