@@ -830,6 +830,18 @@ def test_stats_shows_running_against_the_limit_and_a_rate_limited_queue(
     assert row["concurrency"] == 20 and row["rate_limited_until"] is not None
 
 
+def test_stats_shows_a_queue_at_its_max_pending_as_full(run: Run, client: QueueClient) -> None:
+    client.configure_queue("imports", max_pending=2)
+    client.push_batch("imports", [{}, {}])
+    commit(client)
+
+    table = ok(run("stats")).output.splitlines()
+    (row,) = as_json(run("stats", "--json"))
+
+    assert table[1].split()[:3] == ["imports", "full", "2"]
+    assert row["max_pending"] == 2
+
+
 # -------------------------------------------------------------------------------------------
 # job
 # -------------------------------------------------------------------------------------------

@@ -124,3 +124,19 @@ def test_a_failing_read_fails_the_scrape() -> None:
 
     with pytest.raises(psycopg.OperationalError, match="connection refused"):
         generate_latest(registry)
+
+
+def test_a_queue_with_backpressure_has_its_max_pending_and_one_without_has_none(
+    client: QueueClient, namespace: str
+) -> None:
+    client.configure_queue("imports", max_pending=500)
+    client.push("emails", {})
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(lambda: [(namespace, client.stats())]))
+
+    samples = parse(generate_latest(registry).decode())
+
+    assert value(samples, "postkit_queue_max_pending", namespace=namespace, queue="imports") == 500
+    assert values(samples, "postkit_queue_max_pending", "queue", namespace=namespace) == {
+        "imports": 500
+    }

@@ -95,3 +95,15 @@ def test_a_max_pending_out_of_range_is_refused_before_anything_is_sent(
 ) -> None:
     with pytest.raises(errors.InvalidFlowControlError, match="max_pending"):
         limited.configure_queue(Q, max_pending=value)
+
+
+def test_stats_shows_the_limit_and_a_queue_at_it_as_full(limited: QueueClient) -> None:
+    limited.push_batch(Q, [{}, {}])
+    (below,) = limited.stats(Q)
+    limited.push(Q, {}, delay=60)
+    (at_the_limit,) = limited.stats(Q)
+    (unlimited,) = limited.stats("other")
+
+    assert (below.max_pending, below.full) == (3, False)
+    assert (at_the_limit.max_pending, at_the_limit.full) == (3, True)
+    assert (unlimited.max_pending, unlimited.full) == (None, False)

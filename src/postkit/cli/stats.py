@@ -60,9 +60,10 @@ def stats(
 
     PENDING jobs are ready now, SCHEDULED ones wait for their run time (a delay or a retry's
     backoff), RUNNING ones are claimed, DEAD ones wait in the dead-letter queue (redriven ones
-    are not counted); a queue with a concurrency limit shows RUNNING against it (3/20), and
-    STATE is rate-limited while its rate limit holds claims back (`postkit queue configure`
-    sets both). OLDEST is how long the oldest ready job has waited. The last hour's
+    are not counted); a queue with a concurrency limit shows RUNNING against it (3/20);
+    STATE is rate-limited while its rate limit holds claims back, and full while its pending
+    and scheduled jobs reach its --max-pending, which refuses pushes (`postkit queue
+    configure` sets all three). OLDEST is how long the oldest ready job has waited. The last hour's
     outcomes (docs/concepts.md): COMPLETED by an ack, DEAD-LETTERED, RETRIED after a nack,
     RESCUED by tick_timeouts from an expired claim; ATTEMPTS is the mean attempts of the jobs
     completed. Counts stop at 100,000 (shown as 100000+), so stats stays fast on any backlog.
@@ -106,8 +107,8 @@ def _stats_table(
 ) -> str:
     """The stats table; with ``rates`` (per queue: completed and dead-lettered per second, as
     --watch computes them; empty on its first redraw), their two columns after STATE. A queue with a
-    concurrency limit shows RUNNING against it (``3/20``), and one whose rate limit holds
-    claims back now is ``rate-limited``."""
+    concurrency limit shows RUNNING against it (``3/20``), one whose rate limit holds
+    claims back now is ``rate-limited``, and one at its ``max_pending`` is ``full``."""
 
     def count(row: QueueStats, value: int) -> str:
         return f"{value}+" if row.counts_capped and value >= _STATS_CAP else str(value)
@@ -124,6 +125,8 @@ def _stats_table(
             row.queue,
             "paused"
             if row.paused
+            else "full"
+            if row.full
             else "rate-limited"
             if row.rate_limited_until is not None
             else "active",

@@ -10,6 +10,7 @@ metric                                          labels
 ``postkit_queue_oldest_pending_age_seconds``    namespace, queue
 ``postkit_queue_paused``                        namespace, queue
 ``postkit_queue_counts_capped``                 namespace, queue
+``postkit_queue_max_pending``                   namespace, queue (queues with a limit)
 =============================================== ===================================
 
 These are the queues' state, the same for every reader: scrape them from one dashboard, not
@@ -65,6 +66,8 @@ class QueueCollector(Collector):
                 families.oldest.add_metric(labels, age.total_seconds() if age else 0.0)
                 families.paused.add_metric(labels, float(row.paused))
                 families.capped.add_metric(labels, float(row.counts_capped))
+                if row.max_pending is not None:
+                    families.max_pending.add_metric(labels, row.max_pending)
         yield from families.all()
 
 
@@ -96,8 +99,15 @@ class _Families:
             labels=["namespace", "queue"],
         )
 
+        self.max_pending = GaugeMetricFamily(
+            "postkit_queue_max_pending",
+            "The queue's backpressure limit (max_pending): a push that would leave more "
+            "pending and scheduled jobs is refused. Only queues with a limit have one.",
+            labels=["namespace", "queue"],
+        )
+
     def all(self) -> Iterator[Metric]:
-        yield from (self.jobs, self.oldest, self.paused, self.capped)
+        yield from (self.jobs, self.oldest, self.paused, self.capped, self.max_pending)
 
 
 def render_metrics(source: DashboardSource) -> tuple[bytes, str]:

@@ -294,7 +294,7 @@ SELECT s.queue, s.paused, s.pending, s.scheduled, s.running, s.dead, s.counts_ca
        s.dead_lettered_last_minute, s.dead_lettered_last_hour, s.retried_last_hour,
        s.rescued_last_hour,
        s.mean_attempts::pg_catalog.float8 AS mean_attempts, s.concurrency, s.rate_limited_until,
-       s.waiting, s.cancelled
+       s.waiting, s.cancelled, s.max_pending
 FROM postkit_queue.stats(
     %(namespace)s, %(queue)s, %(cap)s::integer, %(after)s, %(limit)s::integer) AS s;
 

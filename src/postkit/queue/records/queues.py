@@ -100,6 +100,15 @@ class QueueStats(_RecordMapping):
     """Waiting for their parents to complete (``depends_on``)."""
     cancelled: int
     """Cancelled before they finished, kept for the queue's ``retain_dead``."""
+    max_pending: int | None = None
+    """The queue's backpressure limit (``configure_queue(max_pending=...)``), which
+    ``pending`` and ``scheduled`` together stand against: a push past it is refused with
+    ``QueueFullError``. None: no limit."""
+
+    @property
+    def full(self) -> bool:
+        """Whether a push of one more job would be refused now (``max_pending`` reached)."""
+        return self.max_pending is not None and self.pending + self.scheduled >= self.max_pending
 
 
 @dataclasses.dataclass(frozen=True, eq=True)

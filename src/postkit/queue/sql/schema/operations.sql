@@ -9,7 +9,8 @@
 -- stats: per queue, how many jobs are pending (ready now), scheduled (delayed), running,
 -- dead, waiting (for their parents) and cancelled (kept for the queue's retain_dead); the age of the oldest ready job; outcomes in the last minute and hour; mean attempts
 -- of completed jobs; the queue's concurrency limit and, while its rate limit holds claims
--- back, when the next claim may be made. Queues come in name order; p_after and p_limit page
+-- back, when the next claim may be made; its max_pending, the backpressure limit that its
+-- pending and scheduled jobs stand against (a push past it is refused: check_room). Queues come in name order; p_after and p_limit page
 -- through them (the queues named after p_after, at most p_limit of them: a namespace of
 -- thousands of queues is read a page at a time). Live counts are exact up to p_cap and then reported as p_cap with
 -- counts_capped = true: each count is an index range scan that stops at p_cap rows, so stats
@@ -23,7 +24,8 @@ RETURNS TABLE (
     completed_last_minute bigint, completed_last_hour bigint,
     dead_lettered_last_minute bigint, dead_lettered_last_hour bigint,
     retried_last_hour bigint, rescued_last_hour bigint, mean_attempts numeric,
-    concurrency integer, rate_limited_until timestamptz, waiting bigint, cancelled bigint)
+    concurrency integer, rate_limited_until timestamptz, waiting bigint, cancelled bigint,
+    max_pending integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 -- Each count must stop at p_cap rows, which only a plain index scan does: a bitmap scan reads
@@ -62,6 +64,7 @@ BEGIN
         -- The flow limits in force now (flow.sql): the concurrency limit the running count
         -- stands against, and until when the rate limit holds claims back (NULL: it does not).
         concurrency := v_policy.concurrency;
+        max_pending := v_policy.max_pending;
         rate_limited_until := postkit_queue.rate_slot_at(
             p_namespace, v_queue, v_policy.rate_limit, v_policy.rate_period, v_now);
         -- The distinct priorities of the queue's pending jobs: a skip scan of jobs_pull_idx,
