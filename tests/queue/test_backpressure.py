@@ -5,14 +5,18 @@ around the push keeps the rest of that transaction."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import psycopg
 import pytest
 
 from postkit import errors
 from postkit.queue import QueueClient
-from tests.queue.conftest import commit
+from tests.queue.conftest import backend_pid, commit
+from tests.signals import wait_until
 
 Q = "imports"
 MakeClient = Callable[..., QueueClient]
@@ -107,3 +111,78 @@ def test_stats_shows_the_limit_and_a_queue_at_it_as_full(limited: QueueClient) -
     assert (below.max_pending, below.full) == (3, False)
     assert (at_the_limit.max_pending, at_the_limit.full) == (3, True)
     assert (unlimited.max_pending, unlimited.full) == (None, False)
+
+
+# --------------------------------------------------------------------------------------------
+# Waiting for room: wait_for_room.
+# --------------------------------------------------------------------------------------------
+
+
+def sleeping(monitor: psycopg.Connection[Any], client: QueueClient) -> bool:
+    """Whether the client's backend waits in check_room's pause (pg_sleep), for room."""
+    row = monitor.execute(
+        "SELECT wait_event = 'PgSleep' FROM pg_stat_activity WHERE pid = %s",
+        (backend_pid(client),),
+    ).fetchone()
+    return row is not None and bool(row[0])
+
+
+def test_a_push_that_waits_for_room_gets_in_once_a_worker_claims(
+    limited: QueueClient, make_client: MakeClient, monitor: psycopg.Connection[Any]
+) -> None:
+    limited.push_batch(Q, [{"n": n} for n in range(3)])
+    commit(limited)
+    producer = make_client()
+    with ThreadPoolExecutor(1) as pool:
+        pushed = pool.submit(producer.push, Q, {"n": 3}, wait_for_room=30)
+        wait_until(lambda: sleeping(monitor, producer) or pushed.done(), "the push to wait")
+        assert not pushed.done()
+        assert limited.pull(Q, worker_id="w") is not None
+        commit(limited)  # the claim makes room
+
+        job_id = pushed.result(timeout=10)
+    commit(producer)
+
+    assert job_id is not None
+    assert pending(limited) == 3
+
+
+def test_a_push_that_finds_no_room_in_its_wait_is_refused_then(limited: QueueClient) -> None:
+    limited.push_batch(Q, [{"n": n} for n in range(3)])
+    commit(limited)
+    started = time.monotonic()
+
+    with pytest.raises(errors.QueueFullError, match=r"after waiting 00:00:00\.2 for room"):
+        limited.push(Q, {"n": 3}, wait_for_room=0.2)
+    limited.cursor.connection.rollback()
+
+    assert time.monotonic() - started >= 0.2
+    assert pending(limited) == 3
+
+
+def test_a_batch_larger_than_the_limit_is_refused_without_waiting(limited: QueueClient) -> None:
+    with pytest.raises(errors.QueueFullError, match="more than it may ever hold"):
+        limited.push_batch(Q, [{}] * 4, wait_for_room=3600)
+    limited.cursor.connection.rollback()
+
+
+def test_under_repeatable_read_a_full_queue_refuses_at_once_and_says_why(
+    limited: QueueClient,
+) -> None:
+    limited.push_batch(Q, [{"n": n} for n in range(3)])
+    commit(limited)
+    limited.cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+    with pytest.raises(errors.QueueFullError, match="without waiting: under repeatable read"):
+        limited.push(Q, {"n": 3}, wait_for_room=3600)
+    limited.cursor.connection.rollback()
+
+
+@pytest.mark.parametrize("value", [-1, 3601, float("nan")])
+def test_a_wait_for_room_out_of_range_is_refused_before_anything_is_sent(
+    limited: QueueClient, value: float
+) -> None:
+    with pytest.raises(errors.InvalidDurationError, match="wait_for_room"):
+        limited.push(Q, {}, wait_for_room=value)
+    with pytest.raises(errors.InvalidDurationError, match="wait_for_room"):
+        limited.push_batch(Q, [{}], wait_for_room=value)

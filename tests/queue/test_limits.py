@@ -147,6 +147,9 @@ def duration(what: str) -> Callable[[str, Any], object]:
         "heartbeat_interval": lambda ns, v: protocol.workers.register_worker(
             ns, "w", **{**REGISTRATION, "heartbeat_interval": value(v)}
         ),
+        "wait_for_room": lambda ns, v: protocol.lifecycle.push(
+            ns, "q", 1, **{**NONE, "wait_for_room": value(v)}
+        ),
     }[what]
 
 
@@ -173,6 +176,7 @@ DURATION_SQL = {
     "heartbeat_interval": (
         f"SELECT postkit_queue.register_worker(%(ns)s, 'w', 'worker', 'h', 1, '{{}}', 1, 'v', {V})"
     ),
+    "wait_for_room": f"SELECT postkit_queue.push(%(ns)s, 'q', '1', p_wait_for_room => {V})",
 }
 assert set(DURATION_SQL) == set(limits.DURATIONS)
 

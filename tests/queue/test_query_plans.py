@@ -186,7 +186,8 @@ GUARDED = {
     "tick_timeouts": ("tick_timeouts(text,integer)", TICK),
     "ack": ("ack(text,bigint,text,uuid,jsonb)", ACK),
     "push": (
-        "push(text,text,jsonb,interval,integer,integer,text,interval,interval,jsonb,text,bigint[])",
+        "push(text,text,jsonb,interval,integer,integer,text,interval,interval,jsonb,text,bigint[],"
+        "interval)",
         PUSH,
     ),
     "claim_limited, locking a group claim's ids": (CLAIM_LIMITED, FLOW_LOCK),

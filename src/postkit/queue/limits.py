@@ -312,6 +312,7 @@ DURATIONS: dict[str, DurationRule] = {
     "older_than": DurationRule(True, timedelta(days=3650)),
     "heartbeat_interval": DurationRule(False, timedelta(days=1)),
     "rate_period": DurationRule(False, timedelta(days=1)),
+    "wait_for_room": DurationRule(True, timedelta(hours=1)),
 }
 """Each duration argument and its rule, by the argument's name."""
 

@@ -43,6 +43,7 @@ class AsyncProducer(AsyncCalls):
         backoff_cap: Duration | None = None,
         group_key: str | None = None,
         depends_on: Sequence[int | Job] | None = None,
+        wait_for_room: Duration | None = None,
     ) -> int | None:
         """Add a job to ``queue`` in the caller's transaction.
 
@@ -72,6 +73,12 @@ class AsyncProducer(AsyncCalls):
                 cancelled or purged later cancels the job (``result(id).reason`` says why).
                 The parents are checked first, in a statement of their own: a refusal leaves
                 the caller's transaction usable.
+            wait_for_room: how long a push to a queue at its ``max_pending`` waits for room
+                (workers claiming its jobs) before it is refused (a timedelta or seconds, at
+                most an hour); None or 0: refused at once. The caller's transaction waits with
+                it, holding what it wrote. It needs READ COMMITTED (PostgreSQL's default):
+                under REPEATABLE READ or SERIALIZABLE the push is refused at once, as the
+                transaction would never see the room.
 
         With OpenTelemetry in use, the job records the current span's trace context, and the
         worker's span for each of its runs links to it (docs/tracing.md).
@@ -86,8 +93,9 @@ class AsyncProducer(AsyncCalls):
                 more than 3650 days ahead, or given with ``delay``; nothing is written.
             InvalidDependencyError: ``depends_on`` is not a list of job ids, or names a job
                 that is unknown here, dead-lettered or cancelled; nothing is written.
-            QueueFullError: the queue holds its ``max_pending`` pending jobs already (the SQL
-                module raises it: the transaction is aborted; push in a savepoint to go on).
+            QueueFullError: the queue holds its ``max_pending`` pending jobs already, and
+                still did when ``wait_for_room`` ended (the SQL module raises it: the
+                transaction is aborted; push in a savepoint to go on).
         """
         call = protocol.lifecycle.push(
             self._namespace,
@@ -103,6 +111,7 @@ class AsyncProducer(AsyncCalls):
             trace_context=current_trace_context(),
             group_key=group_key,
             depends_on=depends_on,
+            wait_for_room=wait_for_room,
         )
         await self._check_parents([call.params["depends_on"] or []])
         return await self._run(call)
@@ -185,6 +194,7 @@ class AsyncProducer(AsyncCalls):
         unique_keys: Sequence[str | None] | None = None,
         group_keys: Sequence[str | None] | None = None,
         depends_on: Sequence[Sequence[int | Job] | None] | None = None,
+        wait_for_room: Duration | None = None,
     ) -> list[int | None]:
         """Push many jobs to ``queue`` in one round trip and one INSERT, in the caller's
         transaction; listeners get one notification. ``delay`` or ``run_at`` (at most one),
@@ -195,6 +205,8 @@ class AsyncProducer(AsyncCalls):
         ``depends_on``, if given, holds each payload's parents (a list of job ids, or None),
         as :meth:`push` takes them; a batch with parents pushes its jobs one after another in
         the SQL module (each locks its own parents), in the same round trip.
+        ``wait_for_room`` waits for room for the whole batch, as :meth:`push` waits for one
+        job; a batch larger than ``max_pending`` is refused at once.
 
         Returns:
             one entry per payload, in order: the new job's id, or None when its unique key
@@ -202,8 +214,9 @@ class AsyncProducer(AsyncCalls):
 
         Raises:
             QueueFullError: the batch would make the queue hold more than its ``max_pending``
-                pending jobs: none of it is written (the SQL module raises it: the transaction
-                is aborted; push in a savepoint to go on).
+                pending jobs, and still would when ``wait_for_room`` ended: none of it is
+                written (the SQL module raises it: the transaction is aborted; push in a
+                savepoint to go on).
         """
         call = protocol.lifecycle.push_batch(
             self._namespace,
@@ -217,6 +230,7 @@ class AsyncProducer(AsyncCalls):
             trace_context=current_trace_context(),
             group_keys=group_keys,
             depends_on=depends_on,
+            wait_for_room=wait_for_room,
         )
         if depends_on is not None:
             await self._check_parents(

@@ -45,6 +45,7 @@ SELECT postkit_queue.push(
     , p_trace_context => %(trace_context)s::pg_catalog.jsonb  -- when trace_context is given
     , p_group_key => %(group_key)s  -- when group_key is given
     , p_depends_on => %(depends_on)s::bigint[]  -- when depends_on is given
+    , p_wait_for_room => %(wait_for_room)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'  -- when wait_for_room is given
     ) AS id;
 
 -- name: pull
@@ -281,6 +282,7 @@ SELECT b.id FROM postkit_queue.push_batch(
     , p_trace_contexts => %(trace_contexts)s::pg_catalog.jsonb  -- when trace_contexts is given
     , p_group_keys => %(group_keys)s::pg_catalog.text[]  -- when group_keys is given
     , p_depends_on => %(depends_on)s::pg_catalog.jsonb  -- when depends_on is given
+    , p_wait_for_room => %(wait_for_room)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond'  -- when wait_for_room is given
     ) AS b
 ORDER BY b.ordinality;
 

@@ -33,6 +33,7 @@ def push(
     trace_context: Mapping[str, str] | None,
     group_key: str | None = None,
     depends_on: Sequence[int | Job] | None = None,
+    wait_for_room: Duration | None = None,
 ) -> Call[int | None]:
     params = check.base(
         namespace,
@@ -55,6 +56,7 @@ def push(
     params["trace_context"] = check.trace_context(trace_context)
     params["group_key"] = check.name("group_key", group_key, required=False)
     params["depends_on"] = check.parents("depends_on", depends_on)
+    params["wait_for_room"] = check.duration("wait_for_room", wait_for_room)
     return Call("push", params, read.scalar)
 
 
@@ -412,6 +414,7 @@ def push_batch(
     trace_context: Mapping[str, str] | None,
     group_keys: Sequence[str | None] | None = None,
     depends_on: Sequence[Sequence[int | Job] | None] | None = None,
+    wait_for_room: Duration | None = None,
 ) -> Call[list[int | None]]:
     """Push ``payloads``; each job records ``trace_context`` (the SQL function takes one per
     payload, which a batch pushed from one span shares)."""
@@ -466,6 +469,7 @@ def push_batch(
             )
         entries = [check.parents(f"depends_on[{n}]", entry) for n, entry in enumerate(depends_on)]
         params["depends_on"] = json.dumps(entries)
+    params["wait_for_room"] = check.duration("wait_for_room", wait_for_room)
     return Call("push_batch", params, lambda rows: [row["id"] for row in rows])
 
 

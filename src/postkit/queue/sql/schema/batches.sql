@@ -30,7 +30,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
     p_unique_keys  text[]   DEFAULT NULL,
     p_trace_contexts jsonb  DEFAULT NULL,
     p_group_keys   text[]   DEFAULT NULL,
-    p_depends_on   jsonb    DEFAULT NULL)
+    p_depends_on   jsonb    DEFAULT NULL,
+    p_wait_for_room interval DEFAULT NULL)
 RETURNS TABLE (ordinality bigint, id bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -104,6 +105,7 @@ BEGIN
     PERFORM postkit_queue.check_priority(p_priority);
     PERFORM postkit_queue.check_max_attempts(p_max_attempts);
     PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '3650 days');
+    PERFORM postkit_queue.check_duration('wait_for_room', p_wait_for_room, true, interval '1 hour');
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     v_attempts := coalesce(p_max_attempts, v_policy.max_attempts);
     -- One pass over the sizes; check_payload says which payload is too big. The elements
@@ -115,7 +117,8 @@ BEGIN
         FROM jsonb_array_elements(p_payloads) AS e;
     END IF;
     PERFORM postkit_queue.check_room(
-        p_namespace, p_queue, v_policy.max_pending, jsonb_array_length(p_payloads));
+        p_namespace, p_queue, v_policy.max_pending, jsonb_array_length(p_payloads),
+        p_wait_for_room);
 
     IF p_depends_on IS NOT NULL THEN
         IF jsonb_typeof(p_depends_on) <> 'array'

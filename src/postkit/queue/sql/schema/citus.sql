@@ -141,7 +141,7 @@ BEGIN
     -- sets it back: run this again after an upgrade. tests/citus reads this statement to check
     -- the function's statements as Citus plans them.
     ALTER FUNCTION postkit_queue.push_batch(
-        text, text, jsonb, interval, integer, integer, text[], jsonb, text[], jsonb)
+        text, text, jsonb, interval, integer, integer, text[], jsonb, text[], jsonb, interval)
         SET plan_cache_mode = force_custom_plan;
     -- Citus runs a statement on a shard of another node through a connection it opens as the
     -- current user, and inside every function that is the queue's owner: a call in a

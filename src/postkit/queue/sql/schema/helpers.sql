@@ -249,27 +249,56 @@ $$;
 -- pending jobs in jobs_pull_idx, stopping at p_max: a push pays for what the queue holds, up to
 -- its limit, so a limit suits a queue that is meant to stay short. Pushes that commit together
 -- may each see room for themselves: the count sees committed jobs only.
+--
+-- p_wait (push's wait_for_room) is how long a push to a full queue waits for room before it is
+-- refused: it counts again after 10 ms, then twice as long each time up to half a second, each
+-- count a new statement that sees what committed meanwhile (claims make room) in READ
+-- COMMITTED; VOLATILE for that, as a STABLE function would keep its caller's snapshot. The
+-- caller's transaction waits with it and holds what it has written. Under REPEATABLE READ or
+-- SERIALIZABLE the transaction's snapshot never sees room made after it began, so a full
+-- queue refuses at once; so does a push of more jobs than the queue may ever hold.
 CREATE OR REPLACE FUNCTION postkit_queue.check_room(
-    p_namespace text, p_queue text, p_max integer, p_adding integer)
+    p_namespace text, p_queue text, p_max integer, p_adding integer,
+    p_wait interval DEFAULT NULL)
 RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_pending integer;
+    v_pending  integer;
+    v_deadline timestamptz := clock_timestamp() + coalesce(p_wait, interval '0');
+    v_pause    float8 := 0.01;
 BEGIN
     IF p_max IS NULL THEN
         RETURN;
     END IF;
-    PERFORM FROM postkit_queue.jobs j
-    WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-    LIMIT p_max;
-    GET DIAGNOSTICS v_pending = ROW_COUNT;
-    IF v_pending + p_adding > p_max THEN
+    LOOP
+        PERFORM FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+        LIMIT p_max;
+        GET DIAGNOSTICS v_pending = ROW_COUNT;
+        IF v_pending + p_adding <= p_max THEN
+            RETURN;
+        END IF;
+        EXIT WHEN p_wait IS NULL OR p_adding > p_max OR clock_timestamp() >= v_deadline
+                  OR current_setting('transaction_isolation') <> 'read committed';
+        PERFORM pg_sleep(least(v_pause,
+                               extract(epoch FROM v_deadline - clock_timestamp())::float8));
+        v_pause := least(v_pause * 2, 0.5);
+    END LOOP;
+    IF p_wait IS NULL OR p_wait = interval '0' THEN
         RAISE EXCEPTION 'postkit: queue % is full: % pending jobs, and it holds at most % '
                         '(max_pending); % more refused', p_queue, v_pending, p_max, p_adding
             USING ERRCODE = 'PKQ23';
     END IF;
+    RAISE EXCEPTION 'postkit: queue % is full: % pending jobs, and it holds at most % '
+                    '(max_pending); % more refused%', p_queue, v_pending, p_max, p_adding,
+        CASE WHEN p_adding > p_max THEN ', more than it may ever hold'
+             WHEN current_setting('transaction_isolation') <> 'read committed'
+             THEN ' without waiting: under ' || current_setting('transaction_isolation')
+                  || ' the transaction would never see room made after it began'
+             ELSE ' after waiting ' || p_wait || ' for room' END
+        USING ERRCODE = 'PKQ23';
 END
 $$;
 

@@ -55,7 +55,8 @@ CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_backoff_cap  interval DEFAULT NULL,
     p_trace_context jsonb   DEFAULT NULL,
     p_group_key    text     DEFAULT NULL,
-    p_depends_on   bigint[] DEFAULT NULL)
+    p_depends_on   bigint[] DEFAULT NULL,
+    p_wait_for_room interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -84,7 +85,7 @@ BEGIN
        AND p_payload IS NOT NULL AND p_priority BETWEEN -32768 AND 32767
        AND p_delay IS NULL AND p_max_attempts IS NULL AND p_unique_key IS NULL
        AND p_backoff_base IS NULL AND p_backoff_cap IS NULL AND p_depends_on IS NULL
-       AND v_max_pending IS NULL
+       AND v_max_pending IS NULL AND p_wait_for_room IS NULL
        AND (p_trace_context IS NULL
             OR coalesce(postkit_queue.is_trace_context(p_trace_context), false))
        AND (p_group_key IS NULL OR coalesce(postkit_queue.is_name(p_group_key), false))
@@ -120,10 +121,12 @@ BEGIN
     PERFORM postkit_queue.check_duration('delay', p_delay, true, interval '3650 days');
     PERFORM postkit_queue.check_duration('backoff_base', p_backoff_base, false, interval '1 day');
     PERFORM postkit_queue.check_duration('backoff_cap', p_backoff_cap, false, interval '30 days');
+    PERFORM postkit_queue.check_duration('wait_for_room', p_wait_for_room, true, interval '1 hour');
     PERFORM postkit_queue.check_trace_context('trace_context', p_trace_context);
     v_policy := postkit_queue.queue_policy(p_namespace, p_queue);
     PERFORM postkit_queue.check_payload(p_queue, p_payload, v_policy.max_payload_bytes);
-    PERFORM postkit_queue.check_room(p_namespace, p_queue, v_policy.max_pending, 1);
+    PERFORM postkit_queue.check_room(
+        p_namespace, p_queue, v_policy.max_pending, 1, p_wait_for_room);
     IF p_depends_on IS NOT NULL THEN
         v_parents := postkit_queue.lock_parents(p_namespace, p_depends_on);
         v_depends_on := array(SELECT p.id FROM unnest(p_depends_on) WITH ORDINALITY AS p(id, n)
