@@ -246,6 +246,11 @@ def run_comparison(args: argparse.Namespace) -> int:
         result["workflows"] = workflows.run(
             database(args.dsn), quick=args.quick, runs=args.runs, command=suite.command_line()
         )
+    if "flow" in selected:
+        log.info("flow control and fair share (benchmarks/flow.py)")
+        result["flow"] = flow.run(
+            database(args.dsn), quick=args.quick, command=suite.command_line()
+        )
     paths = [suite.save(result, name), *report.write(result, name)]
     print(report.markdown(result))
     print("->", ", ".join(str(path) for path in paths))

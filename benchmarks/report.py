@@ -323,6 +323,9 @@ def markdown(report: dict[str, Any]) -> str:
         report, "dependencies", "Jobs that wait for jobs, and progress (Postkit, in the same run)"
     )
     lines += _own_section(report, "workflows", "What a workflow's step costs (Postkit)")
+    lines += _own_section(
+        report, "flow", "Flow control and fair share: drains and claims (Postkit, in the same run)"
+    )
     lines += _sweep_section(report)
     lines += _settings_section(report, off)
     lines += _workload_notes(report)

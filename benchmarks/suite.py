@@ -30,13 +30,14 @@ log = logging.getLogger("benchmarks")
 
 WORKLOADS = (
     "W1", "W1s", "W2", "W3", "W4", "W5", "W6", "curve", "floor", "producers", "dependencies",
-    "workflows",
+    "workflows", "flow",
 )  # fmt: skip
-SERVER_WORKLOADS = ("floor", "producers", "dependencies", "workflows")
+SERVER_WORKLOADS = ("floor", "producers", "dependencies", "workflows", "flow")
 """Workloads outside the per-library loop: pgbench's floor, the producer's transaction
 (benchmarks/producers.py, run by ``run_comparison`` on a cluster of its own), and Postkit's
-fan-in, no-dependency and progress rows (benchmarks/dependencies.py) and a workflow step's cost
-(benchmarks/workflows.py)."""
+fan-in, no-dependency and progress rows (benchmarks/dependencies.py), a workflow step's cost
+(benchmarks/workflows.py), and flow control's: limits, fair share, and a fair claim's cost
+whatever the backlog's shape (benchmarks/flow.py)."""
 
 PRESET_LIMITS: dict[str, tuple[str, ...]] = {
     "W3": ("postkit", "pgqueuer"),
