@@ -380,6 +380,24 @@ def test_an_unknown_queue_is_a_clear_error(tasks_dir: Path, dsn: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("weight", "message"),
+    [
+        ("emails", "'emails' is not QUEUE=N (a queue and its weight, e.g. reports=3)"),
+        ("emails=0", "'emails''s weight must be from 1 to 1000, got 0"),
+        ("sms=2", "Invalid value for '--weight': no such queue served: ['sms']"),
+    ],
+)
+def test_a_weight_that_is_not_a_served_queue_and_a_weight_is_a_clear_error(
+    tasks_dir: Path, dsn: str, weight: str, message: str
+) -> None:
+    result = run_cli(tasks_dir, "tasks", "--weight", weight, "--dsn", dsn)
+
+    assert result.returncode == 2
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_a_database_without_the_queue_schema_is_a_one_line_error(
     tasks_dir: Path, fresh_database: str
 ) -> None:
@@ -662,7 +680,7 @@ def test_the_children_get_every_option_given_but_the_ones_the_supervisor_sets_fo
     given += ["--cancel-grace", "0.5"]
     given += ["--handler-timeout", "0.25", "--poll-interval", "1e-3", "--pooler", "-v"]
     given += ["--report-interval", "0", "--vacuum-interval", "7", "--log-format", "json"]
-    given += ["--metrics-host", "0.0.0.0"]
+    given += ["--metrics-host", "0.0.0.0", "--weight", "emails=3", "--weight", "a=b=2"]
     given += ["--processes", "3", "--worker-id", "pool", "--supervised", "--no-housekeeping"]
     given += ["--dsn", "postgresql://x"]
     given += ["--metrics-port", "9100"]

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from postkit.cli.output import QueueWeightType
 from postkit.queue import limits
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,3 +57,14 @@ def operation(command: F) -> F:
 def bounded(bounds: limits.Bounds) -> click.IntRange:
     """An integer option with the SQL module's own bounds (postkit.queue.limits)."""
     return click.IntRange(bounds.low, bounds.high)
+
+
+def weight_option(command: F) -> F:
+    return click.option(
+        "--weight",
+        "weights",
+        multiple=True,
+        type=QueueWeightType(),
+        help="A queue's weight (1 to 1000, default 1): its part of every claim while several "
+        "queues have jobs. Repeat for several, e.g. --weight reports=3.",
+    )(command)

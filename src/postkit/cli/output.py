@@ -340,3 +340,31 @@ def render_fields(fields: Sequence[tuple[str, object]], *, indent: str = "  ") -
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(to_jsonable(value), ensure_ascii=False, indent=2))
+
+
+class QueueWeight(str):
+    """``QUEUE=N`` as ``postkit worker --weight`` takes it: ``queue`` weighs ``weight``. A
+    string, written back as given, so that a supervisor passes it on to its children."""
+
+    @property
+    def queue(self) -> str:
+        return self.rpartition("=")[0]
+
+    @property
+    def weight(self) -> int:
+        return int(self.rpartition("=")[2])
+
+
+class QueueWeightType(_ParamType):
+    """Reads ``QUEUE=N``: N after the last ``=``, an int from 1 to 1000, since a queue's name
+    may hold an ``=`` of its own."""
+
+    name = "QUEUE=N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        queue, equals, weight = str(value).rpartition("=")
+        if not equals or not queue or not weight.isascii() or not weight.isdigit():
+            self.fail(f"{value!r} is not QUEUE=N (a queue and its weight, e.g. reports=3)")
+        if not 1 <= int(weight) <= 1000:
+            self.fail(f"{queue!r}'s weight must be from 1 to 1000, got {weight}")
+        return QueueWeight(value)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from postkit.cli.console import require_schema
-from postkit.cli.options import dsn_option, namespace_option
-from postkit.cli.output import first_line, mask_password, plural
+from postkit.cli.options import dsn_option, namespace_option, weight_option
+from postkit.cli.output import QueueWeight, first_line, mask_password, plural
 from postkit.embedded import resolve_dsn
 from postkit.worker import defaults
 
@@ -342,6 +342,7 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     metavar="QUEUE",
     help="A queue to work; repeat for several. Default: every queue MODULE registers.",
 )
+@weight_option
 @click.option(
     "-c",
     "--concurrency",
@@ -468,6 +469,7 @@ def worker(
     ctx: click.Context,
     module: str,
     queues: tuple[str, ...],
+    weights: tuple[QueueWeight, ...],
     concurrency: int,
     prefetch: int | None,
     processes: int,
@@ -501,6 +503,8 @@ def worker(
         namespace = _app_namespace(ctx, loaded.app, namespace, name)
     queues = tuple(dict.fromkeys(queues))
     unknown = [queue for queue in queues if queue not in handlers]
+    if unweighed := [w.queue for w in weights if w.queue not in (queues or handlers)]:
+        raise click.BadParameter(f"no such queue served: {unweighed}", param_hint="'--weight'")
     if unknown:
         raise click.BadParameter(
             f"{name} has no handler for {', '.join(map(repr, unknown))}; "
@@ -563,7 +567,8 @@ def worker(
         resolved,
         handlers,
         namespace=namespace,
-        queues=list(queues) or None,
+        queues={queue: 1 for queue in queues or handlers}
+        | {weight.queue: weight.weight for weight in weights},
         worker_id=worker_id,
         concurrency=concurrency,
         prefetch=prefetch,

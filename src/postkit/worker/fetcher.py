@@ -4,8 +4,9 @@ Jobs that succeed are acknowledged in batches: each round trip acknowledges ever
 finished since the last one (with the values their handlers returned, which the SQL module keeps
 for queues that keep results) and claims as many new jobs as there are free slots, in one
 statement and one transaction. With several queues, each claim gives every queue, from a
-rotating start, up to its equal share of the free slots before the queues that filled theirs
-get the rest: a queue with a deep backlog cannot crowd out another's jobs. When the queues run
+changing start, up to its share of the free slots (its part of the queues' weights: equal
+unless given) before the queues that filled theirs get the rest: a queue with a deep backlog
+cannot crowd out another's jobs (``postkit.worker.shares``). When the queues run
 dry the fetcher waits: for a notification
 (a listener thread on a connection of its own, see ``postkit.queue.listen``) or for a slot to
 free. The listener's every wait begins with a look for due jobs, at least every poll_interval:
@@ -43,6 +44,7 @@ from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
 from postkit.worker.server_guard import ServerGuard
+from postkit.worker.shares import Shares
 from postkit.worker.threads import SelectableEvent
 
 logger = logging.getLogger("postkit.worker")
@@ -64,6 +66,7 @@ class Fetcher:
         dsn: str,
         namespace: str,
         queues: list[str],
+        shares: Shares,
         worker_id: str,
         prefetch: Prefetch,
         visibility_timeout: float | None,
@@ -92,6 +95,7 @@ class Fetcher:
         self.dsn = dsn
         self.namespace = namespace
         self.queues = queues
+        self.shares = shares
         self.worker_id = worker_id
         self.prefetch = prefetch
         self.visibility_timeout = visibility_timeout
@@ -104,7 +108,6 @@ class Fetcher:
         self._on_round = on_round
         self._on_refusal = on_refusal
         self._queues_registered = False
-        self._next_queue = 0
         # Set by the listener thread when a job may be ready; cleared by the claim loop.
         self._work_hint = threading.Event()
         self._hint_taken = threading.Event()
@@ -205,13 +208,13 @@ class Fetcher:
         limit: int,
         run: Callable[[Callable[[QueueClient], Any]], Any] | None = None,
     ) -> int:
-        """Acknowledge ``acks`` and claim up to ``limit`` jobs, trying the queues in turn from a
-        rotating start, each first up to its share of ``limit`` (an equal part), then the
+        """Acknowledge ``acks`` and claim up to ``limit`` jobs, trying the queues in the order
+        :attr:`shares` gives this round, each first up to its share of ``limit``, then the
         queues that filled theirs for the rest; on a pooled connection unless ``run`` gives
         another: the acks and the first queue's claims are one statement (one transaction),
         and each further claim is a pull of its own. Returns how many jobs it claimed."""
-        first = self._next_queue
-        self._next_queue = (self._next_queue + 1) % len(self.queues)
+        # A round that only settles takes no turn.
+        order = self.shares.next_order() if limit > 0 else self.queues
         results = self.claims.results_of(acks)
         sent = time.monotonic()
         try:
@@ -221,7 +224,7 @@ class Fetcher:
                     acks=[job for job, _ in acks],
                     results=results,
                     limit=limit,
-                    first=first,
+                    order=order,
                 )
             )
         except BaseException:
@@ -243,16 +246,14 @@ class Fetcher:
         acks: list[Job],
         results: list[CheckedResult | None] | None,
         limit: int,
-        first: int,
+        order: list[str],
     ) -> tuple[list[int], list[Job]]:
         if limit <= 0:
             return client.ack_many(acks, results=results), []
-        count = len(self.queues)
-        order = [self.queues[(first + offset) % count] for offset in range(count)]
-        # Fair shares: each queue, from the rotating start, may first take its share of the
-        # free slots, so a queue with a deep backlog cannot take them all while another has
-        # work; the slots left then go to the queues that filled their share, in turn.
-        share = math.ceil(limit / count)
+        # Shares: each queue, in this round's order, may first take its share of the free
+        # slots, so a queue with a deep backlog cannot take them all while another has work;
+        # the slots left then go to the queues that filled their share, in turn.
+        share = self.shares.share(order[0], limit)
         acked, jobs = client.ack_and_pull(
             order[0],
             acks,
@@ -265,7 +266,7 @@ class Fetcher:
         for queue in order[1:]:
             if len(jobs) >= limit:
                 break
-            wanted = min(share, limit - len(jobs))
+            wanted = min(self.shares.share(queue, limit), limit - len(jobs))
             claimed = self._pull(client, queue, wanted)
             jobs += claimed
             if len(claimed) >= wanted:

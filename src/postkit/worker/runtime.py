@@ -70,7 +70,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -98,6 +98,7 @@ from postkit.worker.outcomes import OutcomeLog, job_fields
 from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
 from postkit.worker.server_guard import ServerGuard
+from postkit.worker.shares import Shares
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import ServiceThreads, start_thread
 
@@ -119,7 +120,7 @@ class Worker:
         handlers: Handlers | Mapping[str, Callable[..., Any]],
         *,
         namespace: str = "default",
-        queues: list[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
         worker_id: str | None = None,
         concurrency: int = defaults.CONCURRENCY,
         prefetch: int | None = None,
@@ -147,7 +148,9 @@ class Worker:
                 the claim path's maintenance has a connection of its own, and the pool keeps
                 one open.
             handlers: a :class:`Handlers`, or a mapping of queue name to handler function.
-            queues: the queues to work (default: every queue with a handler).
+            queues: the queues to work (default: every queue with a handler), or a mapping
+                of each to its weight (1 to 1000, else 1): while several have jobs, each
+                gets its part of the weights of every claim (``postkit.worker.shares``).
             concurrency: how many jobs run at once.
             prefetch: how many more jobs to hold claimed, ready to start; 0 claims only for
                 free slots. More prefetch means bigger batches per round trip; less means
@@ -206,6 +209,7 @@ class Worker:
         missing = [queue for queue in self.queues if queue not in self.handlers]
         if missing or not self.queues:
             raise ValueError(f"no handler for queue(s) {missing or 'any'}")
+        self.shares = Shares(self.queues, queues if isinstance(queues, Mapping) else None)
         if (
             concurrency < 1
             or (visibility_timeout is not None and visibility_timeout <= 0)
@@ -362,6 +366,7 @@ class Worker:
             dsn=self.dsn,
             namespace=self.namespace,
             queues=self.queues,
+            shares=self.shares,
             worker_id=self.worker_id,
             prefetch=self.prefetch,
             visibility_timeout=self.visibility_timeout,
