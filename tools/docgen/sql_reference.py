@@ -12,7 +12,14 @@ import re
 from docgen import GENERATED
 from docgen.markdown import anchor, first_sentence, paragraphs
 from docgen.sql_effects import locks_of, raises_of
-from docgen.sql_schema import SQL_DIR, SqlFunction, comment_blocks, parse_sql, split_top_level
+from docgen.sql_schema import (
+    SQL_DIR,
+    SqlFunction,
+    api_access,
+    comment_blocks,
+    parse_sql,
+    split_top_level,
+)
 
 # Helpers of the SQL module that clients do not call: listed briefly, at the end.
 INTERNAL_SQL = {
@@ -57,6 +64,7 @@ def _where(function: SqlFunction) -> str:
 def render_sql() -> str:
     functions, titles = parse_sql()
     public = {name: f for name, f in functions.items() if not _is_internal(name)}
+    access = api_access()
     out = [
         GENERATED,
         "",
@@ -67,7 +75,9 @@ def render_sql() -> str:
         "validates its arguments before it writes, and raises errors with SQLSTATEs of the class",
         "`PKQ` (the Python SDK raises the `postkit.errors` exception named beside each code; see",
         "[sdk.md](sdk.md#errors)). The API functions run as the schema's owner and check the",
-        "caller's access kind and namespaces (`security.sql`).",
+        "caller's access kind and namespaces (`security.sql`): *Who may call it* names the",
+        "least access kind granted its EXECUTE (`postkit grant ROLE producer|worker|operator`;",
+        "each kind includes the ones before it). The others are the schema's own.",
         "",
         "*Locks* lists what the statements of the function (and of the functions it calls) lock",
         "or write: `FOR UPDATE [SKIP LOCKED]`, `UPDATE`, `DELETE`, `INSERT`, DDL and",
@@ -107,6 +117,14 @@ def render_sql() -> str:
             out.append(
                 f"- **Defined in:** {_where(function)}; {function.language}"
                 f"{kind.get(function.volatility, '')}"
+            )
+            who = access.get(function.name)
+            out.append(
+                f"- **Who may call it:** {who} and above"
+                if who and who != "operator"
+                else "- **Who may call it:** operator"
+                if who
+                else "- **Who may call it:** the schema's owner (or a superuser)"
             )
             out.append("- **Locks:**" + (" none: reads only" if not locks else ""))
             out += [f"  - {line}" for line in locks]

@@ -156,3 +156,11 @@ def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str]]:
                 if named and function.name in re.split(r"[ /,]+", named.group(1)):
                     function.comment = [block]
     return functions, titles
+
+
+def api_access() -> dict[str, str]:
+    """The API list of security.sql: each function a caller may execute, by name, and the
+    least access kind (producer, worker, operator) that may call it."""
+    text = (SQL_DIR / "security.sql").read_text(encoding="utf-8")
+    listed = text[text.index("WITH listed (name, access) AS (VALUES") :]
+    return dict(re.findall(r"\('(\w+)', '(producer|worker|operator)'\)", listed))
