@@ -594,6 +594,29 @@ def test_a_tenant_cannot_push_pull_or_read_in_another_tenants_namespace(
     assert owner.pull("emails") is not None
 
 
+def test_under_isolation_a_freed_slot_wakes_the_tenants_waiting_worker_alone(
+    database: str, make_login: MakeLogin, isolated: None
+) -> None:
+    """A producer login's push wakes its tenant's worker login waiting for the slot, on the
+    worker's own channel; another tenant can neither wait on that queue nor end the wait."""
+    operator = client(make_login("operator", ("tenant-a",)), "tenant-a")
+    operator.configure_queue("emails", concurrency=1)
+    producer = client(make_login("producer", ("tenant-a",)), "tenant-a")
+    waiter = psycopg.connect(make_login("worker", ("tenant-a",)), autocommit=True)
+    intruder = psycopg.connect(make_login("worker", ("tenant-b",)), autocommit=True)
+    channel = f"postkit_wake_{waiter.info.backend_pid}"
+    waiter.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    wait = "SELECT postkit_queue.wait_for_slot('tenant-a', ARRAY['emails'])"
+    assert waiter.execute(wait).fetchone() == (True,)
+
+    # The other tenant sees no such queue, so it waits for nothing, and ends no wait but its own.
+    assert intruder.execute(wait).fetchone() == (False,)
+    assert intruder.execute("SELECT postkit_queue.stop_waiting('tenant-a')").fetchone() == (0,)
+    producer.push("emails", {})
+
+    assert [notify.channel for notify in waiter.notifies(timeout=5, stop_after=1)] == [channel]
+
+
 def test_a_tenant_cannot_learn_another_tenants_notification_channel(
     database: str, make_login: MakeLogin, isolated: None
 ) -> None:
