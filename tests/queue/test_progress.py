@@ -94,6 +94,6 @@ def test_the_sql_function_refuses_what_the_sdk_would_have(
 
 
 def test_progress_needs_the_worker_access_kind(queue: QueueClient) -> None:
-    """report_progress is a worker's call (security.sql's API list)."""
+    """report_progress is a worker's call (its access line in the schema)."""
     queue.cursor.execute("SELECT access FROM postkit_queue.api WHERE name = 'report_progress'")
     assert queue.cursor.fetchone() == ("worker",)

@@ -2,8 +2,8 @@
 
 Read from the source: each method's protocol builders (producer_async.py...), the statements
 they build (protocol/), the SQL functions those statements call (queries.sql), and the least
-access kind of each function (security.sql's API list). A method that reaches past its role's
-grant fails here, before a user meets PermissionDeniedError.
+access kind of each function (its ``-- access:`` line: schema.api_access). A method that
+reaches past its role's grant fails here, before a user meets PermissionDeniedError.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from postkit.queue import Consumer, Operator, Producer, QueueClient
 from postkit.queue.runtime import Runtime
+from postkit.queue.schema import api_access
 
 QUEUE = Path(__file__).resolve().parents[2] / "src" / "postkit" / "queue"
 KINDS = ["producer", "worker", "operator"]
@@ -31,9 +32,7 @@ ROLES = {
 
 
 def access_of_functions() -> dict[str, str]:
-    text = (QUEUE / "sql" / "schema" / "security.sql").read_text(encoding="utf-8")
-    listed = text[text.index("WITH listed (name, access) AS (VALUES") :]
-    return dict(re.findall(r"\('(\w+)', '(producer|worker|operator)'\)", listed))
+    return api_access()
 
 
 def functions_of_statements() -> dict[str, set[str]]:

@@ -12,14 +12,8 @@ import re
 from docgen import GENERATED
 from docgen.markdown import anchor, first_sentence, paragraphs
 from docgen.sql_effects import locks_of, raises_of
-from docgen.sql_schema import (
-    SQL_DIR,
-    SqlFunction,
-    api_access,
-    comment_blocks,
-    parse_sql,
-    split_top_level,
-)
+from docgen.sql_schema import SQL_DIR, SqlFunction, comment_blocks, parse_sql, split_top_level
+from postkit.queue.schema import api_access
 
 # Helpers of the SQL module that clients do not call: listed briefly, at the end.
 INTERNAL_SQL = {
@@ -77,7 +71,8 @@ def render_sql() -> str:
         "[sdk.md](sdk.md#errors)). The API functions run as the schema's owner and check the",
         "caller's access kind and namespaces (`security.sql`): *Who may call it* names the",
         "least access kind granted its EXECUTE (`postkit grant ROLE producer|worker|operator`;",
-        "each kind includes the ones before it). The others are the schema's own.",
+        "each kind includes the ones before it), as the line `-- access: KIND` above the",
+        "function's `CREATE FUNCTION` says. The others are the schema's own.",
         "",
         "*Locks* lists what the statements of the function (and of the functions it calls) lock",
         "or write: `FOR UPDATE [SKIP LOCKED]`, `UPDATE`, `DELETE`, `INSERT`, DDL and",

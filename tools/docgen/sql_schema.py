@@ -64,9 +64,12 @@ def split_top_level(text: str) -> list[str]:
 
 
 def _comment_above(lines: list[str], line_number: int) -> list[str]:
-    """The contiguous ``--`` lines right above ``line_number`` (0-based), without the ``--``."""
+    """The contiguous ``--`` lines right above ``line_number`` (0-based), without the ``--``
+    and without the function's access line (``-- access: KIND``, shown apart)."""
     block: list[str] = []
     index = line_number - 1
+    if index >= 0 and lines[index].startswith("-- access: "):
+        index -= 1
     while index >= 0:
         match = _COMMENT_LINE.match(lines[index])
         if match is None:
@@ -77,11 +80,14 @@ def _comment_above(lines: list[str], line_number: int) -> list[str]:
 
 
 def comment_blocks(lines: list[str]) -> list[list[str]]:
-    """Each run of ``--`` lines followed by another line, its lines without the ``--``."""
+    """Each run of ``--`` lines followed by another line, its lines without the ``--``, less
+    the functions' access lines."""
     blocks: list[list[str]] = []
     current: list[str] = []
     for line in lines:
         match = _COMMENT_LINE.match(line)
+        if line.startswith("-- access: "):
+            continue
         if match is not None:
             current.append(match.group(1) or "")
         elif current:
@@ -156,11 +162,3 @@ def parse_sql() -> tuple[dict[str, SqlFunction], dict[str, str]]:
                 if named and function.name in re.split(r"[ /,]+", named.group(1)):
                     function.comment = [block]
     return functions, titles
-
-
-def api_access() -> dict[str, str]:
-    """The API list of security.sql: each function a caller may execute, by name, and the
-    least access kind (producer, worker, operator) that may call it."""
-    text = (SQL_DIR / "security.sql").read_text(encoding="utf-8")
-    listed = text[text.index("WITH listed (name, access) AS (VALUES") :]
-    return dict(re.findall(r"\('(\w+)', '(producer|worker|operator)'\)", listed))

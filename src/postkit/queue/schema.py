@@ -155,8 +155,38 @@ def _read(folder: str, name: str) -> str:
 @cache
 def schema_files() -> tuple[tuple[str, str], ...]:
     """The current definition of the schema: (file name, SQL) in the order a fresh install runs
-    them. Every function's current body is in exactly one of them."""
-    return tuple((name, _read("schema", name)) for name in (_TYPES, _TABLES, *_CODE))
+    them. Every function's current body is in exactly one of them. security.sql's API list is
+    written from the functions' own access lines (:func:`api_access`)."""
+    files = [(name, _read("schema", name)) for name in (_TYPES, _TABLES, *_CODE)]
+    rows = ",\n".join(
+        f"    ('{function}', '{access}')"
+        for function, access in sorted(
+            _access_lines(files).items(), key=lambda item: (_KINDS.index(item[1]), item[0])
+        )
+    )
+    return tuple((name, sql.replace("{{api}}", rows)) for name, sql in files)
+
+
+_KINDS = ("producer", "worker", "operator")
+_ACCESS_LINE = re.compile(
+    r"^-- access: (\w+)\nCREATE (?:OR REPLACE )?FUNCTION postkit_queue\.(\w+)\(", re.MULTILINE
+)
+
+
+def _access_lines(files: list[tuple[str, str]]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name, sql in files:
+        for access, function in _ACCESS_LINE.findall(sql):
+            if access not in _KINDS or found.setdefault(function, access) != access:
+                raise RuntimeError(f"{name}: {function} has access {access!r}, or two of them")
+    return found
+
+
+def api_access() -> dict[str, str]:
+    """The API: each function a caller may execute, by name, and the least access kind
+    (producer, worker, operator; each includes the ones before it) that may call it, as the
+    line ``-- access: KIND`` above its ``CREATE FUNCTION`` says, in the file of its body."""
+    return _access_lines([(name, _read("schema", name)) for name in _CODE])
 
 
 @cache

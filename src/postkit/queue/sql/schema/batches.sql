@@ -20,6 +20,7 @@
 -- A batch without unique keys takes a plain multi-row INSERT: ON CONFLICT's speculative
 -- insertion (insert, check against jobs_unique_key_idx, confirm with a WAL record of its own)
 -- cost about 1.5 ms of the 9 ms a 1,000-payload batch took on the 2-core benchmark machine.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.push_batch(
     p_namespace    text,
     p_queue        text,
@@ -211,6 +212,7 @@ $$;
 -- first, all of them and in one order (by name): two callers listing such queues in opposite
 -- orders would otherwise each hold one turn and wait for the other's. A queue whose row does
 -- not exist yet (its settings written by hand) takes its turn when it is pulled.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.pull_any(
     p_namespace          text,
     p_queues             text[],
@@ -257,6 +259,7 @@ $$;
 -- the caller (its claim token matches, pairwise); then all are acknowledged and it returns
 -- true. If any claim is stale, nothing changes and it returns false. Rows are locked in id
 -- order, so two overlapping batches cannot deadlock.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.ack_batch(
     p_namespace text, p_job_ids bigint[], p_claim_tokens uuid[], p_worker_id text DEFAULT NULL)
 RETURNS boolean

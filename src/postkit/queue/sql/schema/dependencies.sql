@@ -39,6 +39,7 @@ RETURN 10000;
 -- dependency_problem: why a push with these parents would be refused, or NULL when it would
 -- not: the SDK asks before it pushes, so that a refusal leaves the caller's transaction usable
 -- (a refusal by push itself aborts it). Reads only; takes no lock.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.dependency_problem(p_namespace text, p_parents bigint[])
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -371,6 +372,7 @@ $$;
 -- cancelled with it. No row: the root is unknown and nothing descends from it. Each generation
 -- costs three index probes for all its jobs: its edges (job_dependencies' primary key) and the two
 -- depends_on indexes (jobs_depends_on_idx, job_ancestry_depends_on_idx).
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.job_tree(
     p_namespace text, p_root_id bigint, p_limit integer DEFAULT 1000)
 RETURNS TABLE (job_id bigint, depth integer, queue text, state text, depends_on bigint[])
@@ -467,6 +469,7 @@ $$;
 -- each job's row lock: a job whose ack is in progress is waited for, and then is gone (its
 -- children, released by that ack, are left: cancel the tree again to reach them). A job pushed
 -- into the tree while it walks is left.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.cancel_tree(
     p_namespace text, p_root_id bigint, p_limit integer DEFAULT 10000)
 RETURNS integer
@@ -497,6 +500,7 @@ $$;
 -- job_result says of it: its state, and its result once it completed in a queue that keeps
 -- results (NULL otherwise). In the order the job's push listed them, without duplicates. No
 -- row: the job has no parents, or is unknown.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.parent_results(p_namespace text, p_job_id bigint)
 RETURNS TABLE (parent_id bigint, state text, result jsonb)
 LANGUAGE plpgsql STABLE
@@ -526,6 +530,7 @@ $$;
 -- has not finished: its ack releases them (they run as any job then, or wait for their other
 -- parents), and its dead letter or cancel cancels them. A primary-key probe of the job, a
 -- range scan of its edges (job_dependencies), then one primary-key probe per child.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.waiting_children(
     p_namespace text, p_job_id bigint, p_limit integer DEFAULT 100)
 RETURNS TABLE (child_id bigint, queue text, waiting_on integer)

@@ -206,6 +206,7 @@ $$;
 -- set_group_weight: the weight of group p_group_key in fair queue p_queue: its turn gives it
 -- up to p_weight jobs (1 to 1000); NULL puts it back to 1 (deletes its row). Takes effect at
 -- the queue's next claim. Returns the weight now in force.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.set_group_weight(
     p_namespace text, p_queue text, p_group_key text, p_weight integer)
 RETURNS integer
@@ -237,6 +238,7 @@ $$;
 -- group_weights: the weights set on queue p_queue's groups (set_group_weight), by group key,
 -- at most p_limit of them after p_after (a page; NULL: from the first). A group not listed
 -- weighs 1.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.group_weights(
     p_namespace text, p_queue text, p_after text DEFAULT NULL, p_limit integer DEFAULT 1000)
 RETURNS TABLE (group_key text, weight integer)

@@ -17,6 +17,7 @@
 -- delays). Any other session that sets the offset gets an error instead of a clock it could use
 -- to store run_at = -infinity or to expire other workers' claims; an offset that is infinite or
 -- over a century is refused too.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.clock() RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -650,6 +651,7 @@ $$;
 -- (flow_state.rate_held): a worker whose wait ended a moment before the slot, and that looks
 -- again after it, still claims. Waking then costs one claim per slot at most, after which the
 -- rate no longer holds claims back and the other limits alone decide again.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.next_run_at(p_namespace text, p_queues text[])
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -726,6 +728,7 @@ $$;
 -- progress (which notifies when it commits, or restores the request when it rolls back), is
 -- left as it is, so a worker that waits again before any push writes nothing. A lost request
 -- costs a fallback poll, never a job: its commit does not wait for the WAL flush.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.request_wakeup(p_namespace text, p_queues text[])
 RETURNS boolean
 LANGUAGE plpgsql
@@ -799,6 +802,7 @@ $$;
 -- Call it on the connection that LISTENs, with request_wakeup. Returns whether it waits on
 -- any queue: then the listener calls stop_waiting when it wakes for another reason. A queue
 -- without such a limit is not recorded: its pushes notify through request_wakeup's requests.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.wait_for_slot(p_namespace text, p_queues text[])
 RETURNS boolean
 LANGUAGE plpgsql
@@ -839,6 +843,7 @@ $$;
 -- that a waking transaction still in progress holds is skipped, never waited for: that one
 -- deletes it and notifies this backend, a wake-up the worker takes as a look for work. Returns
 -- how many rows it deleted.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.stop_waiting(p_namespace text)
 RETURNS integer
 LANGUAGE plpgsql

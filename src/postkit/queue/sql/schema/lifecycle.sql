@@ -43,6 +43,7 @@
 -- any push to a queue with a limit on its pending jobs (max_pending: check_room, which refuses
 -- a push to a full queue, PKQ23) takes the second path, where each check raises its precise
 -- error.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.push(
     p_namespace    text,
     p_queue        text,
@@ -181,6 +182,7 @@ $$;
 -- committed after later-pushed jobs were claimed (run_at and id are taken when the push
 -- statement runs), or whose claim rolled back. While a backlog keeps every claim full, such a
 -- job waits up to a second longer than strict order would have it wait; never longer.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.pull(
     p_namespace          text,
     p_queue              text,
@@ -343,6 +345,7 @@ $$;
 -- p_result is the job's result (what its handler returned; NULL or the JSON null: none, checked
 -- by check_result), kept when the job's queue keeps results (record_outcomes); a stale ack
 -- keeps none.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.ack(
     p_namespace   text,
     p_job_id      bigint,
@@ -409,6 +412,7 @@ $$;
 -- commit per job into a commit per batch. p_results, if given, is a JSON array of one entry
 -- per job id: its result, or null (none), each as ack's p_result (check_results); a skipped
 -- job's result is not kept.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.ack_many(
     p_namespace text, p_job_ids bigint[], p_claim_tokens uuid[], p_results jsonb DEFAULT NULL)
 RETURNS bigint[]
@@ -505,6 +509,7 @@ $$;
 -- retry comes after 1-2 s by default and the delay doubles up to 1 hour. p_backoff overrides
 -- the computed delay. With no attempts left the job is dead-lettered.
 -- Returns 'retried', 'dead_lettered', or 'stale' (the caller no longer holds the claim).
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.nack(
     p_namespace   text,
     p_job_id      bigint,
@@ -567,6 +572,7 @@ $$;
 
 -- fail: a permanent failure. The job moves to the dead-letter queue at once, with its payload
 -- and its whole error history. Returns false when the caller no longer holds the claim.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.fail(
     p_namespace   text,
     p_job_id      bigint,
@@ -606,6 +612,7 @@ $$;
 -- release: give a claimed job back at once without spending an attempt, for a worker that is
 -- shutting down before it could run the job. Returns false when the caller no longer holds
 -- the claim.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.release(
     p_namespace   text,
     p_job_id      bigint,
@@ -642,6 +649,7 @@ $$;
 -- extend_visibility: a slow but healthy worker keeps its claim. The deadline becomes
 -- now + p_extension, never earlier than it already was, so a heartbeat every third of the
 -- timeout keeps a job forever while a dead worker's job expires within one timeout.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.extend_visibility(
     p_namespace   text,
     p_job_id      bigint,
@@ -688,6 +696,7 @@ $$;
 -- index holds (a HOT update where its page has room: the table's fillfactor keeps room); it
 -- takes the row lock that only this job's own settle, heartbeat and rescue also take, never a
 -- claim's, which locks pending rows. A retry, a release and a rescue clear it.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.report_progress(
     p_namespace   text,
     p_job_id      bigint,
@@ -727,6 +736,7 @@ $$;
 -- tickers may run at once: SKIP LOCKED hands each expired row to exactly one of them, and a
 -- row an ack is settling right now is left to that ack. Returns one row per job it settled:
 -- rescued (pending again) or dead_lettered.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.tick_timeouts(p_namespace text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (job_id bigint, outcome text)
 LANGUAGE plpgsql
@@ -793,6 +803,7 @@ $$;
 -- worker holds it any more (its worker died, or is late with a heartbeat); it stays 'running'
 -- until a tick_timeouts of the namespace (any worker's, or `postkit tick`) returns it to the
 -- queue or dead-letters it.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.get_job(p_namespace text, p_job_id bigint)
 RETURNS TABLE (
     namespace text, id bigint, queue text, state text, payload jsonb, priority smallint,
@@ -843,6 +854,7 @@ $$;
 -- retention prunes that record. At most five primary-key probes, in the order a waiter's job
 -- moves: the live jobs, the results, the archive of completed jobs, the dead letters, the
 -- cancelled jobs (a job that is live, dead or cancelled is in no other of them).
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.job_result(p_namespace text, p_job_id bigint)
 RETURNS TABLE (
     job_id bigint, queue text, state text, result jsonb, error text, reason text,

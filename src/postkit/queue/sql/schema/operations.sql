@@ -15,6 +15,7 @@
 -- thousands of queues is read a page at a time). Live counts are exact up to p_cap and then reported as p_cap with
 -- counts_capped = true: each count is an index range scan that stops at p_cap rows, so stats
 -- stays fast on a backlog of millions (a full COUNT(*) would read every row).
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.stats(
     p_namespace text, p_queue text DEFAULT NULL, p_cap integer DEFAULT 100000,
     p_after text DEFAULT NULL, p_limit integer DEFAULT NULL)
@@ -161,6 +162,7 @@ $$;
 -- per distinct queue, however many jobs) plus the running rows, which are bounded by the
 -- workers' slots; queues with waiting jobs, dead letters or cancelled jobs from skip scans of
 -- jobs_waiting_idx, dead_letters_queue_idx and cancelled_jobs_queue_idx.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.queues(p_namespace text)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
@@ -232,6 +234,7 @@ $$;
 -- known_queues: every queue name the namespace has used: queues() (live jobs, dead letters,
 -- settings, which include the queues workers registered, and recent outcomes) and the queues
 -- its schedules push to. Names only: producers may ask, so that their pushes get the typo guard.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.known_queues(p_namespace text)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
@@ -249,6 +252,7 @@ $$;
 -- guard (known_queues) knows a healthy queue that gets a job a day. A queue already known keeps
 -- its row (and its settings) untouched; a new one gets a settings row of built-in defaults,
 -- which changes no behaviour. One INSERT, conflicts ignored on the primary key.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.register_queues(p_namespace text, p_queues text[])
 RETURNS integer
 LANGUAGE plpgsql
@@ -287,6 +291,7 @@ $$;
 -- A claim extended while an operator pages moves later in the running order, so a running job
 -- may show on two pages; none that keeps running is skipped. age is how long ago each job was
 -- created, by the queue's clock (now - age is the moment the listing was read).
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.jobs(
     p_namespace        text,
     p_queue            text,
@@ -441,6 +446,7 @@ $$;
 -- Each call is planned for its own arguments (plan_cache_mode): a plan made for any arguments
 -- cannot tell a queue of a few dead letters from one of thousands, and read the namespace's
 -- failed_at range for the first.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.dead_letters(
     p_namespace         text,
     p_queue             text        DEFAULT NULL,
@@ -485,6 +491,7 @@ $$;
 -- for its arguments, like dead_letters; and, like stats, never by a sequential scan (which
 -- reads the whole table when few rows match) or a bitmap scan (which reads the whole range
 -- before the cap applies).
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.count_dead_letters(
     p_namespace         text,
     p_queue             text        DEFAULT NULL,
@@ -525,6 +532,7 @@ $$;
 -- p_scan_limit rows with fewer matches, one more row follows, searched_to true: the last dead
 -- letter it read (which may be the last match too). Its failed_at and job_id are the cursor to
 -- search on, further back; without that row, nothing older matches.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.search_dead_letters(
     p_namespace         text,
     p_error_contains    text,
@@ -616,6 +624,7 @@ $$;
 -- that difference (stats' last-hour sums lose a minute's counts whenever that minute leaves
 -- the window). A primary-key range scan of queue_stats: at most 120 minutes x 8 slots per
 -- queue.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.outcomes_since(p_namespace text, p_since timestamptz)
 RETURNS TABLE (queue text, completed bigint, dead_lettered bigint, retried bigint,
                rescued bigint)
@@ -644,6 +653,7 @@ $$;
 -- has no row. The queues come from a skip scan of queue_stats' primary key (one probe per
 -- queue with counters), then each queue's minutes from one range scan of it: at most 8 slots
 -- a minute per queue, however long prune has not run.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.outcome_series(
     p_namespace text, p_since timestamptz, p_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, minute timestamptz, completed bigint, dead_lettered bigint,
@@ -816,6 +826,7 @@ $$;
 -- 'fair' (p_fair: the claims shared among the group keys, fair.sql), and 'max_pending'
 -- (p_max_pending: a push that would make the queue hold more pending jobs is refused).
 -- Pausing is separate (pause_queue). Returns the policy now in force.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.configure_queue(
     p_namespace          text,
     p_queue              text,
@@ -916,6 +927,7 @@ $$;
 
 -- pause_queue / resume_queue: while a queue is paused, pull and pull_any hand out nothing
 -- from it; pushes are still accepted. Returns whether the queue is paused.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.set_paused(p_namespace text, p_queue text, p_paused boolean)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -939,12 +951,14 @@ BEGIN
 END
 $$;
 
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.pause_queue(p_namespace text, p_queue text)
 RETURNS boolean
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT postkit_queue.set_paused(p_namespace, p_queue, true) $$;
 
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.resume_queue(p_namespace text, p_queue text)
 RETURNS boolean
 LANGUAGE sql
@@ -955,6 +969,7 @@ AS $$ SELECT postkit_queue.set_paused(p_namespace, p_queue, false) $$;
 -- their workers, and waiting ones to their parents. Rows a pull is claiming right now are
 -- skipped (SKIP LOCKED). The waiting descendants of a purged job are cancelled
 -- (dependencies.sql). Returns how many were deleted.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.purge_queue(p_namespace text, p_queue text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -1005,6 +1020,7 @@ $$;
 -- jobs_pull_idx (namespace, queue, ...) WHERE state = 'pending'; SKIP LOCKED steps over a job a
 -- puller is claiming, which is about to run anyway. The waiting descendants of a purged job
 -- are cancelled, as purge_queue cancels them.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.purge_queue_before(
     p_namespace      text,
     p_queue          text,
@@ -1075,6 +1091,7 @@ $$;
 -- extend_visibility answers false, and gives the handler's slot back. A
 -- queue with a concurrency or group limit is told that the slot is free (notify). Returns
 -- false when no such live job exists.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.cancel(p_namespace text, p_job_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -1095,6 +1112,7 @@ $$;
 -- descendants included; call it again while it returns p_limit or more. One scan of the
 -- queue's jobs, then cancel_job's row lock for each: a job whose ack is in progress is
 -- waited for, and then is gone.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.cancel_queue(
     p_namespace text, p_queue text, p_created_before timestamptz DEFAULT NULL,
     p_limit integer DEFAULT 10000)
@@ -1175,6 +1193,7 @@ $$;
 -- finds it already redriven and skips it. The dead letter stays, linked to its new job; the new
 -- job keeps the dead letter's trace context, so its runs link to the push that started it all.
 -- With p_dry_run nothing changes and new_job_id is NULL: what would be retried.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.redrive(
     p_namespace      text,
     p_job_ids        bigint[]    DEFAULT NULL,
@@ -1244,6 +1263,7 @@ $$;
 -- subquery, never a join that reads a table); then primary-key lookups of the three tables.
 -- A redrive's new job always has a larger id than the dead letter it came from, so the chain
 -- has no cycle; p_limit bounds how many steps each way it follows.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.job_lineage(
     p_namespace text, p_job_id bigint, p_limit integer DEFAULT 100)
 RETURNS TABLE (
@@ -1314,6 +1334,7 @@ $$;
 -- than p_older_than ago. Returns how many were deleted. Like cancel and the queue purges, the
 -- dead-letter purges require operator access: an EXECUTE granted by hand is not enough to
 -- destroy jobs or dead letters.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters(
     p_namespace text, p_older_than interval, p_queue text DEFAULT NULL)
 RETURNS bigint
@@ -1340,6 +1361,7 @@ $$;
 -- count_dead_letters(p_failed_before => ..., p_include_redriven => true) and deletes with the
 -- same cutoff: what it showed is what goes, whatever its own clock says and however long its
 -- confirmation took.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.purge_dead_letters_before(
     p_namespace     text,
     p_failed_before timestamptz,
@@ -1378,6 +1400,7 @@ $$;
 -- get_queue_policy: the policy in force for a queue (its settings over the built-in
 -- defaults), as configure_queue returns it, changing nothing. A primary-key probe of
 -- queue_settings (queue_policy).
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.get_queue_policy(
     p_namespace text, p_queue text,
     OUT max_attempts integer, OUT visibility_timeout interval,
@@ -1410,6 +1433,7 @@ $$;
 -- of finished workflow runs (workflow_steps) whose retention ran out, and outcome counters
 -- older than two hours. The worker runtime's prune service and postkit tick call it. Returns how many rows of
 -- each kind it deleted.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.prune(p_namespace text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (completed_jobs bigint, dead_letters bigint, stats_rows bigint, results bigint,
                cancelled bigint, ancestry bigint, steps bigint)

@@ -190,6 +190,7 @@ $$;
 -- save_schedule: create a schedule, or replace the one with this name (which repairs a broken
 -- one). Exactly one of p_cron (with p_timezone) and p_every is given; p_next_run_at is its
 -- first run, computed by the caller from the cron expression (or now + p_every).
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.save_schedule(
     p_namespace    text,
     p_name         text,
@@ -263,6 +264,7 @@ $$;
 
 -- schedules: the schedules of a namespace, by name: every one, or a page of p_limit after the
 -- name p_after. A range scan of the primary key.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.schedules(
     p_namespace text, p_after text DEFAULT NULL, p_limit integer DEFAULT NULL)
 RETURNS SETOF postkit_queue.schedules
@@ -291,6 +293,7 @@ $$;
 -- primary-key lookups per schedule (jobs, dead_letters, completed_jobs; each LIMIT 1 keeps it
 -- a lookup, never a join that reads a whole table), after a range scan of the schedules': of
 -- every one, or of the page schedules() returns for the same p_after and p_limit.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.schedule_runs(
     p_namespace text, p_after text DEFAULT NULL, p_limit integer DEFAULT NULL)
 RETURNS TABLE (
@@ -337,6 +340,7 @@ $$;
 -- ones wait until they are saved again. The locks last until the caller's transaction ends; a
 -- concurrent ticker skips locked rows (SKIP LOCKED) and, after this one commits, finds them no
 -- longer due.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.due_schedules(
     p_namespace text, p_limit integer DEFAULT 100)
 RETURNS SETOF postkit_queue.schedules
@@ -363,6 +367,7 @@ $$;
 -- schedules_due_idx (namespace, next_run_at) WHERE NOT paused AND broken_at IS NULL, whose
 -- predicate matches this one; it locks nothing, and a schedule another ticker is firing
 -- still counts until that ticker commits.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.next_schedule_at(p_namespace text)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -382,6 +387,7 @@ $$;
 -- once. Returns one row: the pushed job's id; or, when the queue refuses the job (a payload
 -- over a max_payload_bytes set after the schedule was saved), a NULL id and the reason, the
 -- schedule marked broken: one schedule's trouble must not abort the caller's whole tick.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.fire_schedule_run(
     p_namespace text, p_name text, p_due_at timestamptz, p_next_run_at timestamptz)
 RETURNS TABLE (job_id bigint, broken_reason text)
@@ -435,6 +441,7 @@ $$;
 
 -- fire_schedule: fire_schedule_run for callers that want the job id alone: NULL when the run
 -- was fenced out, or when its queue refused the job (the schedule is then broken).
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.fire_schedule(
     p_namespace text, p_name text, p_due_at timestamptz, p_next_run_at timestamptz)
 RETURNS bigint
@@ -450,6 +457,7 @@ $$;
 -- firing, keeps p_reason for the operator, and fires again once saved again (save_schedule).
 -- Fenced on p_due_at like fire_schedule: returns false, changing nothing, when the schedule
 -- moved on or changed since the caller read it.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.mark_schedule_broken(
     p_namespace text, p_name text, p_due_at timestamptz, p_reason text)
 RETURNS boolean
@@ -472,6 +480,7 @@ $$;
 
 -- set_schedule_paused: pause or resume a schedule. A resumed schedule fires once if it became
 -- due while paused (the catch-up policy). Returns false when there is no such schedule.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.set_schedule_paused(
     p_namespace text, p_name text, p_paused boolean)
 RETURNS boolean
@@ -489,6 +498,7 @@ END
 $$;
 
 -- delete_schedule: returns false when there is no such schedule.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.delete_schedule(p_namespace text, p_name text)
 RETURNS boolean
 LANGUAGE plpgsql

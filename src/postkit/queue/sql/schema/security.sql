@@ -87,6 +87,7 @@ $$;
 -- namespace (one index probe per namespace, however many rows each holds), so a backlog of
 -- millions costs what an empty one does. No namespace argument: it is what a dashboard asks
 -- before it knows one.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.namespaces()
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
@@ -198,6 +199,7 @@ $$;
 -- channel: the LISTEN channel of a queue ('postkit_' and an md5, so any names fit PostgreSQL's
 -- 63-byte channel limit). Under tenant isolation only a caller that may use the namespace
 -- learns it.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.channel(p_namespace text, p_queue text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -218,6 +220,7 @@ $$;
 -- md5), on which each settle that a waiter for a result may want is announced, with the job
 -- ids as payload (notify_results). Under tenant isolation only a caller that may use the
 -- namespace learns it, as with channel().
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.results_channel(p_namespace text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -236,6 +239,7 @@ END
 $$;
 
 -- The schema's version, for callers that may not read the migrations table.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.schema_version()
 RETURNS integer
 LANGUAGE plpgsql STABLE
@@ -534,48 +538,13 @@ END
 $$;
 
 -- The API list: every function a caller may execute, and the least access kind that may call
--- it. A function added to the API gets its row here; apply_privileges grants by this list, and
--- every install that changes the schema makes the table hold exactly these rows.
+-- it (producer, worker, operator: each includes the ones before it). Each API function says
+-- its own on the line above its CREATE FUNCTION (`-- access: worker`), in the file of its
+-- body; the installer writes them here (schema.py, api_access), in access then name order.
+-- apply_privileges grants by this list, and every install that changes the schema makes the
+-- table hold exactly these rows.
 WITH listed (name, access) AS (VALUES
-    -- Producers push and follow their jobs, and wait for their results.
-    ('push', 'producer'), ('push_batch', 'producer'), ('get_job', 'producer'),
-    ('clock', 'producer'), ('schema_version', 'producer'), ('known_queues', 'producer'),
-    ('job_result', 'producer'), ('results_channel', 'producer'),
-    ('dependency_problem', 'producer'), ('parent_results', 'producer'),
-    ('waiting_children', 'producer'), ('job_tree', 'producer'),
-    ('workflow_steps', 'producer'), ('send_event', 'producer'),
-    -- Workers claim, settle and keep the queue moving (timeouts, schedules, retention).
-    ('pull', 'worker'), ('pull_any', 'worker'), ('ack', 'worker'), ('ack_many', 'worker'),
-    ('ack_batch', 'worker'), ('nack', 'worker'), ('fail', 'worker'),
-    ('extend_visibility', 'worker'), ('release', 'worker'), ('tick_timeouts', 'worker'),
-    ('report_progress', 'worker'), ('record_step', 'worker'), ('park', 'worker'),
-    ('wait_event', 'worker'), ('await_jobs', 'worker'),
-    ('next_run_at', 'worker'), ('request_wakeup', 'worker'), ('wait_for_slot', 'worker'),
-    ('stop_waiting', 'worker'), ('channel', 'worker'), ('due_schedules', 'worker'),
-    ('fire_schedule', 'worker'), ('fire_schedule_run', 'worker'),
-    ('mark_schedule_broken', 'worker'), ('next_schedule_at', 'worker'), ('prune', 'worker'),
-    ('dead_letters', 'worker'), ('search_dead_letters', 'worker'),
-    ('count_dead_letters', 'worker'), ('register_queues', 'worker'),
-    ('register_worker', 'worker'), ('worker_heartbeat', 'worker'),
-    ('deregister_worker', 'worker'), ('prune_workers', 'worker'),
-    -- Operators inspect and steer.
-    ('stats', 'operator'), ('jobs', 'operator'), ('queues', 'operator'),
-    ('configure_queue', 'operator'),
-    ('outcomes_since', 'operator'), ('set_paused', 'operator'), ('pause_queue', 'operator'),
-    ('resume_queue', 'operator'), ('purge_queue', 'operator'),
-    ('purge_queue_before', 'operator'), ('cancel', 'operator'), ('cancel_queue', 'operator'),
-    ('cancel_tree', 'operator'), ('cancel_run', 'operator'),
-    ('set_group_weight', 'operator'), ('group_weights', 'operator'),
-    ('redrive', 'operator'),
-    ('purge_dead_letters', 'operator'), ('purge_dead_letters_before', 'operator'),
-    ('save_schedule', 'operator'), ('schedules', 'operator'),
-    ('set_schedule_paused', 'operator'), ('delete_schedule', 'operator'),
-    ('workers', 'operator'),
-    -- The dashboard's reads. namespaces names every tenant's namespace to a caller that sees
-    -- all of them, and serves only the views across namespaces that operators use.
-    ('namespaces', 'operator'), ('outcome_series', 'operator'), ('running_jobs', 'operator'),
-    ('schedule_runs', 'operator'), ('job_lineage', 'operator'),
-    ('get_queue_policy', 'operator')
+{{api}}
 ), unlisted AS (
     DELETE FROM postkit_queue.api a WHERE NOT EXISTS (SELECT FROM listed l WHERE l.name = a.name)
 )

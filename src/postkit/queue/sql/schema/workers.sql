@@ -10,6 +10,7 @@
 -- register_worker: record that a worker (p_kind 'worker') or a ticker ('ticker') runs, with what
 -- it serves, and its first heartbeat. Registering again under the same id (a restarted worker
 -- that kept its id) replaces the row. One upsert on the primary key.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.register_worker(
     p_namespace          text,
     p_worker_id          text,
@@ -67,6 +68,7 @@ $$;
 -- worker_heartbeat: the worker is alive. False when its row is gone (pruned while the worker
 -- was cut off for longer than the retention): the worker registers again. One primary-key
 -- update.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.worker_heartbeat(p_namespace text, p_worker_id text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -82,6 +84,7 @@ END
 $$;
 
 -- deregister_worker: the worker stopped cleanly. False when it was not registered.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.deregister_worker(p_namespace text, p_worker_id text)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -98,6 +101,7 @@ $$;
 
 -- workers: the registry of a namespace, oldest start first; lost marks a worker whose last
 -- heartbeat is older than three of its heartbeat intervals. A range scan of the primary key.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.workers(p_namespace text)
 RETURNS TABLE (
     worker_id text, kind text, host text, pid integer, queues text[], concurrency integer,
@@ -122,6 +126,7 @@ $$;
 -- attempt and claim, soonest deadline first, up to p_limit; running_for is how long ago it was
 -- claimed, by the queue's clock. A range scan of jobs_deadline_idx: the running rows alone,
 -- as many as the workers' slots, whatever the backlog. It reads no payload.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.running_jobs(p_namespace text, p_limit integer DEFAULT 1000)
 RETURNS TABLE (
     id bigint, queue text, worker_id text, attempts integer, max_attempts integer,
@@ -148,6 +153,7 @@ $$;
 -- than p_older_than. Never a worker that is not lost, whatever p_older_than: a short retention
 -- (zero, or less than a slow worker's three heartbeat intervals) must not forget workers that
 -- run. Returns how many went.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.prune_workers(
     p_namespace text, p_older_than interval DEFAULT interval '1 day')
 RETURNS bigint

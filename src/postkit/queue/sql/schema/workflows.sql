@@ -71,6 +71,7 @@ $$;
 -- rules as a job's result, check_result). Returns false, and records nothing, when the caller
 -- no longer holds the claim: its transaction must roll back whatever the step wrote. Raises
 -- PKQ21 when the position is taken already, or the one before it is not.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.record_step(
     p_namespace   text,
     p_run_id      bigint,
@@ -137,6 +138,7 @@ $$;
 
 -- workflow_steps: the steps run p_run_id recorded, in order: what a resumed run replays, and
 -- what a reader follows. A primary-key range scan. No row: none recorded, or an unknown run.
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.workflow_steps(p_namespace text, p_run_id bigint)
 RETURNS TABLE (
     "position" integer, name text, result jsonb, attempt integer, recorded_at timestamptz)
@@ -181,6 +183,7 @@ $$;
 -- worker slot, no claim and no connection while it lasts, and costs a sleeping run nothing but
 -- its row (no poll per run: the workers' next_run_at finds the earliest). Returns false, and
 -- changes nothing, when the caller no longer holds the claim.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.park(
     p_namespace text, p_job_id bigint, p_claim_token uuid, p_until timestamptz)
 RETURNS boolean
@@ -221,6 +224,7 @@ $$;
 -- again. One event per name: the same p_key again returns false and changes nothing; another
 -- send of the name raises PKQ22, as does a send to a run that is not live (finished or
 -- unknown).
+-- access: producer
 CREATE OR REPLACE FUNCTION postkit_queue.send_event(
     p_namespace text, p_run_id bigint, p_name text, p_payload jsonb DEFAULT NULL,
     p_key text DEFAULT NULL)
@@ -276,6 +280,7 @@ $$;
 -- recorded without one and 'timed_out' returned; else the run parks until the deadline, as
 -- park does, and 'parked' is returned (an event sent meanwhile makes it due now). 'stale':
 -- the caller no longer holds the claim; nothing changed.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.wait_event(
     p_namespace text, p_run_id bigint, p_claim_token uuid, p_position integer, p_name text,
     p_until timestamptz)
@@ -326,6 +331,7 @@ $$;
 -- queue that keeps no results, and nothing changed; 'stale', the caller no longer holds the
 -- claim, and nothing changed. One that is dead-lettered or cancelled while the run waits
 -- cancels the run, as it cancels any job that waits for it.
+-- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.await_jobs(
     p_namespace text, p_run_id bigint, p_claim_token uuid, p_job_ids bigint[])
 RETURNS TABLE (status text, problem text)
@@ -408,6 +414,7 @@ $$;
 -- role, which may record steps, can claim and settle any job of its namespace already, so an
 -- operator's cancel of what it listed gives it nothing more. An entry that is not a job id (a
 -- step written by hand) is skipped: the run and the rest are cancelled all the same.
+-- access: operator
 CREATE OR REPLACE FUNCTION postkit_queue.cancel_run(
     p_namespace text, p_run_id bigint, p_limit integer DEFAULT 10000)
 RETURNS integer

@@ -1,0 +1,4 @@
+-- Migration 51: each API function says its access kind on the line above its CREATE FUNCTION,
+-- and the installer writes security.sql's API list from those lines. The list, the grants and
+-- the functions are unchanged: no table or function changes.
+-- schema: 034d113cb10e9f49
