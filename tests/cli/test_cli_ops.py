@@ -577,6 +577,20 @@ def test_push_reads_the_payload_from_stdin(run: Run, client: QueueClient) -> Non
     assert job is not None and job.payload == {"user_id": "42"}
 
 
+def test_push_to_a_full_queue_fails_cleanly_at_once_or_after_its_wait_for_room(
+    run: Run, client: QueueClient
+) -> None:
+    client.configure_queue("imports", max_pending=1)
+    client.push("imports", {})
+    commit(client)
+
+    at_once = fails_cleanly(run("push", "imports", "{}"), code=2)
+    waited = fails_cleanly(run("push", "imports", "{}", "--wait-for-room", "0.2"), code=2)
+
+    assert "queue imports is full: 1 pending jobs" in at_once
+    assert "after waiting 00:00:00.2 for room" in waited
+
+
 def test_cancel_asks_then_deletes_a_pending_job(run: Run, client: QueueClient) -> None:
     keep, drop = client.push("emails", {"n": 1}), client.push("emails", {"n": 2})
     commit(client)

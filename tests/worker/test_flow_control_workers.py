@@ -393,13 +393,20 @@ def test_a_group_pushed_behind_a_backlog_of_100000_starts_within_the_first_two_c
 # --------------------------------------------------------------------------------------------
 
 
-def test_a_slot_freed_in_a_concurrency_1_queue_wakes_one_of_eight_waiting_workers_not_all(
+@pytest.mark.parametrize(
+    ("limit", "group_key"),
+    [({"concurrency": 1}, None), ({"group_concurrency": 1}, "tenant")],
+    ids=["the queue's", "a key's"],
+)
+def test_a_slot_freed_under_a_limit_of_1_wakes_one_of_eight_waiting_workers_not_all(
     client: QueueClient,
     spawn: Spawn,
     namespace: str,
     connect: Callable[..., psycopg.Connection[Any]],
+    limit: dict[str, int],
+    group_key: str | None,
 ) -> None:
-    client.configure_queue(Q, concurrency=1)
+    client.configure_queue(Q, **limit)
     monitor = connect(autocommit=True)
     workers = [spawn(concurrency=1, counted=True) for _ in range(8)]
     wait_until(
@@ -408,7 +415,11 @@ def test_a_slot_freed_in_a_concurrency_1_queue_wakes_one_of_eight_waiting_worker
     before = function_calls(monitor, "postkit_queue.claim_limited")
     job_count = 24
 
-    client.push_batch(Q, [{"hold": 0.02}] * job_count)
+    client.push_batch(
+        Q,
+        [{"hold": 0.02}] * job_count,
+        group_keys=None if group_key is None else [group_key] * job_count,
+    )
     wait_until(lambda: len(runs(*workers)) == job_count, "every job to run", 60)
     # The last job's release has woken its waiting worker, which has claimed nothing.
     wait_until(

@@ -314,6 +314,12 @@ def _payload_argument(text: str) -> Any:
     type=bounded(limits.MAX_ATTEMPTS),
     help="Claims before the job is dead-lettered. Default: the queue's setting.",
 )
+@click.option(
+    "--wait-for-room",
+    type=SECONDS,
+    help="A queue at its --max-pending: wait this long for workers to make room (up to 1h), "
+    "instead of failing at once.",
+)
 @create_option
 @operation
 def push(
@@ -323,6 +329,7 @@ def push(
     priority: int,
     unique_key: str | None,
     max_attempts: int | None,
+    wait_for_room: float | None,
     create: bool,
     namespace: str,
     dsn: str | None,
@@ -338,6 +345,7 @@ def push(
       postkit push send_otp '{"user_id": "42"}' --unique-key otp-42   at most one at a time
       echo '{"user_id": "42"}' | postkit push send_otp -
       postkit push new_queue '{}' --create                            a queue not seen yet
+      postkit push imports '{}' --wait-for-room 30s                   a queue that may be full
     """
     value = _payload_argument(payload)
     with connect(dsn, namespace) as (connection, client):
@@ -349,6 +357,7 @@ def push(
             priority=priority,
             max_attempts=max_attempts,
             unique_key=unique_key,
+            wait_for_room=wait_for_room,
         )
         job = None if job_id is None else client.get_job(job_id)
         connection.commit()
