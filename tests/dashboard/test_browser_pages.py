@@ -1,9 +1,9 @@
 """Every page of the dashboard in a real browser (Debian's Chromium), with data as an operator's
 day brings it: three namespaces, ten queues (two named ``.`` and ``..``, one paused, one
-rate-limited), 1,000 dead letters with 40-line tracebacks, 50 workers (some lost, some running
-jobs) and schedules. Each page must show its rows, print no ``[object ...]`` (a DOM node
-written as text), and fit a dead letter to a line. Screenshots go to $POSTKIT_SCREENSHOTS
-when set (docs/dashboard.md shows them), else to the test's directory.
+rate-limited, one at its max_pending), 1,000 dead letters with 40-line tracebacks, 50 workers
+(some lost, some running jobs) and schedules. Each page must show its rows, print no
+``[object ...]`` (a DOM node written as text), and fit a dead letter to a line. Screenshots go
+to $POSTKIT_SCREENSHOTS when set (docs/dashboard.md shows them), else to the test's directory.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def day(dsn: str, namespace: str) -> Iterator[Day]:
             q.push_batch(queue, [{"n": n} for n in range(5)])
         q.pause_queue("billing")
         q.configure_queue("search-index", rate=(1, 3600))
+        q.configure_queue("thumbnails", max_pending=5)  # its 5 jobs fill it
         assert q.pull("search-index", worker_id="worker-00") is not None
         q.push_batch("send_otp", [{"user": n} for n in range(1000)])
         dead = q.pull_batch("send_otp", worker_id="worker-01", limit=1000)
@@ -122,6 +123,8 @@ def test_every_page_shows_its_rows_as_text_in_a_real_browser(
         open_page(browser, ns, "#queues", 9)
         text = browser.find_element(By.CSS_SELECTOR, "#queues").text
         assert "paused" in text and "rate-limited" in text
+        (full,) = [row for row in text.splitlines() if row.startswith("thumbnails")]
+        assert "full" in full
         assert "lost" in browser.find_element(By.ID, "workers-summary").text
         screenshot(browser, tmp_path, "overview")
 
