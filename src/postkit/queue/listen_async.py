@@ -151,31 +151,29 @@ class AsyncWorkListener:
         while True:
             due = await self._run(protocol.lifecycle.next_run_at(self._namespace, self._queues))
             if due.seconds is not None and due.seconds <= 0:
-                return await self._end_wait(request, handed_a_slot=False, result=True)
+                return await self._end_wait(request, result=True)
             now = time.monotonic()
             until = deadline if due.seconds is None else min(deadline, now + due.seconds)
             wait_until = min(until, now + recheck)
             recheck *= 2
-            woken = handed_a_slot = False
+            woken = False
             async for notify in self._connection.notifies(
                 timeout=max(wait_until - now, 0.0), stop_after=1
             ):
                 woken = self._is_work(notify) or woken
-                handed_a_slot = notify.channel == self.wake_channel or handed_a_slot
             if woken:
                 self.notifications += 1
-                return await self._end_wait(request, handed_a_slot=handed_a_slot, result=True)
+                return await self._end_wait(request, result=True)
             if wait_until >= until:
-                return await self._end_wait(request, handed_a_slot=False, result=until < deadline)
+                return await self._end_wait(request, result=until < deadline)
 
-    async def _end_wait(
-        self, request: protocol.lifecycle.WakeupRequest, *, handed_a_slot: bool, result: bool
-    ) -> bool:
+    async def _end_wait(self, request: protocol.lifecycle.WakeupRequest, *, result: bool) -> bool:
         """End a wait that recorded this listener among the workers waiting for a slot
-        (``request.waiting``), unless a transaction that freed one woke it on its wake channel
-        and took the record already: a slot freed later must wake a worker that still waits.
-        Returns ``result``."""
-        if request.waiting and not handed_a_slot:
+        (``request.waiting``), whatever woke it: a slot freed later must wake a worker that
+        still waits. A transaction that woke it on its wake channel took the record already,
+        but that wake may be one the listener missed in an earlier wait, read only now, with
+        this wait's record still standing. Returns ``result``."""
+        if request.waiting:
             await self._run(protocol.lifecycle.stop_waiting(self._namespace))
         return result
 

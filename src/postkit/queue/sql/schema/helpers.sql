@@ -800,8 +800,9 @@ $$;
 -- wakes it notifies that backend's own channel (postkit_wake_<pid>, WorkListener.wake_channel),
 -- so the release of a concurrency-1 queue wakes one of its waiting workers, not all of them.
 -- Call it on the connection that LISTENs, with request_wakeup. Returns whether it waits on
--- any queue: then the listener calls stop_waiting when it wakes for another reason. A queue
--- without such a limit is not recorded: its pushes notify through request_wakeup's requests.
+-- any queue: then the listener calls stop_waiting when its wait ends, whatever ended it. A
+-- queue without such a limit is not recorded: its pushes notify through request_wakeup's
+-- requests.
 -- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.wait_for_slot(p_namespace text, p_queues text[])
 RETURNS boolean
@@ -839,7 +840,7 @@ END
 $$;
 
 -- stop_waiting: the calling backend waits for no slot of the namespace any more (wait_for_slot):
--- its listener woke for another reason, and a slot must wake a worker that still waits. A row
+-- its listener's wait ended, and a slot must wake a worker that still waits. A row
 -- that a waking transaction still in progress holds is skipped, never waited for: that one
 -- deletes it and notifies this backend, a wake-up the worker takes as a look for work. Returns
 -- how many rows it deleted.

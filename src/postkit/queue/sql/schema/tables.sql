@@ -420,8 +420,8 @@ CREATE TABLE postkit_queue.wakeups (
 -- waiting listener, by its backend (wait_for_slot). A transaction that frees a slot or makes a
 -- job ready there wakes the longest waiting of them, one per slot, on that listener's own
 -- channel, and deletes its row (notify, helpers.sql): a release wakes one worker, not every
--- worker that LISTENs on the queue's channel. A listener that wakes for another reason deletes
--- its rows (stop_waiting); a backend that is gone is skipped and its row deleted.
+-- worker that LISTENs on the queue's channel. A listener whose wait ends deletes its rows
+-- (stop_waiting); a backend that is gone is skipped and its row deleted.
 CREATE TABLE postkit_queue.slot_waiters (
     namespace text        NOT NULL,
     queue     text        NOT NULL,

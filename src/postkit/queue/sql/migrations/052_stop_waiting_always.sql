@@ -1,0 +1,4 @@
+-- Migration 52: a listener ends its wait for a slot (stop_waiting) whenever the wait ends, and
+-- the comments of wait_for_slot, stop_waiting and slot_waiters say so. No table or function
+-- changes.
+-- schema: a87cc315da52d7ab
