@@ -3,6 +3,7 @@ to its weight of ready jobs per turn, so that one group's backlog keeps no other
 
 Every claim here is a pull on a client of its own that commits at once (autocommit), as a
 worker's claims are: the round's state lives in the queue's flow_state row between claims.
+Where two claims must overlap, the first one's transaction stays open until the test ends it.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
 
 from postkit import errors
 from postkit.queue import Job, QueueClient
+from tests.queue.conftest import BLOCK_TIMEOUT, WaitUntilBlocked, commit, forbid_waiting
 from tests.queue.test_query_plans import apply_settings, explain, normalized, prepare, scans
 
 Q = "reports"
@@ -171,6 +174,48 @@ def test_the_round_goes_on_across_claims_from_other_sessions(make_client: MakeCl
     assert claimed == ["acme", "acme", "globex"] * 3
 
 
+def test_claims_of_a_queue_whose_only_limit_is_fair_overlap_and_each_gives_every_group_a_turn(
+    make_client: MakeClient,
+) -> None:
+    """The second claim runs while the first one's transaction is still open, without waiting
+    for it, and passes over the jobs the first holds to the next job of each group."""
+    holder, other = make_client(), make_client()
+    holder.configure_queue(Q, fair=True)
+    for group in ("a", "b", "c", "d"):
+        push(holder, group, 3)
+    commit(holder)
+    forbid_waiting(other)
+
+    first = holder.pull_batch(Q, worker_id="w", limit=4)  # its transaction stays open
+    second = other.pull_batch(Q, worker_id="w", limit=4)
+
+    assert sorted(job.group_key or "" for job in first) == ["a", "b", "c", "d"]
+    assert sorted(job.group_key or "" for job in second) == ["a", "b", "c", "d"]
+    assert not {job.id for job in first} & {job.id for job in second}
+    commit(holder)
+    commit(other)
+
+
+def test_claims_of_a_fair_queue_with_a_group_limit_still_take_turns(
+    make_client: MakeClient, wait_until_blocked: WaitUntilBlocked, executor: ThreadPoolExecutor
+) -> None:
+    """With group_concurrency a claim counts what runs of each group, which only a claim that
+    waited for the one before it can see."""
+    holder, other = make_client(), make_client()
+    holder.configure_queue(Q, fair=True, group_concurrency=1)
+    for group in ("a", "b"):
+        push(holder, group, 2)
+    commit(holder)
+
+    assert len(holder.pull_batch(Q, worker_id="w", limit=2)) == 2  # its transaction stays open
+    waiting = executor.submit(other.pull_batch, Q, worker_id="w", limit=2)
+    wait_until_blocked(other, holder, waiting)
+    commit(holder)
+
+    assert waiting.result(timeout=BLOCK_TIMEOUT) == [], "each group runs its one job already"
+    commit(other)
+
+
 def test_a_queue_stops_being_fair_and_claims_in_pull_order_again(fair: QueueClient) -> None:
     push(fair, "a-big", 5)
     push(fair, "b-small", 1)
@@ -221,7 +266,8 @@ FAIR_NEXT_GROUP = """
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
               AND j.group_key > fair_group AND j.id <> ALL (v_chosen)
             ORDER BY j.group_key, j.priority DESC, j.run_at, j.id
-            LIMIT 1;
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
 """
 FAIR_GROUP_JOBS = """
                         SELECT j.id FROM postkit_queue.jobs j
@@ -230,6 +276,7 @@ FAIR_GROUP_JOBS = """
                           AND j.run_at <= p_now AND j.id <> ALL (v_chosen)
                         ORDER BY j.priority DESC, j.run_at, j.id
                         LIMIT v_want - v_took
+                        FOR UPDATE SKIP LOCKED
 """
 
 

@@ -7,12 +7,12 @@
 --                                                    └────────── next round ──────┘
 --     a group's turn: up to its weight of its ready jobs, in pull order
 --
--- - A claim of a fair queue (claim_limited, under the queue's turn: flow.sql) goes round the
---   groups that have pending jobs, in key order, from where the queue's last claim stopped
---   (flow_state.fair_group, and fair_given, what that group got in its turn so far). A group's
---   turn gives it up to its weight (group_weights; 1 without a row) of its ready jobs, in pull
---   order (priority, then run_at, then id), then the turn passes to the next group. A turn goes
---   on across claims: with weights 3 and 1, claims of one job each go A A A B A A A B.
+-- - A claim of a fair queue (claim_limited, flow.sql) goes round the groups that have pending
+--   jobs, in key order, from where the queue's last claim stopped (flow_state.fair_group, and
+--   fair_given, what that group got in its turn so far). A group's turn gives it up to its
+--   weight (group_weights; 1 without a row) of its ready jobs, in pull order (priority, then
+--   run_at, then id), then the turn passes to the next group. A turn goes on across claims:
+--   with weights 3 and 1, claims of one job each go A A A B A A A B.
 -- - Work conserving: a group without pending jobs is not in jobs_fair_idx, and the round never
 --   visits it; a group whose pending jobs are not ready (a backoff, a delay) or are held back by
 --   a group limit ends its turn with what it got, and the next group's turn begins at once.
@@ -22,7 +22,15 @@
 --   ready, adds a range scan of it that stops at the jobs it takes, and a queue with weights one
 --   probe of group_weights. A claim visits at most max_fair_visits() groups, stops once a whole
 --   round gave nothing (its walk went back to the first group twice with nothing taken in
---   between); claim_limited locks what it chose in one statement.
+--   between).
+-- - Claims overlap. A probe locks the job it finds (FOR UPDATE SKIP LOCKED), so a claim passes
+--   over a job that another claim holds and takes the next of that group instead. A queue whose
+--   only limit is fair lets its claims run at once (claim_limited reads where the round stands
+--   without locking the flow_state row): two claims that start from the same point each give
+--   those groups a turn, so every group still gets its weight per pass, and each claim writes
+--   back the point it reached unless another claim is writing it at that moment. Beside a
+--   concurrency, rate or group limit the claims still take turns on the flow_state row: each
+--   count must see the claims before it.
 -- - Jobs without a group key share what the groups leave: a claim that the round did not fill
 --   takes them from the head of jobs_pull_idx, looking at most at max_fair_visits() ready jobs.
 -- - The group limits (flow.sql) hold within a turn: group_concurrency caps it by what of the
@@ -137,6 +145,7 @@ BEGIN
                           AND j.run_at <= p_now AND j.id <> ALL (v_chosen)
                         ORDER BY j.priority DESC, j.run_at, j.id
                         LIMIT v_want - v_took
+                        FOR UPDATE SKIP LOCKED
                     LOOP
                         v_chosen[cardinality(v_chosen) + 1] := v_id;
                         v_groups[cardinality(v_groups) + 1] := fair_group;
@@ -165,7 +174,8 @@ BEGIN
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
               AND j.group_key > fair_group AND j.id <> ALL (v_chosen)
             ORDER BY j.group_key, j.priority DESC, j.run_at, j.id
-            LIMIT 1;
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
         END IF;
         IF v_next IS NULL THEN
             EXIT WHEN v_wrap_had = cardinality(v_chosen);
@@ -175,7 +185,8 @@ BEGIN
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
               AND j.group_key IS NOT NULL AND j.id <> ALL (v_chosen)
             ORDER BY j.group_key, j.priority DESC, j.run_at, j.id
-            LIMIT 1;
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
         END IF;
         EXIT WHEN v_next IS NULL;  -- no group has a pending job left to take
         fair_group := v_next;
@@ -193,6 +204,12 @@ BEGIN
             LIMIT postkit_queue.max_fair_visits()
         LOOP
             CONTINUE WHEN v_candidate.group_key IS NOT NULL;
+            -- Taken once locked, as the round's jobs are: read without a lock, since the scan
+            -- passes over the groups' jobs (one primary-key probe).
+            PERFORM FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.id = v_candidate.id AND j.state = 'pending'
+            FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
             v_chosen[cardinality(v_chosen) + 1] := v_candidate.id;
             v_groups[cardinality(v_groups) + 1] := NULL;
             EXIT WHEN cardinality(v_chosen) >= p_limit;

@@ -27,7 +27,8 @@
 -- the lock sees every earlier turn's claims committed, so a count taken then is exact; a
 -- snapshot taken before the lock (REPEATABLE READ, SERIALIZABLE) would not be, and such a claim
 -- is refused (PKQ18). Taking turns costs one claim at a time per queue: a worker claims a batch
--- per turn, and a turn is a few index probes long.
+-- per turn, and a turn is a few index probes long. A queue whose only limit is fair counts
+-- nothing, and its claims overlap instead (fair.sql).
 
 -- claim_limited: pull's choice, for a queue with limits or fair (fair.sql): take the queue's
 -- turn, then choose and lock up to p_limit ready jobs of it, as many as its limits allow now,
@@ -69,6 +70,9 @@ DECLARE
     v_open      boolean;         -- the candidate's key may run one more job
     v_full      boolean;         -- and taking this one fills it for the rest of the walk
     v_round     record;          -- a fair queue's claim and where its round stands (fair.sql)
+    -- Fair is the queue's only limit: its claims overlap instead of taking turns (fair.sql).
+    v_overlap   boolean := p_fair AND p_concurrency IS NULL AND p_rate_limit IS NULL
+                           AND p_group_concurrency IS NULL AND NOT p_group_ordered;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'postkit: queue % has flow limits, so its jobs are claimed only in a '
@@ -78,10 +82,16 @@ BEGIN
     END IF;
     -- The turn (see above). The row exists once the queue has limits (configure_queue
     -- creates it); a queue whose settings were written otherwise gets it
-    -- here, and two first claims racing to create it both end up locking the one row.
-    SELECT * INTO v_window FROM postkit_queue.flow_state f
-    WHERE f.namespace = p_namespace AND f.queue = p_queue
-    FOR UPDATE;
+    -- here, and two first claims racing to create it both end up locking the one row. A
+    -- queue whose only limit is fair reads where its round stands without taking the turn.
+    IF v_overlap THEN
+        SELECT * INTO v_window FROM postkit_queue.flow_state f
+        WHERE f.namespace = p_namespace AND f.queue = p_queue;
+    ELSE
+        SELECT * INTO v_window FROM postkit_queue.flow_state f
+        WHERE f.namespace = p_namespace AND f.queue = p_queue
+        FOR UPDATE;
+    END IF;
     IF NOT FOUND THEN
         INSERT INTO postkit_queue.flow_state (namespace, queue) VALUES (p_namespace, p_queue)
         ON CONFLICT (namespace, queue) DO NOTHING;
@@ -130,16 +140,25 @@ BEGIN
 
     IF p_fair THEN
         -- Turns among the queue's groups (fair.sql), from where the last claim left the round,
-        -- which this claim moves on in the row it holds locked.
+        -- which this claim moves on in the row it holds locked. Claims that overlap never wait
+        -- for it: the row is written only if no other claim is writing it now (that claim,
+        -- which started from the same point, writes where it got to).
         SELECT * INTO v_round
         FROM postkit_queue.claim_fair(p_namespace, p_queue, v_allowed, v_now, v_window.fair_group,
                                       v_window.fair_given, p_group_concurrency, p_group_ordered);
         v_ids := v_round.chosen;
         IF v_round.fair_group IS DISTINCT FROM v_window.fair_group
            OR v_round.fair_given <> v_window.fair_given THEN
-            UPDATE postkit_queue.flow_state f
-            SET fair_group = v_round.fair_group, fair_given = v_round.fair_given
-            WHERE f.namespace = p_namespace AND f.queue = p_queue;
+            IF v_overlap THEN
+                PERFORM FROM postkit_queue.flow_state f
+                WHERE f.namespace = p_namespace AND f.queue = p_queue
+                FOR UPDATE SKIP LOCKED;
+            END IF;
+            IF NOT v_overlap OR FOUND THEN
+                UPDATE postkit_queue.flow_state f
+                SET fair_group = v_round.fair_group, fair_given = v_round.fair_given
+                WHERE f.namespace = p_namespace AND f.queue = p_queue;
+            END IF;
         END IF;
     ELSIF p_group_concurrency IS NULL AND NOT p_group_ordered THEN
         -- Queue-wide limits only: pull's claim from the head of jobs_pull_idx. Only other kinds

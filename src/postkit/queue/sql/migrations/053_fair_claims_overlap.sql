@@ -1,0 +1,4 @@
+-- Migration 53: the claims of a queue whose only limit is fair overlap instead of taking turns
+-- on its flow_state row; claim_fair locks each job as it finds it. No table changes: the
+-- functions' new bodies come with the schema.
+-- schema: 3feababac534e045
