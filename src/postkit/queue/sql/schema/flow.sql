@@ -232,13 +232,14 @@ BEGIN
             EXIT WHEN cardinality(v_ids) >= v_allowed;
         END LOOP;
     END IF;
-    IF p_fair OR p_group_concurrency IS NOT NULL OR p_group_ordered THEN
-        -- Lock what was taken: primary-key lookups of its ids; a job another transaction
-        -- holds (an operator's cancel, say) or that left the queue meanwhile is skipped. No
-        -- ORDER BY: SKIP LOCKED never waits, so the order rows are locked in cannot deadlock,
-        -- and with sorting disabled an ORDER BY id makes the planner walk the namespace's
-        -- whole primary-key range in id order (an = ANY on the index's second column gives no
-        -- order on PostgreSQL 15) instead of probing the ids.
+    IF (p_fair AND NOT v_overlap) OR p_group_concurrency IS NOT NULL OR p_group_ordered THEN
+        -- Lock what was taken (where the claims overlap, claim_fair locked it as it went, and
+        -- the lock's recheck found it pending): primary-key lookups of its ids; a job another
+        -- transaction holds (an operator's cancel, say) or that left the queue meanwhile is
+        -- skipped. No ORDER BY: SKIP LOCKED never waits, so the order rows are locked in
+        -- cannot deadlock, and with sorting disabled an ORDER BY id makes the planner walk the
+        -- namespace's whole primary-key range in id order (an = ANY on the index's second
+        -- column gives no order on PostgreSQL 15) instead of probing the ids.
         FOR v_locked IN
             SELECT j.id FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.id = ANY (v_ids) AND j.state = 'pending'

@@ -1,0 +1,4 @@
+-- Migration 54: a claim of a queue whose claims overlap (fair is its only limit) locks its jobs
+-- once, as claim_fair finds them, instead of again by id. No table changes: the function
+-- comes with the schema.
+-- schema: 3ac4ff242a694f46
