@@ -1858,3 +1858,43 @@ def test_a_duration_prints_its_two_largest_units_without_zero_padding(
 )  # fmt: skip
 def test_a_dsn_is_shown_without_its_password(dsn: str, shown: str) -> None:
     assert sorted(mask_password(dsn).split()) == sorted(shown.split())
+
+
+def test_queue_groups_shows_each_keys_jobs_a_page_at_a_time(
+    run: Run, client: QueueClient, namespace: str
+) -> None:
+    client.push_batch("reports", [{}] * 3, group_keys=["acme", "acme", "globex"])
+    client.set_group_weight("reports", "acme", 3)
+    commit(client)
+
+    lines = ok(run("queue", "groups", "reports")).output.splitlines()
+    listed = as_json(run("queue", "groups", "reports", "--json"))
+    first_page = ok(run("queue", "groups", "reports", "--limit", "1")).output
+
+    assert [line.split() for line in lines] == [
+        ["GROUP", "KEY", "PENDING", "SCHEDULED", "RUNNING", "WEIGHT"],
+        ["acme", "2", "0", "0", "3"],
+        ["globex", "1", "0", "0", "1"],
+    ]
+    assert listed["next_after"] is None
+    assert [group["group_key"] for group in listed["groups"]] == ["acme", "globex"]
+    assert listed["groups"][0] == {
+        "group_key": "acme",
+        "pending": 2,
+        "scheduled": 0,
+        "running": 0,
+        "weight": 3,
+        "counts_capped": False,
+    }
+    assert first_page.splitlines()[-1] == (
+        f"Next page: postkit queue groups reports --limit 1 --after acme --namespace {namespace}"
+    )
+
+
+def test_queue_groups_says_so_when_no_key_has_live_jobs(run: Run, client: QueueClient) -> None:
+    client.push("reports", {})
+    commit(client)
+
+    assert ok(run("queue", "groups", "reports")).output.strip() == (
+        "No group key of queue 'reports' has live jobs."
+    )

@@ -11,7 +11,7 @@ import httpx
 import psycopg
 import pytest
 
-from postkit.dashboard.source import PAGE_SIZE
+from postkit.dashboard.source import GROUP_KEYS, PAGE_SIZE
 from postkit.queue import QueueClient
 from tests.dashboard.conftest import ServeDashboard
 from tests.scrape import parse, value, values
@@ -162,6 +162,26 @@ def test_a_queue_shows_its_policy_in_force(api: httpx.Client, q: QueueClient) ->
     assert data["policy"]["max_attempts"] == 4
     assert data["policy"]["visibility_timeout"] == 90
     assert data["policy"]["paused"] is False
+
+
+def test_a_queue_lists_its_first_group_keys_and_says_when_there_are_more(
+    api: httpx.Client, q: QueueClient
+) -> None:
+    keys = [f"tenant-{n:02}" for n in range(GROUP_KEYS + 1)]
+    q.push_batch(Q, [{}] * len(keys), group_keys=keys)
+
+    data = ok(api.get(f"queues/{Q}"))
+
+    assert [group["group_key"] for group in data["groups"]] == keys[:GROUP_KEYS]
+    assert data["groups"][0] == {
+        "group_key": "tenant-00",
+        "pending": 1,
+        "scheduled": 0,
+        "running": 0,
+        "weight": 1,
+        "counts_capped": False,
+    }
+    assert data["more_groups"] is True
 
 
 @pytest.mark.parametrize("state", ["pending", "scheduled", "running", "dead"])

@@ -56,6 +56,9 @@ def day(dsn: str, namespace: str) -> Iterator[Day]:
         q.pause_queue("billing")
         q.configure_queue("search-index", rate=(1, 3600))
         q.configure_queue("thumbnails", max_pending=5)  # its 5 jobs fill it
+        q.configure_queue("reports", fair=True)
+        q.push_batch("reports", [{}] * 3, group_keys=["acme", "acme", "globex"])
+        q.set_group_weight("reports", "acme", 3)
         assert q.pull("search-index", worker_id="worker-00") is not None
         q.push_batch("send_otp", [{"user": n} for n in range(1000)])
         dead = q.pull_batch("send_otp", worker_id="worker-01", limit=1000)
@@ -131,7 +134,14 @@ def test_every_page_shows_its_rows_as_text_in_a_real_browser(
         for queue in STRANGE:
             open_page(browser, f"{ns}/queue/{queue}", "table", 1)
             assert browser.find_element(By.ID, "queue-name").text == queue
+        open_page(browser, f"{ns}/queue/reports", "#groups", 2)
+        groups = browser.find_element(By.ID, "groups").text.splitlines()
+        assert [row.split() for row in groups[1:]] == [
+            ["acme", "2", "0", "0", "3"],
+            ["globex", "1", "0", "0", "1"],
+        ]
         open_page(browser, f"{ns}/queue/send_otp", "table", 1)
+        assert not browser.find_elements(By.ID, "groups")  # no group keys, no table
         screenshot(browser, tmp_path, "queue")
 
         open_page(browser, f"{ns}/dead", "#dead-letters", 50)

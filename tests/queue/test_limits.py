@@ -372,6 +372,16 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT count(*) FROM postkit_queue.group_weights(%(ns)s, 'q', NULL, %(v)s)",
         around(limits.LIMITS["group_weights"]),
     ),
+    "limit-group_stats": Limit(
+        lambda ns, v: protocol.operations.group_stats(ns, "q", after=None, limit=v, cap=10),
+        "SELECT count(*) FROM postkit_queue.group_stats(%(ns)s, 'q', NULL, %(v)s)",
+        around(limits.LIMITS["group_stats"]),
+    ),
+    "limit-group_stats_cap": Limit(
+        lambda ns, v: protocol.operations.group_stats(ns, "q", after=None, limit=10, cap=v),
+        "SELECT count(*) FROM postkit_queue.group_stats(%(ns)s, 'q', p_cap => %(v)s)",
+        around(limits.LIMITS["stats"]),
+    ),
     "limit-job_tree": Limit(
         lambda ns, v: protocol.lifecycle.job_tree(ns, 1, v),
         "SELECT count(*) FROM postkit_queue.job_tree(%(ns)s, 1, %(v)s)",

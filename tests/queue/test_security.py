@@ -426,6 +426,28 @@ def test_under_isolation_an_operator_sees_only_its_assigned_namespaces(
     assert as_role(database, operator, "tenant-a").namespaces() == ["tenant-a", "tenant-c"]
 
 
+def test_under_isolation_an_operator_sees_the_group_keys_of_its_own_namespaces_only(
+    database: str, tenants: tuple[str, str], make_role: Callable[[], str]
+) -> None:
+    role_a, role_b = tenants
+    as_role(database, role_a, "tenant-a").push("reports", 1, group_key="acme")
+    as_role(database, role_b, "tenant-b").push("reports", 1, group_key="globex")
+    operator = make_role()
+
+    def promote(cursor: psycopg.Cursor) -> None:
+        grant_access(cursor, operator, "operator")
+        assign_namespace(cursor, "tenant-a", operator)
+
+    admin(database, promote)
+
+    assert [
+        g.group_key for g in as_role(database, operator, "tenant-a").group_stats("reports")
+    ] == ["acme"]
+    assert as_role(database, operator, "tenant-b").group_stats("reports") == []
+    with pytest.raises(errors.PermissionDeniedError):
+        as_role(database, role_a, "tenant-a").group_stats("reports")
+
+
 def test_listing_namespaces_takes_operator_access(database: str, tenants: tuple[str, str]) -> None:
     role_a, _ = tenants
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 from typing import Any
 
@@ -24,10 +25,13 @@ from postkit.cli.output import (
 from postkit.queue import QueueClient, QueuePolicy, limits
 from postkit.queue.records import to_jsonable
 
+_GROUP_CAP = 100_000
+"""The counts `postkit queue groups` shows exactly; more read as 100000+."""
+
 
 @click.group("queue")
 def queue_group() -> None:
-    """Pause, resume, configure or purge a queue.
+    """Pause, resume, configure or purge a queue, or see its group keys.
 
     A queue name the namespace has not seen (no jobs, dead letters, settings, schedule or
     worker, and no outcomes in the last hour) is refused, with the known queues: a typo
@@ -40,6 +44,7 @@ def queue_group() -> None:
       postkit queue resume send_otp
       postkit queue configure send_otp --max-attempts 5 --retain-dead 7d
       postkit queue purge send_otp --yes
+      postkit queue groups reports          each tenant's pending, scheduled and running jobs
     """
 
 
@@ -413,6 +418,72 @@ def queue_purge(queue: str, yes: bool, namespace: str, dsn: str | None, as_json:
         click.echo(
             f"Deleted {plural(deleted, 'pending or scheduled job', 'pending and scheduled jobs')}"
             f" of queue {queue}."
+        )
+
+
+@queue_group.command("groups")
+@click.argument("queue")
+@click.option(
+    "--limit",
+    metavar="N",
+    type=bounded(limits.LIMITS["group_stats"]),
+    default=50,
+    show_default=True,
+    help="Group keys per page.",
+)
+@click.option(
+    "--after",
+    metavar="KEY",
+    help="Start after this group key: the last one of the previous page.",
+)
+@operation
+def queue_groups(
+    queue: str, limit: int, after: str | None, namespace: str, dsn: str | None, as_json: bool
+) -> None:
+    """Show the group keys of QUEUE that have live jobs (`push(..., group_key=...)`: a
+    tenant, a customer), in key order: each key's pending (ready now), scheduled and running
+    jobs and its weight in a fair queue. Which tenant is behind, and by how much. Counts over
+    100,000 read as 100000+.
+
+    \b
+    Example:
+      postkit queue groups reports
+      postkit queue groups reports --after acme --limit 100
+      postkit queue groups reports --json
+    """
+    with connect(dsn, namespace) as (connection, client):
+        require_known_queue(client, queue)
+        rows = client.group_stats(queue, after=after, limit=limit, cap=_GROUP_CAP)
+        connection.rollback()
+    next_after = rows[-1].group_key if len(rows) == limit else None
+    if as_json:
+        echo_json({"queue": queue, "groups": rows, "next_after": next_after})
+        return
+    if not rows:
+        where = "" if after is None else f" after {after!r}"
+        click.echo(f"No group key of queue {queue!r} has live jobs{where}.")
+        return
+
+    def count(capped: bool, value: int) -> str:
+        return f"{value}+" if capped and value >= _GROUP_CAP else str(value)
+
+    table = [
+        [
+            row.group_key,
+            count(row.counts_capped, row.pending),
+            count(row.counts_capped, row.scheduled),
+            count(row.counts_capped, row.running),
+            row.weight,
+        ]
+        for row in rows
+    ]
+    numbers = ["PENDING", "SCHEDULED", "RUNNING", "WEIGHT"]
+    click.echo(render_table(["GROUP KEY", *numbers], table, right=numbers))
+    if next_after is not None:
+        limit_option = "" if limit == 50 else f" --limit {limit}"
+        click.echo(
+            f"\nNext page: postkit queue groups {shlex.quote(queue)}{limit_option}"
+            f" --after {shlex.quote(next_after)}{namespace_argument(namespace)}"
         )
 
 

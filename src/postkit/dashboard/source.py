@@ -44,6 +44,9 @@ STATS_CAP = 10_000
 COUNT_CAP = 10_000
 """Dead-letter counts (a page's total, a dry run's) stop here."""
 
+GROUP_KEYS = 20
+"""How many group keys a queue's page lists; `postkit queue groups` pages through them all."""
+
 TREE_SIZE = 200
 """How many jobs of a job's tree its page shows (the root and the nearest generations)."""
 
@@ -217,14 +220,18 @@ class DashboardSource:
         return {"namespaces": rows, "more": len(namespaces) - len(shown)}
 
     def queue(self, namespace: str, queue: str) -> dict[str, Any]:
-        """One queue: its counts and the policy in force."""
+        """One queue: its counts, the policy in force, and its first GROUP_KEYS group keys
+        with live jobs (``more_groups``: there are more)."""
         with self.client(namespace) as q:
             rows = q.stats(queue, cap=STATS_CAP)
             policy = q.queue_policy(queue)
+            groups = q.group_stats(queue, limit=GROUP_KEYS + 1, cap=STATS_CAP)
         return {
             "queue": queue,
             "stats": stats_row(rows[0]) if rows else None,
             "policy": to_jsonable(policy),
+            "groups": to_jsonable(groups[:GROUP_KEYS]),
+            "more_groups": len(groups) > GROUP_KEYS,
         }
 
     def jobs(self, namespace: str, queue: str, state: str, cursor: str | None) -> dict[str, Any]:

@@ -173,6 +173,7 @@ LIMITS: dict[str, Bounds] = {
     "cancel_tree": Bounds(1, 100_000),
     "cancel_run": Bounds(1, 100_000),
     "group_weights": Bounds(1, 10_000),
+    "group_stats": Bounds(1, 10_000),
 }
 """The ``limit`` (``cap`` for stats and count_dead_letters, ``scan_limit`` for search_scan, the
 page's ``limit`` for stats_page) each SQL function accepts."""

@@ -17,6 +17,7 @@ from postkit.queue.calls_async import AsyncCalls
 from postkit.queue.protocol import Duration
 from postkit.queue.protocol.operations import KEEP, Keep, Rate
 from postkit.queue.records import (
+    GroupStats,
     Job,
     JobCursor,
     OutcomeMinute,
@@ -314,6 +315,24 @@ class AsyncOperations(AsyncCalls):
         order, at most ``limit`` after key ``after``; a key not listed weighs 1."""
         return await self._run(
             protocol.operations.group_weights(self._namespace, queue, after=after, limit=limit)
+        )
+
+    async def group_stats(
+        self, queue: str, *, after: str | None = None, limit: int = 100, cap: int = 100_000
+    ) -> list[GroupStats]:
+        """The group keys of ``queue`` that have live jobs (``push(..., group_key=...)``), in
+        key order, at most ``limit`` (up to 10,000) after key ``after`` (the last key of the
+        previous page): for each, its pending, scheduled and running jobs and its weight in a
+        fair queue. Which tenant is behind, and by how much.
+
+        Fast whatever a key's backlog: counts are exact up to ``cap`` and then read as
+        ``cap`` with ``counts_capped`` set; each key costs a few index probes. A key whose jobs
+        all wait for their parents is listed with zeros.
+        """
+        return await self._run(
+            protocol.operations.group_stats(
+                self._namespace, queue, after=after, limit=limit, cap=cap
+            )
         )
 
     async def running_jobs(self, *, limit: int = 1000) -> list[RunningJob]:

@@ -157,6 +157,11 @@ SELECT postkit_queue.set_group_weight(%(namespace)s, %(queue)s, %(group_key)s, %
 SELECT w.group_key, w.weight
 FROM postkit_queue.group_weights(%(namespace)s, %(queue)s, %(after)s, %(limit)s::integer) AS w;
 
+-- name: group_stats
+SELECT g.group_key, g.pending, g.scheduled, g.running, g.weight, g.counts_capped
+FROM postkit_queue.group_stats(
+    %(namespace)s, %(queue)s, %(after)s, %(limit)s::integer, %(cap)s::integer) AS g;
+
 -- name: queues
 SELECT q AS queue FROM postkit_queue.queues(%(namespace)s) AS q ORDER BY q;
 

@@ -344,6 +344,10 @@ async function viewQueue(main, queue, params) {
     h("td", {}, fmtTime(job.run_at)), h("td", { class: "mono" }, job.worker_id || ""),
     h("td", { class: "error-text" }, job.last_error || ""),
     h("td", { class: "mono preview" }, job.payload_preview)));
+  const groups = info.groups || [];
+  const groupRows = groups.map((g) => h("tr", { "data-group": g.group_key },
+    h("td", { class: "mono" }, g.group_key),
+    count(g, "pending"), count(g, "scheduled"), count(g, "running"), num(g.weight)));
   const paused = policy.paused;
   fill(main, 
     h("h1", {}, "Queue ", h("span", { id: "queue-name" }, queue), " ",
@@ -364,6 +368,9 @@ async function viewQueue(main, queue, params) {
     h("p", {}, link("Edit flow limits…", nsHash("/limits/" + encodeURIComponent(queue)), { id: "edit-limits" })),
     h("dl", { class: "fields card", id: "policy" }, Object.entries(policy).flatMap(([k, v]) =>
       [h("dt", {}, k), h("dd", {}, v === null ? "—" : String(v))])),
+    groups.length ? h("h2", {}, "Group keys") : null,
+    groups.length ? table(["group key", "pending#", "scheduled#", "running#", "weight#"], groupRows, { id: "groups" }) : null,
+    info.more_groups ? h("p", {}, `The first ${groups.length} keys: postkit queue groups ${queue} lists them all.`) : null,
     tabs,
     page.jobs.length
       ? table(["id", "age#", "attempts#", "priority#", "run at", "worker", "last error", "payload"], jobRows, { id: "jobs" })

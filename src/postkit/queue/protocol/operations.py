@@ -18,6 +18,7 @@ from postkit.queue.records import (
     DeadLetter,
     DeadLetterPosition,
     DeadLetterSearch,
+    GroupStats,
     Job,
     JobCursor,
     JobState,
@@ -475,6 +476,19 @@ def group_weights(
         params,
         lambda rows: {str(row["group_key"]): int(row["weight"]) for row in rows},
     )
+
+
+def group_stats(
+    namespace: str, queue: str, *, after: str | None, limit: int, cap: int
+) -> Call[list[GroupStats]]:
+    params = check.base(
+        namespace,
+        queue=check.name("queue", queue, required=True),
+        after=check.name("after", after, required=False),
+        limit=check.limit("group_stats", limit),
+        cap=check.limit("stats", cap, "cap"),
+    )
+    return Call("group_stats", params, lambda rows: [GroupStats(**row) for row in rows])
 
 
 def cancel(namespace: str, job_id: int) -> Call[bool]:

@@ -30,6 +30,7 @@ from postkit.queue.records.mapping import (
     to_jsonable,
 )
 from postkit.queue.records.queues import (
+    GroupStats,
     OutcomeMinute,
     Outcomes,
     Pruned,
@@ -54,6 +55,7 @@ __all__ = [
     "DeadLetterPosition",
     "DeadLetterSearch",
     "Fired",
+    "GroupStats",
     "Job",
     "JobCursor",
     "JobResult",

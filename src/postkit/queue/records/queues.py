@@ -61,6 +61,24 @@ class QueuePolicy(_RecordMapping):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
+class GroupStats(_RecordMapping):
+    """One group key of a queue at a glance (``group_stats``): its live jobs and its weight.
+    Counts are exact up to the cap given to ``group_stats``; beyond it they read as the cap
+    and ``counts_capped`` is true."""
+
+    group_key: str
+    pending: int
+    """Ready to run now."""
+    scheduled: int
+    """Waiting for their run_at (delayed, or retrying after a backoff)."""
+    running: int
+    weight: int
+    """The jobs each of its turns gives it in a fair queue (``set_group_weight``; 1 by
+    default)."""
+    counts_capped: bool
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
 class QueueStats(_RecordMapping):
     """One queue at a glance. Live counts are exact up to the cap given to ``stats``; beyond
     it they read as the cap and ``counts_capped`` is true."""

@@ -274,3 +274,83 @@ BEGIN
     LIMIT p_limit;
 END
 $$;
+
+-- group_stats: the group keys of queue p_queue that have live jobs, in key order, at most
+-- p_limit of them after p_after (a page; NULL: from the first): for each, its pending jobs
+-- (ready now), its scheduled ones (not before their run_at), its running ones and its weight
+-- in a fair queue (1 without a row of group_weights). Counts are exact up to p_cap, then read
+-- as p_cap with counts_capped, as stats' do. What a group costs does not grow with its backlog
+-- beyond p_cap: the keys come from a skip scan of jobs_group_idx (one probe per key); the
+-- counts are range scans of jobs_fair_idx, one pair per distinct priority of the key's pending
+-- jobs (found by a skip scan of it), and of jobs_group_running_idx, each stopping at p_cap. A
+-- key whose jobs all wait for their parents is listed with zeros.
+-- access: operator
+CREATE OR REPLACE FUNCTION postkit_queue.group_stats(
+    p_namespace text, p_queue text, p_after text DEFAULT NULL, p_limit integer DEFAULT 100,
+    p_cap integer DEFAULT 100000)
+RETURNS TABLE (group_key text, pending bigint, scheduled bigint, running bigint,
+               weight integer, counts_capped boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now      timestamptz := postkit_queue.clock();
+    v_group    text := p_after;
+    v_listed   integer := 0;
+    v_priority smallint;
+    v_counted  bigint;
+BEGIN
+    PERFORM postkit_queue.check_name('namespace', p_namespace, true);
+    PERFORM postkit_queue.check_name('queue', p_queue, true);
+    PERFORM postkit_queue.check_name('after', p_after, false);
+    PERFORM postkit_queue.check_limit(p_limit, 10000);
+    PERFORM postkit_queue.check_limit(p_cap, 10000000);
+    LOOP
+        EXIT WHEN v_listed >= p_limit;
+        -- The next key with a live job: a name is never empty, so '' comes before every key.
+        SELECT j.group_key INTO v_group FROM postkit_queue.jobs j
+        WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.group_key IS NOT NULL
+          AND j.group_key > coalesce(v_group, '')
+        ORDER BY j.group_key
+        LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        v_listed := v_listed + 1;
+        group_key := v_group;
+        pending := 0;
+        scheduled := 0;
+        -- Priority by priority, highest first: within one, jobs_fair_idx is in run_at order, so
+        -- the ready jobs and the later ones are each one range of it.
+        v_priority := NULL;
+        LOOP
+            SELECT j.priority INTO v_priority FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+              AND j.group_key = v_group AND j.priority < coalesce(v_priority, 32768)
+            ORDER BY j.priority DESC
+            LIMIT 1;
+            EXIT WHEN NOT FOUND OR (pending >= p_cap AND scheduled >= p_cap);
+            SELECT count(*) INTO v_counted FROM (
+                SELECT FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                  AND j.group_key = v_group AND j.priority = v_priority AND j.run_at <= v_now
+                LIMIT p_cap - pending) ready;
+            pending := pending + v_counted;
+            SELECT count(*) INTO v_counted FROM (
+                SELECT FROM postkit_queue.jobs j
+                WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
+                  AND j.group_key = v_group AND j.priority = v_priority AND j.run_at > v_now
+                LIMIT p_cap - scheduled) later;
+            scheduled := scheduled + v_counted;
+        END LOOP;
+        SELECT count(*) INTO running FROM (
+            SELECT FROM postkit_queue.jobs j
+            WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.group_key = v_group
+              AND j.state = 'running'
+            LIMIT p_cap) claimed;
+        SELECT w.weight INTO weight FROM postkit_queue.group_weights w
+        WHERE w.namespace = p_namespace AND w.queue = p_queue AND w.group_key = v_group;
+        weight := coalesce(weight, 1);
+        counts_capped := greatest(pending, scheduled, running) >= p_cap;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;

@@ -1,0 +1,3 @@
+-- Migration 55: group_stats, each group key of a queue with live jobs, its counts and its
+-- weight (fair.sql). No table changes: the function comes with the schema.
+-- schema: 484e1b99a32e54d8
