@@ -31,10 +31,6 @@ ROLES = {
 """Each role client's source and the access kind its docstring names."""
 
 
-def access_of_functions() -> dict[str, str]:
-    return api_access()
-
-
 def functions_of_statements() -> dict[str, set[str]]:
     text = (QUEUE / "queries.sql").read_text(encoding="utf-8")
     statements: dict[str, set[str]] = {}
@@ -84,7 +80,7 @@ def builders_of_methods(path: Path) -> dict[str, set[str]]:
 @pytest.mark.parametrize("source", ROLES, ids=ROLES.get)
 def test_each_method_of_a_role_client_needs_no_more_than_its_grant(source: str) -> None:
     access, statements, builders = (
-        access_of_functions(),
+        api_access(),
         functions_of_statements(),
         statements_of_builders(),
     )
@@ -117,9 +113,9 @@ def test_the_scan_sees_each_methods_sql_functions() -> None:
     push = {f for b in methods["push"] for s in builders[b] for f in statements[s]}
     assert "push" in push
     redrive = builders_of_methods(QUEUE / "dead_letters_async.py")["redrive"]
-    assert access_of_functions()[
-        next(f for b in redrive for s in builders[b] for f in statements[s])
-    ] == ("operator")
+    assert api_access()[next(f for b in redrive for s in builders[b] for f in statements[s])] == (
+        "operator"
+    )
 
 
 def test_the_facade_is_every_role_client_and_nothing_else() -> None:

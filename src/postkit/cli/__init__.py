@@ -89,6 +89,7 @@ def main() -> None:
       postkit dlq list               the dead-letter queue (and dlq show, redrive, purge)
       postkit queue pause send_otp   stop handing out a queue's jobs (and resume, configure,
                                      purge)
+      postkit queue groups reports   each tenant's (group key's) jobs in a queue
       postkit schedule list          recurring jobs (and schedule create, pause, resume,
                                      delete)
       postkit tick                   rescue expired claims, fire schedules, prune
