@@ -53,6 +53,10 @@ PAYLOADS = {**UNDECODABLE, **DECODABLE}
 # 13): quotes, format placeholders, markup, an emoji, a combining accent, at full length.
 QUEUE = "hostile 'q' \"x\" %s {0} <b>&amp; \U0001f389 e\u0301"
 WORKER = "worker 'w' \"%s\" $HOME `id` -" + "w" * 100
+GROUP_KEYS = ["--json", " acme corp ", "$(id) 'k' \"%s\" {0} \U0001f389", "k" * 128]
+"""Group keys the SQL accepts: an option's spelling, spaces, quotes, shell, the longest name;
+one pending job each, in GROUPED."""
+GROUPED = QUEUE + " grouped"
 ERRORS = ["Traceback (most recent call last):\n" * 2000, "\u001b[2J\u202e\r" + "e" * 50_000]
 
 # Schedules the SQL module accepts: the rarest expressions, the far time zones, the longest
@@ -149,6 +153,14 @@ def stored(dsn: str, namespace: str) -> Stored:
                 ERRORS[1],
                 WORKER,
             )
+        for key in GROUP_KEYS:
+            sql(
+                connection,
+                "SELECT postkit_queue.push(%s, %s, '{}', p_group_key => %s)",
+                namespace,
+                GROUPED,
+                key,
+            )
         for name, text in PAYLOADS.items():
             result.scheduled[name] = push(connection, namespace, text, "1 hour")
             result.pending[name] = push(connection, namespace, text, None)
@@ -206,6 +218,7 @@ def test_the_sdk_reads_every_hostile_job_and_dead_letter(
     [stats] = client.stats(QUEUE)
     n = len(PAYLOADS)
     assert (stats.pending, stats.scheduled, stats.running, stats.dead) == (n, n, n, n)
+    assert sorted(group.group_key for group in client.group_stats(GROUPED)) == sorted(GROUP_KEYS)
 
 
 def test_every_claim_reads_every_hostile_payload(stored: Stored, client: QueueClient) -> None:
@@ -304,6 +317,8 @@ def cli_commands(stored: Stored) -> list[list[str]]:
         ["dlq", "list", "--include-redriven", "--error", "\u202e"],
         ["dlq", "redrive", "--all", "--dry-run"],
         ["schedule", "list"],
+        ["queue", "groups", GROUPED],
+        ["queue", "groups", GROUPED, "--limit", "1", "--after", GROUP_KEYS[1]],
         *(["dlq", "show", str(job_id), "--full"] for job_id in stored.dead.values()),
         ["tick", "--once"],
     ]
