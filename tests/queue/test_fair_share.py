@@ -196,6 +196,24 @@ def test_claims_of_a_queue_whose_only_limit_is_fair_overlap_and_each_gives_every
     commit(other)
 
 
+def test_pull_any_over_fair_queues_takes_no_turn(make_client: MakeClient) -> None:
+    """pull_any takes the turns of its limited queues before it claims; a queue whose only
+    limit is fair has none to take, so a second pull_any runs beside the first."""
+    holder, other = make_client(), make_client()
+    for queue in (Q, "other"):
+        holder.configure_queue(queue, fair=True)
+        holder.push_batch(queue, [{}] * 2, group_keys=["a", "b"])
+    commit(holder)
+    forbid_waiting(other)
+
+    first = holder.pull_any([Q, "other"], worker_id="w", limit=2)  # its transaction stays open
+    second = other.pull_any(["other", Q], worker_id="w", limit=2)
+
+    assert {job.queue for job in first} == {Q} and {job.queue for job in second} == {"other"}
+    commit(holder)
+    commit(other)
+
+
 def test_claims_of_a_fair_queue_with_a_group_limit_still_take_turns(
     make_client: MakeClient, wait_until_blocked: WaitUntilBlocked, executor: ThreadPoolExecutor
 ) -> None:

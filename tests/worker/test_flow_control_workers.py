@@ -360,9 +360,9 @@ def test_four_worker_processes_give_groups_weighing_3_and_1_jobs_3_to_1(
     workers = [spawn(concurrency=4) for _ in range(4)]  # each claims as it starts
 
     # At 3:1, acme's 600 are gone after 800 claims: the first 600 were claimed while both had
-    # work. In claim order (the claims of a fair queue take turns, each at its own moment),
-    # which the handler threads of four processes would blur, and only once every job ran: a
-    # job claimed early may wait for a slot behind the rest of its claim.
+    # work. In claim order (each claim at its own moment; two that overlap each give both
+    # groups their turns), which the handler threads of four processes would blur, and only
+    # once every job ran: a job claimed early may wait for a slot behind the rest of its claim.
     wait_until(lambda: len(runs(*workers)) == 2 * per_group, "every job to run", 60)
 
     claimed = sorted(runs(*workers), key=lambda run: run.claimed_at)

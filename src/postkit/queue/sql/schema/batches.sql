@@ -210,8 +210,9 @@ $$;
 -- The claims of a queue with flow limits take turns on its flow_state row until the
 -- transaction ends (flow.sql), so pull_any takes the turns of the listed queues with limits
 -- first, all of them and in one order (by name): two callers listing such queues in opposite
--- orders would otherwise each hold one turn and wait for the other's. A queue whose row does
--- not exist yet (its settings written by hand) takes its turn when it is pulled.
+-- orders would otherwise each hold one turn and wait for the other's. A queue whose only limit
+-- is fair takes no turn: its claims overlap (fair.sql). A queue whose row does not exist yet
+-- (its settings written by hand) takes its turn when it is pulled.
 -- access: worker
 CREATE OR REPLACE FUNCTION postkit_queue.pull_any(
     p_namespace          text,
@@ -240,7 +241,7 @@ BEGIN
         JOIN postkit_queue.queue_settings s ON s.namespace = p_namespace AND s.queue = f.queue
         WHERE f.namespace = p_namespace AND f.queue = ANY (p_queues) AND NOT s.paused
           AND (s.concurrency IS NOT NULL OR s.rate_limit IS NOT NULL
-               OR s.group_concurrency IS NOT NULL OR s.group_ordered OR s.fair)
+               OR s.group_concurrency IS NOT NULL OR s.group_ordered)
         ORDER BY f.queue
         FOR UPDATE OF f;
     END IF;

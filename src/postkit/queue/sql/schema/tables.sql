@@ -372,7 +372,8 @@ CREATE TABLE postkit_queue.queue_stats (
 -- The claim-time state of a flow-controlled queue (flow.sql), one row per queue with a limit.
 -- Every claim of such a queue locks its row first, so the claims of one queue take turns: each
 -- counts what runs (and what it has claimed lately) with every earlier claim committed, and
--- cannot overshoot a limit by racing another. No caller holds a privilege on the table, so no
+-- cannot overshoot a limit by racing another. A queue whose only limit is fair counts nothing:
+-- its claims read the row without the lock and write it only when no other claim is (fair.sql). No caller holds a privilege on the table, so no
 -- session can take that lock but a claim. For a rate limit it holds the queue's recent claims
 -- as a log: at window_at[i], window_claims[i] jobs were claimed; entries older than the rate
 -- period are dropped by the next claim. rate_held says the last claim found the window full:

@@ -1,0 +1,3 @@
+-- Migration 56: pull_any takes no turn of a queue whose only limit is fair, whose claims
+-- overlap (batches.sql). No table changes: the function comes with the schema.
+-- schema: 50d6e36356d271ac
