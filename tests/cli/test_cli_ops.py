@@ -31,6 +31,7 @@ from psycopg import sql
 
 from postkit.cli import main
 from postkit.cli.output import (
+    capped,
     format_duration,
     mask_password,
     parse_duration,
@@ -1832,6 +1833,10 @@ def test_format_duration_and_tables() -> None:
     assert format_duration(None) == "-" and format_duration(0) == "0s"
     table = render_table(["NAME", "COUNT"], [["a", 5], ["long name", None]], right=["COUNT"])
     assert table.splitlines() == ["NAME       COUNT", "a              5", "long name      -"]
+
+
+def test_a_count_that_reached_its_cap_reads_as_the_cap_and_more() -> None:
+    assert [capped(n, 100_000) for n in (0, 99_999, 100_000)] == ["0", "99999", "100000+"]
 
 
 @pytest.mark.parametrize(

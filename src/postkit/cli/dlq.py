@@ -24,6 +24,7 @@ from postkit.cli.output import (
     JOB_ID,
     TIME,
     Ago,
+    capped,
     echo_json,
     first_line,
     format_duration,
@@ -461,7 +462,7 @@ def dlq_purge(
         connection.rollback()
         deleted = 0
         if matching:
-            count = f"{matching}+" if matching == _PURGE_COUNT_CAP else str(matching)
+            count = capped(matching, _PURGE_COUNT_CAP)
             where = f" of queue {queue}" if queue else ""
             confirm(
                 f"Delete {count} dead letter(s){where} that failed more than "

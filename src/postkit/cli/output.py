@@ -300,6 +300,12 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
+def capped(count: int, cap: int) -> str:
+    """A count that a read stopped at ``cap``: ``100000+`` when it reached it (there may be
+    more), else the count itself."""
+    return f"{count}+" if count >= cap else str(count)
+
+
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     """``1 job``, ``2 jobs``."""
     return f"{count} {noun if count == 1 else (plural_noun or noun + 's')}"

@@ -16,6 +16,7 @@ from postkit.cli.output import (
     RESET,
     SECONDS,
     OrDefault,
+    capped,
     echo_json,
     format_duration,
     plural,
@@ -464,15 +465,12 @@ def queue_groups(
         click.echo(f"No group key of queue {queue!r} has live jobs{where}.")
         return
 
-    def count(capped: bool, value: int) -> str:
-        return f"{value}+" if capped and value >= _GROUP_CAP else str(value)
-
     table = [
         [
             row.group_key,
-            count(row.counts_capped, row.pending),
-            count(row.counts_capped, row.scheduled),
-            count(row.counts_capped, row.running),
+            capped(row.pending, _GROUP_CAP),
+            capped(row.scheduled, _GROUP_CAP),
+            capped(row.running, _GROUP_CAP),
             row.weight,
         ]
         for row in rows

@@ -18,6 +18,7 @@ from postkit.cli.console import (
 from postkit.cli.options import operation
 from postkit.cli.output import (
     SECONDS,
+    capped,
     echo_json,
     format_duration,
     format_time,
@@ -110,9 +111,6 @@ def _stats_table(
     concurrency limit shows RUNNING against it (``3/20``), one whose rate limit holds
     claims back now is ``rate-limited``, and one at its ``max_pending`` is ``full``."""
 
-    def count(row: QueueStats, value: int) -> str:
-        return f"{value}+" if row.counts_capped and value >= _STATS_CAP else str(value)
-
     def rate(row: QueueStats, which: int) -> str:
         return f"{rates[row.queue][which]:.1f}" if rates and row.queue in rates else "-"
 
@@ -131,12 +129,13 @@ def _stats_table(
             if row.rate_limited_until is not None
             else "active",
             *([rate(row, 0), rate(row, 1)] if watching else []),
-            count(row, row.pending),
-            count(row, row.scheduled),
-            count(row, row.waiting),
-            count(row, row.running) + ("" if row.concurrency is None else f"/{row.concurrency}"),
-            count(row, row.dead),
-            count(row, row.cancelled),
+            capped(row.pending, _STATS_CAP),
+            capped(row.scheduled, _STATS_CAP),
+            capped(row.waiting, _STATS_CAP),
+            capped(row.running, _STATS_CAP)
+            + ("" if row.concurrency is None else f"/{row.concurrency}"),
+            capped(row.dead, _STATS_CAP),
+            capped(row.cancelled, _STATS_CAP),
             format_duration(row.oldest_ready_age),
             row.completed_last_hour,
             row.dead_lettered_last_hour,
