@@ -14,7 +14,8 @@ PREVIEW_CHARS = 160
 
 
 def stats_row(row: QueueStats) -> dict[str, Any]:
-    return dict(to_jsonable(row))
+    """A queue's statistics, with whether a push would be refused now (``QueueStats.full``)."""
+    return {**to_jsonable(row), "full": row.full}
 
 
 def preview(record: Job | DeadLetter | Any) -> str:

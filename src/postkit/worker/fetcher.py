@@ -65,7 +65,6 @@ class Fetcher:
         *,
         dsn: str,
         namespace: str,
-        queues: list[str],
         shares: Shares,
         worker_id: str,
         prefetch: Prefetch,
@@ -94,8 +93,8 @@ class Fetcher:
         self.metrics = metrics
         self.dsn = dsn
         self.namespace = namespace
-        self.queues = queues
         self.shares = shares
+        self.queues = shares.queues
         self.worker_id = worker_id
         self.prefetch = prefetch
         self.visibility_timeout = visibility_timeout

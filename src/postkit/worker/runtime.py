@@ -365,7 +365,6 @@ class Worker:
             self._metrics,
             dsn=self.dsn,
             namespace=self.namespace,
-            queues=self.queues,
             shares=self.shares,
             worker_id=self.worker_id,
             prefetch=self.prefetch,

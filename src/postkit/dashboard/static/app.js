@@ -205,11 +205,9 @@ function runningCount(q) {
 // A queue's state badges: paused, rate-limited while its rate limit holds claims back, and
 // full while its pending and scheduled jobs reach its max_pending (its pushes are refused).
 function queueBadges(q) {
-  const full = q.max_pending !== null && q.max_pending !== undefined
-    && q.pending + q.scheduled >= q.max_pending;
   return [q.paused ? badge("paused", "paused") : null,
     q.rate_limited_until ? [" ", badge("rate-limited", "paused")] : null,
-    full ? [" ", badge("full", "paused")] : null];
+    q.full ? [" ", badge("full", "paused")] : null];
 }
 
 // ----------------------------------------------------------------------------------------
