@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +88,73 @@ def test_pull_any_skips_a_paused_queue(queue: QueueClient) -> None:
     claimed = queue.pull_any(["high", "low"], limit=2)
 
     assert sorted(job.id for job in claimed) == low
+
+
+def test_pull_any_with_weights_splits_each_claim_by_weight(queue: QueueClient) -> None:
+    for _ in range(6):
+        pushed(queue, "a")
+        pushed(queue, "b")
+
+    for order in (["a", "b"], ["b", "a"]):
+        claimed = queue.pull_any(order, limit=4, weights={"a": 3, "b": 1})
+        assert sorted(job.queue for job in claimed) == ["a", "a", "a", "b"]
+
+
+def test_pull_any_with_weights_puts_either_queue_first_by_weight(
+    conn: psycopg.Connection, queue: QueueClient
+) -> None:
+    for _ in range(400):
+        pushed(queue, "a")
+        pushed(queue, "b")
+    conn.execute("SELECT setseed(0.25)")  # the draws of this session: the same in every run
+
+    taken = [queue.pull_any(["b", "a"], weights={"a": 3})[0].queue for _ in range(400)]
+
+    # 300 expected; the bounds are 3.5 standard deviations of a fair draw (8.7 jobs).
+    assert 270 <= taken.count("a") <= 330
+
+
+def test_pull_any_gives_what_a_queue_leaves_of_its_share_to_the_others(
+    queue: QueueClient,
+) -> None:
+    a = [pushed(queue, "a"), pushed(queue, "a")]
+    for _ in range(10):
+        pushed(queue, "b")
+
+    claimed = queue.pull_any(["a", "b", "empty"], limit=8, weights={"a": 3, "b": 1, "empty": 4})
+
+    assert sorted(job.queue for job in claimed) == ["a", "a"] + ["b"] * 6
+    assert sorted(job.id for job in claimed if job.queue == "a") == a
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"a": 0}, "queue 'a''s weight must be between 1 and 1000, got 0"),
+        ({"a": 1001}, "between 1 and 1000, got 1001"),
+        ({"a": "3"}, "must be an int, got str"),
+        ({"a": True}, "must be an int, got bool"),
+        ({"c": 2}, "weights names queue(s) that are not listed: 'c'"),
+        ([3, 1], "weights must map queue names to weights, got list"),
+    ],
+)
+def test_pull_any_refuses_a_bad_weight_before_sending_anything(
+    conn: psycopg.Connection, queue: QueueClient, weights: Any, message: str
+) -> None:
+    with pytest.raises(errors.InvalidFlowControlError, match=re.escape(message)):
+        queue.pull_any(["a", "b"], weights=weights)
+
+    assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def test_pull_any_refuses_weights_that_do_not_pair_with_the_queues(
+    conn: psycopg.Connection, namespace: str
+) -> None:
+    with pytest.raises(psycopg.Error, match="one weight per queue") as raised:
+        conn.execute(
+            "SELECT * FROM postkit_queue.pull_any(%s, '{a,b}', p_weights => '{1}')", [namespace]
+        )
+    assert raised.value.sqlstate == "PKQ17"
 
 
 # --------------------------------------------------------------------------------------------

@@ -265,6 +265,13 @@ LIMIT_CASES: dict[str, Limit] = {
         "SELECT postkit_queue.set_group_weight(%(ns)s, 'q', 'k', %(v)s)",
         around(limits.GROUP_WEIGHT),
     ),
+    "queue-weight": Limit(
+        lambda ns, v: protocol.lifecycle.pull_any(
+            ns, ["q"], worker_id=None, visibility_timeout=None, limit=1, weights={"q": v}
+        ),
+        "SELECT count(*) FROM postkit_queue.pull_any(%(ns)s, '{q}', p_weights => ARRAY[%(v)s])",
+        around(limits.QUEUE_WEIGHT),
+    ),
     "ordered-group-concurrency": Limit(
         lambda ns, v: protocol.operations.configure_queue(
             ns, "q", **{**POLICY, "group_concurrency": v, "group_ordered": True}

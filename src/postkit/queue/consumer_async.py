@@ -6,7 +6,7 @@ consumer.py (``Consumer``) is generated from it by tools/async_to_sync.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -119,10 +119,26 @@ class AsyncConsumer(AsyncCalls):
         limit: int = 1,
         worker_id: str | None = None,
         visibility_timeout: Duration | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> list[Job]:
-        """Claim up to ``limit`` ready jobs from several queues, in the order the queues are
-        given: the first queue is emptied before the second is tried. A paused queue is
-        skipped. Each claim is as :meth:`pull` makes it."""
+        """Claim up to ``limit`` ready jobs from several queues. A paused queue is skipped.
+        Each claim is as :meth:`pull` makes it.
+
+        Without ``weights``, in the order the queues are given: the first queue is emptied
+        before the second is tried. With ``weights`` (queue name to weight, 1 to 1000; a
+        listed queue without one weighs 1; ``{}`` shares equally), the queues share the claims
+        by weight whatever their order: each call tries them in a weighted random order, and
+        each queue may first take its part of ``limit`` (``limit * weight / total``, rounded
+        down, the rest one each to the first queues in that order). What a queue leaves of
+        its part, for want of ready jobs, goes to the others. So claims of 4 from weights
+        ``{"a": 3, "b": 1}`` take 3 and 1, and claims of 1 take ``a``'s job three times in
+        four, on average; an empty queue's share goes to the others at once. The SQL module
+        draws the order, so a client in any language gets the same shares.
+
+        Raises:
+            InvalidFlowControlError: a weight is not an int from 1 to 1000, or names a queue
+                not listed. Nothing is sent.
+        """
         jobs = await self._run(
             protocol.lifecycle.pull_any(
                 self._namespace,
@@ -130,6 +146,7 @@ class AsyncConsumer(AsyncCalls):
                 worker_id=worker_id,
                 visibility_timeout=visibility_timeout,
                 limit=limit,
+                weights=weights,
             )
         )
         return self._remember(jobs)

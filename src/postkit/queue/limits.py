@@ -147,6 +147,9 @@ MAX_PENDING = Bounds(1, 100_000)
 """A queue's ``max_pending``: the pending jobs it may hold before a push is refused."""
 GROUP_WEIGHT = Bounds(1, 1000)
 """A group key's weight in a fair queue: the jobs each of its turns gives it."""
+QUEUE_WEIGHT = Bounds(1, 1000)
+"""A queue's weight in a claim from several queues (``pull_any``, a worker's queues): its share
+of the claims."""
 WORKER_KINDS = ("worker", "ticker")
 """What a registered process is: a worker that runs jobs, or a ticker (``postkit tick``)."""
 

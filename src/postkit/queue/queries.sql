@@ -271,7 +271,9 @@ SELECT j.namespace, j.id, j.queue, j.state::pg_catalog.text AS state, j.payload:
 FROM postkit_queue.pull_any(
     %(namespace)s, %(queues)s::pg_catalog.text[], %(worker_id)s,
     %(visibility_timeout)s::bigint OPERATOR(pg_catalog.*) interval '1 microsecond',
-    %(limit)s::integer) AS j;
+    %(limit)s::integer
+    , p_weights => %(weights)s::integer[]  -- when weights is given
+    ) AS j;
 
 -- name: push_batch
 SELECT b.id FROM postkit_queue.push_batch(

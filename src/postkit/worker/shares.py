@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-HEAVIEST = 1000
-"""The most a queue may weigh; the least is 1."""
+from postkit.queue.limits import QUEUE_WEIGHT
 
 
 class Shares:
@@ -36,10 +35,11 @@ class Shares:
             if (
                 isinstance(weight, bool)
                 or not isinstance(weight, int)
-                or not 1 <= weight <= HEAVIEST
+                or weight not in QUEUE_WEIGHT
             ):
                 raise ValueError(
-                    f"queue {queue!r}'s weight must be an int from 1 to {HEAVIEST}, got {weight!r}"
+                    f"queue {queue!r}'s weight must be an int from {QUEUE_WEIGHT.low} to "
+                    f"{QUEUE_WEIGHT.high}, got {weight!r}"
                 )
         self.queues = list(queues)
         self.weights = [weights.get(queue, 1) for queue in self.queues]

@@ -425,6 +425,32 @@ def queue_list(queues: object) -> list[str]:
     return [name for name in names if name is not None]
 
 
+def queue_weights(queues: Sequence[str], weights: object) -> list[int] | None:
+    """``weights`` (queue name to weight; a listed queue without one weighs 1) as one weight
+    per entry of ``queues``, or None when it is None."""
+    if weights is None:
+        return None
+    if not isinstance(weights, Mapping):
+        raise errors.InvalidFlowControlError(
+            f"weights must map queue names to weights, got {type(weights).__name__}"
+        )
+    unknown = sorted(str(queue) for queue in weights if queue not in queues)
+    if unknown:
+        raise errors.InvalidFlowControlError(
+            f"weights names queue(s) that are not listed: {', '.join(map(repr, unknown))}"
+        )
+    checked = {
+        queue: required_integer(
+            f"queue {queue!r}'s weight",
+            weight,
+            errors.InvalidFlowControlError,
+            bounds=limits.QUEUE_WEIGHT,
+        )
+        for queue, weight in weights.items()
+    }
+    return [checked.get(queue, 1) for queue in queues]
+
+
 def _array_literal(values: Sequence[int | str | None]) -> str:
     """A PostgreSQL array literal of checked ints and canonical UUID text, which need no
     quoting. A worker's round trip passes two arrays of as many elements as it settles jobs,

@@ -390,13 +390,16 @@ def pull_any(
     worker_id: str | None,
     visibility_timeout: Duration | None,
     limit: int,
+    weights: Mapping[str, int] | None = None,
 ) -> Call[list[Job]]:
+    checked = check.queue_list(queues)
     params = check.base(
         namespace,
-        queues=check.queue_list(queues),
+        queues=checked,
         worker_id=check.name("worker_id", worker_id, required=False),
         visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
         limit=check.limit("pull_any", limit),
+        weights=check.queue_weights(checked, weights),
     )
     return Call("pull_any", params, lambda rows: [read.job(row) for row in rows])
 

@@ -206,7 +206,19 @@ BEGIN
 END
 $$;
 
--- pull_any: claim up to p_limit jobs from several queues, emptying them in the order given.
+-- pull_any: claim up to p_limit jobs from several queues. Without p_weights it empties them in
+-- the order given: the first queue is emptied before the second is tried. With p_weights (one
+-- per queue, 1 to 1000) the queues share the claim by weight, whatever their order in the list:
+--   * Each call tries the queues in a weighted random order (each queue's key is
+--     random() ^ (1 / weight), highest first), so a queue of weight 3 comes first three times
+--     as often as one of weight 1. It keeps no state between calls: a client in any language,
+--     on any connection, gets the same shares, as Sidekiq's weighted queues do.
+--   * Of the claim's p_limit jobs, each queue may first take its part, limit * weight / total,
+--     rounded down; the jobs that rounding leaves go one each to the first queues in the order.
+--     A claim of 4 from weights 3 and 1 takes 3 and 1; a claim of 1 takes its job from one
+--     queue, chosen by weight.
+--   * Work conserving: what a queue leaves of its part (it has fewer ready jobs) goes to the
+--     others, in the same order, in a second pass over the queues that gave their whole part.
 -- The claims of a queue with flow limits take turns on its flow_state row until the
 -- transaction ends (flow.sql), so pull_any takes the turns of the listed queues with limits
 -- first, all of them and in one order (by name): two callers listing such queues in opposite
@@ -217,15 +229,21 @@ $$;
 CREATE OR REPLACE FUNCTION postkit_queue.pull_any(
     p_namespace          text,
     p_queues             text[],
-    p_worker_id          text     DEFAULT NULL,
-    p_visibility_timeout interval DEFAULT NULL,
-    p_limit              integer  DEFAULT 1)
+    p_worker_id          text      DEFAULT NULL,
+    p_visibility_timeout interval  DEFAULT NULL,
+    p_limit              integer   DEFAULT 1,
+    p_weights            integer[] DEFAULT NULL)
 RETURNS SETOF postkit_queue.jobs
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_queue   text;
+    v_order   text[] := p_queues;  -- the queues in the order this call tries them
+    v_weights integer[];           -- their weights, in that order
+    v_part    integer[];           -- what each may take in the first pass, in that order
+    v_short   boolean[];           -- it gave less than its part: it has no more to give now
+    v_total   integer;
+    v_left    integer;
     v_claimed integer := 0;
     v_got     integer;
 BEGIN
@@ -234,6 +252,34 @@ BEGIN
     END IF;
     PERFORM postkit_queue.check_array('queues', p_queues, false, 'PKQ01');
     PERFORM postkit_queue.check_limit(p_limit, 1000);
+    IF p_weights IS NOT NULL THEN
+        PERFORM postkit_queue.check_array('weights', p_weights, false, 'PKQ17');
+        IF cardinality(p_weights) <> cardinality(p_queues) THEN
+            RAISE EXCEPTION 'postkit: weights must hold one weight per queue (% queues, % weights)',
+                cardinality(p_queues), cardinality(p_weights) USING ERRCODE = 'PKQ17';
+        END IF;
+        IF EXISTS (SELECT FROM unnest(p_weights) AS w WHERE w NOT BETWEEN 1 AND 1000) THEN
+            RAISE EXCEPTION 'postkit: a queue''s weight must be between 1 and 1000, got %',
+                (SELECT w FROM unnest(p_weights) AS w WHERE w NOT BETWEEN 1 AND 1000 LIMIT 1)
+                USING ERRCODE = 'PKQ17';
+        END IF;
+        -- The weighted random order: the keys are drawn in a subquery of their own, which the
+        -- planner keeps apart (its target list is volatile), so that both arrays follow one
+        -- draw per queue.
+        SELECT array_agg(r.queue ORDER BY r.draw DESC, r.n), array_agg(r.weight ORDER BY r.draw DESC, r.n)
+        INTO v_order, v_weights
+        FROM (SELECT u.queue, u.weight, u.n,
+                     pg_catalog.power(pg_catalog.random(), 1.0 / u.weight) AS draw
+              FROM unnest(p_queues, p_weights) WITH ORDINALITY AS u(queue, weight, n)) r;
+        v_total := (SELECT sum(w) FROM unnest(v_weights) AS w);
+        SELECT array_agg((p_limit::bigint * w / v_total)::integer ORDER BY n)
+        INTO v_part
+        FROM unnest(v_weights) WITH ORDINALITY AS u(w, n);
+        v_left := p_limit - (SELECT sum(p) FROM unnest(v_part) AS p);
+        FOR i IN 1 .. v_left LOOP
+            v_part[i] := v_part[i] + 1;
+        END LOOP;
+    END IF;
     IF cardinality(p_queues) > 1 AND current_setting('transaction_isolation') = 'read committed'
     THEN
         -- (Under another isolation level the claim refuses a limited queue: claim_limited.)
@@ -245,13 +291,29 @@ BEGIN
         ORDER BY f.queue
         FOR UPDATE OF f;
     END IF;
-    FOREACH v_queue IN ARRAY p_queues LOOP
+    IF v_part IS NOT NULL THEN
+        -- The first pass: each queue its part. A queue that gave less has no more to give now,
+        -- and the second pass passes it over.
+        FOR i IN 1 .. cardinality(v_order) LOOP
+            v_short[i] := false;
+            CONTINUE WHEN v_part[i] = 0;
+            RETURN QUERY
+            SELECT * FROM postkit_queue.pull(
+                p_namespace, v_order[i], p_worker_id, p_visibility_timeout, v_part[i]);
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_claimed := v_claimed + v_got;
+            v_short[i] := v_got < v_part[i];
+        END LOOP;
+    END IF;
+    -- Without weights, the only pass; with them, the second, over what the first left.
+    FOR i IN 1 .. cardinality(v_order) LOOP
+        EXIT WHEN v_claimed >= p_limit;
+        CONTINUE WHEN v_short[i];
         RETURN QUERY
         SELECT * FROM postkit_queue.pull(
-            p_namespace, v_queue, p_worker_id, p_visibility_timeout, p_limit - v_claimed);
+            p_namespace, v_order[i], p_worker_id, p_visibility_timeout, p_limit - v_claimed);
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_claimed := v_claimed + v_got;
-        EXIT WHEN v_claimed >= p_limit;
     END LOOP;
 END
 $$;
