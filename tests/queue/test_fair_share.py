@@ -70,6 +70,32 @@ def test_weights_3_to_1_give_jobs_3_to_1_while_both_groups_have_work(fair: Queue
     assert Counter(in_batches) == {"acme": 30, "globex": 10}
 
 
+def test_a_big_claim_gives_each_group_a_longer_turn_and_visits_about_32_groups(
+    fair: QueueClient,
+) -> None:
+    for group in range(100):
+        push(fair, f"g{group:03}", 10)
+    fair.set_group_weight(Q, "g000", 2)
+
+    jobs = fair.pull_batch(Q, worker_id="w", limit=96)  # a turn of 3 jobs per unit of weight
+
+    taken = Counter(job.group_key for job in jobs)
+    assert taken["g000"] == 6
+    assert set(taken.values()) == {6, 3} and len(taken) == 31
+    assert claim_groups(fair, 1, limit=32) == [f"g{group:03}" for group in range(31, 63)]
+
+
+def test_a_claim_that_goes_round_again_never_takes_a_job_twice(fair: QueueClient) -> None:
+    pushed = {group: push(fair, group, 5) for group in ("a", "b", "c")}
+    assert claim_groups(fair, 1) == ["a"]
+
+    jobs = fair.pull_batch(Q, worker_id="w", limit=12)  # b c a b c a ...: four rounds
+
+    assert Counter(job.group_key for job in jobs) == {"a": 4, "b": 4, "c": 4}
+    assert len({job.id for job in jobs}) == 12
+    assert {job.id for job in jobs} <= set(itertools.chain(*pushed.values()))
+
+
 def test_an_idle_groups_share_goes_to_the_others_at_once(fair: QueueClient) -> None:
     fair.set_group_weight(Q, "idle", 5)
     push(fair, "acme", 20)
@@ -277,12 +303,15 @@ FAIR_PARAMS = {
     "v_want": "integer",
     "v_took": "integer",
     "v_chosen": "bigint[]",
+    "v_head": "bigint",
+    "v_wrap_had": "integer",
 }
 FAIR_NEXT_GROUP = """
             SELECT j.group_key, j.id, j.run_at INTO v_next, v_head, v_head_at
             FROM postkit_queue.jobs j
             WHERE j.namespace = p_namespace AND j.queue = p_queue AND j.state = 'pending'
-              AND j.group_key > fair_group AND j.id <> ALL (v_chosen)
+              AND j.group_key > fair_group
+              AND (v_wrap_had IS NULL OR j.id <> ALL (v_chosen))
             ORDER BY j.group_key, j.priority DESC, j.run_at, j.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -291,7 +320,8 @@ FAIR_GROUP_JOBS = """
                         SELECT j.id FROM postkit_queue.jobs j
                         WHERE j.namespace = p_namespace AND j.queue = p_queue
                           AND j.state = 'pending' AND j.group_key = fair_group
-                          AND j.run_at <= p_now AND j.id <> ALL (v_chosen)
+                          AND j.run_at <= p_now AND j.id IS DISTINCT FROM v_head
+                          AND (v_wrap_had IS NULL OR j.id <> ALL (v_chosen))
                         ORDER BY j.priority DESC, j.run_at, j.id
                         LIMIT v_want - v_took
                         FOR UPDATE SKIP LOCKED
@@ -316,7 +346,8 @@ def test_each_turn_probes_the_fair_index_whatever_a_groups_backlog(
     text = statement.replace("INTO v_next, v_head, v_head_at", "").rstrip().rstrip(";")
     prepare(connection, "fair_stmt", text, FAIR_PARAMS)
 
-    arguments = f"'{fair.namespace}', '{Q}', 'big', now(), 10, 0, '{{}}'"
+    # After the walk went back to the first group: each row is tested against v_chosen.
+    arguments = f"'{fair.namespace}', '{Q}', 'big', now(), 10, 0, '{{1,2}}', 3, 2"
     with connection.transaction():  # under claim_fair's own planner settings (sorting off)
         apply_settings(connection, CLAIM_FAIR)
         nodes = explain(connection, mode, f"EXECUTE fair_stmt({arguments})")

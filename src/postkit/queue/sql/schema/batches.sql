@@ -266,7 +266,8 @@ BEGIN
         -- The weighted random order: the keys are drawn in a subquery of their own, which the
         -- planner keeps apart (its target list is volatile), so that both arrays follow one
         -- draw per queue.
-        SELECT array_agg(r.queue ORDER BY r.draw DESC, r.n), array_agg(r.weight ORDER BY r.draw DESC, r.n)
+        SELECT array_agg(r.queue ORDER BY r.draw DESC, r.n),
+               array_agg(r.weight ORDER BY r.draw DESC, r.n)
         INTO v_order, v_weights
         FROM (SELECT u.queue, u.weight, u.n,
                      pg_catalog.power(pg_catalog.random(), 1.0 / u.weight) AS draw
