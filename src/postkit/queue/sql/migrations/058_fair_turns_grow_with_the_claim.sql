@@ -1,4 +1,4 @@
 -- Migration 58: a fair queue's claim of more than 32 jobs gives each group a longer turn, and
 -- its probes test the jobs it took only after its walk went round (fair.sql). No table
 -- changes: the functions come with the schema.
--- schema: b2989d6d2c0282e3
+-- schema: 7eb4dcb9fb482d42
