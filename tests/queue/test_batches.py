@@ -134,7 +134,7 @@ def test_pull_any_gives_what_a_queue_leaves_of_its_share_to_the_others(
         ({"a": 1001}, "between 1 and 1000, got 1001"),
         ({"a": "3"}, "must be an int, got str"),
         ({"a": True}, "must be an int, got bool"),
-        ({"c": 2}, "weights names queue(s) that are not listed: 'c'"),
+        ({"c": 2}, "weights names queue(s) not listed: 'c'"),
         ([3, 1], "weights must map queue names to weights, got list"),
     ],
 )

@@ -37,10 +37,12 @@ def test_a_queues_share_of_the_free_slots_is_its_part_of_the_weights_rounded_up(
 
 @pytest.mark.parametrize("weight", [0, 1001, 2.5, True, "3"])
 def test_a_weight_that_is_not_an_int_from_1_to_1000_is_refused(weight: object) -> None:
-    with pytest.raises(ValueError, match="'heavy''s weight must be an int from 1 to 1000"):
+    with pytest.raises(ValueError, match="queue 'heavy''s weight must be"):
         Shares(["heavy"], {"heavy": weight})  # type: ignore[dict-item]
 
 
 def test_a_weight_for_a_queue_not_served_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"does not serve: \['other'\]"):
+    with pytest.raises(
+        ValueError, match="weights names queue\\(s\\) not served by the worker: 'other'"
+    ):
         Shares(["heavy"], {"other": 2})

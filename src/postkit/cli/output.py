@@ -15,6 +15,7 @@ import click
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from postkit.queue.limits import QUEUE_WEIGHT
 from postkit.queue.records import to_jsonable
 
 if TYPE_CHECKING:
@@ -371,6 +372,9 @@ class QueueWeightType(_ParamType):
         queue, equals, weight = str(value).rpartition("=")
         if not equals or not queue or not weight.isascii() or not weight.isdigit():
             self.fail(f"{value!r} is not QUEUE=N (a queue and its weight, e.g. reports=3)")
-        if not 1 <= int(weight) <= 1000:
-            self.fail(f"{queue!r}'s weight must be from 1 to 1000, got {weight}")
+        if int(weight) not in QUEUE_WEIGHT:
+            self.fail(
+                f"{queue!r}'s weight must be from {QUEUE_WEIGHT.low} to {QUEUE_WEIGHT.high}, "
+                f"got {weight}"
+            )
         return QueueWeight(value)

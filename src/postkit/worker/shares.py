@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from postkit.queue.limits import QUEUE_WEIGHT
+from postkit.queue.protocol import checks as check
 
 
 class Shares:
@@ -25,24 +25,11 @@ class Shares:
     def __init__(self, queues: Sequence[str], weights: Mapping[str, int] | None = None) -> None:
         """
         Raises:
-            ValueError: a weight is not an int from 1 to 1000, or names a queue not served.
+            ValueError: a weight is not an int from 1 to 1000, or names a queue not served
+                (``InvalidFlowControlError``, the SDK's check of ``pull_any``'s weights).
         """
-        weights = dict(weights or {})
-        unknown = sorted(set(weights) - set(queues))
-        if unknown:
-            raise ValueError(f"a weight for queue(s) the worker does not serve: {unknown}")
-        for queue, weight in weights.items():
-            if (
-                isinstance(weight, bool)
-                or not isinstance(weight, int)
-                or weight not in QUEUE_WEIGHT
-            ):
-                raise ValueError(
-                    f"queue {queue!r}'s weight must be an int from {QUEUE_WEIGHT.low} to "
-                    f"{QUEUE_WEIGHT.high}, got {weight!r}"
-                )
         self.queues = list(queues)
-        self.weights = [weights.get(queue, 1) for queue in self.queues]
+        self.weights = check.queue_weights(self.queues, weights or {}, among="served by the worker")
         self._total = sum(self.weights)
         self._current = [0] * len(self.queues)
 

@@ -425,11 +425,10 @@ def queue_list(queues: object) -> list[str]:
     return [name for name in names if name is not None]
 
 
-def queue_weights(queues: Sequence[str], weights: object) -> list[int] | None:
-    """``weights`` (queue name to weight; a listed queue without one weighs 1) as one weight
-    per entry of ``queues``, or None when it is None."""
-    if weights is None:
-        return None
+def queue_weights(queues: Sequence[str], weights: object, *, among: str = "listed") -> list[int]:
+    """``weights`` (queue name to weight; a queue of ``queues`` without one weighs 1) as one
+    weight per entry of ``queues``. ``among`` says what ``queues`` are, in the error that names
+    a queue outside them."""
     if not isinstance(weights, Mapping):
         raise errors.InvalidFlowControlError(
             f"weights must map queue names to weights, got {type(weights).__name__}"
@@ -437,7 +436,7 @@ def queue_weights(queues: Sequence[str], weights: object) -> list[int] | None:
     unknown = sorted(str(queue) for queue in weights if queue not in queues)
     if unknown:
         raise errors.InvalidFlowControlError(
-            f"weights names queue(s) that are not listed: {', '.join(map(repr, unknown))}"
+            f"weights names queue(s) not {among}: {', '.join(map(repr, unknown))}"
         )
     checked = {
         queue: required_integer(

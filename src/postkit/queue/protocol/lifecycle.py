@@ -399,7 +399,7 @@ def pull_any(
         worker_id=check.name("worker_id", worker_id, required=False),
         visibility_timeout=check.duration("visibility_timeout", visibility_timeout),
         limit=check.limit("pull_any", limit),
-        weights=check.queue_weights(checked, weights),
+        weights=None if weights is None else check.queue_weights(checked, weights),
     )
     return Call("pull_any", params, lambda rows: [read.job(row) for row in rows])
 
