@@ -242,6 +242,7 @@ DECLARE
     v_weights integer[];           -- their weights, in that order
     v_part    integer[];           -- what each may take in the first pass, in that order
     v_short   boolean[];           -- it gave less than its part: it has no more to give now
+    v_bad     integer;             -- a weight out of bounds
     v_total   integer;
     v_left    integer;
     v_claimed integer := 0;
@@ -258,9 +259,9 @@ BEGIN
             RAISE EXCEPTION 'postkit: weights must hold one weight per queue (% queues, % weights)',
                 cardinality(p_queues), cardinality(p_weights) USING ERRCODE = 'PKQ17';
         END IF;
-        IF EXISTS (SELECT FROM unnest(p_weights) AS w WHERE w NOT BETWEEN 1 AND 1000) THEN
-            RAISE EXCEPTION 'postkit: a queue''s weight must be between 1 and 1000, got %',
-                (SELECT w FROM unnest(p_weights) AS w WHERE w NOT BETWEEN 1 AND 1000 LIMIT 1)
+        SELECT w INTO v_bad FROM unnest(p_weights) AS w WHERE w NOT BETWEEN 1 AND 1000 LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'postkit: a queue''s weight must be between 1 and 1000, got %', v_bad
                 USING ERRCODE = 'PKQ17';
         END IF;
         -- The weighted random order: the keys are drawn in a subquery of their own, which the

@@ -1,0 +1,3 @@
+-- Migration 59: pull_any reads its weights once to find one out of bounds (batches.sql). No
+-- table changes: the function comes with the schema.
+-- schema: 6fef58da80da465e
