@@ -6,22 +6,32 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
-
-from postkit.worker import Worker
+from typing import Any, Protocol, TypeVar
 
 QUIET: dict[str, Any] = {"poll_interval": 30.0, "tick_interval": 60.0, "grace_period": 2.0}
 """The fallback poll and the tick far longer than any test waits, so a job that runs promptly
 was claimed on a notification; a short grace period, so a stop does not keep the test."""
 
 
-@contextlib.contextmanager
-def worker_threads() -> Iterator[Callable[[Worker], Worker]]:
-    """A function that runs a Worker on a thread of its own and returns it. When the block
-    ends every worker is stopped, and each must have shut down within 30 s."""
-    running: list[tuple[Worker, threading.Thread]] = []
+class Runnable(Protocol):
+    """A Worker or a SharedWorker: what runs until stopped."""
 
-    def run(worker: Worker) -> Worker:
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+W = TypeVar("W", bound=Runnable)
+
+
+@contextlib.contextmanager
+def worker_threads() -> Iterator[Callable[[W], W]]:
+    """A function that runs a Worker (or a SharedWorker) on a thread of its own and returns
+    it. When the block ends every worker is stopped, and each must have shut down within
+    30 s."""
+    running: list[tuple[Runnable, threading.Thread]] = []
+
+    def run(worker: W) -> W:
         thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
         thread.start()
         running.append((worker, thread))

@@ -238,8 +238,9 @@ def render_sdk() -> str:
     )
     from postkit.queue.runtime import Runtime
     from postkit.tasks import models, payload
-    from postkit.worker import Handlers, Worker
+    from postkit.worker import Handlers, SharedWorker, Worker
     from postkit.worker import runtime as worker_module
+    from postkit.worker import shared as shared_module
 
     sync_methods = {name for name, _ in _public_members(QueueClient)}
     async_methods = {name for name, _ in _public_members(AsyncQueueClient)}
@@ -276,7 +277,8 @@ def render_sdk() -> str:
         "  client",
         "- [WorkListener](#worklistener) (and AsyncWorkListener): wait for work with LISTEN/NOTIFY",
         "- [ResultListener](#resultlistener) (and AsyncResultListener): wait for a job's result",
-        "- [Handlers](#handlers) and [Worker](#worker): the worker runtime",
+        "- [Handlers](#handlers), [Worker](#worker) and [SharedWorker](#sharedworker): the",
+        "  worker runtime",
         "- [App](#app), [Task](#task) and [TransactionalTask](#transactionaltask): typed tasks",
         "  on top of queues",
         "- [Installing the schema](#installing-the-schema) and [administration](#administration)",
@@ -314,6 +316,9 @@ def render_sdk() -> str:
     out += _render_class(Handlers, module="postkit.worker")
     out += _render_class(
         Worker, note=markdown_doc(inspect.getdoc(worker_module)), module="postkit.worker"
+    )
+    out += _render_class(
+        SharedWorker, note=markdown_doc(inspect.getdoc(shared_module)), module="postkit.worker"
     )
     out += _render_class(tasks.App, module="postkit.tasks")
     task_note = "\n\n".join(

@@ -150,6 +150,9 @@ GROUP_WEIGHT = Bounds(1, 1000)
 QUEUE_WEIGHT = Bounds(1, 1000)
 """A queue's weight in a claim from several queues (``pull_any``, a worker's queues): its share
 of the claims."""
+NAMESPACE_WEIGHT = Bounds(1, 1000)
+"""A namespace's weight in a shared worker (``postkit.worker.SharedWorker``): its share of the
+worker's slots."""
 WORKER_KINDS = ("worker", "ticker")
 """What a registered process is: a worker that runs jobs, or a ticker (``postkit tick``)."""
 

@@ -40,6 +40,7 @@ from postkit.worker.claims import Claims
 from postkit.worker.job_executor import JobExecutor
 from postkit.worker.maintenance import Maintenance, RoundReport
 from postkit.worker.metrics import Recorder
+from postkit.worker.namespace_shares import NamespaceShares
 from postkit.worker.outcomes import OutcomeLog
 from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
@@ -77,6 +78,7 @@ class Fetcher:
         on_round: Callable[[RoundReport], None] | None = None,
         on_refusal: Callable[[BaseException], None] | None = None,
         guard: ServerGuard | None = None,
+        namespace_shares: NamespaceShares | None = None,
     ) -> None:
         """
         Args:
@@ -85,6 +87,8 @@ class Fetcher:
                 ``on_refusal`` with a step the database refused (the worker then stops).
             guard: checks the listener's server as it connects; a failover it follows makes
                 the listener reconnect (server_guard.py).
+            namespace_shares: the slots this namespace shares with the others of a shared
+                worker: each claim takes only what they give it (namespace_shares.py).
         """
         self.claims = claims
         self.executor = executor
@@ -104,6 +108,11 @@ class Fetcher:
         self._closed = closed
         self.maintenance = maintenance
         self.guard = guard
+        self.namespace_shares = namespace_shares
+        if namespace_shares is not None:
+            namespace_shares.join(
+                namespace, held=lambda: claims.held()[0], wake=self._wake_for_slots
+            )
         self._on_round = on_round
         self._on_refusal = on_refusal
         self._queues_registered = False
@@ -151,7 +160,7 @@ class Fetcher:
                     want_jobs = True
                 with self._claiming:
                     acks = claims.take_finished()
-                    free = self._free_slots()
+                    free = self._slots_to_claim() if want_jobs else self._free_slots()
                     if acks or (want_jobs and free > 0):
                         if want_jobs and free > 0:
                             last_look = now
@@ -164,6 +173,8 @@ class Fetcher:
                             self._database_back.set()
                             self.metrics.reconnected("claims")
                         continue
+                if self.namespace_shares is not None:
+                    self.namespace_shares.offer(self.namespace)
                 if free > 0:
                     # Waiting for work, not only for a handler to finish: the listener may
                     # look for some. With every slot taken it stays out of the way; a
@@ -200,6 +211,8 @@ class Fetcher:
                     extra={"event": "db_error"},
                 )
                 self._stopping.wait(delay)
+        if self.namespace_shares is not None:
+            self.namespace_shares.leave(self.namespace)
 
     def settle_and_claim(
         self,
@@ -211,13 +224,29 @@ class Fetcher:
         :attr:`shares` gives this round, each first up to its share of ``limit``, then the
         queues that filled theirs for the rest; on a pooled connection unless ``run`` gives
         another: the acks and the first queue's claims are one statement (one transaction),
-        and each further claim is a pull of its own. Returns how many jobs it claimed."""
+        and each further claim is a pull of its own. Returns how many jobs it claimed. With
+        namespace shares, ``limit`` comes from :meth:`_slots_to_claim`, and this gives back what
+        the claim did not use."""
+        jobs: list[Job] = []
+        try:
+            return self._settle_and_claim(acks, limit, run, jobs)
+        finally:
+            if limit > 0 and self.namespace_shares is not None:
+                self.namespace_shares.claimed(self.namespace, limit, len(jobs))
+
+    def _settle_and_claim(
+        self,
+        acks: list[tuple[Job, float]],
+        limit: int,
+        run: Callable[[Callable[[QueueClient], Any]], Any] | None,
+        jobs: list[Job],
+    ) -> int:
         # A round that only settles takes no turn.
         order = self.shares.next_order() if limit > 0 else self.queues
         results = self.claims.results_of(acks)
         sent = time.monotonic()
         try:
-            acked, jobs = (run or self.pool.run)(
+            acked, claimed = (run or self.pool.run)(
                 functools.partial(
                     self._ack_and_pull,
                     acks=[job for job, _ in acks],
@@ -232,11 +261,12 @@ class Fetcher:
             raise
         if results is not None:
             self.claims.forget_results(acks)
-        self.metrics.round_trip(sent, len(jobs) if limit > 0 else None)
+        self.metrics.round_trip(sent, len(claimed) if limit > 0 else None)
         self.outcomes.record_acks(acks, set(acked))
-        for job in jobs:
+        for job in claimed:
             self.executor.dispatch(job)
-        return len(jobs)
+            jobs.append(job)
+        return len(claimed)
 
     def _ack_and_pull(
         self,
@@ -275,6 +305,21 @@ class Fetcher:
                 break
             jobs += self._pull(client, queue, limit - len(jobs))
         return acked, jobs
+
+    def _slots_to_claim(self) -> int:
+        """How many jobs to claim now: the free slots, or with namespace shares what they give
+        this namespace of them, held for it until :meth:`settle_and_claim` returns. Asking
+        makes the namespace one that wants jobs: given none, it is woken when it may have
+        some (:meth:`_wake_for_slots`)."""
+        free = self._free_slots()
+        if self.namespace_shares is None or free <= 0:
+            return free
+        return self.namespace_shares.reserve(self.namespace, free)
+
+    def _wake_for_slots(self) -> None:
+        """Namespace shares have slots for this namespace: the claim loop asks for them."""
+        self._work_hint.set()
+        self.claims.wake()
 
     def _free_slots(self) -> int:
         """How many more jobs to claim now: the prefetch's capacity, as the settle rate makes
@@ -476,8 +521,8 @@ class Fetcher:
         if not self._claiming.acquire(blocking=False):
             return
         try:
-            free = self._free_slots()
-            if free > 0 and not self._stopping.is_set():
+            free = 0 if self._stopping.is_set() else self._slots_to_claim()
+            if free > 0:
                 self.settle_and_claim(
                     [], free, lambda action: action(self.pool.client_on(connection))
                 )

@@ -66,7 +66,6 @@ import functools
 import logging
 import math
 import os
-import signal
 import socket
 import threading
 import time
@@ -94,11 +93,13 @@ from postkit.worker.maintenance import (
     Schedules,
 )
 from postkit.worker.metrics import NO_METRICS, Recorder, require_prometheus_client
+from postkit.worker.namespace_shares import NamespaceShares
 from postkit.worker.outcomes import OutcomeLog, job_fields
 from postkit.worker.pool import WorkerPool
 from postkit.worker.prefetch import Prefetch
 from postkit.worker.server_guard import ServerGuard
 from postkit.worker.shares import Shares
+from postkit.worker.signals import stop_on_signals
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import ServiceThreads, start_thread
 
@@ -137,6 +138,7 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = defaults.METRICS_HOST,
         housekeeping: bool = True,
+        namespace_shares: NamespaceShares | None = None,
     ) -> None:
         """
         Args:
@@ -198,6 +200,9 @@ class Worker:
             housekeeping: run retention and the vacuum service here. ``postkit worker
                 --processes N`` leaves them to its first process: they serve the whole
                 namespace, and each more process would hold a connection for them.
+            namespace_shares: the slots ``namespace`` shares with other namespaces' workers
+                in this process (:class:`SharedWorker` passes them): ``concurrency`` must be
+                theirs, and the worker holds no prefetch.
 
         Raises:
             ValueError: a queue has no handler, or a number is out of range.
@@ -216,6 +221,16 @@ class Worker:
             or (poll_interval is not None and poll_interval <= 0)
         ):
             raise ValueError("concurrency, visibility_timeout and poll_interval must be positive")
+        if namespace_shares is not None and (
+            namespace not in namespace_shares.weights
+            or concurrency != namespace_shares.concurrency
+            or prefetch
+        ):
+            raise ValueError(
+                "a worker sharing slots serves one of their namespaces, with their concurrency "
+                "and no prefetch"
+            )
+        self.namespace_shares = namespace_shares
         self.pooler = pooler
         # Raises ValueError for an interval out of range, before anything starts.
         self._vacuum = (
@@ -226,7 +241,7 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.concurrency = concurrency
         # Raises ValueError for a negative prefetch.
-        self.prefetch = Prefetch(concurrency, prefetch)
+        self.prefetch = Prefetch(concurrency, 0 if namespace_shares is not None else prefetch)
         self.visibility_timeout = visibility_timeout
         if poll_interval is None:
             poll_interval = defaults.POOLER_POLL_INTERVAL if pooler else defaults.POLL_INTERVAL
@@ -259,7 +274,6 @@ class Worker:
         self._metrics.watch(self._claims)
         self._stopping = threading.Event()
         self._closed = threading.Event()
-        self._signals = 0
         self._failure: BaseException | None = None
         self._executor = JobExecutor(
             self.handlers,
@@ -347,7 +361,7 @@ class Worker:
             self.metrics_address = None
 
     def _work(self) -> None:
-        self._install_signal_handlers()
+        stop_on_signals(self.stop, self.grace_period)
         pool = WorkerPool(
             self.dsn,
             namespace=self.namespace,
@@ -377,6 +391,7 @@ class Worker:
             on_round=self._log_round,
             on_refusal=self._fail,
             guard=self._guard,
+            namespace_shares=self.namespace_shares,
         )
         heartbeat = Heartbeat(
             self._claims,
@@ -443,27 +458,6 @@ class Worker:
             return
         self._stopping.set()
         self._claims.wake()
-
-    def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_signal(signum: int, _frame: object) -> None:
-            self._signals += 1
-            if self._signals > 1:
-                logger.warning(
-                    "second signal: exiting now; running jobs are rescued when their claims expire"
-                )
-                os._exit(128 + signum)
-            logger.warning(
-                "signal %s: letting jobs finish (up to %.0fs), then releasing those not started",
-                signal.Signals(signum).name,
-                self.grace_period,
-            )
-            self.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
 
     def _report_loop(self) -> None:
         assert self.report_interval and self._report

@@ -429,25 +429,34 @@ def queue_weights(queues: Sequence[str], weights: object, *, among: str = "liste
     """``weights`` (queue name to weight; a queue of ``queues`` without one weighs 1) as one
     weight per entry of ``queues``. ``among`` says what ``queues`` are, in the error that names
     a queue outside them."""
+    return _weights("queue", queues, weights, limits.QUEUE_WEIGHT, among=among)
+
+
+def namespace_weights(namespaces: Sequence[str], weights: object) -> list[int]:
+    """``weights`` (namespace to weight, 1 unless given) as one weight per entry of
+    ``namespaces``: a shared worker's (``postkit.worker.namespace_shares``)."""
+    return _weights("namespace", namespaces, weights, limits.NAMESPACE_WEIGHT, among="served")
+
+
+def _weights(
+    kind: str, names: Sequence[str], weights: object, bounds: limits.Bounds, *, among: str
+) -> list[int]:
     if not isinstance(weights, Mapping):
         raise errors.InvalidFlowControlError(
-            f"weights must map queue names to weights, got {type(weights).__name__}"
+            f"weights must map {kind} names to weights, got {type(weights).__name__}"
         )
-    unknown = sorted(str(queue) for queue in weights if queue not in queues)
+    unknown = sorted(str(name) for name in weights if name not in names)
     if unknown:
         raise errors.InvalidFlowControlError(
-            f"weights names queue(s) not {among}: {', '.join(map(repr, unknown))}"
+            f"weights names {kind}(s) not {among}: {', '.join(map(repr, unknown))}"
         )
     checked = {
-        queue: required_integer(
-            f"queue {queue!r}'s weight",
-            weight,
-            errors.InvalidFlowControlError,
-            bounds=limits.QUEUE_WEIGHT,
+        name: required_integer(
+            f"{kind} {name!r}'s weight", weight, errors.InvalidFlowControlError, bounds=bounds
         )
-        for queue, weight in weights.items()
+        for name, weight in weights.items()
     }
-    return [checked.get(queue, 1) for queue in queues]
+    return [checked.get(name, 1) for name in names]
 
 
 def _array_literal(values: Sequence[int | str | None]) -> str:
