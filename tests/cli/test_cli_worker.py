@@ -684,6 +684,7 @@ def test_the_children_get_every_option_given_but_the_ones_the_supervisor_sets_fo
     given += ["--processes", "3", "--worker-id", "pool", "--supervised", "--no-housekeeping"]
     given += ["--dsn", "postgresql://x"]
     given += ["--metrics-port", "9100"]
+    given += ["--shared-namespace", "tenant-a=3", "--shared-namespace", "tenant-b"]
     defaults = command.make_context("worker", ["tasks"]).params
     parent = command.make_context("worker", given).params
     assert [name for name, value in parent.items() if value == defaults[name]] == []

@@ -15,7 +15,7 @@ import click
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from postkit.queue.limits import QUEUE_WEIGHT
+from postkit.queue.limits import NAMESPACE_WEIGHT, QUEUE_WEIGHT, name_problem
 from postkit.queue.records import to_jsonable
 
 if TYPE_CHECKING:
@@ -378,3 +378,42 @@ class QueueWeightType(_ParamType):
                 f"got {weight}"
             )
         return QueueWeight(value)
+
+
+class NamespaceWeight(str):
+    """``NAMESPACE[=N]`` as ``postkit worker --shared-namespace`` takes it: the namespace, and
+    the weight after its last ``=`` when digits follow it (1 without). A string, written back
+    as given, so that a supervisor passes it on to its children."""
+
+    def _parts(self) -> tuple[str, int]:
+        namespace, equals, weight = self.rpartition("=")
+        if equals and weight.isascii() and weight.isdigit():
+            return namespace, int(weight)
+        return str(self), 1
+
+    @property
+    def namespace(self) -> str:
+        return self._parts()[0]
+
+    @property
+    def weight(self) -> int:
+        return self._parts()[1]
+
+
+class NamespaceWeightType(_ParamType):
+    """Reads ``NAMESPACE[=N]``: a namespace the SQL module accepts, and a weight from 1 to
+    1000."""
+
+    name = "NAMESPACE[=N]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        given = NamespaceWeight(value)
+        problem = name_problem(given.namespace)
+        if problem is not None:
+            self.fail(f"the namespace {problem}")
+        if given.weight not in NAMESPACE_WEIGHT:
+            self.fail(
+                f"{given.namespace!r}'s weight must be from {NAMESPACE_WEIGHT.low} to "
+                f"{NAMESPACE_WEIGHT.high}, got {given.weight}"
+            )
+        return given

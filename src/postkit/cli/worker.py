@@ -3,22 +3,25 @@ process or, with ``--processes N``, in N children under a supervisor."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import signal
 import socket
 import sys
-import traceback
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from postkit.cli.console import require_schema
+from postkit.cli.handlers_module import load_handlers
 from postkit.cli.options import dsn_option, namespace_option, weight_option
-from postkit.cli.output import QueueWeight, first_line, mask_password, plural
+from postkit.cli.output import (
+    NamespaceWeight,
+    NamespaceWeightType,
+    QueueWeight,
+    mask_password,
+    plural,
+)
 from postkit.embedded import resolve_dsn
 from postkit.worker import defaults
 
@@ -59,6 +62,8 @@ Then:
   postkit worker tasks --processes 4 -v      4 processes, a log line per job
   postkit worker myapp.jobs:handlers         name the Handlers instance
   postkit worker tasks --metrics-port 9100   Prometheus metrics on 127.0.0.1:9100
+  postkit worker tasks --shared-namespace tenant-a=3 --shared-namespace tenant-b
+                                             two namespaces share 8 slots, 6 and 2
 
 \b
 and push jobs from your application, in its own transaction:
@@ -76,105 +81,11 @@ signals on; if the supervisor is killed (even by SIGKILL), each process stops as
 """
 
 
-@dataclass(frozen=True)
-class Loaded:
-    """What ``postkit worker MODULE`` runs: the Handlers, a name for them (``module:attribute``)
-    and, when MODULE defines a tasks App, the App (whose namespace and queue policies the
-    worker takes)."""
-
-    handlers: Handlers
-    name: str
-    app: App | None = None
-
-
-def load_handlers(spec: str) -> Loaded:
-    """Import ``module`` or ``module:attribute`` (the current directory first on sys.path) and
-    find its :class:`~postkit.worker.Handlers` or its :class:`~postkit.tasks.App` (whose
-    handlers are a Handlers). A module-level Handlers that is an App's own counts as that App.
-
-    Raises:
-        click.ClickException: the module cannot be found, or does not define exactly one
-            Handlers or App (or the named attribute is neither).
-    """
-    from postkit.tasks import App
-    from postkit.worker import Handlers
-
-    module_name, _, attribute = spec.partition(":")
-    if not module_name:
-        raise click.BadParameter("name a module, e.g. tasks or myapp.tasks", param_hint="MODULE")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
-            raise click.ClickException(_import_failure(module_name, exc)) from None
-        hint = ""
-        if module_name.endswith(".py"):
-            hint = f"; name the module, not the file: {module_name[:-3].replace('/', '.')}"
-        raise click.ClickException(
-            f"cannot import {module_name}: no module named {exc.name!r} in the current "
-            f"directory or on sys.path{hint}"
-        ) from None
-    except Exception as exc:  # the module's own code failed: a SyntaxError, a missing name...
-        raise click.ClickException(_import_failure(module_name, exc)) from None
-    if attribute:
-        if not hasattr(module, attribute):
-            raise click.ClickException(f"{module_name} has no attribute {attribute!r}")
-        value = getattr(module, attribute)
-        if isinstance(value, App):
-            loaded = Loaded(value.handlers, spec, value)
-        elif isinstance(value, Handlers):
-            loaded = Loaded(value, spec)
-        else:
-            raise click.ClickException(
-                f"{spec} is not a Handlers object (from postkit.worker import Handlers) "
-                f"or a tasks App (from postkit.tasks import App) but of type "
-                f"{type(value).__name__}"
-            )
-    else:
-        # By the Handlers each value runs: an App and its own handlers are one.
-        found: dict[int, Loaded] = {}
-        for key, value in vars(module).items():
-            if isinstance(value, App):
-                found[id(value.handlers)] = Loaded(value.handlers, f"{module_name}:{key}", value)
-            elif isinstance(value, Handlers):
-                found.setdefault(id(value), Loaded(value, f"{module_name}:{key}"))
-        if not found:
-            raise click.ClickException(
-                f"{module_name} defines no Handlers or App; create one with `handlers = "
-                "Handlers()` (from postkit.worker import Handlers) and register functions on "
-                "it, or with `app = App(namespace=...)` (from postkit.tasks import App) and "
-                "decorate them with @app.task"
-            )
-        if len(found) > 1:
-            names = sorted(loaded.name.partition(":")[2] for loaded in found.values())
-            kinds = {"App" if loaded.app else "Handlers" for loaded in found.values()}
-            what = (
-                "Handlers and Apps"
-                if len(kinds) > 1
-                else ("Apps" if "App" in kinds else "Handlers")
-            )
-            raise click.ClickException(
-                f"{module_name} defines several {what} ({', '.join(names)}); name one, "
-                f"e.g. {module_name}:{names[0]}"
-            )
-        (loaded,) = found.values()
-    if not loaded.handlers:
-        how = "@app.task(queue='queue_name')" if loaded.app else "@handlers.register('queue_name')"
-        raise click.ClickException(f"{loaded.name} registers no handlers; add one with {how}")
-    return loaded
-
-
 def _app_namespace(ctx: click.Context, app: App, namespace: str, name: str) -> str:
     """The namespace a worker of ``app`` works in: the App's, where its tasks push. A
     --namespace naming another is refused; the children under a supervisor get the App's
     namespace on their command line."""
-    given = ctx.get_parameter_source("namespace") not in (
-        click.core.ParameterSource.DEFAULT,
-        click.core.ParameterSource.DEFAULT_MAP,
-    )
-    if given and namespace != app.namespace:
+    if _namespace_given(ctx) and namespace != app.namespace:
         raise click.BadParameter(
             f"{name} is an App of namespace {app.namespace!r}, where its tasks push; leave "
             f"--namespace out, or make it {app.namespace!r}",
@@ -184,44 +95,8 @@ def _app_namespace(ctx: click.Context, app: App, namespace: str, name: str) -> s
     return app.namespace
 
 
-def _where(filename: str | None, line: int | None) -> str:
-    """``tasks.py, line 3``: a file relative to the current directory when under it."""
-    path = filename or "?"
-    with contextlib.suppress(ValueError):
-        relative = os.path.relpath(path)
-        if not relative.startswith(os.pardir):
-            path = relative
-    return f"{path}, line {line}" if line else path
-
-
-def _import_failure(module_name: str, exc: Exception) -> str:
-    """Why importing the user's module failed, in one line: the module, the file and line, and
-    the cause (the exception's type and message), without the traceback through click."""
-    if isinstance(exc, SyntaxError):
-        where = _where(exc.filename, exc.lineno)
-        text = f": {exc.text.strip()}" if exc.text and exc.text.strip() else ""
-        return f"cannot import {module_name}: {type(exc).__name__}: {exc.msg} ({where}{text})"
-    machinery = (__file__, os.path.dirname(importlib.__file__ or "") + os.sep)
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if not frame.filename.startswith(("<frozen ", *machinery))
-    ]
-    where = ""
-    if frames:
-        where = f" ({_where(frames[0].filename, frames[0].lineno)}"
-        if len(frames) > 1:
-            where += f", raised in {_where(frames[-1].filename, frames[-1].lineno)}"
-        where += ")"
-    hint = ""
-    if isinstance(exc, ModuleNotFoundError):
-        hint = f"; is it installed for this Python ({sys.executable})?"
-    cause = first_line(str(exc)) or "(no message)"
-    return f"cannot import {module_name}: {type(exc).__name__}: {cause}{where}{hint}"
-
-
 def _log_start(
-    namespace: str,
+    namespace: str | Mapping[str, int],
     queues: Sequence[str],
     concurrency: int,
     processes: int,
@@ -229,15 +104,19 @@ def _log_start(
     metrics: str | None,
 ) -> None:
     """The worker's one line at start, shown without -v: what it works and where (the DSN
-    without its password), and where its metrics are served, if they are."""
+    without its password), and where its metrics are served, if they are. ``namespace`` is
+    a shared worker's namespaces and their weights."""
     import logging
 
     from postkit.cli.logs import REPORT_LOGGER
 
     shown = mask_password(dsn)
     logging.getLogger(REPORT_LOGGER).info(
-        "worker started: namespace %r, queues %s, concurrency %d, %s, database %s%s",
-        namespace,
+        "worker started: %s, queues %s, concurrency %d, %s, database %s%s",
+        f"namespace {namespace!r}"
+        if isinstance(namespace, str)
+        else "namespaces "
+        + ", ".join(f"{name!r} (weight {weight})" for name, weight in namespace.items()),
         ", ".join(queues),
         concurrency,
         plural(processes, "process", "processes"),
@@ -245,7 +124,7 @@ def _log_start(
         f", metrics on {metrics}" if metrics else "",
         extra={
             "event": "start",
-            "namespace": namespace,
+            "namespace" if isinstance(namespace, str) else "namespaces": namespace,
             "queues": list(queues),
             "concurrency": concurrency,
             "processes": processes,
@@ -253,6 +132,74 @@ def _log_start(
             **({"metrics": metrics} if metrics else {}),
         },
     )
+
+
+def _namespace_given(ctx: click.Context) -> bool:
+    return ctx.get_parameter_source("namespace") not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+    )
+
+
+def _check_shared(
+    ctx: click.Context,
+    shared: Sequence[NamespaceWeight],
+    *,
+    app: bool,
+    prefetch: int | None,
+    port: int | None,
+) -> None:
+    """Refuse a namespace given twice, and what --shared-namespace cannot go with: --namespace,
+    a tasks App (its tasks push in its namespace), --prefetch (a shared worker holds none) and
+    --metrics-port (a registry per namespace would need a port each)."""
+    names = [each.namespace for each in shared]
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        raise click.BadParameter(
+            f"{', '.join(map(repr, twice))} given more than once", param_hint="'--shared-namespace'"
+        )
+    clash = (
+        "--namespace"
+        if _namespace_given(ctx)
+        else "a tasks App, whose tasks push in its own namespace"
+        if app
+        else "--prefetch: a shared worker holds no prefetch"
+        if prefetch is not None
+        else "--metrics-port"
+        if port is not None
+        else None
+    )
+    if clash is not None:
+        raise click.BadParameter(f"cannot go with {clash}", param_hint="'--shared-namespace'")
+
+
+def _run_shared(
+    dsn: str,
+    handlers: Handlers,
+    namespaces: dict[str, int],
+    *,
+    log_start: Callable[[], None],
+    **options: Any,
+) -> None:
+    """Run a shared worker over ``namespaces`` (their weights) until a signal, with a
+    throughput line per namespace."""
+    from postkit.cli.logs import ThroughputReport
+    from postkit.worker import SharedWorker
+
+    reports = {namespace: ThroughputReport(namespace, prefix=True) for namespace in namespaces}
+    runner = SharedWorker(
+        dsn,
+        handlers,
+        namespaces=namespaces,
+        report=lambda namespace, stats: reports[namespace](stats),
+        **options,
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: runner.stop())
+    log_start()
+    runner.run()
+    if options["report_interval"]:
+        for namespace, each in runner.workers.items():
+            reports[namespace](each.stats)  # the attempts settled since the last line
 
 
 def _metrics_where(host: str, port: int | None, processes: int) -> str | None:
@@ -370,6 +317,16 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
 )
 @namespace_option
 @click.option(
+    "--shared-namespace",
+    "shared_namespaces",
+    multiple=True,
+    type=NamespaceWeightType(),
+    help="Serve several namespaces from one set of --concurrency slots, shared by weight "
+    "(1 to 1000, default 1) while several have jobs; a namespace without jobs leaves its part "
+    "to the others. Repeat for each, e.g. --shared-namespace tenant-a=3 --shared-namespace "
+    "tenant-b. Instead of --namespace; not with a tasks App, --prefetch or --metrics-port.",
+)
+@click.option(
     "--worker-id",
     metavar="ID",
     help="The name jobs are claimed under. Default: HOSTNAME-PID; with --processes, ID-0, "
@@ -474,6 +431,7 @@ def worker(
     prefetch: int | None,
     processes: int,
     namespace: str,
+    shared_namespaces: tuple[NamespaceWeight, ...],
     worker_id: str | None,
     visibility_timeout: float | None,
     grace_period: float,
@@ -499,7 +457,12 @@ def worker(
         follow_supervisor()  # die with the supervisor, however it dies
     loaded = load_handlers(module)
     handlers, name = loaded.handlers, loaded.name
-    if loaded.app is not None:
+    if shared_namespaces:
+        _check_shared(
+            ctx, shared_namespaces, app=loaded.app is not None, prefetch=prefetch, port=metrics_port
+        )
+        ctx.params["namespace"] = None  # the children get --shared-namespace alone
+    elif loaded.app is not None:
         namespace = _app_namespace(ctx, loaded.app, namespace, name)
     queues = tuple(dict.fromkeys(queues))
     unknown = [queue for queue in queues if queue not in handlers]
@@ -533,7 +496,7 @@ def worker(
     def log_start() -> None:
         if not supervised:
             _log_start(
-                namespace,
+                {shared.namespace: shared.weight for shared in shared_namespaces} or namespace,
                 queues or tuple(handlers),
                 concurrency,
                 processes,
@@ -562,6 +525,27 @@ def worker(
         env = {**os.environ, "POSTKIT_DSN": resolved}
         sys.exit(Supervisor(commands, env=env).run())
 
+    if shared_namespaces:
+        _run_shared(
+            resolved,
+            handlers,
+            {shared.namespace: shared.weight for shared in shared_namespaces},
+            queues={queue: 1 for queue in queues or handlers}
+            | {weight.queue: weight.weight for weight in weights},
+            worker_id=worker_id,
+            concurrency=concurrency,
+            visibility_timeout=visibility_timeout,
+            poll_interval=poll_interval,
+            pooler=pooler,
+            grace_period=grace_period,
+            cancel_grace=cancel_grace,
+            handler_timeout=handler_timeout or None,
+            report_interval=report_interval or None,
+            vacuum_interval=vacuum_interval or None,
+            housekeeping=not no_housekeeping,
+            log_start=log_start,
+        )
+        return
     report = ThroughputReport(prefix=supervised)
     runner = Worker(
         resolved,

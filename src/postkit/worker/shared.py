@@ -36,6 +36,7 @@ from postkit.worker.handlers import Handlers
 from postkit.worker.namespace_shares import NamespaceShares
 from postkit.worker.runtime import Worker
 from postkit.worker.signals import stop_on_signals
+from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import start_thread
 
 logger = logging.getLogger("postkit.worker")
@@ -60,6 +61,8 @@ class SharedWorker:
         grace_period: float = defaults.GRACE_PERIOD,
         cancel_grace: float = defaults.CANCEL_GRACE,
         handler_timeout: float | None = defaults.HANDLER_TIMEOUT,
+        report_interval: float | None = None,
+        report: Callable[[str, WorkerStats], None] | None = None,
         vacuum_interval: float | None = defaults.VACUUM_INTERVAL,
         pooler: bool = False,
         housekeeping: bool = True,
@@ -69,6 +72,8 @@ class SharedWorker:
             namespaces: the namespaces served, or a mapping of each to its weight (1 to 1000,
                 else 1): while several have jobs, each holds its part of the slots by weight.
             concurrency: how many jobs run at once, in all namespaces together.
+            report_interval, report: call ``report(namespace, stats)`` this often (seconds)
+                for each namespace, with the counters of its worker.
 
             The other arguments are :class:`~postkit.worker.Worker`'s, for the worker of each
             namespace (``worker_id`` is the same in each namespace's registry).
@@ -95,6 +100,8 @@ class SharedWorker:
                 grace_period=grace_period,
                 cancel_grace=cancel_grace,
                 handler_timeout=handler_timeout,
+                report_interval=report_interval,
+                report=None if report is None else functools.partial(report, namespace),
                 vacuum_interval=vacuum_interval,
                 pooler=pooler,
                 housekeeping=housekeeping,
