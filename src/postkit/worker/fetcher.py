@@ -226,27 +226,27 @@ class Fetcher:
         another: the acks and the first queue's claims are one statement (one transaction),
         and each further claim is a pull of its own. Returns how many jobs it claimed. With
         namespace shares, ``limit`` comes from :meth:`_slots_to_claim`, and this gives back what
-        the claim did not use."""
-        jobs: list[Job] = []
+        the claim did not use (all of it when the round trip fails)."""
+        claimed = 0
         try:
-            return self._settle_and_claim(acks, limit, run, jobs)
+            claimed = self._settle_and_claim(acks, limit, run)
+            return claimed
         finally:
             if limit > 0 and self.namespace_shares is not None:
-                self.namespace_shares.claimed(self.namespace, limit, len(jobs))
+                self.namespace_shares.claimed(self.namespace, limit, claimed)
 
     def _settle_and_claim(
         self,
         acks: list[tuple[Job, float]],
         limit: int,
         run: Callable[[Callable[[QueueClient], Any]], Any] | None,
-        jobs: list[Job],
     ) -> int:
         # A round that only settles takes no turn.
         order = self.shares.next_order() if limit > 0 else self.queues
         results = self.claims.results_of(acks)
         sent = time.monotonic()
         try:
-            acked, claimed = (run or self.pool.run)(
+            acked, jobs = (run or self.pool.run)(
                 functools.partial(
                     self._ack_and_pull,
                     acks=[job for job, _ in acks],
@@ -261,12 +261,11 @@ class Fetcher:
             raise
         if results is not None:
             self.claims.forget_results(acks)
-        self.metrics.round_trip(sent, len(claimed) if limit > 0 else None)
+        self.metrics.round_trip(sent, len(jobs) if limit > 0 else None)
         self.outcomes.record_acks(acks, set(acked))
-        for job in claimed:
+        for job in jobs:
             self.executor.dispatch(job)
-            jobs.append(job)
-        return len(claimed)
+        return len(jobs)
 
     def _ack_and_pull(
         self,
