@@ -11,9 +11,10 @@
     python -m benchmarks producers [--dsn DSN] [--quick] [--runs N] [--oban-python PATH]
     python -m benchmarks dependencies [--dsn DSN] [--quick] [--runs N]
     python -m benchmarks workflows [--dsn DSN] [--quick] [--runs N]
+    python -m benchmarks shared [--dsn DSN] [--quick] [--runs N]
 
-``flow``, ``dependencies`` and ``workflows``, like ``sql-costs``, run without ``--dsn`` on a
-cluster of their own with PostgreSQL's default settings (autovacuum on).
+``flow``, ``dependencies``, ``workflows`` and ``shared``, like ``sql-costs``, run without
+``--dsn`` on a cluster of their own with PostgreSQL's default settings (autovacuum on).
 
 ``run`` compares Postkit (at its best configuration and at its defaults) with PGQueuer,
 procrastinate, Chancy, RQ (on Redis), awa and DBOS on the same server (install them with
@@ -47,7 +48,9 @@ one child against 10,001 plain jobs, with the same workers, and the plain drain 
 its workload ``dependencies``. ``workflows`` times what a workflow's step costs over a plain
 task (ten steps, ten transactional steps) and the runs per second of a three-step workflow,
 and writes workflows.md (benchmarks/workflows.py); ``run`` includes it as its workload
-``workflows``.
+``workflows``. ``shared`` measures a shared worker (namespaces sharing one worker's slots):
+the shares by weight, how soon a namespace whose jobs come late gets a slot, and its drain
+against a worker of one namespace, and writes shared.md (benchmarks/shared.py).
 Numbers depend on the machine: every result file names the machine and server it came from.
 """
 
@@ -75,6 +78,7 @@ from benchmarks import (
     producers,
     report,
     roundtrip,
+    shared,
     sql_costs,
     suite,
     workflows,
@@ -359,6 +363,7 @@ def main() -> None:
             "producers",
             "dependencies",
             "workflows",
+            "shared",
             "all",
         ],
         nargs="?",
@@ -495,10 +500,14 @@ def main() -> None:
         name = "producers-quick" if args.quick else "producers"
         print(text, f"-> {write_result(name, text)}", sep="\n")
         return
-    if args.which in ("dependencies", "workflows"):
+    if args.which in ("dependencies", "workflows", "shared"):
         # Without --dsn, on a cluster of its own with PostgreSQL's default settings (autovacuum
         # on), as a user's server starts.
-        measured = dependencies.run if args.which == "dependencies" else workflows.run
+        measured = {
+            "dependencies": dependencies.run,
+            "workflows": workflows.run,
+            "shared": shared.run,
+        }[args.which]
         owned = None if args.dsn else OwnedCluster(args.which)
         server = args.dsn or owned.start()  # type: ignore[union-attr]
         try:
