@@ -35,7 +35,7 @@ from postkit.queue.admin import (
 )
 from postkit.queue.protocol import queries
 from postkit.queue.schema import _INSTALL_LOCK_KEY
-from postkit.worker import Worker, is_cancelled, report_progress
+from postkit.worker import SharedWorker, Worker, is_cancelled, report_progress
 from postkit.worker.maintenance import Maintenance
 from tests import on_citus
 from tests.queue.legacy import install_legacy
@@ -592,6 +592,41 @@ def test_a_tenant_cannot_push_pull_or_read_in_another_tenants_namespace(
     assert job_id is not None and intruder.get_job(job_id) is None
     assert intruder.stats() == []
     assert owner.pull("emails") is not None
+
+
+def test_a_tenants_shared_worker_runs_its_namespaces_and_stops_on_another_tenants(
+    make_login: MakeLogin, isolated: None
+) -> None:
+    """A shared worker runs each namespace's worker as the login: over the tenant's own
+    namespaces it runs their jobs; given another tenant's namespace too, that namespace's
+    refusal stops every namespace's worker, and run() raises it."""
+    ids = [client(make_login("producer", ("tenant-a",)), "tenant-a").push("emails", {})]
+    ids += [client(make_login("producer", ("tenant-c",)), "tenant-c").push("emails", {})]
+    worker_dsn = make_login("worker", ("tenant-a", "tenant-c"))
+    done: list[int] = []
+    allowed = SharedWorker(
+        worker_dsn,
+        {"emails": lambda job: done.append(job.id)},
+        namespaces=["tenant-a", "tenant-c"],
+        grace_period=2.0,
+    )
+    thread = threading.Thread(target=allowed.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(done) == len(ids), "both of the tenant's namespaces' jobs to run")
+    finally:
+        allowed.stop()
+        thread.join(timeout=30)
+    assert sorted(done) == sorted(ids)
+
+    refused = SharedWorker(
+        worker_dsn,
+        {"emails": lambda job: None},
+        namespaces=["tenant-a", "tenant-b"],
+        grace_period=2.0,
+    )
+    with pytest.raises(errors.PermissionDeniedError, match="row-level security"):
+        refused.run()
 
 
 def test_under_isolation_a_freed_slot_wakes_the_tenants_waiting_worker_alone(
