@@ -130,10 +130,10 @@ def test_a_namespace_whose_jobs_come_late_gets_its_part_as_the_others_jobs_end(
         assert worker.shares.owed() == {early: 2, late: 2}
 
     # A running job is never taken back: the late namespace waits for the early one's jobs to
-    # end, and takes the slots they leave (the early one may start a job or two while the
-    # late one's notification is on its way), not the early one's backlog of 2,000.
+    # end, and takes the slots they leave (the early one may start a few jobs while the late
+    # one's notification is on its way), not the early one's backlog of 2,000.
     first_late = timeline.starts.index(late)
-    assert first_late - pushed_at <= 4, timeline.starts[pushed_at - 2 : first_late + 4]
+    assert first_late - pushed_at <= 8, timeline.starts[pushed_at - 2 : first_late + 4]
     assert timeline.starts[first_late : first_late + 2] == [late, late]
 
 
