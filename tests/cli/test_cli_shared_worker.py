@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,22 @@ from click.testing import CliRunner
 from postkit.cli import main
 from postkit.queue import QueueClient
 from tests.cli.test_cli_worker import RUNS_TABLE, TASKS, WorkerProcess
+from tests.scrape import free_ports, scrape, value
 from tests.signals import wait_until
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def tasks_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tasks_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The handler module in a directory of its own, the current one. The commands run in
+    this process import it as ``tasks``: it leaves sys.modules and sys.path afterwards, so that
+    another test's ``tasks`` module is its own."""
     (tmp_path / "tasks.py").write_text(TASKS)
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+    sys.modules.pop("tasks", None)
 
 
 @pytest.fixture
@@ -110,7 +117,7 @@ def test_a_shared_namespace_that_cannot_be_is_refused_before_the_worker_starts(
     assert error in " ".join(result.output.split()), result.output
 
 
-def test_sigterm_stops_every_namespace_gracefully_in_one_process(
+def test_sigterm_stops_every_namespace_gracefully_in_one_process_serving_one_endpoint(
     tasks_dir: Path,
     dsn: str,
     namespaces: tuple[str, str],
@@ -120,9 +127,10 @@ def test_sigterm_stops_every_namespace_gracefully_in_one_process(
 ) -> None:
     slow, quick = namespaces
     QueueClient(connect(autocommit=True).cursor(), namespace=slow).push("emails", {"sleep": 1})
+    port = free_ports()
     worker = WorkerProcess(
         [
-            *("tasks", "--dsn", dsn, "--poll-interval", "0.5"),
+            *("tasks", "--dsn", dsn, "--poll-interval", "0.5", "--metrics-port", str(port)),
             *("--shared-namespace", slow, "--shared-namespace", quick),
         ],
         cwd=tasks_dir,
@@ -133,6 +141,15 @@ def test_sigterm_stops_every_namespace_gracefully_in_one_process(
         lambda: "worker started" in worker.output() and _running(connect, slow),
         "the slow job to be claimed",
     )
+    samples = wait_until(
+        lambda: (
+            (found := scrape(f"http://127.0.0.1:{port}/metrics"))
+            and value(found, "postkit_jobs_running", namespace=slow, queue="emails") == 1
+            and found
+        ),
+        "the endpoint to show the slow job running",
+    )
+    assert value(samples, "postkit_jobs_running", namespace=quick, queue="emails") == 0
 
     worker.process.send_signal(signal.SIGTERM)
 

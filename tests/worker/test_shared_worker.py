@@ -18,6 +18,7 @@ from postkit import errors
 from postkit.queue import Job, QueueClient
 from postkit.worker import SharedWorker
 from postkit.worker.namespace_shares import NamespaceShares
+from tests.scrape import scrape, value
 from tests.signals import wait_until
 from tests.threads import QUIET, worker_threads
 
@@ -135,6 +136,52 @@ def test_a_namespace_whose_jobs_come_late_gets_its_part_as_the_others_jobs_end(
     first_late = timeline.starts.index(late)
     assert first_late - pushed_at <= 8, timeline.starts[pushed_at - 2 : first_late + 4]
     assert timeline.starts[first_late : first_late + 2] == [late, late]
+
+
+def test_one_endpoint_serves_every_namespaces_metrics_each_under_its_label(
+    dsn: str, namespaces: tuple[str, str], push: Callable[[str, int], None]
+) -> None:
+    first, second = namespaces
+    push(first, 3)
+    push(second, 2)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def held(job: Job) -> None:
+        ran.append(job.namespace)
+        release.wait(timeout=15)  # every job holds its slot until the gauges are read
+
+    with worker_threads() as run:
+        worker = run(
+            SharedWorker(
+                dsn,
+                {"work": held},
+                namespaces=list(namespaces),
+                concurrency=5,
+                metrics_port=0,
+                **QUIET,
+            )
+        )
+        wait_until(lambda: len(ran) == 5 and worker.metrics_address, "every job to start")
+        assert worker.metrics_address is not None
+        endpoint = "http://{}:{}/metrics".format(*worker.metrics_address)
+        samples = scrape(endpoint)
+        running = {
+            namespace: value(samples, "postkit_jobs_running", namespace=namespace, queue="work")
+            for namespace in namespaces
+        }
+        release.set()
+        wait_until(
+            lambda: sum(each.stats.completed for each in worker.workers.values()) == 5,
+            "every job to be acknowledged",
+        )
+        samples = scrape(endpoint)
+
+    assert running == {first: 3, second: 2}
+    for namespace, count in ((first, 3), (second, 2)):
+        completed = {"namespace": namespace, "queue": "work", "outcome": "completed"}
+        assert value(samples, "postkit_jobs_total", **completed) == count
+        assert value(samples, "postkit_worker_concurrency", namespace=namespace) == 5
 
 
 @pytest.mark.parametrize(

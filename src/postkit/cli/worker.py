@@ -147,11 +147,10 @@ def _check_shared(
     *,
     app: bool,
     prefetch: int | None,
-    port: int | None,
 ) -> None:
     """Refuse a namespace given twice, and what --shared-namespace cannot go with: --namespace,
-    a tasks App (its tasks push in its namespace), --prefetch (a shared worker holds none) and
-    --metrics-port (a registry per namespace would need a port each)."""
+    a tasks App (its tasks push in its namespace) and --prefetch (a shared worker holds
+    none)."""
     names = [each.namespace for each in shared]
     if twice := sorted({name for name in names if names.count(name) > 1}):
         raise click.BadParameter(
@@ -164,8 +163,6 @@ def _check_shared(
         if app
         else "--prefetch: a shared worker holds no prefetch"
         if prefetch is not None
-        else "--metrics-port"
-        if port is not None
         else None
     )
     if clash is not None:
@@ -324,7 +321,7 @@ def child_arguments(command: click.Command, params: Mapping[str, Any]) -> list[s
     help="Serve several namespaces from one set of --concurrency slots, shared by weight "
     "(1 to 1000, default 1) while several have jobs; a namespace without jobs leaves its part "
     "to the others. Repeat for each, e.g. --shared-namespace tenant-a=3 --shared-namespace "
-    "tenant-b. Instead of --namespace; not with a tasks App, --prefetch or --metrics-port.",
+    "tenant-b. Instead of --namespace; not with a tasks App or --prefetch.",
 )
 @click.option(
     "--worker-id",
@@ -458,9 +455,7 @@ def worker(
     loaded = load_handlers(module)
     handlers, name = loaded.handlers, loaded.name
     if shared_namespaces:
-        _check_shared(
-            ctx, shared_namespaces, app=loaded.app is not None, prefetch=prefetch, port=metrics_port
-        )
+        _check_shared(ctx, shared_namespaces, app=loaded.app is not None, prefetch=prefetch)
         ctx.params["namespace"] = None  # the children get --shared-namespace alone
     elif loaded.app is not None:
         namespace = _app_namespace(ctx, loaded.app, namespace, name)
@@ -542,6 +537,8 @@ def worker(
             handler_timeout=handler_timeout or None,
             report_interval=report_interval or None,
             vacuum_interval=vacuum_interval or None,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
             housekeeping=not no_housekeeping,
             log_start=log_start,
         )

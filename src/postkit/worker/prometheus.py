@@ -21,6 +21,10 @@ metric                                      type      labels
 and prometheus_client's process, platform and garbage-collector metrics. Every label value
 is the worker's namespace, one of its queues or one of a fixed set: never a job id or a worker
 id (Prometheus adds the target's ``instance``), so a worker's series are bounded by its queues.
+
+A :class:`MetricsEndpoint` holds the metric families and serves them; each worker's
+:class:`PrometheusRecorder` writes its namespace's series into one. A worker with a
+``metrics_port`` has an endpoint of its own; a shared worker's namespaces share one.
 """
 
 from __future__ import annotations
@@ -73,54 +77,44 @@ _STOP_POLL = 0.1
 """Seconds between the metrics server's looks at whether it was asked to stop."""
 
 
-class PrometheusRecorder(Recorder):
-    """Keeps a worker's measurements as Prometheus metrics (see the module docstring) in a
-    registry of its own: two workers in one process never share a series, and each serves
-    exactly its own."""
+class MetricsEndpoint:
+    """Postkit's metric families (see the module docstring) in a registry of their own, and
+    the HTTP server that serves them: one worker's, or every namespace's of a shared worker.
+    Each :class:`PrometheusRecorder` recording into it writes the series of its namespace."""
 
-    def __init__(self, namespace: str, queues: Sequence[str], *, concurrency: int) -> None:
-        self.namespace = namespace
-        self.queues = list(queues)
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         for standard in (ProcessCollector, PlatformCollector, GCCollector):
             standard(registry=self.registry)
-        jobs = Counter(
+        self.jobs = Counter(
             "postkit_jobs",
             "Jobs settled by this worker, by outcome.",
             ["namespace", "queue", "outcome"],
             registry=self.registry,
         )
-        durations = Histogram(
+        self.durations = Histogram(
             "postkit_handler_duration_seconds",
             "How long handlers ran, until they returned or raised.",
             ["namespace", "queue"],
             buckets=_HANDLER_BUCKETS,
             registry=self.registry,
         )
-        # Every series exists from the start, at zero: a rate over a series that appears only
-        # with its first event misses that event.
-        self._jobs = {
-            (queue, outcome): jobs.labels(namespace, queue, outcome.value)
-            for queue in self.queues
-            for outcome in SETTLED_OUTCOMES
-        }
-        self._durations = {queue: durations.labels(namespace, queue) for queue in self.queues}
-        self._round_trips = Histogram(
+        self.round_trips = Histogram(
             "postkit_claim_round_trip_seconds",
             "How long each settle-and-claim call took: the batched ack and the claim in one "
             "statement, and a pull of each further queue tried.",
             ["namespace"],
             buckets=_ROUND_TRIP_BUCKETS,
             registry=self.registry,
-        ).labels(namespace)
-        self._batches = Histogram(
+        )
+        self.batches = Histogram(
             "postkit_claim_batch_size",
             "Jobs claimed per settle-and-claim call that asked for jobs.",
             ["namespace"],
             buckets=_BATCH_BUCKETS,
             registry=self.registry,
-        ).labels(namespace)
-        steps = Counter(
+        )
+        self.steps = Counter(
             "postkit_workflow_steps",
             "Steps of workflow runs this worker recorded, by kind: step (at least once), "
             "transaction (exactly once), sleep, wait (a wait for an event, its deadline and "
@@ -128,67 +122,29 @@ class PrometheusRecorder(Recorder):
             ["namespace", "queue", "kind"],
             registry=self.registry,
         )
-        self._steps = {
-            (queue, kind): steps.labels(namespace, queue, kind)
-            for queue in self.queues
-            for kind in STEP_KINDS
-        }
-        self._notifications = Counter(
+        self.notifications = Counter(
             "postkit_notifications",
             "Notifications (LISTEN/NOTIFY) that woke the worker's listener.",
             ["namespace"],
             registry=self.registry,
-        ).labels(namespace)
-        reconnects = Counter(
+        )
+        self.reconnects = Counter(
             "postkit_reconnects",
             "Times a connection of the worker answered again after a failure: the claim "
             "loop's pool (claims) or the listener's own connection (listener).",
             ["namespace", "connection"],
             registry=self.registry,
         )
-        self._reconnects = {
-            connection: reconnects.labels(namespace, connection)
-            for connection in ("claims", "listener")
-        }
-        Gauge(
+        self.concurrency = Gauge(
             "postkit_worker_concurrency",
             "How many handlers the worker runs at once, at most.",
             ["namespace"],
             registry=self.registry,
-        ).labels(namespace).set(concurrency)
+        )
+        self.claims = _ClaimsCollector()
+        self.registry.register(self.claims)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
-
-    def settled(self, queue: str, outcome: Outcome) -> None:
-        self._jobs[queue, outcome].inc()
-
-    def acked(self, acks: Sequence[tuple[Job, float]], acked: set[int]) -> None:
-        for queue, count in Tally(job.queue for job, _ in acks if job.id in acked).items():
-            self._jobs[queue, Outcome.COMPLETED].inc(count)
-
-    def handler_ended(self, queue: str, started: float) -> None:
-        self._durations[queue].observe(time.monotonic() - started)
-
-    def round_trip(self, started: float, claimed: int | None) -> None:
-        self._round_trips.observe(time.monotonic() - started)
-        if claimed is not None:
-            self._batches.observe(claimed)
-
-    def step_recorded(self, queue: str, kind: str) -> None:
-        self._steps[queue, kind].inc()
-
-    def notified(self) -> None:
-        self._notifications.inc()
-
-    def reconnected(self, connection: Connection) -> None:
-        self._reconnects[connection].inc()
-
-    def watch(self, claims: Claims) -> None:
-        self.registry.register(_ClaimsCollector(self.namespace, self.queues, claims))
-
-    # ---------------------------------------------------------------------------------------
-    # Serving.
-    # ---------------------------------------------------------------------------------------
 
     def serve(self, host: str, port: int) -> tuple[str, int]:
         """Serve the registry at ``http://host:port/metrics`` (any path serves it) on a daemon
@@ -231,6 +187,75 @@ class PrometheusRecorder(Recorder):
         self._server = self._thread = None
 
 
+class PrometheusRecorder(Recorder):
+    """Keeps the measurements of a worker of one namespace as Prometheus metrics (see the
+    module docstring), in an endpoint of its own unless given one: two workers in one process
+    never share a series."""
+
+    def __init__(
+        self,
+        namespace: str,
+        queues: Sequence[str],
+        *,
+        concurrency: int,
+        endpoint: MetricsEndpoint | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self.queues = list(queues)
+        self.endpoint = endpoint or MetricsEndpoint()
+        metrics = self.endpoint
+        # Every series exists from the start, at zero: a rate over a series that appears only
+        # with its first event misses that event.
+        self._jobs = {
+            (queue, outcome): metrics.jobs.labels(namespace, queue, outcome.value)
+            for queue in self.queues
+            for outcome in SETTLED_OUTCOMES
+        }
+        self._durations = {
+            queue: metrics.durations.labels(namespace, queue) for queue in self.queues
+        }
+        self._round_trips = metrics.round_trips.labels(namespace)
+        self._batches = metrics.batches.labels(namespace)
+        self._steps = {
+            (queue, kind): metrics.steps.labels(namespace, queue, kind)
+            for queue in self.queues
+            for kind in STEP_KINDS
+        }
+        self._notifications = metrics.notifications.labels(namespace)
+        self._reconnects = {
+            connection: metrics.reconnects.labels(namespace, connection)
+            for connection in ("claims", "listener")
+        }
+        metrics.concurrency.labels(namespace).set(concurrency)
+
+    def settled(self, queue: str, outcome: Outcome) -> None:
+        self._jobs[queue, outcome].inc()
+
+    def acked(self, acks: Sequence[tuple[Job, float]], acked: set[int]) -> None:
+        for queue, count in Tally(job.queue for job, _ in acks if job.id in acked).items():
+            self._jobs[queue, Outcome.COMPLETED].inc(count)
+
+    def handler_ended(self, queue: str, started: float) -> None:
+        self._durations[queue].observe(time.monotonic() - started)
+
+    def round_trip(self, started: float, claimed: int | None) -> None:
+        self._round_trips.observe(time.monotonic() - started)
+        if claimed is not None:
+            self._batches.observe(claimed)
+
+    def step_recorded(self, queue: str, kind: str) -> None:
+        self._steps[queue, kind].inc()
+
+    def notified(self) -> None:
+        self._notifications.inc()
+
+    def reconnected(self, connection: Connection) -> None:
+        self._reconnects[connection].inc()
+
+    def watch(self, claims: Claims) -> None:
+        self.endpoint.claims.watch(self.namespace, self.queues, claims)
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     """A thread per scrape, so that a slow scraper never holds up another."""
 
@@ -252,38 +277,50 @@ class _QuietHandler(WSGIRequestHandler):
         """A scrape, every few seconds, is not worth a line of the worker's output."""
 
 
-class _ClaimsCollector:
-    """The worker's running and claimed jobs per queue, read from its claims at each scrape,
-    so that the claim path never updates a gauge."""
+_CLAIM_GAUGES = (
+    ("postkit_jobs_running", "Jobs whose handler runs in this worker."),
+    (
+        "postkit_jobs_claimed",
+        "Jobs this worker holds claimed: running, or waiting for a handler (prefetched).",
+    ),
+)
+"""The gauges read from the claims, in the order of ``Claims.counts_by_queue``."""
 
-    def __init__(self, namespace: str, queues: Sequence[str], claims: Claims) -> None:
-        self.namespace = namespace
-        self.queues = list(queues)
-        self.claims = claims
+
+class _ClaimsCollector:
+    """The running and claimed jobs per queue of every namespace watched, read from each
+    worker's claims at each scrape, so that the claim path never updates a gauge."""
+
+    def __init__(self) -> None:
+        self._watched: list[tuple[str, list[str], Claims]] = []
+
+    def watch(self, namespace: str, queues: Sequence[str], claims: Claims) -> None:
+        self._watched.append((namespace, list(queues), claims))
 
     def describe(self) -> Iterable[Metric]:
-        return list(self._families())
+        return [self._family(name, text, []) for name, text in _CLAIM_GAUGES]
 
     def collect(self) -> Iterator[Metric]:
-        running, claimed = self.claims.counts_by_queue()
-        yield from self._families(running, claimed)
+        counted = [
+            (namespace, queues, claims.counts_by_queue())
+            for namespace, queues, claims in self._watched
+        ]
+        for position, (name, text) in enumerate(_CLAIM_GAUGES):
+            yield self._family(
+                name,
+                text,
+                [(namespace, queues, counts[position]) for namespace, queues, counts in counted],
+            )
 
-    def _families(
-        self, running: Tally[str] | None = None, claimed: Tally[str] | None = None
-    ) -> Iterator[Metric]:
-        for name, help_text, counts in (
-            ("postkit_jobs_running", "Jobs whose handler runs in this worker.", running),
-            (
-                "postkit_jobs_claimed",
-                "Jobs this worker holds claimed: running, or waiting for a handler (prefetched).",
-                claimed,
-            ),
-        ):
-            family = GaugeMetricFamily(name, help_text, labels=["namespace", "queue"])
-            if counts is not None:
-                for queue in self.queues:
-                    family.add_metric([self.namespace, queue], counts[queue])
-            yield family
+    @staticmethod
+    def _family(
+        name: str, text: str, counted: list[tuple[str, list[str], Tally[str]]]
+    ) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, text, labels=["namespace", "queue"])
+        for namespace, queues, counts in counted:
+            for queue in queues:
+                family.add_metric([namespace, queue], counts[queue])
+        return family
 
 
-__all__ = ["PrometheusRecorder"]
+__all__ = ["MetricsEndpoint", "PrometheusRecorder"]

@@ -104,7 +104,7 @@ from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import ServiceThreads, start_thread
 
 if TYPE_CHECKING:
-    from postkit.worker.prometheus import PrometheusRecorder
+    from postkit.worker.prometheus import MetricsEndpoint, PrometheusRecorder
 
 logger = logging.getLogger("postkit.worker")
 
@@ -139,6 +139,7 @@ class Worker:
         metrics_host: str = defaults.METRICS_HOST,
         housekeeping: bool = True,
         namespace_shares: NamespaceShares | None = None,
+        metrics_endpoint: MetricsEndpoint | None = None,
     ) -> None:
         """
         Args:
@@ -203,9 +204,13 @@ class Worker:
             namespace_shares: the slots ``namespace`` shares with other namespaces' workers
                 in this process (:class:`SharedWorker` passes them): ``concurrency`` must be
                 theirs, and the worker holds no prefetch.
+            metrics_endpoint: record the metrics into this endpoint, which its maker serves
+                (a :class:`SharedWorker` serves one for all its namespaces), instead of one of
+                the worker's own on ``metrics_port``.
 
         Raises:
-            ValueError: a queue has no handler, or a number is out of range.
+            ValueError: a queue has no handler, a number is out of range, or both
+                ``metrics_port`` and ``metrics_endpoint`` are given.
             postkit.errors.MetricsUnavailableError: ``metrics_port`` is given and
                 prometheus_client is not installed.
         """
@@ -257,16 +262,20 @@ class Worker:
         self._report = report
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise ValueError("metrics_port must be from 0 to 65535")
+        if metrics_port is not None and metrics_endpoint is not None:
+            raise ValueError("metrics_port serves the worker's own metrics: not with an endpoint")
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.metrics_address: tuple[str, int] | None = None
         """Where the metrics are served, (host, port), while :meth:`run` serves them."""
         self._prometheus: PrometheusRecorder | None = None
-        if metrics_port is not None:
+        if metrics_port is not None or metrics_endpoint is not None:
             require_prometheus_client()
             from postkit.worker.prometheus import PrometheusRecorder
 
-            self._prometheus = PrometheusRecorder(namespace, self.queues, concurrency=concurrency)
+            self._prometheus = PrometheusRecorder(
+                namespace, self.queues, concurrency=concurrency, endpoint=metrics_endpoint
+            )
         self._metrics: Recorder = self._prometheus or NO_METRICS
         self.stats = WorkerStats()
         self._outcomes = OutcomeLog(self.stats, self._metrics)
@@ -346,7 +355,7 @@ class Worker:
         if self._prometheus is None or self.metrics_port is None:
             self._work()
             return
-        self.metrics_address = self._prometheus.serve(self.metrics_host, self.metrics_port)
+        self.metrics_address = self._prometheus.endpoint.serve(self.metrics_host, self.metrics_port)
         host, port = self.metrics_address
         logger.info(
             "serving metrics on http://%s:%d/metrics",
@@ -357,7 +366,7 @@ class Worker:
         try:
             self._work()
         finally:
-            self._prometheus.close()
+            self._prometheus.endpoint.close()
             self.metrics_address = None
 
     def _work(self) -> None:
@@ -485,33 +494,7 @@ class Worker:
     def _log_round(self, done: RoundReport) -> None:
         if done.rescued:
             self._outcomes.count("rescued", done.rescued)
-            logger.info(
-                "rescued %d expired claim(s)",
-                done.rescued,
-                extra={"event": "rescued", "count": done.rescued},
-            )
-        for broken in done.broken:
-            logger.error(
-                "schedule %s is broken and no longer fires: %s (save it again to repair it)",
-                broken.name,
-                broken.reason,
-                extra={"event": "schedule_broken", "schedule": broken.name},
-            )
-        for fired in done.fired:
-            logger.info(
-                "schedule %s fired job %d; next run at %s",
-                fired.name,
-                fired.job_id,
-                fired.next_run_at.isoformat(),
-                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
-            )
-        if any(done.pruned.batches):
-            logger.info(
-                "retention pruned %d archived job(s), %d dead letter(s), %d job result(s), "
-                "%d cancelled job(s), %d ancestry link(s) and %d workflow step(s)",
-                *done.pruned.batches,
-                extra={"event": "pruned"},
-            )
+        done.log(logger)
 
     @staticmethod
     def _stop_maintenance(maintenance: Maintenance | None, thread: threading.Thread | None) -> None:

@@ -29,15 +29,19 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from postkit.worker import defaults
 from postkit.worker.handlers import Handlers
+from postkit.worker.metrics import require_prometheus_client
 from postkit.worker.namespace_shares import NamespaceShares
 from postkit.worker.runtime import Worker
 from postkit.worker.signals import stop_on_signals
 from postkit.worker.stats import WorkerStats
 from postkit.worker.threads import start_thread
+
+if TYPE_CHECKING:
+    from postkit.worker.prometheus import MetricsEndpoint
 
 logger = logging.getLogger("postkit.worker")
 
@@ -65,6 +69,8 @@ class SharedWorker:
         report: Callable[[str, WorkerStats], None] | None = None,
         vacuum_interval: float | None = defaults.VACUUM_INTERVAL,
         pooler: bool = False,
+        metrics_port: int | None = None,
+        metrics_host: str = defaults.METRICS_HOST,
         housekeeping: bool = True,
     ) -> None:
         """
@@ -74,6 +80,10 @@ class SharedWorker:
             concurrency: how many jobs run at once, in all namespaces together.
             report_interval, report: call ``report(namespace, stats)`` this often (seconds)
                 for each namespace, with the counters of its worker.
+            metrics_port, metrics_host: serve every namespace's Prometheus metrics on one
+                endpoint while :meth:`run` runs, each series labelled with its namespace
+                (``postkit.worker.prometheus``; ``postkit_worker_concurrency`` is the shared
+                slots, in each namespace's series).
 
             The other arguments are :class:`~postkit.worker.Worker`'s, for the worker of each
             namespace (``worker_id`` is the same in each namespace's registry).
@@ -85,6 +95,18 @@ class SharedWorker:
         """
         self.shares = NamespaceShares(concurrency, namespaces)
         self.grace_period = grace_period
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ValueError("metrics_port must be from 0 to 65535")
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.metrics_address: tuple[str, int] | None = None
+        """Where the metrics are served, (host, port), while :meth:`run` serves them."""
+        self._endpoint: MetricsEndpoint | None = None
+        if metrics_port is not None:
+            require_prometheus_client()
+            from postkit.worker.prometheus import MetricsEndpoint
+
+            self._endpoint = MetricsEndpoint()
         self.workers = {
             namespace: Worker(
                 dsn,
@@ -106,6 +128,7 @@ class SharedWorker:
                 pooler=pooler,
                 housekeeping=housekeeping,
                 namespace_shares=self.shares,
+                metrics_endpoint=self._endpoint,
             )
             for namespace in self.shares.weights
         }
@@ -121,8 +144,27 @@ class SharedWorker:
             postkit.errors.PostkitError: a call the worker's role may not make in one of the
                 namespaces (or a missing schema); every namespace's worker shuts down first.
                 With several such errors, the first.
+            postkit.errors.MetricsUnavailableError: the metrics address cannot be bound;
+                nothing has started.
         """
         stop_on_signals(self.stop, self.grace_period)
+        if self._endpoint is not None and self.metrics_port is not None:
+            self.metrics_address = self._endpoint.serve(self.metrics_host, self.metrics_port)
+            logger.info(
+                "serving metrics on http://%s:%d/metrics",
+                *self.metrics_address,
+                extra={"event": "metrics"},
+            )
+        try:
+            self._run_workers()
+        finally:
+            if self._endpoint is not None:
+                self._endpoint.close()
+                self.metrics_address = None
+        if self._failures:
+            raise self._failures[0]
+
+    def _run_workers(self) -> None:
         threads = [
             start_thread(functools.partial(self._run_one, worker), f"namespace-{namespace}")
             for namespace, worker in self.workers.items()
@@ -137,8 +179,6 @@ class SharedWorker:
             # In slices: the main thread runs the signal handlers between them.
             while thread.is_alive():
                 thread.join(timeout=0.2)
-        if self._failures:
-            raise self._failures[0]
 
     def stop(self) -> None:
         """Stop claiming in every namespace and shut down gracefully; :meth:`run` returns

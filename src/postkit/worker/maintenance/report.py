@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -32,6 +33,38 @@ class RoundReport:
     def anything(self) -> bool:
         """Whether the round did anything worth a line."""
         return bool(self.rescued or self.fired or self.broken or any(self.pruned.batches))
+
+    def log(self, logger: logging.Logger) -> None:
+        """A line per thing done, as a worker logs its rounds: rescued claims, each broken
+        schedule (an error: it no longer fires), each schedule run fired, what was pruned."""
+        if self.rescued:
+            logger.info(
+                "rescued %d expired claim(s)",
+                self.rescued,
+                extra={"event": "rescued", "count": self.rescued},
+            )
+        for broken in self.broken:
+            logger.error(
+                "schedule %s is broken and no longer fires: %s (save it again to repair it)",
+                broken.name,
+                broken.reason,
+                extra={"event": "schedule_broken", "schedule": broken.name},
+            )
+        for fired in self.fired:
+            logger.info(
+                "schedule %s fired job %d; next run at %s",
+                fired.name,
+                fired.job_id,
+                fired.next_run_at.isoformat(),
+                extra={"event": "schedule_fired", "job_id": fired.job_id, "schedule": fired.name},
+            )
+        if any(self.pruned.batches):
+            logger.info(
+                "retention pruned %d archived job(s), %d dead letter(s), %d job result(s), "
+                "%d cancelled job(s), %d ancestry link(s) and %d workflow step(s)",
+                *self.pruned.batches,
+                extra={"event": "pruned"},
+            )
 
 
 __all__ = ["RoundReport"]
