@@ -91,6 +91,11 @@ def test_a_role_that_may_not_vacuum_the_table_turns_the_service_off(
         session.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
+# Slow: a drain of 6,000 jobs. Under the one-namespace-per-call check (CI's second pass) the
+# policy on every row makes it several times slower, and the page pruning of a slow drain
+# removes enough dead rows to leave the table short of the service's threshold: the first pass
+# runs it at full speed.
+@pytest.mark.slow
 def test_a_worker_vacuums_the_jobs_table_after_draining_a_burst(
     database: str, session: psycopg.Connection
 ) -> None:
