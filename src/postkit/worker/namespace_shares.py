@@ -104,7 +104,7 @@ class NamespaceShares:
             return 0
         with self._lock:
             self._members[namespace].wanting = True
-            given = min(wanted, self._may_take(namespace))
+            given = min(wanted, self._may_take(self._holding(), self._owed())[namespace])
             self._members[namespace].in_flight += given
         return given
 
@@ -138,35 +138,38 @@ class NamespaceShares:
             for name in self._members
         }
 
-    def _may_take(self, namespace: str) -> int:
-        """What ``namespace`` may be given now (under the lock): its own debt, and of the free
-        slots what the other wanting namespaces are not owed."""
-        holding = {name: self._holding(member) for name, member in self._members.items()}
-        free = self.concurrency - sum(holding.values())
-        if free <= 0:
-            return 0
-        owed = self._owed()
-        others = sum(
-            max(owed[name] - holding[name], 0) for name in self._members if name != namespace
-        )
-        own = max(owed[namespace] - holding[namespace], 0)
-        return min(free, max(own, free - others))
+    def _holding(self) -> dict[str, int]:
+        """What each namespace holds now (under the lock): its claimed jobs, and the slots
+        given to a claim in flight."""
+        return {
+            name: (member.held() if member.held is not None else 0) + member.in_flight
+            for name, member in self._members.items()
+        }
 
-    @staticmethod
-    def _holding(member: _Member) -> int:
-        return (member.held() if member.held is not None else 0) + member.in_flight
+    def _may_take(self, holding: dict[str, int], owed: dict[str, int]) -> dict[str, int]:
+        """What each namespace may be given now: its own debt, and of the free slots what the
+        other wanting namespaces are not owed. Read once for all of them: a wake-up's look at
+        every namespace counts each one's jobs once."""
+        free = self.concurrency - sum(holding.values())
+        debts = {name: max(owed[name] - holding[name], 0) for name in self._members}
+        total_debt = sum(debts.values())
+        return {
+            name: 0 if free <= 0 else min(free, max(debts[name], free - (total_debt - debt)))
+            for name, debt in debts.items()
+        }
 
     def _wake_others(self, namespace: str) -> None:
         # Woken outside the lock: a wake-up takes the fetcher's claims lock, which the
         # fetcher may hold while it counts its jobs for held().
         with self._lock:
+            may_take = self._may_take(self._holding(), self._owed())
             due = [
                 member.wake
                 for name, member in self._members.items()
                 if name != namespace
                 and member.wanting
                 and member.wake is not None
-                and self._may_take(name) > 0
+                and may_take[name] > 0
             ]
         for wake in due:
             wake()
