@@ -317,3 +317,32 @@ def test_a_ticker_through_the_pooler_stops_within_seconds_while_the_pooler_holds
         finally:
             admin.execute(f"RESUME {database}")
     assert not alive, "the ticker's stop waited on the pooler"
+
+
+def test_a_ticker_through_the_pooler_stops_within_seconds_while_the_pooler_holds_its_round(
+    pooled_dsn: str,
+) -> None:
+    console = psycopg.conninfo.make_conninfo(pooled_dsn, dbname="pgbouncer")
+    database = psycopg.conninfo.conninfo_to_dict(pooled_dsn)["dbname"]
+    maintenance = Maintenance.for_tick(pooled_dsn, "pooler-held-round", interval=60)
+    stop = threading.Event()
+    ticker = threading.Thread(target=maintenance.run_forever, args=(stop,), daemon=True)
+
+    with psycopg.connect(console, autocommit=True, prepare_threshold=None) as admin:
+        admin.execute(f"PAUSE {database}")
+        try:
+            # The ticker's first round starts while the pooler holds every statement: the
+            # statement the stop finds is the round's, where a cancel request is ignored.
+            ticker.start()
+
+            def round_held() -> bool:
+                rows = admin.execute("SHOW POOLS").fetchall()
+                return any(row[0] == database and row[3] > 0 for row in rows)  # cl_waiting
+
+            wait_until(round_held, "the ticker's round to wait on the pooler")
+            stop.set()
+            ticker.join(20)
+            alive = ticker.is_alive()
+        finally:
+            admin.execute(f"RESUME {database}")
+    assert not alive, "the ticker's stop waited on the round the pooler held"

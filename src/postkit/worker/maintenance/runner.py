@@ -273,13 +273,14 @@ class Maintenance:
             )
 
     def interrupt(self) -> None:
-        """Cancel the statement the runner is waiting on, if any: after ``stop`` is set, a
-        step stuck behind a lock must not hold the runner. Safe from any thread."""
+        """End the statement the runner is waiting on, if any, and with it the runner's
+        connection: after ``stop`` is set, a step stuck behind a lock, or held by a pooler
+        whose server is gone, must not hold the runner. Safe from any thread."""
+        # Under the lock: _forget closes the connection only after the cut, so the socket
+        # the cut shuts down is still this connection's, not a descriptor reused since.
         with self._lock:
-            connection = self._connection
-        if connection is not None:
-            with contextlib.suppress(psycopg.Error):
-                connection.cancel_safe(timeout=2.0)
+            if self._connection is not None:
+                _cut(self._connection)
 
     def _open(self, **options: Any) -> psycopg.Connection[Any]:
         connection: psycopg.Connection[Any] = psycopg.connect(
