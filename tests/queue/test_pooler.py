@@ -346,3 +346,45 @@ def test_a_ticker_through_the_pooler_stops_within_seconds_while_the_pooler_holds
         finally:
             admin.execute(f"RESUME {database}")
     assert not alive, "the ticker's stop waited on the round the pooler held"
+
+
+def test_a_pooler_mode_worker_stops_within_seconds_while_the_pooler_holds_statements(
+    pooled_dsn: str, namespace: str, client: QueueClient
+) -> None:
+    """A worker whose pooler lost its server (PAUSE holds every statement, and ignores a
+    cancel request for a client that waits so) still stops when asked: an orchestrator's
+    stop must not wait for the database to come back."""
+    handlers = Handlers()
+
+    @handlers.register(Q)
+    def plain(job: Job) -> None:
+        pass
+
+    worker = Worker(
+        pooled_dsn, handlers, namespace=namespace, pooler=True, tick_interval=0.5, grace_period=1
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    console = psycopg.conninfo.make_conninfo(pooled_dsn, dbname="pgbouncer")
+    database = psycopg.conninfo.conninfo_to_dict(pooled_dsn)["dbname"]
+    try:
+        wait_until(client.workers, "the worker to register")
+        with psycopg.connect(console, autocommit=True, prepare_threshold=None) as admin:
+            admin.execute(f"PAUSE {database}")
+            try:
+
+                def held() -> bool:
+                    rows = admin.execute("SHOW POOLS").fetchall()
+                    return any(row[0] == database and row[3] > 0 for row in rows)  # cl_waiting
+
+                # Its poll (every second in pooler mode) waits on the pooler now.
+                wait_until(held, "the worker's poll to wait on the pooler")
+                worker.stop()
+                thread.join(30)
+                alive = thread.is_alive()
+            finally:
+                admin.execute(f"RESUME {database}")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not alive, "the worker's stop waited on the pooler"
