@@ -102,9 +102,24 @@ def test_one_worker_of_two_processes_runs_the_jobs_of_every_shared_namespace(
         (["--shared-namespace", "a", "--prefetch", "4"], "a shared worker holds no prefetch"),
         (["--shared-namespace", "a=0"], "'a''s weight must be from 1 to 1000, got 0"),
         (["--shared-namespace", "a=1001"], "'a''s weight must be from 1 to 1000, got 1001"),
+        (["--shared-namespace", "a=-1"], "'a''s weight (after the last '=') must be a whole"),
+        (["--shared-namespace", "a= 3"], "must be a whole number from 1 to 1000, got ' 3'"),
+        (["--shared-namespace", "a="], "must be a whole number from 1 to 1000, got ''"),
+        (["--shared-namespace", "a=b"], "a namespace with '=' in its name takes a weight: 'a=b=1'"),
         (["--shared-namespace", "x" * 129], "the namespace is 129 characters long"),
     ],
-    ids=["with-namespace", "twice", "with-prefetch", "weight-0", "weight-1001", "long-name"],
+    ids=[
+        "with-namespace",
+        "twice",
+        "with-prefetch",
+        "weight-0",
+        "weight-1001",
+        "weight-negative",
+        "weight-spaced",
+        "weight-empty",
+        "weight-not-a-number",
+        "long-name",
+    ],
 )
 def test_a_shared_namespace_that_cannot_be_is_refused_before_the_worker_starts(
     tasks_dir: Path, arguments: list[str], error: str

@@ -381,39 +381,51 @@ class QueueWeightType(_ParamType):
 
 
 class NamespaceWeight(str):
-    """``NAMESPACE[=N]`` as ``postkit worker --shared-namespace`` takes it: the namespace, and
-    the weight after its last ``=`` when digits follow it (1 without). A string, written back
-    as given, so that a supervisor passes it on to its children."""
-
-    def _parts(self) -> tuple[str, int]:
-        namespace, equals, weight = self.rpartition("=")
-        if equals and weight.isascii() and weight.isdigit():
-            return namespace, int(weight)
-        return str(self), 1
+    """``NAMESPACE[=N]`` as ``postkit worker --shared-namespace`` takes it: the namespace before
+    the last ``=``, and the weight after it (1 without an ``=``). A string, written back as
+    given, so that a supervisor passes it on to its children."""
 
     @property
     def namespace(self) -> str:
-        return self._parts()[0]
+        namespace, equals, _ = self.rpartition("=")
+        return namespace if equals else str(self)
+
+    @property
+    def weight_text(self) -> str | None:
+        """What follows the last ``=``, as given; None without an ``=``."""
+        _, equals, weight = self.rpartition("=")
+        return weight if equals else None
 
     @property
     def weight(self) -> int:
-        return self._parts()[1]
+        """The weight; only for a value :class:`NamespaceWeightType` accepted (an ``=`` is
+        followed by digits)."""
+        return 1 if self.weight_text is None else int(self.weight_text)
 
 
 class NamespaceWeightType(_ParamType):
     """Reads ``NAMESPACE[=N]``: a namespace the SQL module accepts, and a weight from 1 to
-    1000."""
+    1000. Whatever follows the last ``=`` is the weight, so that ``tenant-a=-1`` or
+    ``tenant-a= 3`` is refused rather than read as a namespace of that name, which no job is
+    pushed to; a namespace with an ``=`` of its own takes a weight (``a=b=1``)."""
 
     name = "NAMESPACE[=N]"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         given = NamespaceWeight(value)
-        problem = name_problem(given.namespace)
+        namespace, weight = given.namespace, given.weight_text
+        problem = name_problem(namespace)
         if problem is not None:
             self.fail(f"the namespace {problem}")
+        if weight is not None and not (weight.isascii() and weight.isdigit()):
+            self.fail(
+                f"{namespace!r}'s weight (after the last '=') must be a whole number from "
+                f"{NAMESPACE_WEIGHT.low} to {NAMESPACE_WEIGHT.high}, got {weight!r}; a "
+                f"namespace with '=' in its name takes a weight: {f'{value}=1'!r}"
+            )
         if given.weight not in NAMESPACE_WEIGHT:
             self.fail(
-                f"{given.namespace!r}'s weight must be from {NAMESPACE_WEIGHT.low} to "
+                f"{namespace!r}'s weight must be from {NAMESPACE_WEIGHT.low} to "
                 f"{NAMESPACE_WEIGHT.high}, got {given.weight}"
             )
         return given
