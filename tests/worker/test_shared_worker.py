@@ -188,6 +188,7 @@ def test_one_endpoint_serves_every_namespaces_metrics_each_under_its_label(
     ("namespaces", "error"),
     [
         ([], "at least one namespace"),
+        ("tenant", r"got the str 'tenant' \(one namespace: \['tenant'\]\)"),
         (["a", "a"], "listed twice"),
         (["bad\x00name"], "namespace must not contain"),
         ({"a": 0}, "namespace 'a''s weight must be between 1 and 1000, got 0"),

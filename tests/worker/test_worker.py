@@ -132,6 +132,13 @@ def test_a_worker_needs_a_handler_for_each_queue(dsn: str) -> None:
         Worker(dsn, {Q: lambda job: None}, concurrency=0)
 
 
+def test_a_worker_refuses_one_queue_given_as_a_str_rather_than_serving_its_letters(
+    dsn: str,
+) -> None:
+    with pytest.raises(ValueError, match=r"got the str 'q' \(one queue: \['q'\]\)"):
+        Worker(dsn, {"q": lambda job: None}, queues="q")
+
+
 def test_error_summary_has_the_error_and_the_last_frames() -> None:
     def inner() -> None:
         raise KeyError("missing")

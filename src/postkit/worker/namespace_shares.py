@@ -58,12 +58,18 @@ class NamespaceShares:
                 :data:`postkit.queue.limits.NAMESPACE_WEIGHT`).
 
         Raises:
-            ValueError: no namespace, a namespace twice or not a valid name, a weight out of
+            ValueError: a str, no namespace, a namespace twice or not a valid name, a weight out of
                 bounds, or ``concurrency`` below 1 (the weight's and name's errors are the
                 SDK's ``InvalidFlowControlError`` and ``InvalidNameError``).
         """
         if concurrency < 1:
             raise ValueError("concurrency must be positive")
+        if isinstance(weights, str):
+            # A str is a sequence of one-letter namespaces: refused, not served letter by letter.
+            raise ValueError(
+                f"namespaces must be a list of namespaces or a mapping of each to its weight, "
+                f"got the str {weights!r} (one namespace: [{weights!r}])"
+            )
         names = list(weights)
         if not names:
             raise ValueError("a shared worker needs at least one namespace")

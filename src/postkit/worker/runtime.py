@@ -209,12 +209,18 @@ class Worker:
                 the worker's own on ``metrics_port``.
 
         Raises:
-            ValueError: a queue has no handler, a number is out of range, or both
-                ``metrics_port`` and ``metrics_endpoint`` are given.
+            ValueError: ``queues`` is a str, a queue has no handler, a number is out of
+                range, or both ``metrics_port`` and ``metrics_endpoint`` are given.
             postkit.errors.MetricsUnavailableError: ``metrics_port`` is given and
                 prometheus_client is not installed.
         """
         self.handlers = handlers if isinstance(handlers, Handlers) else Handlers(handlers)
+        if isinstance(queues, str):
+            # A str is a sequence of one-letter queues: refused, not served letter by letter.
+            raise ValueError(
+                f"queues must be a list of queue names or a mapping of each to its weight, got "
+                f"the str {queues!r} (one queue: [{queues!r}])"
+            )
         self.queues = list(queues) if queues is not None else list(self.handlers)
         missing = [queue for queue in self.queues if queue not in self.handlers]
         if missing or not self.queues:
