@@ -174,6 +174,9 @@ CASES: dict[str, Bad] = {
     "job-id-bool": Bad(JobId, "job", lambda q, j: q.extend_visibility(True, extension=10)),
     "job-id-2-to-the-64": Bad(JobId, "job", lambda q, j: q.get_job(2**64)),
     "get-job-id-str": Bad(JobId, "job", lambda q, j: q.get_job("1")),
+    "ack-batch-an-id": Bad(JobId, "got int", lambda q, j: q.ack_batch(j.id)),  # type: ignore[arg-type]
+    "ack-batch-a-job": Bad(JobId, "got Job", lambda q, j: q.ack_batch(j)),  # type: ignore[arg-type]
+    "ack-batch-ids": Bad(JobId, "got an item of type int", lambda q, j: q.ack_batch([j, j.id])),  # type: ignore[list-item]
     "claim-token-not-a-uuid": Bad(
         Token, "claim_token", lambda q, j: q.ack(j.id, claim_token="not-a-uuid")
     ),

@@ -468,8 +468,15 @@ def _array_literal(values: Sequence[int | str | None]) -> str:
 
 def claims(call: str, jobs: Sequence[Job]) -> dict[str, str]:
     """The ``job_ids`` and ``claim_tokens`` parameters of ``call``, each claim checked."""
-    if isinstance(jobs, Job) or not all(isinstance(job, Job) for job in jobs):
-        raise errors.InvalidJobIdError(f"{call} takes a list of Job objects (their claims)")
+    if not isinstance(jobs, Sequence):
+        raise errors.InvalidJobIdError(
+            f"{call} takes a list of Job objects (their claims), got {type(jobs).__name__}"
+        )
+    others = [type(job).__name__ for job in jobs if not isinstance(job, Job)]
+    if others:
+        raise errors.InvalidJobIdError(
+            f"{call} takes a list of Job objects (their claims), got an item of type {others[0]}"
+        )
     claims = [claim(call, job, None, None) for job in jobs]
     return {
         "job_ids": _array_literal([claim["job_id"] for claim in claims]),
