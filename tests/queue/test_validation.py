@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -29,6 +29,14 @@ Priority = errors.InvalidPriorityError
 JobId = errors.InvalidJobIdError
 Token = errors.InvalidClaimTokenError
 Limit = errors.InvalidLimitError
+
+
+@dataclass(frozen=True)
+class Position:
+    """A dead-letter page's cursor, as a web page sends it back."""
+
+    failed_at: datetime
+    job_id: int
 
 
 @dataclass(frozen=True)
@@ -201,6 +209,44 @@ CASES: dict[str, Bad] = {
     ),
     "schedule-priority-32768": Bad(
         Priority, "priority", lambda q, j: q.create_schedule("s", Q, 1, every=60, priority=32768)
+    ),
+    # Values past what Python's own types hold, or that no text column stores.
+    "batch-priority-none": Bad(
+        Priority,
+        "priority",
+        lambda q, j: q.push_batch(Q, [1], priority=None),  # type: ignore[arg-type]
+    ),
+    "schedule-priority-none": Bad(
+        Priority,
+        "priority",
+        lambda q, j: q.create_schedule("s", Q, 1, every=60, priority=None),  # type: ignore[arg-type]
+    ),
+    "schedule-every-2-to-the-70": Bad(
+        Duration, "too long", lambda q, j: q.create_schedule("s", Q, 1, every=2**70)
+    ),
+    "schedule-every-minus-2-to-the-63": Bad(
+        errors.InvalidScheduleError,
+        "every second",
+        lambda q, j: q.create_schedule("s", Q, 1, every=-(2**63)),
+    ),
+    "dead-letters-after-an-id": Bad(
+        errors.InvalidStateError,
+        "DeadLetter",
+        lambda q, j: q.dead_letters(after=j.id),  # type: ignore[arg-type]
+    ),
+    "dead-letters-after-a-naive-time": Bad(
+        Duration,
+        "failed_at",
+        lambda q, j: q.dead_letters(after=Position(datetime(2026, 1, 1), 1)),
+    ),
+    "search-dead-letters-after-a-str-id": Bad(
+        JobId,
+        "job",
+        lambda q, j: q.search_dead_letters("x", after=Position(datetime.now(timezone.utc), "1")),  # type: ignore[arg-type]
+    ),
+    "redrive-job-ids-an-id": Bad(JobId, "got int", lambda q, j: q.redrive(job_ids=j.id)),  # type: ignore[arg-type]
+    "error-contains-lone-surrogate": Bad(
+        Name, "surrogate", lambda q, j: q.dead_letters(error_contains="\ud800")
     ),
     "batch-max-attempts-1001": Bad(
         Attempts, "max_attempts", lambda q, j: q.push_batch(Q, [1], max_attempts=1001)

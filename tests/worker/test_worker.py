@@ -208,6 +208,28 @@ def test_an_exception_nacks_with_the_error_and_a_traceback_summary(
     wait_until(lambda: worker.stats.retried == 1, "the worker to count the retry")
 
 
+def test_an_exception_whose_message_postgresql_cannot_store_still_nacks_the_job(
+    start_worker: StartWorker, client: QueueClient
+) -> None:
+    """A file name decoded with surrogateescape puts a lone surrogate in the message, which no
+    text column holds, as a NUL cannot be held: each is stored as U+FFFD."""
+    name = b"report-\xff.csv".decode("utf-8", "surrogateescape")
+
+    def explode(job: Job) -> None:
+        raise OSError(f"cannot open {name}\x00")
+
+    worker = start_worker({Q: explode})
+    job_id = pushed(client, max_attempts=5, backoff_base=60)
+
+    job = wait_until(
+        lambda: (found := client.get_job(job_id)) is not None and found.errors and found,
+        "the failing job to be nacked",
+    )
+    [entry] = job.errors
+    assert entry["error"].startswith("OSError: cannot open report-\ufffd.csv\ufffd\n")
+    wait_until(lambda: worker.stats.retried == 1, "the worker to count the retry")
+
+
 def test_permanent_error_dead_letters_at_once(
     start_worker: StartWorker, client: QueueClient
 ) -> None:

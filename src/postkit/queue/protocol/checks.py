@@ -26,14 +26,22 @@ from postkit.queue.records import Job
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def text(what: str, value: object) -> str | None:
-    """Free text (a search string): any str without NUL, or None."""
+    """Free text (a search string): any str without NUL or a lone surrogate, or None."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise errors.InvalidNameError(f"{what} must be a str, got {type(value).__name__}")
     if "\x00" in value:
         raise errors.InvalidNameError(f"{what} must not contain a NUL character")
+    if _SURROGATE.search(value) is not None:
+        raise errors.InvalidNameError(
+            f"{what} must not contain a lone surrogate, which no text column stores"
+        )
     return value
 
 
@@ -314,8 +322,10 @@ def error_text(value: object) -> str | None:
     if value is None:
         return None
     text = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else str(value)
-    # PostgreSQL text cannot hold NUL; an error message must never make a nack fail.
-    return text.replace("\x00", "\ufffd")
+    # PostgreSQL text cannot hold NUL or a lone surrogate (a file name decoded with
+    # surrogateescape puts one in an exception's message); an error message must never make a
+    # nack fail, so each becomes U+FFFD.
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def job_id(value: object) -> int:
@@ -332,9 +342,30 @@ def job_ids(value: Sequence[int] | None) -> list[int] | None:
     """A list of job ids (None: no list), each checked as :func:`job_id` checks one."""
     if value is None:
         return None
-    if isinstance(value, (str, bytes)):
-        raise errors.InvalidJobIdError("job_ids must be a list of int job ids")
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise errors.InvalidJobIdError(
+            f"job_ids must be a list of int job ids, got {type(value).__name__}"
+        )
     return [job_id(item) for item in value]
+
+
+def dead_letter_position(after: object) -> dict[str, Any]:
+    """The ``after_failed_at`` and ``after_job_id`` parameters of a dead-letter listing that
+    continues after ``after`` (None: from the start): a :class:`DeadLetter`, or a cursor a web
+    page sent back, whose values are checked as any caller's are."""
+    if after is None:
+        return {"after_failed_at": None, "after_job_id": None}
+    try:
+        failed_at, id_ = after.failed_at, after.job_id  # type: ignore[attr-defined]
+    except AttributeError:
+        raise errors.InvalidStateError(
+            f"after must be a DeadLetter, or have its failed_at and job_id; got "
+            f"{type(after).__name__}"
+        ) from None
+    at = time("after's failed_at", failed_at)
+    if at is None:
+        raise errors.InvalidDurationError("after's failed_at must be a timezone-aware datetime")
+    return {"after_failed_at": at, "after_job_id": job_id(id_)}
 
 
 def fraction(value: object) -> float:

@@ -41,7 +41,7 @@ def push(
         payload=check.payload(payload),
         delay=check.duration("delay", delay),
         run_at=check.run_at(run_at, delay=delay),
-        priority=check.integer(
+        priority=check.required_integer(
             "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
         ),
         max_attempts=check.integer(
@@ -51,8 +51,6 @@ def push(
         backoff_base=check.duration("backoff_base", backoff_base),
         backoff_cap=check.duration("backoff_cap", backoff_cap),
     )
-    if params["priority"] is None:
-        raise errors.InvalidPriorityError("priority must be an int, got None")
     params["trace_context"] = check.trace_context(trace_context)
     params["group_key"] = check.name("group_key", group_key, required=False)
     params["depends_on"] = check.parents("depends_on", depends_on)
@@ -440,7 +438,7 @@ def push_batch(
         payloads=check.payload(list(payloads)),
         delay=check.duration("delay", delay),
         run_at=check.run_at(run_at, delay=delay),
-        priority=check.integer(
+        priority=check.required_integer(
             "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
         ),
         max_attempts=check.integer(

@@ -51,8 +51,7 @@ def dead_letters(
         failed_before=check.time("failed_before", failed_before),
         error_contains=check.text("error_contains", error_contains),
         include_redriven=bool(include_redriven),
-        after_failed_at=None if after is None else after.failed_at,
-        after_job_id=None if after is None else after.job_id,
+        **check.dead_letter_position(after),
     )
     return Call("dead_letters", params, lambda rows: [read.dead_letter(row) for row in rows])
 
@@ -101,8 +100,7 @@ def search_dead_letters(
         failed_after=check.time("failed_after", failed_after),
         failed_before=check.time("failed_before", failed_before),
         include_redriven=bool(include_redriven),
-        after_failed_at=None if after is None else after.failed_at,
-        after_job_id=None if after is None else after.job_id,
+        **check.dead_letter_position(after),
         scan_limit=check.limit("search_scan", scan_limit, "scan_limit"),
     )
 

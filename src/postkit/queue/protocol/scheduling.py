@@ -45,13 +45,16 @@ def new_schedule(
     if (cron is None) == (every is None):
         raise errors.InvalidScheduleError("give exactly one of cron= and every=")
     seconds = check.seconds("every", every)
-    interval = None if seconds is None else timedelta(seconds=seconds)
-    if interval is not None and interval < timedelta(seconds=1):
-        raise errors.InvalidScheduleError("a schedule runs at most every second")
-    if interval is not None and interval > limits.EVERY_MAX:
+    # Compared as seconds: a number past timedelta's range (about 2.7 million years, either
+    # way) must be refused, not overflow.
+    if seconds is not None and seconds > limits.EVERY_MAX.total_seconds():
+        shown = timedelta(seconds=seconds) if seconds < 8e13 else f"{seconds:g} seconds"
         raise errors.InvalidDurationError(
-            f"every of {interval} is too long; the limit is {limits.EVERY_MAX}"
+            f"every of {shown} is too long; the limit is {limits.EVERY_MAX}"
         )
+    if seconds is not None and seconds < 1:
+        raise errors.InvalidScheduleError("a schedule runs at most every second")
+    interval = None if seconds is None else timedelta(seconds=seconds)
     zone(timezone)
     if cron is not None:
         check_cron(cron)
@@ -63,7 +66,7 @@ def new_schedule(
         cron=cron,
         timezone=timezone,
         every=seconds,
-        priority=check.integer(
+        priority=check.required_integer(
             "priority", priority, errors.InvalidPriorityError, bounds=limits.PRIORITY
         ),
         max_attempts=check.integer(
